@@ -1,0 +1,52 @@
+"""Entry point of the ``tirl`` command: the root typer app and the registration of sub-commands.
+
+Each part of tirl keeps its commands in its own module under ``tirl.cli`` and is registered here. Only
+commands that exist are listed.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from tirl import __version__
+
+app = typer.Typer(
+    name="tirl",
+    help="Tool-integrated reasoning with RL: evaluate and train LLM agents that call a Python tool.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"tirl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Tool-integrated reasoning with RL."""
+
+
+@app.command()
+def demo() -> None:
+    """Run the main job on its embedded default (a small packaged model on real benchmark problems)."""
+    typer.echo(
+        "tirl demo: the evaluation harness is not available yet in this version; "
+        "nothing was run. See README.md for what exists today."
+    )
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,5 +1,21 @@
-"""The tool-integrated reasoning conversation protocol (pure functions over text and token ids)."""
+"""The tool-integrated reasoning conversation protocol (pure functions over text and token ids).
 
+Public API: :class:`ProtocolConfig`; answer extraction and format score (:func:`extract_answer`,
+:func:`count_answer_blocks`, :func:`format_penalty`); the shared data types of ``tirl.protocol.types``.
+"""
+
+from tirl.protocol.answer import (
+    Box,
+    count_answer_blocks,
+    extract_answer,
+    final_assistant_turn,
+    find_boxes,
+    format_penalty,
+    last_boxed,
+    strip_tool_responses,
+    trajectory_format_penalty,
+)
+from tirl.protocol.config import DEFAULT_FUNCTION_NAME, RELEASE_FUNCTION_NAME, ProtocolConfig
 from tirl.protocol.types import (
     FINISH_REASONS,
     TOOL_CALL_CLASSES,
@@ -13,7 +29,11 @@ from tirl.protocol.types import (
 )
 
 __all__ = [
+    "Box",
+    "DEFAULT_FUNCTION_NAME",
     "FINISH_REASONS",
+    "ProtocolConfig",
+    "RELEASE_FUNCTION_NAME",
     "TOOL_CALL_CLASSES",
     "ToolCall",
     "ToolCallClass",
@@ -22,4 +42,12 @@ __all__ = [
     "Trajectory",
     "TurnRecord",
     "classify_tool_call",
+    "count_answer_blocks",
+    "extract_answer",
+    "final_assistant_turn",
+    "find_boxes",
+    "format_penalty",
+    "last_boxed",
+    "strip_tool_responses",
+    "trajectory_format_penalty",
 ]

@@ -1,0 +1,283 @@
+"""Final-answer extraction and the answer-format score of a trajectory.
+
+Covers finding the boxed final answer in model text (:func:`extract_answer`), counting ``<answer>`` blocks
+(:func:`count_answer_blocks`) and the format penalty that GRPO-RoC uses to rank correct trajectories
+(:func:`format_penalty`, :func:`trajectory_format_penalty`). It does not judge whether an answer is correct
+(that is ``tirl.reward``) and never raises on model text.
+
+Extraction policy (rStar2-Agent, arXiv 2508.20722, section 2.2: "the final answer is extracted from
+``\\boxed{}`` within the ``<answer>`` tag"):
+
+1. Tool responses never count: every ``<tool_response>...</tool_response>`` span (and an unclosed one up to the
+   end of the text) is removed first, so a program that prints ``\\boxed{5}`` cannot supply the answer.
+2. If the text has an ``<answer>`` tag, the answer is the last box inside the *last* ``<answer>`` block. The
+   block runs to its ``</answer>`` or, when unclosed (the model stopped without closing it), to the end of the
+   text. A last block without a complete box gives None: boxes outside that block are not consulted.
+3. Without any ``<answer>`` tag, ``config.answer_fallback`` decides: ``"last_box_final_turn"`` (default) takes
+   the last box of the final assistant turn, i.e. the text after the last ``</tool_response>``;
+   ``"none"`` returns None.
+4. A box is ``\\boxed{...}`` or ``\\fbox{...}`` (``config.box_commands``) with balanced braces (escaped
+   ``\\{``/``\\}`` do not count), or the brace-less form ``\\boxed 5`` whose value is the run of characters up
+   to whitespace, ``$`` or ``<``, without trailing ``.,;:``. A box nested alone in a box is unwrapped.
+5. "Last" is the last box in reading order; several boxes are not merged (``\\boxed{3}, \\boxed{5}`` gives
+   ``5``: the last-box rule, which also makes revisions such as "first guess \\boxed{3} ... \\boxed{7}" work).
+   Empty boxes (``\\boxed{}``) are not answers and are skipped.
+6. Truncation: if the last box is unclosed (``\\boxed{\\frac{1}{`` at the end of a cut generation), the answer
+   is None, even when an earlier box was complete: the final answer was being written and was lost.
+
+Format penalty (paper section 3.1, GRPO-RoC): p_format = 1 when the trajectory has no ``<answer>`` block, else
+min(1, (answer blocks - 1) / turns), where turns is the number of assistant turns. Blocks are *closed*
+``<answer>...</answer>`` pairs in model text; an unclosed block still yields an answer (rule 2) but does not
+count as a block. The public release differs (it counts only assistant turns 2..N and gives 1 to every
+single-turn trajectory); tirl follows the paper.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tirl.protocol.config import ProtocolConfig, resolve_config
+
+if TYPE_CHECKING:
+    from tirl.protocol.types import Trajectory
+
+_TRAILING_PUNCT = ".,;:"
+_box_patterns: dict[tuple[str, ...], re.Pattern[str]] = {}
+
+
+@dataclass(frozen=True)
+class Box:
+    """One box found in text.
+
+    Attributes:
+        start: character offset of the backslash of the command.
+        end: offset just after the box (after the closing brace); ``len(text)`` when unclosed.
+        content: the text inside the braces, stripped (partial when unclosed).
+        closed: False when the braces never balance before the end of the text (truncated).
+    """
+
+    start: int
+    end: int
+    content: str
+    closed: bool
+
+
+def _box_pattern(commands: tuple[str, ...]) -> re.Pattern[str]:
+    pattern = _box_patterns.get(commands)
+    if pattern is None:
+        names = "|".join(re.escape(c) for c in sorted(commands, key=len, reverse=True))
+        pattern = re.compile(r"\\(?:" + names + r")(?![A-Za-z])")
+        _box_patterns[commands] = pattern
+    return pattern
+
+
+def _scan_braces(text: str, open_pos: int) -> int:
+    """Offset just after the brace closing the one at ``open_pos``, or -1 when it never closes."""
+    depth = 0
+    i = open_pos
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return -1
+
+
+def find_boxes(text: str, config: ProtocolConfig | None = None) -> list[Box]:
+    """All boxes of ``text`` in reading order, non-overlapping (a box inside a box is part of its content).
+
+    Args:
+        text: any text.
+        config: ``box_commands`` says which commands count (default ``boxed`` and ``fbox``).
+
+    Returns:
+        The boxes, including empty and unclosed ones (see :class:`Box`). Never raises on string input.
+    """
+    cfg = resolve_config(config)
+    pattern = _box_pattern(tuple(cfg.box_commands))
+    boxes: list[Box] = []
+    pos = 0
+    n = len(text)
+    while True:
+        match = pattern.search(text, pos)
+        if match is None:
+            return boxes
+        start, i = match.start(), match.end()
+        j = i
+        while j < n and text[j] in " \t":
+            j += 1
+        if j < n and text[j] == "{":
+            close = _scan_braces(text, j)
+            if close < 0:
+                boxes.append(Box(start, n, text[j + 1 :].strip(), closed=False))
+                return boxes
+            boxes.append(Box(start, close, text[j + 1 : close - 1].strip(), closed=True))
+            pos = close
+            continue
+        # Brace-less form: \boxed 5 (also \boxed5). The value runs to whitespace, '$' or '<'.
+        k = j
+        while k < n and not text[k].isspace() and text[k] not in "$<{}":
+            k += 1
+        value = text[j:k].rstrip(_TRAILING_PUNCT)
+        if j == k:
+            # Nothing after the command: at the end of the text it is a cut-off box, otherwise not a box.
+            if j >= n:
+                boxes.append(Box(start, n, "", closed=False))
+                return boxes
+            pos = max(i, k)
+            continue
+        boxes.append(Box(start, k, value, closed=True))
+        pos = k
+
+
+def _unwrap(content: str, config: ProtocolConfig) -> str:
+    """``\\boxed{\\boxed{5}}`` -> ``5``: unwrap a box that is the whole content of a box."""
+    for _ in range(8):
+        inner = find_boxes(content, config)
+        if len(inner) == 1 and inner[0].closed and inner[0].start == 0 and inner[0].end == len(content):
+            content = inner[0].content
+        else:
+            break
+    return content
+
+
+def last_boxed(text: str, config: ProtocolConfig | None = None) -> str | None:
+    """The content of the last non-empty box of ``text``, or None.
+
+    Returns None when there is no box, or when the last box is unclosed (truncated generation). Empty boxes
+    are skipped. See the module docstring, rules 4 to 6.
+    """
+    cfg = resolve_config(config)
+    boxes = find_boxes(text, cfg)
+    for box in reversed(boxes):
+        if not box.closed:
+            return None
+        content = _unwrap(box.content, cfg)
+        if content:
+            return content
+    return None
+
+
+def strip_tool_responses(text: str, config: ProtocolConfig | None = None) -> str:
+    """``text`` with every tool-response block removed (an unclosed one up to the end), each replaced by one
+    newline so that words on either side stay apart."""
+    cfg = resolve_config(config)
+    open_tag, close_tag = cfg.tool_response_open, cfg.tool_response_close
+    parts: list[str] = []
+    pos = 0
+    while True:
+        start = text.find(open_tag, pos)
+        if start < 0:
+            parts.append(text[pos:])
+            break
+        parts.append(text[pos:start])
+        parts.append("\n")
+        end = text.find(close_tag, start + len(open_tag))
+        if end < 0:
+            break
+        pos = end + len(close_tag)
+    return "".join(parts)
+
+
+def final_assistant_turn(text: str, config: ProtocolConfig | None = None) -> str:
+    """The part of a response text after the last ``</tool_response>`` (the whole text when there is none).
+
+    For a single turn's text this is the turn itself; for a whole trajectory's response text (model turns and
+    injected tool segments) it is the final assistant turn, headers of the template included.
+    """
+    cfg = resolve_config(config)
+    close = text.rfind(cfg.tool_response_close)
+    if close < 0:
+        return strip_tool_responses(text, cfg)
+    return strip_tool_responses(text[close + len(cfg.tool_response_close) :], cfg)
+
+
+def extract_answer(text: str, config: ProtocolConfig | None = None) -> str | None:
+    """The final answer of a response: the last box inside the last ``<answer>`` block.
+
+    Args:
+        text: the model text of the final turn, or the whole response text of a trajectory (tool-response
+            segments included; they are ignored).
+        config: tags, box commands and ``answer_fallback`` (see the module docstring for the full policy).
+
+    Returns:
+        The box content, stripped (``"\\frac{1}{2}"``), or None when there is no answer, the answer block has
+        no complete box, or the generation was cut before the box closed. Never raises; non-string input
+        gives None.
+    """
+    if not isinstance(text, str):
+        return None
+    cfg = resolve_config(config)
+    model_text = strip_tool_responses(text, cfg)
+    start = model_text.rfind(cfg.answer_open)
+    if start >= 0:
+        body_start = start + len(cfg.answer_open)
+        end = model_text.find(cfg.answer_close, body_start)
+        block = model_text[body_start:] if end < 0 else model_text[body_start:end]
+        return last_boxed(block, cfg)
+    if cfg.answer_fallback == "none":
+        return None
+    return last_boxed(final_assistant_turn(text, cfg), cfg)
+
+
+def count_answer_blocks(text: str, config: ProtocolConfig | None = None) -> int:
+    """Number of closed ``<answer>...</answer>`` blocks in the model text of ``text`` (tool responses removed).
+
+    Each ``<answer>`` pairs with the first ``</answer>`` after it; an ``<answer>`` before that close does not
+    open another block; unclosed blocks and stray ``</answer>`` tags do not count. Never raises.
+    """
+    if not isinstance(text, str):
+        return 0
+    cfg = resolve_config(config)
+    model_text = strip_tool_responses(text, cfg)
+    count = 0
+    pos = 0
+    while True:
+        start = model_text.find(cfg.answer_open, pos)
+        if start < 0:
+            return count
+        end = model_text.find(cfg.answer_close, start + len(cfg.answer_open))
+        if end < 0:
+            return count
+        count += 1
+        pos = end + len(cfg.answer_close)
+
+
+def format_penalty(answer_blocks: int, turns: int) -> float:
+    """The answer-format penalty p_format of GRPO-RoC (rStar2-Agent, section 3.1).
+
+    Args:
+        answer_blocks: closed ``<answer>`` blocks in the trajectory's model text (>= 0).
+        turns: assistant turns of the trajectory (>= 1 whenever ``answer_blocks > 0``).
+
+    Returns:
+        1.0 when ``answer_blocks == 0``, else ``min(1, (answer_blocks - 1) / turns)``: 0.0 for exactly one
+        block, growing with every extra block.
+
+    Raises:
+        ValueError: a negative count, or ``turns < 1`` with ``answer_blocks > 0``.
+    """
+    if answer_blocks < 0 or turns < 0:
+        raise ValueError(f"counts must be >= 0, got answer_blocks={answer_blocks}, turns={turns}")
+    if answer_blocks == 0:
+        return 1.0
+    if turns < 1:
+        raise ValueError(f"{answer_blocks} answer block(s) in a trajectory with no assistant turn")
+    return min(1.0, (answer_blocks - 1) / turns)
+
+
+def trajectory_format_penalty(trajectory: "Trajectory") -> float:
+    """:func:`format_penalty` of a trajectory from its turn records (``TurnRecord.answer_blocks``, number of
+    turns). A trajectory without turns has no answer block and gets 1.0."""
+    blocks = sum(turn.answer_blocks for turn in trajectory.turns)
+    return format_penalty(blocks, len(trajectory.turns))

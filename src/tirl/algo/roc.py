@@ -59,6 +59,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, Sequence
 
+from tirl.protocol import trajectory_format_penalty
 from tirl.protocol.types import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ def p_format(trajectory: Trajectory) -> float:
     ``1.0`` when the trajectory has no ``<answer>`` block; otherwise ``min(1, (answer_blocks - 1) / turns)``
     where ``answer_blocks`` is the number of ``<answer>...</answer>`` blocks over all assistant turns and
     ``turns`` the number of assistant turns. One answer gives 0; repeated answers are penalised in proportion
-    to the number of turns.
+    to the number of turns. The rule lives in the protocol (``tirl.protocol.trajectory_format_penalty``).
 
     Args:
         trajectory: a finished trajectory whose turns carry ``answer_blocks`` counts.
@@ -108,11 +109,7 @@ def p_format(trajectory: Trajectory) -> float:
     Returns:
         A value in [0, 1].
     """
-    blocks = sum(turn.answer_blocks for turn in trajectory.turns)
-    if blocks <= 0:
-        return 1.0
-    turns = max(1, len(trajectory.turns))
-    return min(1.0, (blocks - 1) / turns)
+    return trajectory_format_penalty(trajectory)
 
 
 def p_total(

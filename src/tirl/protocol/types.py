@@ -39,6 +39,9 @@ class ToolCall:
         raw: the text between ``<tool_call>`` and ``</tool_call>``.
         span: (start, end) character offsets of the whole block, tags included, in the turn text.
         repaired: True when lenient parsing had to repair the text; ``repairs`` lists what was done.
+        warnings: machine-readable notes on a valid call that is probably not what the model meant, e.g.
+            ``suspicious_escape:\\frac`` for the JSON escape ``\\f`` (form feed) where LaTeX ``\\frac`` was
+            likely intended, or ``ignored_argument:timeout``. The call is kept as decoded (never "repaired").
     """
 
     name: str
@@ -47,6 +50,7 @@ class ToolCall:
     span: tuple[int, int] = (0, 0)
     repaired: bool = False
     repairs: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def code(self) -> str:

@@ -1,0 +1,400 @@
+"""Tool calls in one assistant turn: finding, decoding and validating them, and writing them.
+
+Covers :func:`parse_tool_calls` (model text -> calls and structured errors) and its inverse
+:func:`render_tool_call`. It does not execute anything and does not render tool responses
+(``tirl.protocol.response``). Nothing here raises on model text.
+
+A call is JSON between ``<tool_call>`` and ``</tool_call>``:
+``{"name": "execute_python_code_with_standard_io", "arguments": {"code": "...", "input": "..."}}``.
+
+Policies
+--------
+* **Finding the block.** From each ``<tool_call>`` the closing ``</tool_call>`` is searched *outside JSON
+  strings* (a string-aware scan), so ``s = '</tool_call>'`` inside the code does not cut the call. When that
+  body does not decode, the first plain ``</tool_call>`` is tried too, so an unbalanced quote cannot swallow
+  the calls after it. No closing tag at all: a ``ToolCallError`` of kind ``unclosed_tag`` (never executed;
+  typically a turn cut by the token budget). A new ``<tool_call>`` inside an undecodable body also makes the
+  first one ``unclosed_tag`` and parsing resumes at the second.
+* **Several calls in one turn.** ``config.multi_call="all"`` (default) returns every block in order;
+  ``"first"`` returns only the first block's result (call or error) and ignores the rest, as the release does.
+* **Drafts.** With ``config.ignore_think_drafts`` (default), blocks inside a *closed* ``<think>...</think>``
+  are drafts and ignored; an unclosed ``<think>`` is plain text (its calls count). When the generation prompt
+  prefill opens a think block, the turn starts inside it. Calls inside ``<reason>`` are real: in this protocol
+  the whole turn reasons inside ``<reason>`` (pre-filled) and calls the tool from there. If the think tag is
+  configured as the reasoning tag, draft detection is off.
+* **Text around calls.** Text before, between and after calls is the turn's content; the parser ignores it. A
+  turn that has at least one call (even an error) continues the conversation, whatever follows the last call
+  (an ``<answer>`` there still counts as an answer block for the format score). A stray ``</tool_call>``
+  without an opening tag is text.
+* **Strict by default.** The body must be one JSON object (``json.loads`` with ``strict=True``).
+  ``lenient=True`` (``config.lenient``) tries, in order, and records each step used in ``ToolCall.repairs``
+  (``repaired=True``): ``code_fence`` (a Markdown fence around the JSON), ``control_characters`` (raw newlines
+  or tabs inside strings), ``invalid_escapes`` (a backslash before a character JSON cannot escape, e.g.
+  ``\\sqrt`` or ``\\underbrace``, is kept as a literal backslash), ``escaped_whitespace`` (literal ``\\n`` between
+  JSON tokens), ``python_literal`` (a Python dict: single quotes, ``True``/``False``/``None``, through
+  ``ast.literal_eval``), ``arguments_as_string`` (arguments given as a JSON string), ``parameters_key``
+  (``parameters`` instead of ``arguments``), ``input_coerced`` (a number or null ``input``).
+  Valid JSON is never changed: ``"\\frac"`` is the form feed plus ``rac`` as JSON says; such escapes are flagged
+  in ``ToolCall.warnings`` as ``suspicious_escape:\\frac`` so format problems stay visible.
+* **Arguments.** The returned arguments are exactly ``{"code": str, "input": str}``; ``input`` defaults to
+  ``""``; other keys are dropped with a warning ``ignored_argument:<key>`` (``ignored_key:<key>`` at the top
+  level). ``name`` must be ``config.function_name`` or one of ``config.function_aliases``.
+
+Error kinds (``ToolCallError.kind``): see :data:`ERROR_KINDS`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from typing import Any
+
+from tirl.protocol.config import ProtocolConfig, resolve_config
+from tirl.protocol.types import ToolCall, ToolCallError
+
+ERROR_KINDS: dict[str, str] = {
+    "unclosed_tag": "a <tool_call> without its closing tag (nothing runs)",
+    "empty_call": "nothing between the tags",
+    "invalid_json": "the body is not valid JSON (in lenient mode: not repairable)",
+    "not_an_object": "the JSON is not an object",
+    "missing_name": "no 'name' key",
+    "invalid_name": "'name' is not a string",
+    "unknown_function": "'name' is not the tool's name",
+    "missing_arguments": "no 'arguments' key",
+    "arguments_not_object": "'arguments' is not an object",
+    "missing_code": "no 'code' argument",
+    "empty_code": "'code' is empty or only whitespace",
+    "bad_argument_type": "'code' or 'input' is not a string",
+}
+
+WARNING_SUSPICIOUS_ESCAPE = "suspicious_escape"
+
+# LaTeX commands whose first letter is a valid JSON escape (\b \f \n \r \t): "\frac" in a JSON string is a
+# form feed followed by "rac". \b and \f are flagged whatever follows; \n \r \t only before these words.
+_LATEX_AFTER_NRT = frozenset(
+    "nabla neq ne nu not neg ni nmid nleq ngeq notin newline noindent "
+    "rho right rangle rfloor rceil rm rvert rVert "
+    "theta tau times text textbf textit tan tanh tfrac tbinom to top triangle tilde tt".split()
+)
+_ESCAPE_RE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
+_WORD_RE = re.compile(r"[A-Za-z]*")
+
+
+def _close_outside_strings(text: str, start: int, close_tag: str) -> int:
+    """Offset of the first ``close_tag`` at or after ``start`` that is not inside a double-quoted JSON string,
+    or -1. Backslash escapes inside strings are honoured."""
+    outside = re.compile('"|' + re.escape(close_tag))
+    inside = re.compile(r'["\\]')
+    pos = start
+    n = len(text)
+    while pos < n:
+        m = outside.search(text, pos)
+        if m is None:
+            return -1
+        if m.group() != '"':
+            return m.start()
+        pos = m.end()
+        while True:
+            m = inside.search(text, pos)
+            if m is None:
+                return -1
+            if m.group() == "\\":
+                pos = m.end() + 1
+                continue
+            pos = m.end()
+            break
+    return -1
+
+
+def _map_outside_strings(text: str, fn) -> str:
+    """Apply ``fn`` to every piece of ``text`` outside double-quoted strings; strings are kept verbatim."""
+    out: list[str] = []
+    pos = 0
+    n = len(text)
+    while pos < n:
+        q = text.find('"', pos)
+        if q < 0:
+            out.append(fn(text[pos:]))
+            break
+        out.append(fn(text[pos:q]))
+        i = q + 1
+        while i < n and text[i] != '"':
+            i += 2 if text[i] == "\\" else 1
+        out.append(text[q : i + 1])
+        pos = i + 1
+    return "".join(out)
+
+
+def _fix_invalid_escapes(text: str) -> str:
+    """Double each backslash that starts an escape JSON does not know (``\\s``, ``\\u`` without 4 hex digits)."""
+
+    def fix(m: re.Match[str]) -> str:
+        esc = m.group(1)
+        if esc in ('"', "\\", "/", "b", "f", "n", "r", "t") or (len(esc) == 5 and esc[0] == "u"):
+            return m.group(0)
+        return "\\\\" + esc
+
+    return _ESCAPE_RE.sub(fix, text)
+
+
+def _loads(text: str, strict: bool = True) -> tuple[bool, Any]:
+    try:
+        return True, json.loads(text, strict=strict)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        return False, exc
+
+
+def _describe(exc: Any) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} (line {exc.lineno}, column {exc.colno})"
+    return str(exc) or type(exc).__name__
+
+
+def _decode(body: str, lenient: bool) -> tuple[bool, Any, list[str]]:
+    """Decode a call body. Returns (ok, object or error description, repairs used)."""
+    text = body.strip()
+    ok, value = _loads(text)
+    if ok or not lenient:
+        return ok, (value if ok else _describe(value)), []
+    first_error = _describe(value)
+    repairs: list[str] = []
+    fence = re.fullmatch(r"```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```", text, re.DOTALL)
+    if fence:
+        text = fence.group(1).strip()
+        repairs.append("code_fence")
+        ok, value = _loads(text)
+        if ok:
+            return True, value, repairs
+    ok, value = _loads(text, strict=False)
+    if ok:
+        return True, value, repairs + ["control_characters"]
+    candidate = text
+    steps: list[str] = []
+    for name, transform in (
+        ("invalid_escapes", _fix_invalid_escapes),
+        ("escaped_whitespace", lambda s: _map_outside_strings(s, lambda p: re.sub(r"\\[nrt]", " ", p))),
+    ):
+        changed = transform(candidate)
+        if changed == candidate:
+            continue
+        candidate = changed
+        steps.append(name)
+        ok, value = _loads(candidate)
+        if ok:
+            return True, value, repairs + steps
+        ok, value = _loads(candidate, strict=False)
+        if ok:
+            return True, value, repairs + steps + ["control_characters"]
+    try:
+        value = ast.literal_eval(text)
+    except Exception:  # SyntaxError, ValueError, RecursionError, MemoryError...: not a Python literal either
+        return False, first_error, []
+    return True, value, repairs + ["python_literal"]
+
+
+def _suspicious_escapes(body: str) -> list[str]:
+    found: list[str] = []
+    for m in _ESCAPE_RE.finditer(body):
+        esc = m.group(1)
+        if esc not in ("b", "f", "n", "r", "t"):
+            continue
+        word = esc + _WORD_RE.match(body, m.end()).group()
+        if esc in "bf" or word in _LATEX_AFTER_NRT:
+            note = f"{WARNING_SUSPICIOUS_ESCAPE}:\\{word}"
+            if note not in found:
+                found.append(note)
+    return found
+
+
+def _validate(obj: Any, repairs: list[str], body: str, span: tuple[int, int], cfg: ProtocolConfig,
+              lenient: bool) -> ToolCall | ToolCallError:
+    fn = cfg.function_name
+
+    def error(kind: str, message: str) -> ToolCallError:
+        return ToolCallError(kind=kind, message=message, raw=body, span=span)
+
+    if not isinstance(obj, dict):
+        return error("not_an_object", f"The tool call must be a JSON object, not {type(obj).__name__}.")
+    warnings: list[str] = []
+    if "name" not in obj:
+        return error("missing_name", f'The tool call has no "name"; use "name": "{fn}".')
+    name = obj["name"]
+    if not isinstance(name, str):
+        return error("invalid_name", f'"name" must be a string: "{fn}".')
+    if name not in cfg.accepted_function_names:
+        shown = name if len(name) <= 60 else name[:57] + "..."
+        return error("unknown_function", f'Unknown function "{shown}"; the only tool is "{fn}".')
+    if "arguments" in obj:
+        args = obj["arguments"]
+    elif lenient and "parameters" in obj:
+        args = obj["parameters"]
+        repairs = repairs + ["parameters_key"]
+    else:
+        return error("missing_arguments", 'The tool call has no "arguments" object with "code" and "input".')
+    for key in obj:
+        if key not in ("name", "arguments") and not (key == "parameters" and "parameters_key" in repairs):
+            warnings.append(f"ignored_key:{key}")
+    if isinstance(args, str) and lenient:
+        ok, decoded, inner_repairs = _decode(args, lenient=True)
+        if ok and isinstance(decoded, dict):
+            args = decoded
+            repairs = repairs + ["arguments_as_string"] + inner_repairs
+    if not isinstance(args, dict):
+        return error("arguments_not_object",
+                     f'"arguments" must be an object like {{"code": "...", "input": ""}}, not {type(args).__name__}.')
+    if "code" not in args:
+        return error("missing_code", 'The arguments have no "code" string.')
+    code = args["code"]
+    if not isinstance(code, str):
+        return error("bad_argument_type", f'"code" must be a string, not {type(code).__name__}.')
+    if not code.strip():
+        return error("empty_code", '"code" is empty; put the Python program in "code".')
+    stdin = args.get("input", "")
+    if not isinstance(stdin, str):
+        if lenient and (stdin is None or (isinstance(stdin, (int, float)) and not isinstance(stdin, bool))):
+            stdin = "" if stdin is None else str(stdin)
+            repairs = repairs + ["input_coerced"]
+        else:
+            return error("bad_argument_type", f'"input" must be a string, not {type(stdin).__name__}.')
+    for key in args:
+        if key not in ("code", "input"):
+            warnings.append(f"ignored_argument:{key}")
+    if "python_literal" not in repairs:
+        warnings = _suspicious_escapes(body) + warnings
+    return ToolCall(name=name, arguments={"code": code, "input": stdin}, raw=body, span=span,
+                    repaired=bool(repairs), repairs=list(repairs), warnings=warnings)
+
+
+def _parse_block(text: str, start: int, cfg: ProtocolConfig, lenient: bool) -> tuple[ToolCall | ToolCallError, int]:
+    """Parse the block whose ``<tool_call>`` starts at ``start``. Returns the item and where scanning resumes."""
+    open_tag, close_tag = cfg.tool_call_open, cfg.tool_call_close
+    body_start = start + len(open_tag)
+    n = len(text)
+    plain = text.find(close_tag, body_start)
+    if plain < 0:
+        return ToolCallError(
+            kind="unclosed_tag",
+            message=f"The tool call was not closed with {close_tag}, so nothing was run.",
+            raw=text[body_start:], span=(start, n),
+        ), n
+    aware = _close_outside_strings(text, body_start, close_tag)
+    closes = [c for c in dict.fromkeys((aware, plain)) if c >= 0]
+    last_error = ""
+    for close in closes:
+        body = text[body_start:close]
+        end = close + len(close_tag)
+        if not body.strip():
+            return ToolCallError(kind="empty_call", message="The tool call is empty.", raw=body,
+                                 span=(start, end)), end
+        ok, value, repairs = _decode(body, lenient)
+        if ok:
+            return _validate(value, repairs, body, (start, end), cfg, lenient), end
+        last_error = value
+    body = text[body_start:plain]
+    inner = body.find(open_tag)
+    if inner >= 0:
+        restart = body_start + inner
+        return ToolCallError(
+            kind="unclosed_tag",
+            message=f"The tool call was not closed with {close_tag} before the next {open_tag}, so it was not run.",
+            raw=text[body_start:restart], span=(start, restart),
+        ), restart
+    end = plain + len(close_tag)
+    return ToolCallError(
+        kind="invalid_json",
+        message=f"The tool call is not valid JSON: {last_error}.",
+        raw=body, span=(start, end),
+    ), end
+
+
+def _block_end(text: str, start: int, cfg: ProtocolConfig) -> int:
+    """Where a tool-call block starting at ``start`` ends (used to skip drafted calls); ``len(text)`` if never."""
+    body_start = start + len(cfg.tool_call_open)
+    close = _close_outside_strings(text, body_start, cfg.tool_call_close)
+    if close < 0:
+        close = text.find(cfg.tool_call_close, body_start)
+    return len(text) if close < 0 else close + len(cfg.tool_call_close)
+
+
+def _draft_close(text: str, pos: int, cfg: ProtocolConfig) -> int:
+    """Offset of the ``</think>`` closing a draft opened before ``pos``, skipping tool-call blocks; -1 if none."""
+    while True:
+        close = text.find(cfg.think_close, pos)
+        if close < 0:
+            return -1
+        call = text.find(cfg.tool_call_open, pos)
+        if 0 <= call < close:
+            pos = _block_end(text, call, cfg)
+            continue
+        return close
+
+
+def _prefill_opens_draft(cfg: ProtocolConfig) -> bool:
+    prefill = cfg.prefill
+    return prefill.rfind(cfg.think_open) > prefill.rfind(cfg.think_close) if cfg.think_open in prefill else False
+
+
+def parse_tool_calls(text: str, config: ProtocolConfig | None = None, *,
+                     lenient: bool | None = None) -> list[ToolCall | ToolCallError]:
+    """Every tool call of one assistant turn, in order, as decoded calls or structured errors.
+
+    Args:
+        text: the text the model generated in this turn (without the pre-filled prefix).
+        config: tags, function name and policies (see the module docstring).
+        lenient: overrides ``config.lenient`` when given.
+
+    Returns:
+        A list of :class:`ToolCall` (valid; ``arguments == {"code": str, "input": str}``) and
+        :class:`ToolCallError` (kind in :data:`ERROR_KINDS`) in text order; empty when the turn has no
+        ``<tool_call>`` outside drafts. With ``multi_call="first"`` at most one item. Never raises; non-string
+        input gives an empty list.
+    """
+    if not isinstance(text, str):
+        return []
+    cfg = resolve_config(config)
+    use_lenient = cfg.lenient if lenient is None else lenient
+    drafts = cfg.think_drafts_active
+    results: list[ToolCall | ToolCallError] = []
+    pos = 0
+    if drafts and _prefill_opens_draft(cfg):
+        close = _draft_close(text, 0, cfg)
+        if close >= 0:
+            pos = close + len(cfg.think_close)
+    n = len(text)
+    while pos < n:
+        call = text.find(cfg.tool_call_open, pos)
+        if call < 0:
+            break
+        think = text.find(cfg.think_open, pos, call) if drafts else -1
+        if think >= 0:
+            close = _draft_close(text, think + len(cfg.think_open), cfg)
+            if close < 0:
+                drafts = False  # no closing tag anywhere after this point: no later draft can close either
+                pos = think + len(cfg.think_open)
+            else:
+                pos = close + len(cfg.think_close)
+            continue
+        item, pos = _parse_block(text, call, cfg, use_lenient)
+        results.append(item)
+        if cfg.multi_call == "first":
+            break
+    return results
+
+
+def render_tool_call(code: str, stdin: str = "", config: ProtocolConfig | None = None) -> str:
+    """The text of one tool call, as the model should write it (and as Qwen2.5's chat template renders a
+    structured call): ``<tool_call>\\n{"name": ..., "arguments": {"code": ..., "input": ...}}\\n</tool_call>``.
+
+    Args:
+        code: Python source.
+        stdin: text for standard input.
+        config: function name and tags.
+
+    Returns:
+        The block; :func:`parse_tool_calls` reads it back to the same ``code`` and ``input``.
+    """
+    cfg = resolve_config(config)
+    payload = json.dumps({"name": cfg.function_name, "arguments": {"code": code, "input": stdin}},
+                         ensure_ascii=False)
+    return f"{cfg.tool_call_open}\n{payload}\n{cfg.tool_call_close}"

@@ -1,0 +1,317 @@
+"""The HTTP face of the code-execution service: a FastAPI app over any ``CodeExecutor``.
+
+Endpoints (OpenAPI at ``/openapi.json``, docs at ``/docs``):
+
+``POST /v1/execute``         one :class:`~tirl.service.schemas.ExecuteRequest` -> one result
+``POST /v1/execute/batch``   ``{"requests": [...]}`` -> ``{"results": [...]}`` in the same order
+``GET  /healthz``            200 with limits and load while serving, 503 while draining
+``GET  /metrics``            Prometheus text (:mod:`tirl.service.metrics`)
+
+Errors never crash the server and always have a JSON body ``{"error", "message", "detail"}``:
+malformed JSON or fields -> 422 with a readable message naming the field; code/stdin over the configured size,
+too many items in a batch, or a body over ``max_body_bytes`` -> 413; ``timeout_s`` over ``max_timeout_s`` ->
+422. Anything the executor does wrong becomes an ``internal`` result inside a 200.
+
+Extending the app: pass extra ``fastapi.APIRouter`` objects as ``create_app(..., routers=[router])``. Their
+handlers reach the shared objects through ``request.app.state``: ``service`` (:class:`ExecutionService`:
+cache, admission, metrics), ``executor`` and ``config``; or use the :func:`get_service` dependency. They
+inherit the error handlers and the body-size limit.
+
+This module does not start a server (see :mod:`tirl.service.server`) and does not run code itself.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Sequence
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tirl import __version__
+from tirl.sandbox.types import CodeExecutor, ExecutionResult
+from tirl.service.core import ExecutionService, ServiceConfig
+from tirl.service.metrics import PROMETHEUS_CONTENT_TYPE
+from tirl.service.schemas import (
+    BatchExecuteRequest,
+    BatchExecuteResponse,
+    ErrorResponse,
+    ExecuteRequest,
+    ExecuteResult,
+    HealthResponse,
+    ServiceLimits,
+)
+
+
+class JSONBytesResponse(Response):
+    """JSON response that never fails on text holding lone surrogates (escaped as ``\\udXXX`` instead)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        text = json.dumps(content, ensure_ascii=False, separators=(",", ":"))
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+def _error(status_code: int, error: str, message: str, detail: Any = None) -> JSONBytesResponse:
+    return JSONBytesResponse({"error": error, "message": message, "detail": detail}, status_code=status_code)
+
+
+class RequestTooLarge(Exception):
+    """Raised by a handler to answer 413 with a readable message and per-item detail."""
+
+    def __init__(self, message: str, detail: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+class InvalidField(Exception):
+    """Raised by a handler to answer 422 for a value pydantic accepts but the server's limits do not."""
+
+    def __init__(self, message: str, detail: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+class BodySizeLimit:
+    """ASGI middleware: answer 413 to a request whose body is over ``max_bytes``, before it is parsed.
+
+    Checks ``Content-Length`` first, then counts the streamed bytes (chunked uploads), buffering at most
+    ``max_bytes`` and replaying them to the app.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int, on_reject: Any = None) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.on_reject = on_reject
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = -1
+                if declared > self.max_bytes:
+                    await self._reject(scope, receive, send, declared)
+                    return
+        chunks: list[bytes] = []
+        total = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            total += len(body)
+            if total > self.max_bytes:
+                await self._reject(scope, receive, send, total)
+                return
+            chunks.append(body)
+            more = message.get("more_body", False)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _reject(self, scope: Scope, receive: Receive, send: Send, size: int) -> None:
+        if self.on_reject is not None:
+            self.on_reject(413)
+        response = _error(
+            413,
+            "request_too_large",
+            f"request body is at least {size} bytes, over the limit of {self.max_bytes} bytes",
+        )
+        await response(scope, receive, send)
+
+
+def _loc(loc: Sequence[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "request"
+
+
+def readable_validation_message(errors: Sequence[dict[str, Any]]) -> str:
+    """One line per pydantic/FastAPI validation error: ``body.requests[3].timeout_s: Input should be > 0``."""
+    lines = []
+    for err in errors[:20]:
+        if err.get("type") == "json_invalid":
+            reason = (err.get("ctx") or {}).get("error", "")
+            position = err.get("loc", ("body", "?"))[-1]
+            lines.append(f"body is not valid JSON (at character {position}): {reason}".rstrip(": "))
+        elif tuple(err.get("loc", ())) == ("body",) and err.get("type") in ("model_attributes_type", "dict_type"):
+            lines.append("body must be a JSON object, sent with Content-Type: application/json")
+        else:
+            lines.append(f"{_loc(err.get('loc', ()))}: {err.get('msg', 'invalid')}")
+    if len(errors) > 20:
+        lines.append(f"... and {len(errors) - 20} more errors")
+    return "; ".join(lines)
+
+
+def get_service(request: Request) -> ExecutionService:
+    """FastAPI dependency for extra routers: the app's :class:`ExecutionService`."""
+    return request.app.state.service
+
+
+def create_app(
+    executor: CodeExecutor,
+    config: ServiceConfig | None = None,
+    *,
+    routers: Sequence[APIRouter] = (),
+    close_executor: bool = False,
+) -> FastAPI:
+    """Build the service app over ``executor``.
+
+    Args:
+        executor: runs the code (``LocalSandbox``, or a test double).
+        config: limits and policies; ``ServiceConfig()`` when None.
+        routers: extra routers to include (for example ``POST /v1/verify/batch`` of the reward part).
+        close_executor: await ``executor.aclose()`` when the app shuts down (set when the app owns it).
+
+    Returns:
+        The FastAPI app; ``app.state.service`` holds the :class:`ExecutionService`.
+    """
+    config = config or ServiceConfig()
+    service = ExecutionService(executor, config)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        service.draining = True
+        await service.cache.drain()
+        if close_executor:
+            await executor.aclose()
+
+    app = FastAPI(
+        title="tirl code-execution service",
+        version=__version__,
+        description="Runs untrusted Python for tool-integrated reasoning; idempotent by request_id.",
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    app.state.executor = executor
+    app.state.config = config
+
+    def count_reject(code: int) -> None:
+        service.metrics.rejected.labels(code=str(code)).inc()
+
+    app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes, on_reject=count_reject)
+
+    @app.exception_handler(RequestValidationError)
+    async def _on_validation(request: Request, exc: RequestValidationError) -> Response:
+        count_reject(422)
+        errors = exc.errors()
+        detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in errors]
+        return _error(422, "invalid_request", readable_validation_message(errors), detail)
+
+    @app.exception_handler(InvalidField)
+    async def _on_invalid(request: Request, exc: InvalidField) -> Response:
+        count_reject(422)
+        return _error(422, "invalid_request", exc.message, exc.detail)
+
+    @app.exception_handler(RequestTooLarge)
+    async def _on_too_large(request: Request, exc: RequestTooLarge) -> Response:
+        count_reject(413)
+        return _error(413, "request_too_large", exc.message, exc.detail)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _on_http(request: Request, exc: StarletteHTTPException) -> Response:
+        count_reject(exc.status_code)
+        return _error(exc.status_code, "http_error", str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _on_unexpected(request: Request, exc: Exception) -> Response:
+        count_reject(500)
+        return _error(500, "server_error", f"unexpected server error: {type(exc).__name__}: {exc}")
+
+    def check(items: Sequence[ExecuteRequest]) -> None:
+        too_slow = [
+            {"index": i, "request_id": it.request_id, "message": f"timeout_s {it.timeout_s} is over the limit of "
+             f"{config.max_timeout_s}"}
+            for i, it in enumerate(items)
+            if it.timeout_s > config.max_timeout_s
+        ]
+        if too_slow:
+            raise InvalidField("; ".join(f"item {d['index']}: {d['message']}" for d in too_slow[:10]), too_slow)
+        too_big = []
+        for i, it in enumerate(items):
+            reason = config.oversize_reason(it.code, it.stdin)
+            if reason is not None:
+                too_big.append({"index": i, "request_id": it.request_id, "message": reason})
+        if too_big:
+            raise RequestTooLarge("; ".join(f"item {d['index']}: {d['message']}" for d in too_big[:10]), too_big)
+
+    responses: dict[int | str, dict[str, Any]] = {
+        413: {"model": ErrorResponse, "description": "code, stdin, batch or body over the configured size"},
+        422: {"model": ErrorResponse, "description": "malformed JSON or fields"},
+    }
+
+    @app.post("/v1/execute", response_model=ExecuteResult, responses=responses, tags=["execute"])
+    async def execute(body: ExecuteRequest) -> Response:
+        """Run one request (idempotent by ``request_id``)."""
+        check([body])
+        result = await service.execute(body.to_request())
+        return JSONBytesResponse(result.to_dict())
+
+    @app.post("/v1/execute/batch", response_model=BatchExecuteResponse, responses=responses, tags=["execute"])
+    async def execute_batch(body: BatchExecuteRequest) -> Response:
+        """Run many requests concurrently; ``results[i]`` answers ``requests[i]``."""
+        if len(body.requests) > config.max_batch_size:
+            raise RequestTooLarge(
+                f"batch has {len(body.requests)} requests, over the limit of {config.max_batch_size}"
+            )
+        check(body.requests)
+        results: list[ExecutionResult] = await service.execute_batch([r.to_request() for r in body.requests])
+        return JSONBytesResponse({"results": [r.to_dict() for r in results]})
+
+    @app.get("/healthz", response_model=HealthResponse, responses={503: {"model": HealthResponse}}, tags=["ops"])
+    async def healthz() -> Response:
+        """Liveness and load; 503 while the server is draining for shutdown."""
+        body = HealthResponse(
+            status="draining" if service.draining else "ok",
+            boot_id=service.boot_id,
+            version=__version__,
+            in_flight=service.in_flight,
+            queue_depth=service.queue_depth,
+            max_concurrency=service.max_concurrency,
+            limits=ServiceLimits(
+                max_code_bytes=config.max_code_bytes,
+                max_stdin_bytes=config.max_stdin_bytes,
+                max_batch_size=config.max_batch_size,
+                max_body_bytes=config.max_body_bytes,
+                max_timeout_s=config.max_timeout_s,
+            ),
+        )
+        return JSONBytesResponse(body.model_dump(), status_code=503 if service.draining else 200)
+
+    @app.get("/metrics", tags=["ops"], response_class=Response)
+    async def metrics() -> Response:
+        """Prometheus text exposition."""
+        service.metrics.cache_entries.set(len(service.cache))
+        return Response(service.metrics.render(), media_type=PROMETHEUS_CONTENT_TYPE)
+
+    for router in routers:
+        app.include_router(router)
+    return app

@@ -1,0 +1,508 @@
+"""``SandboxClient``: the batching, load-balancing, fault-tolerant HTTP client of the execution service.
+
+It implements :class:`~tirl.sandbox.types.CodeExecutor`, so rollout code takes it or ``LocalSandbox``.
+
+How a call travels (rStar2-Agent report, environment service: a central queue, batches of up to 64 sent when
+full or after a short timeout, by a pool of sender workers):
+
+1. ``run(request)`` puts the call on a bounded queue (``max_queue``; a full queue makes callers wait:
+   backpressure) and awaits its future, at most ``call_deadline_s`` when set.
+2. ``senders`` sender tasks each take a first call, then more until ``batch_size`` or until
+   ``flush_interval_s`` passed, and POST the batch to ``/v1/execute/batch`` of the up server with the fewest
+   outstanding items (:mod:`tirl.service.pool`).
+3. Failures. Retrying an id on the *same* server is always safe: the server de-duplicates by id (it joins the
+   run in flight or answers from its cache). So after a connection error, a 5xx or an HTTP read timeout the
+   client first probes that server's ``/healthz``; if it answers, the batch is re-sent there with the same ids;
+   if not, the server is taken out of rotation (and re-probed in the background) and the batch moves to
+   another server with the same ids. The HTTP read timeout is the batch's largest ``timeout_s`` plus the
+   server's grace plus ``http_timeout_margin_s``, so the client never gives up on a batch the server is still
+   entitled to be running.
+4. 413/422 answers name the offending items; those get ``internal`` results with the server's message, the
+   others are re-sent. An ``internal`` result (a worker died) is retried up to ``retry_internal`` times (the
+   server does not cache ``internal``, so the retry runs again). When no server is up for
+   ``unavailable_wait_s``, or a batch failed ``max_attempts`` times, its calls get ``internal`` results.
+
+The client never raises for a request's content. Use it from one event loop. It does not start servers
+(see :mod:`tirl.service.server`) and keeps no results after answering them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import httpx
+
+from tirl.sandbox.types import ExecutionRequest, ExecutionResult
+from tirl.service.pool import ServerPool, ServerState
+from tirl.service.schemas import result_from_wire
+
+log = logging.getLogger(__name__)
+
+_REQUEST_FIELDS = ("request_id", "code", "stdin", "timeout_s", "memory_mb")
+
+
+@dataclass
+class ClientConfig:
+    """Batching, balancing and retry policy of a :class:`SandboxClient`.
+
+    Attributes:
+        batch_size: most calls in one batch (the report: 64). Must not exceed the servers' ``max_batch_size``.
+        flush_interval_s: longest wait for a batch to fill after its first call.
+        senders: sender tasks, i.e. batches in flight at once (the report: 32).
+        max_queue: calls waiting to be sent before ``run`` blocks (backpressure).
+        call_deadline_s: total seconds a call may take (queueing, sending, retries); past it the caller gets
+            an ``internal`` result. None: no overall deadline (attempts and ``unavailable_wait_s`` still bound it).
+        server_grace_s: the servers' ``deadline_grace_s`` (their safety deadline is ``timeout_s`` + this).
+        http_timeout_margin_s: added to ``max(timeout_s) + server_grace_s`` to get the HTTP read timeout.
+        connect_timeout_s: TCP connect timeout.
+        probe_interval_s: seconds between health probes of a down server.
+        probe_timeout_s: timeout of one health probe.
+        max_attempts: POSTs of one batch (same or other server) before its calls are answered ``internal``.
+        unavailable_wait_s: how long a batch waits for a server to come back when all are down.
+        retry_internal: times a call answered ``internal`` by a server is sent again (same id).
+        keepalive_expiry_s: idle keep-alive connections are dropped after this; keep it below the servers'
+            keep-alive timeout (``serve`` uses 30 s) so a connection the server closed is never reused.
+        latency_window: how many recent call latencies :meth:`SandboxClient.stats` keeps for percentiles.
+    """
+
+    batch_size: int = 64
+    flush_interval_s: float = 0.005
+    senders: int = 32
+    max_queue: int = 8192
+    call_deadline_s: float | None = None
+    server_grace_s: float = 10.0
+    http_timeout_margin_s: float = 30.0
+    connect_timeout_s: float = 5.0
+    probe_interval_s: float = 0.5
+    probe_timeout_s: float = 2.0
+    max_attempts: int = 8
+    unavailable_wait_s: float = 30.0
+    retry_internal: int = 1
+    keepalive_expiry_s: float = 4.0
+    latency_window: int = 10_000
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "senders", "max_queue", "max_attempts", "latency_window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ClientConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.flush_interval_s < 0 or self.retry_internal < 0:
+            raise ValueError("flush_interval_s and retry_internal must be >= 0")
+
+
+@dataclass
+class ClientStats:
+    """Client-side metrics (a snapshot from :meth:`SandboxClient.stats`).
+
+    Attributes:
+        calls: calls submitted.
+        answered: calls answered, by result status.
+        batches: batch POSTs made (including re-sends).
+        items_sent: items in those POSTs.
+        resent_same_server: batches re-sent to the same server after it passed a health probe.
+        failovers: batches moved to another server after their server failed.
+        internal_retries: calls re-sent because a server answered ``internal``.
+        rejected: calls answered ``internal`` because a server refused them (413/422).
+        deadline_exceeded: calls answered ``internal`` because ``call_deadline_s`` passed.
+        queue_depth: calls waiting to be sent now.
+        in_flight: calls sent and not yet answered now.
+        servers: per server URL: up, outstanding, times marked down, last error.
+        latency_p50_s, latency_p99_s, latency_mean_s: over the last ``latency_window`` answered calls.
+    """
+
+    calls: int = 0
+    answered: dict[str, int] = field(default_factory=dict)
+    batches: int = 0
+    items_sent: int = 0
+    resent_same_server: int = 0
+    failovers: int = 0
+    internal_retries: int = 0
+    rejected: int = 0
+    deadline_exceeded: int = 0
+    queue_depth: int = 0
+    in_flight: int = 0
+    servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    latency_p50_s: float = 0.0
+    latency_p99_s: float = 0.0
+    latency_mean_s: float = 0.0
+
+    @property
+    def mean_batch_size(self) -> float:
+        """Items per POST."""
+        return self.items_sent / self.batches if self.batches else 0.0
+
+
+class _Call:
+    __slots__ = ("request", "future", "start", "internal_retries")
+
+    def __init__(self, request: ExecutionRequest, future: asyncio.Future[ExecutionResult]) -> None:
+        self.request = request
+        self.future = future
+        self.start = time.perf_counter()
+        self.internal_retries = 0
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+def _finite(value: Any) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return x if math.isfinite(x) and x > 0 else 0.0
+
+
+def encode_json(payload: Any) -> bytes:
+    """UTF-8 JSON; text with lone surrogates (which UTF-8 cannot hold) is sent ``\\uXXXX``-escaped instead."""
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(payload, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+class _ServerFailed(Exception):
+    """The POST failed for a reason that may be the server's (transport error, 5xx, bad body)."""
+
+
+class SandboxClient:
+    """Async HTTP client of one or more execution servers; a :class:`~tirl.sandbox.types.CodeExecutor`.
+
+    Args:
+        urls: base URLs of the servers (``"http://127.0.0.1:8088"``), or one URL as a string.
+        config: batching and retry policy; ``ClientConfig()`` when None.
+        transport: optional httpx transport (tests); the default is a pooled TCP transport.
+
+    Raises:
+        ValueError: no URL, or a bad config value.
+    """
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        config: ClientConfig | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.urls = [urls] if isinstance(urls, str) else list(urls)
+        if not self.urls:
+            raise ValueError("SandboxClient needs at least one server URL")
+        self.config = config or ClientConfig()
+        self._transport = transport
+        self._http: httpx.AsyncClient | None = None
+        self._pool: ServerPool | None = None
+        self._queue: asyncio.Queue[_Call] | None = None
+        self._senders: list[asyncio.Task[None]] = []
+        self._closed = False
+        self._in_flight = 0
+        self._unanswered: set[_Call] = set()
+        self._counts: Counter[str] = Counter()
+        self._answered: Counter[str] = Counter()
+        self._latencies: deque[float] = deque(maxlen=self.config.latency_window)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def _ensure_started(self) -> None:
+        if self._queue is not None:
+            return
+        cfg = self.config
+        limits = httpx.Limits(
+            max_connections=cfg.senders + 2 * len(self.urls),
+            max_keepalive_connections=cfg.senders + 2 * len(self.urls),
+            keepalive_expiry=cfg.keepalive_expiry_s,
+        )
+        self._http = httpx.AsyncClient(limits=limits, transport=self._transport, trust_env=False)
+        self._pool = ServerPool(self.urls, self._http, cfg.probe_interval_s, cfg.probe_timeout_s)
+        self._queue = asyncio.Queue(maxsize=cfg.max_queue)
+        self._senders = [asyncio.ensure_future(self._sender_loop()) for _ in range(cfg.senders)]
+
+    async def check_health(self) -> dict[str, bool]:
+        """Probe every server's ``/healthz`` now (fail fast at start-up). Returns ``{url: healthy}``;
+        unhealthy servers are taken out of rotation and re-probed in the background."""
+        self._ensure_started()
+        assert self._pool is not None
+        return await self._pool.probe_all()
+
+    async def aclose(self) -> None:
+        """Stop senders and probes, answer every pending call ``internal``, close connections. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in self._senders:
+            task.cancel()
+        await asyncio.gather(*self._senders, return_exceptions=True)
+        self._senders = []
+        for call in list(self._unanswered):
+            self._resolve(call, ExecutionResult.internal_error("SandboxClient was closed", call.request.request_id))
+        if self._pool is not None:
+            await self._pool.aclose()
+        if self._http is not None:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> "SandboxClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- CodeExecutor ----------------------------------------------------------------------------
+
+    async def run(self, request: ExecutionRequest, deadline_s: float | None = None) -> ExecutionResult:
+        """Run one request on some server; never raises for the request's content.
+
+        Args:
+            request: what to run; its ``request_id`` is the idempotency key across retries.
+            deadline_s: total seconds for this call; ``config.call_deadline_s`` when None.
+
+        Returns:
+            The server's result, or an ``internal`` result when no server could answer in time.
+        """
+        rid = request.request_id
+        if self._closed:
+            return ExecutionResult.internal_error("SandboxClient is closed", rid)
+        self._ensure_started()
+        assert self._queue is not None
+        loop = asyncio.get_running_loop()
+        call = _Call(request, loop.create_future())
+        self._counts["calls"] += 1
+        self._unanswered.add(call)
+        deadline = deadline_s if deadline_s is not None else self.config.call_deadline_s
+        try:
+            if deadline is None:
+                await self._queue.put(call)
+                return await asyncio.shield(call.future)
+            async with asyncio.timeout(deadline):
+                await self._queue.put(call)
+                return await asyncio.shield(call.future)
+        except TimeoutError:
+            if call.future.done():
+                return call.future.result()
+            self._counts["deadline_exceeded"] += 1
+            result = ExecutionResult.internal_error(
+                f"no answer within the call deadline of {deadline} s ({self._pool.describe() if self._pool else ''})",
+                rid,
+                time.perf_counter() - call.start,
+            )
+            self._resolve(call, result)
+            return result
+        except asyncio.CancelledError:
+            # The caller gave up: a call still queued is then skipped by the senders.
+            self._unanswered.discard(call)
+            if not call.future.done():
+                call.future.cancel()
+            raise
+
+    async def run_batch(self, requests: Sequence[ExecutionRequest]) -> list[ExecutionResult]:
+        """Run many requests (coalesced with every other caller's); results in the order of ``requests``."""
+        return list(await asyncio.gather(*(self.run(r) for r in requests)))
+
+    # -- metrics ---------------------------------------------------------------------------------
+
+    def stats(self) -> ClientStats:
+        """A snapshot of the client-side metrics."""
+        lat = sorted(self._latencies)
+        servers = {}
+        if self._pool is not None:
+            servers = {
+                s.url: {"up": s.up, "outstanding": s.outstanding, "marked_down": s.marked_down, "last_error": s.last_error}
+                for s in self._pool.servers
+            }
+        return ClientStats(
+            calls=self._counts["calls"],
+            answered=dict(self._answered),
+            batches=self._counts["batches"],
+            items_sent=self._counts["items_sent"],
+            resent_same_server=self._counts["resent_same_server"],
+            failovers=self._counts["failovers"],
+            internal_retries=self._counts["internal_retries"],
+            rejected=self._counts["rejected"],
+            deadline_exceeded=self._counts["deadline_exceeded"],
+            queue_depth=self._queue.qsize() if self._queue is not None else 0,
+            in_flight=self._in_flight,
+            servers=servers,
+            latency_p50_s=_percentile(lat, 0.50),
+            latency_p99_s=_percentile(lat, 0.99),
+            latency_mean_s=sum(lat) / len(lat) if lat else 0.0,
+        )
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _resolve(self, call: _Call, result: ExecutionResult) -> None:
+        self._unanswered.discard(call)
+        if call.future.done():
+            return
+        call.future.set_result(result)
+        self._answered[result.status] += 1
+        self._latencies.append(time.perf_counter() - call.start)
+
+    async def _next_batch(self) -> list[_Call]:
+        assert self._queue is not None
+        queue = self._queue
+        batch = [await queue.get()]
+        loop = asyncio.get_running_loop()
+        flush_at = loop.time() + self.config.flush_interval_s
+        while len(batch) < self.config.batch_size:
+            try:
+                batch.append(queue.get_nowait())
+                continue
+            except asyncio.QueueEmpty:
+                pass
+            remaining = flush_at - loop.time()
+            if remaining <= 0:
+                break
+            getter = asyncio.ensure_future(queue.get())
+            done, _ = await asyncio.wait({getter}, timeout=remaining)
+            if not done:
+                getter.cancel()
+                await asyncio.wait({getter})
+            if getter.cancelled():
+                break
+            batch.append(getter.result())
+        return batch
+
+    async def _sender_loop(self) -> None:
+        while True:
+            batch = await self._next_batch()
+            live = [c for c in batch if not c.future.done()]
+            if not live:
+                continue
+            self._in_flight += len(live)
+            try:
+                await self._send(live)
+            except asyncio.CancelledError:
+                for call in live:
+                    self._resolve(call, ExecutionResult.internal_error("SandboxClient was closed", call.request.request_id))
+                raise
+            except Exception as exc:  # a bug here must not leave callers waiting forever
+                log.exception("sandbox client sender failed")
+                for call in live:
+                    self._resolve(
+                        call, ExecutionResult.internal_error(f"client error: {type(exc).__name__}: {exc}", call.request.request_id)
+                    )
+            finally:
+                self._in_flight -= len(live)
+
+    async def _send(self, batch: list[_Call]) -> None:
+        """Deliver ``batch`` (same ids throughout) until every call is answered."""
+        assert self._pool is not None
+        cfg = self.config
+        pending = batch
+        prefer: ServerState | None = None
+        attempts = 0
+        errors: list[str] = []
+        while True:
+            pending = [c for c in pending if not c.future.done()]
+            if not pending:
+                return
+            if attempts >= cfg.max_attempts:
+                self._fail(pending, f"gave up after {attempts} attempts: " + " | ".join(errors[-3:]))
+                return
+            server = self._pool.pick(prefer)
+            if server is None:
+                if not await self._pool.wait_for_up(cfg.unavailable_wait_s):
+                    self._fail(pending, f"no server reachable for {cfg.unavailable_wait_s} s: {self._pool.describe()}")
+                    return
+                continue
+            attempts += 1
+            try:
+                retry = await self._post(server, pending)
+            except _ServerFailed as exc:
+                errors.append(f"{server.url}: {exc}")
+                if await self._pool.probe(server):
+                    prefer = server  # alive: the same server de-duplicates the ids, so no work runs twice
+                    self._counts["resent_same_server"] += 1
+                else:
+                    self._pool.mark_down(server, str(exc))
+                    prefer = None
+                    self._counts["failovers"] += 1
+                continue
+            prefer = None
+            pending = retry
+
+    def _fail(self, calls: list[_Call], message: str) -> None:
+        for call in calls:
+            self._resolve(call, ExecutionResult.internal_error(message, call.request.request_id, time.perf_counter() - call.start))
+
+    async def _post(self, server: ServerState, calls: list[_Call]) -> list[_Call]:
+        """POST one batch to ``server``; answer what can be answered and return the calls to send again.
+
+        Raises:
+            _ServerFailed: transport error, timeout, 5xx, or a body that is not a matching result list.
+        """
+        cfg = self.config
+        assert self._http is not None
+        payload = {"requests": [{k: getattr(c.request, k) for k in _REQUEST_FIELDS} for c in calls]}
+        body = encode_json(payload)
+        longest = max((_finite(c.request.timeout_s) for c in calls), default=0.0)
+        read_timeout = longest + cfg.server_grace_s + cfg.http_timeout_margin_s
+        timeout = httpx.Timeout(read_timeout, connect=cfg.connect_timeout_s)
+        self._counts["batches"] += 1
+        self._counts["items_sent"] += len(calls)
+        server.outstanding += len(calls)
+        try:
+            resp = await self._http.post(
+                server.url + "/v1/execute/batch",
+                content=body,
+                headers={"content-type": "application/json"},
+                timeout=timeout,
+            )
+        except httpx.HTTPError as exc:
+            raise _ServerFailed(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            server.outstanding -= len(calls)
+        if resp.status_code in (413, 422):
+            return self._handle_rejection(resp, calls)
+        if resp.status_code != 200:
+            raise _ServerFailed(f"HTTP {resp.status_code}: {resp.text[:300]}")
+        try:
+            results = resp.json()["results"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise _ServerFailed(f"unreadable batch answer: {exc}") from exc
+        if not isinstance(results, list) or len(results) != len(calls):
+            raise _ServerFailed(f"batch answer has {len(results) if isinstance(results, list) else '?'} results for {len(calls)} requests")
+        retry: list[_Call] = []
+        for call, data in zip(calls, results):
+            result = result_from_wire(data, call.request.request_id)
+            if result.status == "internal" and call.internal_retries < cfg.retry_internal:
+                call.internal_retries += 1
+                self._counts["internal_retries"] += 1
+                retry.append(call)
+            else:
+                self._resolve(call, result)
+        return retry
+
+    def _handle_rejection(self, resp: httpx.Response, calls: list[_Call]) -> list[_Call]:
+        """Answer the calls a 413/422 names with ``internal`` (the server's message); return the rest."""
+        try:
+            body = resp.json()
+        except ValueError:
+            body = {}
+        message = body.get("message") if isinstance(body, dict) else None
+        message = f"server refused the request (HTTP {resp.status_code}): {message or resp.text[:300]}"
+        bad: set[int] = set()
+        detail = body.get("detail") if isinstance(body, dict) else None
+        for item in detail if isinstance(detail, list) else ():
+            if not isinstance(item, dict):
+                continue
+            if isinstance(item.get("index"), int):
+                bad.add(item["index"])
+            loc = item.get("loc")
+            if isinstance(loc, list) and len(loc) >= 3 and loc[:2] == ["body", "requests"] and isinstance(loc[2], int):
+                bad.add(loc[2])
+        if not bad or not all(0 <= i < len(calls) for i in bad):
+            bad = set(range(len(calls)))
+        for i in sorted(bad):
+            self._counts["rejected"] += 1
+            self._resolve(calls[i], ExecutionResult.internal_error(message, calls[i].request.request_id))
+        return [c for i, c in enumerate(calls) if i not in bad]

@@ -1,0 +1,150 @@
+"""Running the service: uvicorn over the app, on a given or free port, with a machine-readable ready line.
+
+:func:`serve_app` runs any ASGI app under uvicorn in the current event loop until it is told to stop
+(SIGINT/SIGTERM, then a graceful drain). :func:`serve_local_sandbox` is what ``tirl sandbox serve`` runs: a
+``LocalSandbox`` with ``workers`` warm worker processes behind :func:`tirl.service.app.create_app`.
+
+One server process = one event loop = one idempotency cache. Do not run the app under ``uvicorn --workers``
+(several processes would each have their own cache, so a retried id could run twice); scale with the
+sandbox's ``--workers`` inside a node and with more ``serve`` processes/nodes across nodes (docs/service.md).
+
+When the socket is listening, one line ``READY_PREFIX + url`` is printed to stdout (and flushed), so scripts
+that bind port 0 learn the port. This module does not configure TLS or authentication: bind to 127.0.0.1 or a
+private network, or put a reverse proxy in front (docs/service.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import uvicorn
+
+from tirl.service.app import create_app
+from tirl.service.core import ServiceConfig
+
+READY_PREFIX = "tirl-service ready: "
+
+
+@dataclass
+class ServeConfig:
+    """How to run one server process.
+
+    Attributes:
+        host: interface to bind (``127.0.0.1`` unless other nodes must reach it).
+        port: TCP port; 0 picks a free one (printed on the ready line).
+        workers: sandbox worker processes (``LocalSandbox(workers=...)``), i.e. executions at once.
+        timeout_keep_alive_s: idle keep-alive connections are closed after this; keep it above the clients'
+            ``keepalive_expiry_s``.
+        graceful_shutdown_s: on SIGTERM, how long running requests may finish before the server exits.
+        log_level: uvicorn log level.
+        service: limits and policies of the app.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8088
+    workers: int = 4
+    timeout_keep_alive_s: float = 30.0
+    graceful_shutdown_s: float = 30.0
+    log_level: str = "warning"
+    service: ServiceConfig = field(default_factory=ServiceConfig)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening-ready TCP socket bound to ``(host, port)`` (port 0: a free port).
+
+    Raises:
+        OSError: the address is in use or cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def serve_app(
+    app: Any,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    timeout_keep_alive_s: float = 30.0,
+    graceful_shutdown_s: float = 30.0,
+    log_level: str = "warning",
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve ``app`` with uvicorn until stopped; call ``on_ready(url)`` once it accepts connections."""
+    sock = bind_socket(host, port)
+    url = _url(sock)
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        timeout_keep_alive=int(timeout_keep_alive_s),
+        timeout_graceful_shutdown=int(graceful_shutdown_s),
+        lifespan="on",
+        access_log=False,
+    )
+    server = uvicorn.Server(config)
+
+    async def announce() -> None:
+        while not server.started:
+            if server.should_exit:
+                return
+            await asyncio.sleep(0.01)
+        if on_ready is not None:
+            on_ready(url)
+
+    watcher = asyncio.ensure_future(announce())
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        watcher.cancel()
+        sock.close()
+
+
+def print_ready(url: str) -> None:
+    """Print the ready line (``READY_PREFIX + url``) and flush stdout."""
+    print(READY_PREFIX + url, flush=True)
+
+
+async def serve_local_sandbox(config: ServeConfig, routers: Sequence[Any] = ()) -> None:
+    """Run ``LocalSandbox(workers=config.workers)`` behind the app until stopped (``tirl sandbox serve``).
+
+    Args:
+        config: where and how to serve.
+        routers: extra ``APIRouter`` objects to include (for example the reward part's verify endpoint).
+
+    Raises:
+        ImportError: ``tirl.sandbox.LocalSandbox`` is not available in this installation.
+    """
+    from tirl.sandbox import LocalSandbox  # type: ignore[attr-defined]  # provided by the sandbox part
+
+    sandbox = LocalSandbox(workers=config.workers)
+    app = create_app(sandbox, config.service, routers=routers, close_executor=True)
+    try:
+        await serve_app(
+            app,
+            config.host,
+            config.port,
+            timeout_keep_alive_s=config.timeout_keep_alive_s,
+            graceful_shutdown_s=config.graceful_shutdown_s,
+            log_level=config.log_level,
+            on_ready=lambda url: print_ready(f"{url} workers={config.workers}"),
+        )
+    finally:
+        await sandbox.aclose()  # idempotent; also covers a failure before the app's lifespan ran
+
+
+def parse_ready_line(line: str) -> str | None:
+    """The URL in a ready line, or None if ``line`` is not one."""
+    if not line.startswith(READY_PREFIX):
+        return None
+    return line[len(READY_PREFIX):].split()[0]

@@ -43,6 +43,11 @@ def demo() -> None:
     )
 
 
+from tirl.cli.sandbox import app as _sandbox_app  # noqa: E402
+
+app.add_typer(_sandbox_app, name="sandbox")
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

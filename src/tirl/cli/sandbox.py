@@ -1,0 +1,44 @@
+"""``tirl sandbox ...``: commands of the code-execution sandbox and its HTTP service.
+
+Thin wrappers: parse options, call the library. ``serve`` runs :func:`tirl.service.server.serve_local_sandbox`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import typer
+
+app = typer.Typer(help="Run untrusted Python: the local sandbox pool and its HTTP service.", no_args_is_help=True)
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Interface to bind; use a private address for other nodes."),
+    port: int = typer.Option(8088, help="TCP port; 0 picks a free one (printed on the ready line)."),
+    workers: int = typer.Option(4, min=1, help="Sandbox worker processes (LocalSandbox(workers=N))."),
+    max_code_kb: int = typer.Option(1024, min=1, help="Largest code accepted, KiB (larger: HTTP 413)."),
+    max_stdin_kb: int = typer.Option(1024, min=1, help="Largest stdin accepted, KiB (larger: HTTP 413)."),
+    max_batch_size: int = typer.Option(1024, min=1, help="Most requests per batch (more: HTTP 413)."),
+    cache_entries: int = typer.Option(100_000, min=0, help="Finished results kept for idempotent retries."),
+    log_level: str = typer.Option("warning", help="uvicorn log level."),
+) -> None:
+    """Serve the code-execution API (POST /v1/execute, /v1/execute/batch; GET /healthz, /metrics).
+
+    One process, one event loop, one idempotency cache. Scale out with more serve processes or nodes,
+    and give the client all their URLs (see docs/service.md).
+    """
+    from tirl.service.core import ServiceConfig
+    from tirl.service.server import ServeConfig, serve_local_sandbox
+
+    service = ServiceConfig(
+        max_code_bytes=max_code_kb * 1024,
+        max_stdin_bytes=max_stdin_kb * 1024,
+        max_batch_size=max_batch_size,
+        cache_max_entries=cache_entries,
+    )
+    config = ServeConfig(host=host, port=port, workers=workers, log_level=log_level, service=service)
+    try:
+        asyncio.run(serve_local_sandbox(config))
+    except KeyboardInterrupt:  # pragma: no cover - interactive stop
+        pass

@@ -193,6 +193,14 @@ async def test_http_read_timeout_exceeds_server_side_deadline():
     assert transport.read_timeouts and min(transport.read_timeouts) >= 40 + 10
 
 
+async def test_http_read_timeout_follows_grace_learnt_from_healthz():
+    urls, _, transport = cluster(1, service=ServiceConfig(deadline_grace_s=100))
+    async with SandboxClient(urls, fast(server_grace_s=1, http_timeout_margin_s=0), transport=transport) as client:
+        await client.check_health()
+        await client.run(req("echo", "a", timeout_s=2))
+    assert transport.read_timeouts == [102]
+
+
 async def test_bounded_queue_applies_backpressure():
     urls, executors, transport = cluster(1, workers=1)
     cfg = fast(max_queue=3, senders=1, batch_size=1)

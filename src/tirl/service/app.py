@@ -302,6 +302,7 @@ def create_app(
                 max_batch_size=config.max_batch_size,
                 max_body_bytes=config.max_body_bytes,
                 max_timeout_s=config.max_timeout_s,
+                deadline_grace_s=config.deadline_grace_s,
             ),
         )
         return JSONBytesResponse(body.model_dump(), status_code=503 if service.draining else 200)

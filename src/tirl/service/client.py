@@ -59,7 +59,8 @@ class ClientConfig:
         max_queue: calls waiting to be sent before ``run`` blocks (backpressure).
         call_deadline_s: total seconds a call may take (queueing, sending, retries); past it the caller gets
             an ``internal`` result. None: no overall deadline (attempts and ``unavailable_wait_s`` still bound it).
-        server_grace_s: the servers' ``deadline_grace_s`` (their safety deadline is ``timeout_s`` + this).
+        server_grace_s: the servers' ``deadline_grace_s`` (their safety deadline is ``timeout_s`` + this); a
+            larger value learnt from a server's ``/healthz`` wins.
         http_timeout_margin_s: added to ``max(timeout_s) + server_grace_s`` to get the HTTP read timeout.
         connect_timeout_s: TCP connect timeout.
         probe_interval_s: seconds between health probes of a down server.
@@ -77,7 +78,7 @@ class ClientConfig:
     senders: int = 32
     max_queue: int = 8192
     call_deadline_s: float | None = None
-    server_grace_s: float = 10.0
+    server_grace_s: float = 15.0
     http_timeout_margin_s: float = 30.0
     connect_timeout_s: float = 5.0
     probe_interval_s: float = 0.5
@@ -445,7 +446,8 @@ class SandboxClient:
         payload = {"requests": [{k: getattr(c.request, k) for k in _REQUEST_FIELDS} for c in calls]}
         body = encode_json(payload)
         longest = max((_finite(c.request.timeout_s) for c in calls), default=0.0)
-        read_timeout = longest + cfg.server_grace_s + cfg.http_timeout_margin_s
+        grace = max(cfg.server_grace_s, _finite(server.limits.get("deadline_grace_s", 0.0)))
+        read_timeout = longest + grace + cfg.http_timeout_margin_s
         timeout = httpx.Timeout(read_timeout, connect=cfg.connect_timeout_s)
         self._counts["batches"] += 1
         self._counts["items_sent"] += len(calls)

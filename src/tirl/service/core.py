@@ -42,7 +42,8 @@ class ServiceConfig:
             attribute when it has an int one (``LocalSandbox``), else ``DEFAULT_MAX_CONCURRENCY``. Keep it at
             the executor's worker count so the safety deadline never counts time queued inside the executor.
         deadline_grace_s: the safety deadline is ``timeout_s + deadline_grace_s`` after an execution got its
-            slot; past it the execution is cancelled and answered ``internal``.
+            slot; past it the execution is cancelled and answered ``internal``. Keep it above the executor's
+            own grace (``LocalSandbox``: ``host_grace_s``, 10 s) so the executor's handling answers first.
         cache_max_entries: finished results kept for idempotent retries.
         cache_max_bytes: estimated bytes of finished results kept.
     """
@@ -53,7 +54,7 @@ class ServiceConfig:
     max_body_bytes: int = 64 << 20
     max_timeout_s: float = 600.0
     max_concurrency: int | None = None
-    deadline_grace_s: float = 10.0
+    deadline_grace_s: float = 15.0
     cache_max_entries: int = 100_000
     cache_max_bytes: int = 256 << 20
 

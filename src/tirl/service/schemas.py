@@ -102,6 +102,7 @@ class ServiceLimits(BaseModel):
     max_batch_size: int
     max_body_bytes: int
     max_timeout_s: float
+    deadline_grace_s: float = Field(description="An execution is answered at most this long after timeout_s.")
 
 
 class HealthResponse(BaseModel):

@@ -1,0 +1,389 @@
+"""Checks around math-verify that fix its known false positives and a few false negatives (sympy-based).
+
+Covers, for parsed sympy objects:
+
+* :func:`log10_magnitude` and :func:`magnitude_mismatch`: estimate how large a number is from its unevaluated
+  expression tree, so ``(10^7)!`` or ``10^{10^7}`` against ``5`` is decided in microseconds instead of hanging
+  (field case F76);
+* :func:`exact_numbers_differ`: math-verify compares exact numbers with an absolute tolerance
+  (``(a - b).evalf(chop=True) == 0``), so ``1/2004!`` equals ``1/2006!`` and ``1/2^99`` equals ``1/2^98`` for it
+  (field case F59). After it says "equal", exact numbers (also inside tuples, sets, intervals, matrices and
+  assignments) must agree to 25 significant digits;
+* :func:`matches_rounded_decimal`: a reference written as a finite decimal (``33.3``) is taken as rounded, and an
+  exact prediction (``\\frac{100}{3}``) that rounds to it matches (field case F71);
+* :func:`equal_assuming_positive`: ``\\sqrt{1/n}`` equals ``\\frac{1}{\\sqrt{n}}`` for positive ``n``, the
+  usual context of such answers (field case F67).
+
+It runs inside sandbox workers (imported by :mod:`tirl.reward.worker`), never in the trainer's process: every
+function here may evaluate sympy expressions, and only the process deadline bounds that. It does not parse
+LaTeX or call math-verify.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Any
+
+import mpmath
+import sympy
+from sympy import (
+    Abs,
+    Basic,
+    Float,
+    Integer,
+    Interval,
+    MatrixBase,
+    Max,
+    Min,
+    Mul,
+    NumberSymbol,
+    Piecewise,
+    Pow,
+    Rational,
+    Set,
+    Symbol,
+    Tuple,
+    UnevaluatedExpr,
+    ceiling,
+    exp,
+    factorial,
+    floor,
+    sign,
+)
+from sympy.core.relational import Relational
+
+from tirl.reward.normalize import strip_math_delimiters
+
+LOG10_2 = math.log10(2.0)
+# Exponents whose log10 passes this are "astronomical": the power is +/-inf for the estimate.
+_HUGE_LOG = 300.0
+_MAX_DEPTH = 60
+# Exact numbers must agree to this many significant digits (evaluated at 50).
+_EXACT_DIGITS = 25
+_NON_POSITIVE_SAFE = (Abs, sign, Piecewise, Min, Max, floor, ceiling, sympy.re, sympy.im, sympy.arg)
+
+
+def _mpf_log10(mpf: tuple[int, int, int, int]) -> float:
+    """log10 of |x| for an mpmath mpf tuple (sign, mantissa, exponent, bitcount), without overflow."""
+    _sign, man, exp2, _bits = mpf
+    if man == 0:
+        return -math.inf
+    # x = man * 2**exp2; math.log10 accepts arbitrarily large ints.
+    return exp2 * LOG10_2 + math.log10(man)
+
+
+def _sign_of(expr: Basic, depth: int = 0) -> int | None:
+    """+1 / -1 for an expression whose sign follows from its structure, None when unknown (or zero)."""
+    if depth > _MAX_DEPTH:
+        return None
+    if isinstance(expr, (Integer, Rational)):
+        p = int(expr.p)
+        return 1 if p > 0 else (-1 if p < 0 else None)
+    if isinstance(expr, Float):
+        return 1 if expr.is_positive else (-1 if expr.is_negative else None)
+    if isinstance(expr, NumberSymbol):
+        return 1
+    if isinstance(expr, UnevaluatedExpr):
+        return _sign_of(expr.args[0], depth + 1)
+    if isinstance(expr, (factorial, exp)):
+        return 1
+    if isinstance(expr, Pow):
+        base_sign = _sign_of(expr.base, depth + 1)
+        if base_sign == 1:
+            return 1
+        if base_sign == -1 and isinstance(expr.exp, Integer):
+            return 1 if int(expr.exp) % 2 == 0 else -1
+        return None
+    if isinstance(expr, Mul):
+        result = 1
+        for arg in expr.args:
+            s = _sign_of(arg, depth + 1)
+            if s is None:
+                return None
+            result *= s
+        return result
+    if isinstance(expr, sympy.Add):
+        terms = [(log10_magnitude(arg, depth + 1), arg) for arg in expr.args]
+        if any(t[0] is None for t in terms):
+            return None
+        terms.sort(key=lambda t: t[0], reverse=True)
+        if len(terms) == 1 or terms[0][0] - terms[1][0] > 2:
+            return _sign_of(terms[0][1], depth + 1)
+        signs = {_sign_of(arg, depth + 1) for _, arg in terms}
+        return signs.pop() if len(signs) == 1 and None not in signs else None
+    return None
+
+
+def _value(expr: Basic, depth: int) -> float | None:
+    """A float estimate of a (real) number's value: +/-inf when astronomically large, None when unknown."""
+    if isinstance(expr, (Integer, Rational)) and abs(expr.p) < 10**300 and expr.q < 10**300:
+        return float(expr)
+    log = log10_magnitude(expr, depth + 1)
+    if log is None:
+        return None
+    s = _sign_of(expr, depth + 1)
+    if log == -math.inf:
+        return 0.0
+    if s is None:
+        return None
+    if log > _HUGE_LOG:
+        return s * math.inf
+    return s * 10.0**log
+
+
+def log10_magnitude(expr: Any, depth: int = 0) -> float | None:
+    """An estimate of log10 |expr| from the unevaluated expression tree, without evaluating it.
+
+    Args:
+        expr: a sympy object (numbers, ``+``, ``*``, powers, factorials, ``exp`` of numbers).
+        depth: recursion depth (internal).
+
+    Returns:
+        The estimate (within a few units for sums of comparable terms, exact up to float error otherwise),
+        ``math.inf`` for numbers too large to estimate finitely (``10^{10^{400}}``), ``-math.inf`` for zero,
+        None when unknown (symbols, other functions, sums that may cancel). Never raises for sympy input.
+    """
+    try:
+        return _log10_magnitude(expr, depth)
+    except (ArithmeticError, ValueError, TypeError, RecursionError):
+        return None
+
+
+def _log10_magnitude(expr: Any, depth: int) -> float | None:
+    if depth > _MAX_DEPTH or not isinstance(expr, Basic):
+        return None
+    if isinstance(expr, Integer):
+        n = abs(int(expr))
+        if n == 0:
+            return -math.inf
+        bits = n.bit_length()
+        return math.log10(n) if bits < 1000 else bits * LOG10_2
+    if isinstance(expr, Rational):
+        return _log10_magnitude(Integer(expr.p), depth + 1) - _log10_magnitude(Integer(expr.q), depth + 1)
+    if isinstance(expr, Float):
+        return _mpf_log10(expr._mpf_)
+    if isinstance(expr, NumberSymbol):
+        return math.log10(float(expr))
+    if isinstance(expr, UnevaluatedExpr):
+        return _log10_magnitude(expr.args[0], depth + 1)
+    if isinstance(expr, Pow):
+        base_log = _log10_magnitude(expr.base, depth + 1)
+        if base_log is None:
+            return None
+        exponent = _value(expr.exp, depth + 1)
+        if exponent is None:
+            return None
+        if base_log == -math.inf:
+            return -math.inf if exponent > 0 else None
+        if base_log == 0.0:
+            return 0.0
+        result = base_log * exponent
+        return None if math.isnan(result) else result
+    if isinstance(expr, Mul):
+        total = 0.0
+        for arg in expr.args:
+            log = _log10_magnitude(arg, depth + 1)
+            if log is None:
+                return None
+            total += log
+        return None if math.isnan(total) else total
+    if isinstance(expr, sympy.Add):
+        logs = []
+        for arg in expr.args:
+            log = _log10_magnitude(arg, depth + 1)
+            if log is None:
+                return None
+            logs.append(log)
+        logs.sort(reverse=True)
+        if len(logs) == 1 or logs[0] - logs[1] > 2 or logs[0] == math.inf > logs[1]:
+            return logs[0]
+        signs = {_sign_of(arg, depth + 1) for arg in expr.args}
+        if len(signs) == 1 and None not in signs:
+            return logs[0] + math.log10(len(logs))
+        return None
+    if isinstance(expr, factorial):
+        n = _value(expr.args[0], depth + 1)
+        if n is None or n < 0:
+            return None
+        if n == math.inf:
+            return math.inf
+        return math.lgamma(n + 1.0) / math.log(10.0)
+    if isinstance(expr, exp):
+        x = _value(expr.args[0], depth + 1)
+        if x is None:
+            return None
+        return x * math.log10(math.e)
+    return None
+
+
+def magnitude_mismatch(gold: Any, pred: Any, limit_digits: int) -> bool:
+    """True when one side has more than ``limit_digits`` digits and the other is known to be far smaller.
+
+    Both estimates must be known (see :func:`log10_magnitude`) and differ by more than 3 orders of magnitude;
+    two huge sides never count as a mismatch (they are left to math-verify and the deadline).
+    """
+    g = log10_magnitude(gold)
+    p = log10_magnitude(pred)
+    if g is None or p is None:
+        return False
+    if max(g, p) <= limit_digits:
+        return False
+    if g == p == math.inf:
+        return False
+    return abs(g - p) > 3
+
+
+def _is_exact_number(expr: Any) -> bool:
+    return (
+        isinstance(expr, Basic)
+        and not isinstance(expr, (Relational, Set, MatrixBase, Tuple))
+        and expr.is_number
+        and not expr.atoms(Float)
+        and not expr.has(UnevaluatedExpr)
+    )
+
+
+def _to_mpc(value: Basic) -> Any:
+    """An mpmath complex for an evaluated number, or None when evalf found no reliable digit.
+
+    evalf returns ``0.e-119`` (precision 1 bit) for expressions that are exactly zero but not structurally
+    (``sin(pi)``, ``sqrt(2)+sqrt(3)-sqrt(5+2 sqrt(6))``); those are zero, not tiny numbers.
+    """
+    parts = []
+    for part in value.as_real_imag():
+        if not isinstance(part, Float):
+            part = sympy.N(part, 50)
+        if isinstance(part, Float) and part._prec < 30:
+            part = sympy.Integer(0)
+        parts.append(mpmath.mpf(str(part)))
+    return mpmath.mpc(parts[0], parts[1])
+
+
+def _exact_pair_differs(a: Basic, b: Basic) -> bool:
+    with mpmath.workdps(60):
+        try:
+            za = _to_mpc(sympy.N(a, 50))
+            zb = _to_mpc(sympy.N(b, 50))
+        except (TypeError, ValueError, ArithmeticError):
+            return False
+        if not (mpmath.isfinite(za) and mpmath.isfinite(zb)):
+            return False
+        scale = max(abs(za), abs(zb))
+        if scale == 0:
+            return False
+        return abs(za - zb) > scale * mpmath.mpf(10) ** (-_EXACT_DIGITS)
+
+
+def _unwrap_assignment(expr: Any) -> Any:
+    if isinstance(expr, sympy.Eq) and isinstance(expr.lhs, Symbol):
+        return expr.rhs
+    return expr
+
+
+def exact_numbers_differ(gold: Any, pred: Any, depth: int = 0) -> bool:
+    """True when ``gold`` and ``pred`` contain exact numbers, at matching places, that differ.
+
+    Compares, recursively: exact numbers (no floats, no percent forms) to ``_EXACT_DIGITS`` significant
+    digits; tuples and matrices element by element; finite sets of real exact numbers after sorting;
+    intervals by their ends; an assignment ``x = v`` by its value. Anything else (floats, symbols,
+    equations) is left to math-verify's verdict: returns False. Never raises for sympy input.
+    """
+    try:
+        return _differ(gold, pred, depth)
+    except (TypeError, ValueError, ArithmeticError, RecursionError, AttributeError):
+        return False
+
+
+def _differ(gold: Any, pred: Any, depth: int) -> bool:
+    if depth > _MAX_DEPTH:
+        return False
+    if isinstance(gold, sympy.Eq) and isinstance(pred, sympy.Eq):
+        if gold.lhs == pred.lhs:
+            return _differ(gold.rhs, pred.rhs, depth + 1)
+        return False
+    gold, pred = _unwrap_assignment(gold), _unwrap_assignment(pred)
+    if isinstance(gold, Tuple) and isinstance(pred, Tuple):
+        return len(gold) == len(pred) and any(_differ(a, b, depth + 1) for a, b in zip(gold, pred))
+    if isinstance(gold, MatrixBase) and isinstance(pred, MatrixBase):
+        return gold.shape == pred.shape and any(
+            _differ(a, b, depth + 1) for a, b in zip(gold, pred)
+        )
+    if isinstance(gold, Interval) and isinstance(pred, Interval):
+        return _differ(gold.start, pred.start, depth + 1) or _differ(gold.end, pred.end, depth + 1)
+    if isinstance(gold, sympy.FiniteSet) and isinstance(pred, sympy.FiniteSet):
+        items_g, items_p = list(gold), list(pred)
+        if len(items_g) != len(items_p) or not all(_is_exact_number(x) and x.is_real for x in items_g + items_p):
+            return False
+        key = lambda x: float(sympy.N(x, 30))  # noqa: E731
+        return any(_differ(a, b, depth + 1) for a, b in zip(sorted(items_g, key=key), sorted(items_p, key=key)))
+    if _is_exact_number(gold) and _is_exact_number(pred):
+        return _exact_pair_differs(gold, pred)
+    return False
+
+
+_DECIMAL = re.compile(r"^-?\d*\.(\d+)$")
+
+
+def matches_rounded_decimal(gold_text: str, pred: Any) -> bool:
+    """True when ``gold_text`` is a finite decimal and the exact real number ``pred`` rounds to it.
+
+    Rounding is half-up at the number of decimal places written in the reference (``33.3``: one place, so
+    ``100/3`` matches). Only predictions whose decimal expansion does not terminate qualify: irrational
+    numbers (``\\sqrt{2}`` against ``1.41``) and rationals like ``100/3``. A terminating one (``27/50`` = 0.54
+    against ``0.5``, or ``33`` against ``33.3``) and any prediction containing a float must equal the reference
+    exactly, which math-verify already checked.
+    """
+    text = strip_math_delimiters(gold_text).replace(" ", "")
+    match = _DECIMAL.match(text)
+    if not match or not _is_exact_number(pred):
+        return False
+    try:
+        if not pred.is_real:
+            return False
+        if pred.is_rational is not False and not _non_terminating_rational(pred):
+            # A terminating decimal (27/50 = 0.54) or an unknown kind of number: it must equal the reference.
+            return False
+        places = len(match.group(1))
+        value = Decimal(str(sympy.N(pred, 40)))
+        quantum = Decimal(1).scaleb(-places)
+        return value.quantize(quantum, rounding=ROUND_HALF_UP) == Decimal(text).quantize(quantum)
+    except (InvalidOperation, TypeError, ValueError, ArithmeticError):
+        return False
+
+
+def _non_terminating_rational(value: Any) -> bool:
+    """True for a Rational whose decimal expansion does not terminate (denominator not of the form 2^a 5^b)."""
+    if not isinstance(value, Rational):
+        return False
+    q = int(value.q)
+    for prime in (2, 5):
+        while q % prime == 0:
+            q //= prime
+    return q != 1
+
+
+def equal_assuming_positive(gold: Any, pred: Any) -> bool:
+    """True when ``gold - pred`` simplifies to 0 once every free variable is taken as a positive real.
+
+    Only for two plain expressions (not equations, sets, tuples or matrices) over the same variable names, and
+    never when either contains ``|x|``, sign, min/max, floor/ceiling, piecewise, re/im/arg parts (where the
+    assumption would hide a real difference).
+    """
+    try:
+        for expr in (gold, pred):
+            if not isinstance(expr, sympy.Expr) or isinstance(expr, (Relational, Tuple, MatrixBase)):
+                return False
+            if not expr.free_symbols or any(expr.has(f) for f in _NON_POSITIVE_SAFE):
+                return False
+        names_g = {s.name for s in gold.free_symbols}
+        names_p = {s.name for s in pred.free_symbols}
+        if names_g != names_p:
+            return False
+        positive = {name: Symbol(name, positive=True) for name in names_g}
+        mapping = {s: positive[s.name] for s in gold.free_symbols | pred.free_symbols}
+        difference = sympy.simplify(gold.xreplace(mapping) - pred.xreplace(mapping))
+        return difference == 0
+    except (TypeError, ValueError, ArithmeticError, RecursionError, AttributeError):
+        return False

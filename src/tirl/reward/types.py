@@ -1,0 +1,221 @@
+"""Verdicts, items, configuration and counters of answer verification.
+
+Covers the data of :mod:`tirl.reward`: what goes in (:class:`VerifyItem`), what comes out (:class:`Verdict`), the
+knobs (:class:`VerifierConfig`) and the per-status counters (:class:`VerifierStats`). It does not verify anything
+(see :mod:`tirl.reward.verifier`).
+
+Statuses of a :class:`Verdict` (the reward is ``1.0`` only for ``ok`` with ``correct=True``):
+
+``ok``
+    The answer was compared with the reference; ``correct`` says how it came out.
+``no_answer``
+    No final answer could be extracted from the response (no box, the box was cut off by truncation, the
+    ``<answer>`` block had no box). Reward 0. Counted, not logged: it is the model's doing.
+``unparsable_gold``
+    The reference answer is not a string math-verify can parse and the prediction is not textually the same.
+    Reward 0, counted and logged at WARNING: the data set needs fixing.
+``timeout``
+    The comparison passed its hard deadline (``VerifierConfig.timeout_s``) or another resource limit of the
+    sandbox (memory) and its process was killed. Reward 0, counted and logged. Usually an absurd prediction
+    (a power tower, a huge factorial).
+``verifier_error``
+    The verifier failed: the executor answered ``internal`` (after ``internal_retries`` retries), the worker
+    program crashed, or math-verify raised while comparing. Reward 0, counted and logged at WARNING; a trainer
+    may drop such samples instead of treating them as wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+logger = logging.getLogger("tirl.reward")
+
+VerifyStatus = Literal["ok", "no_answer", "unparsable_gold", "timeout", "verifier_error"]
+VERIFY_STATUSES: tuple[str, ...] = ("ok", "no_answer", "unparsable_gold", "timeout", "verifier_error")
+
+VerifyPath = Literal["none", "string", "integer", "symbolic"]
+VERIFY_PATHS: tuple[str, ...] = ("none", "string", "integer", "symbolic")
+
+# Statuses that mean something other than "the model's answer was judged"; logged when they happen.
+LOGGED_STATUSES = frozenset({"unparsable_gold", "timeout", "verifier_error"})
+
+
+@dataclass
+class Verdict:
+    """The outcome of verifying one response against one reference answer.
+
+    Attributes:
+        correct: True when the extracted answer matches the reference (only ever True with status ``ok``).
+        status: one of ``ok``, ``no_answer``, ``unparsable_gold``, ``timeout``, ``verifier_error`` (see the
+            module docstring).
+        extracted: the predicted answer taken from the response (the content of the final box), or None.
+        gold: the reference answer as given.
+        path: how the decision was made: ``string`` (normalised texts identical), ``integer`` (the in-process
+            integer fast path), ``symbolic`` (math-verify in a sandbox worker), ``none`` (no comparison made).
+        duration_s: wall-clock seconds spent on this item, extraction included.
+        detail: a short human-readable reason when it helps (which guard fired, the worker's error), else None.
+    """
+
+    correct: bool
+    status: VerifyStatus
+    extracted: str | None = None
+    gold: str = ""
+    path: VerifyPath = "none"
+    duration_s: float = 0.0
+    detail: str | None = None
+
+    @property
+    def reward(self) -> float:
+        """The binary reward of the report: 1.0 when correct, else 0.0."""
+        return 1.0 if self.correct else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict with the fields and ``reward``."""
+        data = asdict(self)
+        data["reward"] = self.reward
+        return data
+
+
+@dataclass
+class VerifyItem:
+    """One verification to do.
+
+    Attributes:
+        response: the model's response text (one turn or the whole trajectory text; tool responses are ignored
+            by the extractor). Ignored when ``answer`` is given.
+        gold: the reference answer (``"42"``, ``"\\frac{1}{2}"``, ``"$[2,5)$"``).
+        answer: an already extracted answer; when given, no extraction is done.
+    """
+
+    response: str | None
+    gold: str
+    answer: str | None = None
+
+    @classmethod
+    def coerce(cls, item: Any) -> "VerifyItem":
+        """A :class:`VerifyItem` from an item, a ``(response, gold)`` pair or a dict with those keys.
+
+        Raises:
+            TypeError: ``item`` is none of these shapes.
+        """
+        if isinstance(item, VerifyItem):
+            return item
+        if isinstance(item, dict):
+            return cls(response=item.get("response"), gold=item.get("gold", ""), answer=item.get("answer"))
+        if isinstance(item, (tuple, list)) and len(item) == 2:
+            return cls(response=item[0], gold=item[1])
+        raise TypeError(f"cannot make a VerifyItem from {type(item).__name__}; pass (response, gold) pairs")
+
+
+@dataclass(frozen=True)
+class VerifierConfig:
+    """Knobs of verification. The defaults are the documented policies of docs/reward.md.
+
+    Attributes:
+        timeout_s: hard deadline per symbolic item in seconds, enforced by the executor killing the process.
+        memory_mb: address-space limit of the worker process for one symbolic item, in MiB.
+        integer_fast_path: compare integer references in the caller's process, without sympy.
+        string_fast_path: accept identical normalised texts in the caller's process.
+        float_rounding: math-verify's ``float_rounding`` (decimal places floats are rounded to).
+        numeric_precision: math-verify's ``numeric_precision`` (significant digits of numeric checks).
+        exact_number_guard: after math-verify says equal, reject exact numbers that differ (catches
+            ``1/2004!`` vs ``1/2006!`` and ``1/2^99`` vs ``1/2^98``, which its absolute tolerance accepts).
+        magnitude_guard_digits: a side estimated to have more than this many digits, compared with a side
+            of known small magnitude, is unequal without evaluating it (``(10^7)!`` vs ``5``).
+        decimal_gold_rounding: a reference written as a finite decimal (``33.3``) matches an exact
+            prediction (``\\frac{100}{3}``) that rounds to it at the reference's number of decimal places.
+        assume_positive: when math-verify says unequal, retry expressions in free variables with the
+            variables taken as positive reals (``\\sqrt{1/n}`` vs ``\\frac{1}{\\sqrt{n}}``); never for
+            expressions with ``|x|``, sign, min/max, floor/ceiling or piecewise parts.
+        internal_retries: times an item answered ``internal`` by the executor is retried before it becomes
+            ``verifier_error``.
+    """
+
+    timeout_s: float = 5.0
+    memory_mb: int = 2048
+    integer_fast_path: bool = True
+    string_fast_path: bool = True
+    float_rounding: int = 6
+    numeric_precision: int = 15
+    exact_number_guard: bool = True
+    magnitude_guard_digits: int = 100_000
+    decimal_gold_rounding: bool = True
+    assume_positive: bool = True
+    internal_retries: int = 1
+
+    def worker_options(self) -> dict[str, Any]:
+        """The options the sandbox worker program needs (JSON-serialisable)."""
+        return {
+            "float_rounding": self.float_rounding,
+            "numeric_precision": self.numeric_precision,
+            "exact_number_guard": self.exact_number_guard,
+            "magnitude_guard_digits": self.magnitude_guard_digits,
+            "decimal_gold_rounding": self.decimal_gold_rounding,
+            "assume_positive": self.assume_positive,
+        }
+
+
+@dataclass
+class VerifierStats:
+    """Thread-safe counters of verdicts by status and by path, with total and per-status time.
+
+    One object can be shared by many threads and event loops. :meth:`record` also logs the statuses that
+    must never be hidden (``unparsable_gold``, ``timeout``, ``verifier_error``) at WARNING on the
+    ``tirl.reward`` logger.
+    """
+
+    by_status: dict[str, int] = field(default_factory=lambda: {s: 0 for s in VERIFY_STATUSES})
+    by_path: dict[str, int] = field(default_factory=lambda: {p: 0 for p in VERIFY_PATHS})
+    correct: int = 0
+    total: int = 0
+    seconds: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def record(self, verdict: Verdict) -> None:
+        """Count one verdict (and log it when its status is one of the logged ones)."""
+        with self._lock:
+            self.total += 1
+            self.by_status[verdict.status] = self.by_status.get(verdict.status, 0) + 1
+            self.by_path[verdict.path] = self.by_path.get(verdict.path, 0) + 1
+            self.correct += int(verdict.correct)
+            self.seconds += verdict.duration_s
+        if verdict.status in LOGGED_STATUSES:
+            logger.warning(
+                "verification %s (gold=%r, extracted=%r): %s",
+                verdict.status,
+                _clip(verdict.gold),
+                _clip(verdict.extracted),
+                verdict.detail or "",
+            )
+
+    def snapshot(self) -> dict[str, Any]:
+        """A consistent copy as a plain dict: ``total``, ``correct``, ``seconds``, ``by_status``, ``by_path``."""
+        with self._lock:
+            return {
+                "total": self.total,
+                "correct": self.correct,
+                "seconds": self.seconds,
+                "by_status": dict(self.by_status),
+                "by_path": dict(self.by_path),
+            }
+
+    def merge(self, other: "VerifierStats") -> None:
+        """Add the counts of ``other`` (without logging again)."""
+        snap = other.snapshot()
+        with self._lock:
+            self.total += snap["total"]
+            self.correct += snap["correct"]
+            self.seconds += snap["seconds"]
+            for key, value in snap["by_status"].items():
+                self.by_status[key] = self.by_status.get(key, 0) + value
+            for key, value in snap["by_path"].items():
+                self.by_path[key] = self.by_path.get(key, 0) + value
+
+
+def _clip(text: str | None, limit: int = 120) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return text[:limit] + f"...(+{len(text) - limit} chars)"

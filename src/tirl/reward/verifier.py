@@ -1,0 +1,434 @@
+"""Final-answer verification: the binary reward of rStar2-Agent, with hard deadlines and counted failures.
+
+Covers :func:`verify`, :func:`verify_batch`, :func:`averify`, :func:`averify_batch` and the
+:class:`Verifier` behind them. For each ``(response, gold)`` item:
+
+1. the answer is extracted with :func:`tirl.protocol.extract_answer` (the last box of the last ``<answer>``
+   block, paper section 2.2; tool responses never count); none gives status ``no_answer``;
+2. *string fast path*: identical normalised texts are correct (:func:`tirl.reward.normalize.normalize_text`);
+3. *integer fast path*: when the reference is an integer (the report trains on integer answers only) and the
+   prediction reads as one under the documented policy (:func:`tirl.reward.normalize.canonical_integer`),
+   the digits are compared in the caller's process, without sympy;
+4. everything else goes to math-verify in a sandbox worker (:mod:`tirl.reward.worker`) through a
+   :class:`~tirl.sandbox.types.CodeExecutor` (``LocalSandbox`` or ``SandboxClient``), with the per-item
+   deadline ``VerifierConfig.timeout_s`` enforced by the executor killing the process. Executor statuses map
+   to verdicts: ``timeout``/``killed`` -> ``timeout``; ``internal`` -> retried, then ``verifier_error``;
+   ``error`` or no verdict line -> ``verifier_error``.
+
+Every verdict is counted in a :class:`~tirl.reward.types.VerifierStats` (the module-wide
+:func:`default_stats` unless one is given); ``unparsable_gold``, ``timeout`` and ``verifier_error`` are also
+logged. Nothing raises for any item content.
+
+Threads and event loops: the async functions run on the caller's loop; the sync ones run on a private
+background loop thread, so they work from any thread (field case F77) and from inside a running loop. With
+no ``executor``, a shared ``LocalSandbox`` that preloads math-verify and this package's worker
+(:data:`tirl.reward.payload.PRELOAD_MODULES`) is created on first symbolic use, lives on that background
+loop, and is closed at exit (or by :func:`close_default_executor`). An explicit executor given to a *sync*
+function is used on the background loop, so it must not be bound to another event loop.
+
+It does not decide what counts as the final answer (``tirl.protocol``) nor run the comparison itself
+(``tirl.reward.worker``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import threading
+import time
+from typing import Any, Awaitable, Iterable, Sequence, TypeVar
+
+from tirl.protocol import extract_answer
+from tirl.protocol.config import ProtocolConfig
+from tirl.reward.normalize import canonical_integer, normalize_text
+from tirl.reward.payload import PRELOAD_MODULES, PROGRAM, encode_payload, parse_worker_output
+from tirl.reward.types import Verdict, VerifierConfig, VerifierStats, VerifyItem
+from tirl.sandbox.types import CodeExecutor, ExecutionRequest, ExecutionResult
+
+T = TypeVar("T")
+
+_DEFAULT_STATS = VerifierStats()
+
+
+def default_stats() -> VerifierStats:
+    """The module-wide counters used when no ``stats`` object is passed."""
+    return _DEFAULT_STATS
+
+
+class _LoopThread:
+    """An event loop running forever in a daemon thread; coroutines are submitted from any thread."""
+
+    def __init__(self, name: str) -> None:
+        self._ready = threading.Event()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+        self._ready.wait()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._ready.set)
+        self.loop.run_forever()
+
+    def submit(self, coro: Awaitable[T]) -> "concurrent.futures.Future[T]":
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+
+    def run(self, coro: Awaitable[T]) -> T:
+        if threading.current_thread() is self.thread:
+            raise RuntimeError("a sync tirl.reward function was called from the reward loop itself")
+        return self.submit(coro).result()
+
+
+_loop_lock = threading.Lock()
+_loop_thread: _LoopThread | None = None
+_default_executor: CodeExecutor | None = None
+_default_executor_lock: asyncio.Lock | None = None
+
+
+def _background() -> _LoopThread:
+    global _loop_thread
+    with _loop_lock:
+        if _loop_thread is None or not _loop_thread.thread.is_alive():
+            _loop_thread = _LoopThread("tirl-reward-loop")
+        return _loop_thread
+
+
+def create_default_executor(workers: int | None = None) -> CodeExecutor:
+    """A ``LocalSandbox`` set up for verification: it preloads :data:`~tirl.reward.payload.PRELOAD_MODULES`.
+
+    Args:
+        workers: worker processes (None: one per usable core).
+
+    Raises:
+        ImportError: ``tirl.sandbox`` has no ``LocalSandbox`` (the sandbox part is missing).
+    """
+    from tirl.sandbox import LocalSandbox  # type: ignore[attr-defined]
+    from tirl.sandbox.config import SandboxConfig
+
+    return LocalSandbox(SandboxConfig(workers=workers, preload=PRELOAD_MODULES))
+
+
+async def _get_default_executor() -> CodeExecutor:
+    """The shared default executor; must be awaited on the background loop."""
+    global _default_executor, _default_executor_lock
+    if _default_executor_lock is None:
+        _default_executor_lock = asyncio.Lock()
+    async with _default_executor_lock:
+        if _default_executor is None:
+            _default_executor = create_default_executor()
+        return _default_executor
+
+
+def close_default_executor() -> None:
+    """Close the shared default executor if one was created (idempotent; also registered with atexit)."""
+    global _default_executor
+    thread = _loop_thread
+    executor = _default_executor
+    _default_executor = None
+    if executor is None or thread is None or not thread.thread.is_alive():
+        return
+    try:
+        thread.submit(executor.aclose()).result(timeout=30)
+    except Exception:  # noqa: BLE001 - closing at exit is best effort
+        pass
+
+
+atexit.register(close_default_executor)
+
+
+def _result_to_verdict(result: ExecutionResult) -> tuple[str, bool, str | None]:
+    """(status, correct, detail) for one executor result of a worker request."""
+    if result.status in ("timeout", "killed"):
+        reason = "deadline passed" if result.status == "timeout" else "killed by a resource limit"
+        return "timeout", False, f"worker {reason} after {result.duration_s:.2f}s"
+    if result.status == "internal":
+        return "verifier_error", False, "executor internal error: " + (result.stderr or "")[-300:]
+    verdict = parse_worker_output(result.stdout)
+    if verdict is None:
+        tail = (result.traceback or result.stderr or result.stdout or "")[-300:]
+        return "verifier_error", False, f"worker gave no verdict (status {result.status}): {tail}"
+    return verdict["status"], verdict["correct"] and verdict["status"] == "ok", verdict["detail"]
+
+
+class Verifier:
+    """Verifies responses against reference answers (see the module docstring for the pipeline).
+
+    Args:
+        executor: where symbolic comparisons run; None uses the shared default ``LocalSandbox``.
+        config: the policies and deadline (:class:`~tirl.reward.types.VerifierConfig`).
+        stats: counters to record into; None uses :func:`default_stats`.
+        protocol_config: passed to :func:`tirl.protocol.extract_answer` (answer tags, fallback policy).
+    """
+
+    def __init__(
+        self,
+        executor: CodeExecutor | None = None,
+        config: VerifierConfig | None = None,
+        stats: VerifierStats | None = None,
+        protocol_config: ProtocolConfig | None = None,
+    ) -> None:
+        self.executor = executor
+        self.config = config or VerifierConfig()
+        self.stats = stats if stats is not None else _DEFAULT_STATS
+        self.protocol_config = protocol_config
+
+    # ----------------------------------------------------------------------------------- in-process part
+    def _fast(self, item: VerifyItem) -> tuple[Verdict | None, str | None, str]:
+        """Extraction and fast paths. Returns (verdict or None when symbolic is needed, extracted, gold)."""
+        gold = item.gold
+        if isinstance(gold, (int,)) and not isinstance(gold, bool):
+            gold = str(gold)
+        if not isinstance(gold, str) or not gold.strip():
+            return Verdict(False, "unparsable_gold", None, str(gold or ""), "none", 0.0, "empty or non-string reference"), None, ""
+        if item.answer is not None:
+            extracted = item.answer if isinstance(item.answer, str) else None
+        else:
+            try:
+                extracted = extract_answer(item.response, self.protocol_config) if item.response is not None else None
+            except Exception as exc:  # noqa: BLE001 - the extractor promises not to raise; be safe anyway
+                return (
+                    Verdict(False, "verifier_error", None, gold, "none", 0.0, f"extract_answer raised {exc!r}"[:300]),
+                    None,
+                    gold,
+                )
+        if extracted is None or not extracted.strip():
+            return Verdict(False, "no_answer", None, gold, "none"), None, gold
+        cfg = self.config
+        if cfg.string_fast_path:
+            norm_pred = normalize_text(extracted)
+            if norm_pred and norm_pred == normalize_text(gold):
+                return Verdict(True, "ok", extracted, gold, "string"), extracted, gold
+        if cfg.integer_fast_path:
+            gold_int = canonical_integer(gold)
+            if gold_int is not None:
+                pred_int = canonical_integer(extracted)
+                if pred_int is not None:
+                    return Verdict(gold_int == pred_int, "ok", extracted, gold, "integer"), extracted, gold
+        return None, extracted, gold
+
+    def _request(self, gold: str, extracted: str) -> ExecutionRequest:
+        return ExecutionRequest(
+            code=PROGRAM,
+            stdin=encode_payload(gold, extracted, self.config.worker_options()),
+            timeout_s=self.config.timeout_s,
+            memory_mb=self.config.memory_mb,
+        )
+
+    # ------------------------------------------------------------------------------------ symbolic part
+    async def _run_requests(self, executor: CodeExecutor, requests: list[ExecutionRequest]) -> list[ExecutionResult]:
+        """Run worker requests, retrying ``internal`` answers up to ``internal_retries`` times."""
+        try:
+            results = list(await executor.run_batch(requests))
+        except Exception as exc:  # noqa: BLE001 - executors should not raise; count it if one does
+            return [ExecutionResult.internal_error(f"executor raised {exc!r}"[:300]) for _ in requests]
+        if len(results) != len(requests):
+            return [ExecutionResult.internal_error("executor answered a different number of requests") for _ in requests]
+        for _ in range(max(0, self.config.internal_retries)):
+            retry = [i for i, r in enumerate(results) if r.status == "internal"]
+            if not retry:
+                break
+            # Fresh request ids: a service must run a retry again, not answer it from its result cache.
+            again = [self._clone(requests[i]) for i in retry]
+            try:
+                answers = list(await executor.run_batch(again))
+            except Exception as exc:  # noqa: BLE001
+                answers = [ExecutionResult.internal_error(f"executor raised {exc!r}"[:300]) for _ in again]
+            for i, answer in zip(retry, answers):
+                results[i] = answer
+        return results
+
+    @staticmethod
+    def _clone(request: ExecutionRequest) -> ExecutionRequest:
+        return ExecutionRequest(
+            code=request.code, stdin=request.stdin, timeout_s=request.timeout_s, memory_mb=request.memory_mb
+        )
+
+    async def _symbolic(self, requests: list[ExecutionRequest]) -> list[ExecutionResult]:
+        """Run the requests on the configured executor, or on the shared default one on the background loop."""
+        if self.executor is not None:
+            return await self._run_requests(self.executor, requests)
+
+        async def on_background() -> list[ExecutionResult]:
+            try:
+                executor = await _get_default_executor()
+            except Exception as exc:  # noqa: BLE001 - a missing or broken sandbox is a verifier error
+                return [ExecutionResult.internal_error(f"no default executor: {exc!r}"[:300]) for _ in requests]
+            return await self._run_requests(executor, requests)
+
+        background = _background()
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:  # pragma: no cover - only reached through the sync API
+            running = None
+        if running is background.loop:
+            return await on_background()
+        return await asyncio.wrap_future(background.submit(on_background()))
+
+    # ------------------------------------------------------------------------------------------- API
+    def _prepare(self, items: Iterable[Any]) -> tuple[list[Verdict | None], list[tuple[int, str, str, float]]]:
+        """Extraction and fast paths for every item: decided verdicts, and (index, gold, extracted, seconds
+        spent) of the items that need the symbolic path."""
+        coerced = [VerifyItem.coerce(item) for item in items]
+        verdicts: list[Verdict | None] = [None] * len(coerced)
+        pending: list[tuple[int, str, str, float]] = []
+        for i, item in enumerate(coerced):
+            start = time.perf_counter()
+            verdict, extracted, gold = self._fast(item)
+            elapsed = time.perf_counter() - start
+            if verdict is not None:
+                verdict.duration_s = elapsed
+                verdicts[i] = verdict
+            else:
+                pending.append((i, gold, extracted or "", elapsed))
+        return verdicts, pending
+
+    async def _complete(
+        self, verdicts: list[Verdict | None], pending: list[tuple[int, str, str, float]]
+    ) -> list[Verdict]:
+        """Run the symbolic items, fill in their verdicts and record every verdict in ``stats``."""
+        if pending:
+            results = await self._symbolic([self._request(gold, extracted) for _, gold, extracted, _ in pending])
+            for (i, gold, extracted, elapsed), result in zip(pending, results):
+                status, correct, detail = _result_to_verdict(result)
+                verdicts[i] = Verdict(
+                    correct=correct,
+                    status=status,  # type: ignore[arg-type]
+                    extracted=extracted,
+                    gold=gold,
+                    path="symbolic",
+                    duration_s=elapsed + result.duration_s,
+                    detail=detail,
+                )
+        final = [v for v in verdicts if v is not None]
+        for verdict in final:
+            self.stats.record(verdict)
+        return final
+
+    async def averify_batch(self, items: Iterable[Any]) -> list[Verdict]:
+        """Verify many items concurrently; verdicts in the order of ``items``.
+
+        Args:
+            items: :class:`~tirl.reward.types.VerifyItem` objects, ``(response, gold)`` pairs or dicts with
+                ``response``, ``gold`` and optionally ``answer`` (an already extracted answer).
+
+        Returns:
+            One :class:`~tirl.reward.types.Verdict` per item; ``duration_s`` is the item's own time (its
+            extraction and fast paths, plus its execution time in the worker). Never raises for item content.
+
+        Raises:
+            TypeError: an item has none of the accepted shapes.
+        """
+        verdicts, pending = self._prepare(items)
+        return await self._complete(verdicts, pending)
+
+    async def averify(self, response_text: str | None, gold: str) -> Verdict:
+        """Verify one response (async). See :meth:`averify_batch`."""
+        return (await self.averify_batch([VerifyItem(response_text, gold)]))[0]
+
+    def verify_batch(self, items: Iterable[Any]) -> list[Verdict]:
+        """Sync :meth:`averify_batch`; callable from any thread, also while an event loop runs in it.
+
+        Batches that need no symbolic comparison are decided in the calling thread.
+        """
+        verdicts, pending = self._prepare(items)
+        if not pending:
+            return _run_inline(self._complete(verdicts, pending))
+        return _background().run(self._complete(verdicts, pending))
+
+    def verify(self, response_text: str | None, gold: str) -> Verdict:
+        """Sync verification of one response. See :meth:`averify_batch`."""
+        return self.verify_batch([VerifyItem(response_text, gold)])[0]
+
+
+def _run_inline(coro: Any) -> Any:
+    """Drive a coroutine that never suspends (no symbolic items) to completion in the calling thread."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise RuntimeError("coroutine suspended; it needs an event loop")
+
+
+def _verifier(
+    executor: CodeExecutor | None,
+    config: VerifierConfig | None,
+    stats: VerifierStats | None,
+    protocol_config: ProtocolConfig | None,
+) -> Verifier:
+    return Verifier(executor=executor, config=config, stats=stats, protocol_config=protocol_config)
+
+
+def verify(
+    response_text: str | None,
+    gold: str,
+    *,
+    executor: CodeExecutor | None = None,
+    config: VerifierConfig | None = None,
+    stats: VerifierStats | None = None,
+    protocol_config: ProtocolConfig | None = None,
+) -> Verdict:
+    """Verify one response against its reference answer; the reward is ``verdict.reward``.
+
+    Args:
+        response_text: the model's response (a turn or a whole trajectory's text).
+        gold: the reference answer.
+        executor: where symbolic comparisons run (None: the shared default ``LocalSandbox``).
+        config: policies and the per-item deadline.
+        stats: counters to record into (None: :func:`default_stats`).
+        protocol_config: answer-extraction settings.
+
+    Returns:
+        The :class:`~tirl.reward.types.Verdict`. Never raises for any text; safe from any thread.
+    """
+    return _verifier(executor, config, stats, protocol_config).verify(response_text, gold)
+
+
+def verify_batch(
+    items: Iterable[Any],
+    executor: CodeExecutor | None = None,
+    *,
+    config: VerifierConfig | None = None,
+    stats: VerifierStats | None = None,
+    protocol_config: ProtocolConfig | None = None,
+) -> list[Verdict]:
+    """Verify many items (``(response, gold)`` pairs, dicts or ``VerifyItem``); verdicts in order."""
+    return _verifier(executor, config, stats, protocol_config).verify_batch(items)
+
+
+async def averify_batch(
+    items: Iterable[Any],
+    executor: CodeExecutor | None = None,
+    *,
+    config: VerifierConfig | None = None,
+    stats: VerifierStats | None = None,
+    protocol_config: ProtocolConfig | None = None,
+) -> list[Verdict]:
+    """Async :func:`verify_batch`, on the caller's event loop."""
+    return await _verifier(executor, config, stats, protocol_config).averify_batch(items)
+
+
+async def averify(
+    response_text: str | None,
+    gold: str,
+    *,
+    executor: CodeExecutor | None = None,
+    config: VerifierConfig | None = None,
+    stats: VerifierStats | None = None,
+    protocol_config: ProtocolConfig | None = None,
+) -> Verdict:
+    """Async :func:`verify`."""
+    return await _verifier(executor, config, stats, protocol_config).averify(response_text, gold)
+
+
+def verify_answers(
+    pairs: Sequence[tuple[str, str]],
+    executor: CodeExecutor | None = None,
+    *,
+    config: VerifierConfig | None = None,
+    stats: VerifierStats | None = None,
+) -> list[Verdict]:
+    """Verify already extracted answers: ``pairs`` of ``(answer, gold)``; no extraction is done."""
+    items = [VerifyItem(response=None, gold=gold, answer=answer) for answer, gold in pairs]
+    return _verifier(executor, config, stats, None).verify_batch(items)

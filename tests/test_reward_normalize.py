@@ -1,0 +1,174 @@
+"""The in-process fast paths of the reward: integer policy, text normal form, LaTeX wrapping (no sympy)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tirl.reward.normalize import (
+    MAX_DECORATED_CHARS,
+    canonical_integer,
+    latex_for_math_verify,
+    normalize_text,
+    strip_math_delimiters,
+)
+
+INTEGER_CASES = [
+    ("42", "42"),
+    ("1,000", "1000"),  # F55
+    ("1,300,400", "1300400"),  # F55
+    ("1{,}000", "1000"),
+    ("1\\,000", "1000"),
+    ("1 000 000", "1000000"),
+    ("1,000.00", "1000"),
+    ("009", "9"),  # F76: leading zeros
+    ("-0", "0"),
+    ("+5", "5"),
+    ("\u22127", "-7"),  # Unicode minus
+    ("- 7", "-7"),
+    ("5.", "5"),
+    ("5.0", "5"),
+    ("$18$", "18"),
+    ("\\$18", "18"),  # F56
+    ("\\textdollar 18", "18"),
+    ("30^\\circ", "30"),  # F56
+    ("30^{\\circ}", "30"),
+    ("30°", "30"),
+    ("35\\text{ cm}", "35"),  # F56
+    ("35 cm", "35"),
+    ("12 square feet", "12"),
+    ("5 cm^2", "5"),
+    ("7 \\mbox{dollars}", "7"),
+    ("\\text{13}", "13"),  # F53 variant
+    ("10\\%", "10"),
+    ("10%", "10"),
+    ("x = 5", "5"),
+    ("n_1=5", "5"),
+    ("\\boxed{42}", "42"),
+    ("$\\boxed{42}$", "42"),
+    ("\\(42\\)", "42"),
+    ("\\[ 42 \\]", "42"),
+]
+
+NOT_INTEGER = [
+    "(1,2)",  # F55: a pair is not 12
+    "1,2",
+    "1,2,3",
+    "12,34",
+    "1.5",
+    "0.05",
+    "5x",  # a single letter is a variable, not a unit
+    "2^{10}",
+    "5!",
+    "\\frac{10}{2}",
+    "1e3",
+    "",
+    "   ",
+    "x",
+    "\\pm 5",
+    "3, 5, 7",
+    "1 2",
+    "a+b=5",
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), INTEGER_CASES)
+def test_canonical_integer_reads_documented_forms(text: str, expected: str) -> None:
+    assert canonical_integer(text) == expected
+
+
+@pytest.mark.parametrize("text", NOT_INTEGER)
+def test_canonical_integer_rejects_non_integers(text: str) -> None:
+    assert canonical_integer(text) is None
+
+
+def test_canonical_integer_handles_numbers_past_pythons_digit_limit() -> None:
+    digits = "7" * 6000  # int(str) would raise ValueError past 4300 digits
+    assert canonical_integer("000" + digits) == digits
+    assert canonical_integer(digits[:-1] + "8") != canonical_integer(digits)
+
+
+def test_long_answers_are_integers_only_as_plain_digits() -> None:
+    padded = "1" * (MAX_DECORATED_CHARS + 10)
+    assert canonical_integer(padded) == padded
+    assert canonical_integer(padded + " cm") is None
+
+
+def test_canonical_integer_none_for_non_strings() -> None:
+    assert canonical_integer(None) is None
+    assert canonical_integer(42) is None  # type: ignore[arg-type]
+
+
+@given(st.integers(min_value=-(10**30), max_value=10**30), st.sampled_from(["plain", "commas", "zeros", "dollar", "unit", "boxed"]))
+def test_any_integer_written_any_documented_way_canonicalises_to_its_digits(value: int, style: str) -> None:
+    digits = str(abs(value))
+    if style == "commas":
+        body = f"{abs(value):,}"
+    elif style == "zeros":
+        body = "00" + digits
+    elif style == "dollar":
+        body = "\\$" + digits
+    elif style == "unit":
+        body = digits + "\\text{ cm}"
+    else:
+        body = digits
+    text = ("-" if value < 0 else "") + body
+    if style == "boxed":
+        text = "\\boxed{" + text + "}"
+    assert canonical_integer(text) == str(value)
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=300))
+def test_fast_path_functions_never_raise(text: str) -> None:
+    canonical_integer(text)
+    normalize_text(text)
+    latex_for_math_verify(text)
+
+
+@pytest.mark.timeout(60)
+def test_adversarial_long_inputs_finish() -> None:
+    # Patterns that make naive unit/assignment regexes backtrack quadratically.
+    for text in ("1a " * 30000, "1" + " aa" * 30000 + "!", "\\text{" * 20000, "{" * 50000, "$" * 50001):
+        canonical_integer(text)
+        normalize_text(text)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("x + 1", "x+1"),
+        ("\\dfrac{1}{2}", "\\frac{1}{2}"),
+        ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\frac{\\pi}{2})"),
+        ("\\text{Evelyn}", "Evelyn"),
+        ("$12:00$", "12:00"),
+        ("\\boxed{[2,5)}", "[2,5)"),
+    ],
+)
+def test_normalize_text_equates_formatting_variants(a: str, b: str) -> None:
+    assert normalize_text(a) == normalize_text(b)
+
+
+@pytest.mark.parametrize(("a", "b"), [("1\\,2", "12"), ("(1,2)", "12"), ("x+1", "X+1"), ("[2,5)", "(2,5]")])
+def test_normalize_text_keeps_meaningful_differences(a: str, b: str) -> None:
+    assert normalize_text(a) != normalize_text(b)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("$\\frac{1}{2}$", "\\frac{1}{2}"),
+        ("$$x$$", "x"),
+        ("\\boxed{\\boxed{5}}", "5"),
+        ("$a$ and $b$", "$a$ and $b$"),  # two math spans stay as they are
+        ("\\boxed{1} + \\boxed{2}", "\\boxed{1} + \\boxed{2}"),  # not one enclosing box
+    ],
+)
+def test_strip_math_delimiters(text: str, expected: str) -> None:
+    assert strip_math_delimiters(text) == expected
+
+
+def test_gold_is_wrapped_in_a_box_for_math_verify() -> None:
+    assert latex_for_math_verify("$e^{16} - 1$") == "\\boxed{e^{16} - 1}"
+    assert latex_for_math_verify("\\boxed{(1,2)}") == "\\boxed{(1,2)}"

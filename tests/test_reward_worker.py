@@ -1,0 +1,198 @@
+"""The symbolic comparison of sandbox workers (math-verify plus guards), run directly in the test process.
+
+These tests call :func:`tirl.reward.worker.check` in-process to pin down the comparison rules; the deadline
+and process isolation are tested through a real executor in ``test_reward_table.py``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import sys
+import threading
+
+import pytest
+import sympy
+
+from tirl.reward import guards
+from tirl.reward.payload import MARKER, encode_payload, format_worker_output, parse_worker_output
+from tirl.reward.worker import check, main, run_payload
+
+# ------------------------------------------------------------------------------------------ guards
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        (sympy.Integer(10) ** 7, 7.0),
+        (sympy.Rational(1, 1000), -3.0),
+        (sympy.Pow(10, sympy.Pow(10, 7, evaluate=False), evaluate=False), 1e7),
+        (sympy.factorial(sympy.Integer(10) ** 7, evaluate=False), math.lgamma(1e7 + 1) / math.log(10)),
+        (sympy.Integer(0), -math.inf),
+    ],
+)
+def test_log10_magnitude_estimates_without_evaluating(expr: sympy.Basic, expected: float) -> None:
+    assert guards.log10_magnitude(expr) == pytest.approx(expected, rel=1e-9)
+
+
+def test_log10_magnitude_of_a_power_tower_is_infinite() -> None:
+    five = sympy.Integer(5)
+    tower = sympy.Pow(five, sympy.Pow(five, sympy.Pow(five, sympy.Pow(five, 5, evaluate=False), evaluate=False), evaluate=False), evaluate=False)
+    assert guards.log10_magnitude(tower) == math.inf
+
+
+def test_log10_magnitude_unknown_for_symbols_and_cancelling_sums() -> None:
+    x = sympy.Symbol("x")
+    assert guards.log10_magnitude(x + 1) is None
+    big = sympy.Pow(10, 400, evaluate=False)
+    assert guards.log10_magnitude(sympy.Add(big, -big, evaluate=False)) is None
+
+
+def test_magnitude_mismatch_needs_one_huge_and_one_small_side() -> None:
+    huge = sympy.Pow(10, sympy.Pow(10, 7, evaluate=False), evaluate=False)
+    assert guards.magnitude_mismatch(sympy.Integer(5), huge, 100_000)
+    assert not guards.magnitude_mismatch(huge, huge, 100_000)
+    assert not guards.magnitude_mismatch(sympy.Integer(5), sympy.Integer(6), 100_000)
+
+
+@pytest.mark.parametrize(
+    ("gold", "pred"),
+    [
+        (1 / sympy.factorial(2004), 1 / sympy.factorial(2006)),  # F59
+        (sympy.Rational(1, 2**99), sympy.Rational(1, 2**98)),  # F59
+        (sympy.Tuple(1, sympy.Rational(1, 2**99)), sympy.Tuple(1, sympy.Rational(1, 2**98))),
+        (sympy.FiniteSet(1, sympy.Rational(1, 2**99)), sympy.FiniteSet(sympy.Rational(1, 2**98), 1)),
+        (sympy.Interval(0, sympy.Rational(1, 2**99)), sympy.Interval(0, sympy.Rational(1, 2**98))),
+        (sympy.Matrix([1, sympy.Rational(1, 2**99)]), sympy.Matrix([1, sympy.Rational(1, 2**98)])),
+        (sympy.Eq(sympy.Symbol("x"), sympy.Rational(1, 2**99)), sympy.Rational(1, 2**98)),
+    ],
+)
+def test_exact_number_guard_catches_tiny_differences(gold: sympy.Basic, pred: sympy.Basic) -> None:
+    assert guards.exact_numbers_differ(gold, pred)
+
+
+@pytest.mark.parametrize(
+    ("gold", "pred"),
+    [
+        (sympy.Rational(1, 2**99), sympy.Pow(2, -99, evaluate=False)),
+        (sympy.Integer(0), sympy.sin(sympy.pi, evaluate=False)),  # exactly zero, evalf gives 0.e-119
+        (sympy.sqrt(8), 2 * sympy.sqrt(2)),
+        (sympy.Float(0.5), sympy.Rational(1, 2)),  # floats are left to math-verify's rounding
+        (sympy.Symbol("x") + 1, 1 + sympy.Symbol("x")),
+    ],
+)
+def test_exact_number_guard_accepts_equal_or_inexact_values(gold: sympy.Basic, pred: sympy.Basic) -> None:
+    assert not guards.exact_numbers_differ(gold, pred)
+
+
+@pytest.mark.parametrize(
+    ("gold", "pred", "expected"),
+    [
+        ("33.3", sympy.Rational(100, 3), True),  # F71: the reference is rounded
+        ("1.41", sympy.sqrt(2), True),
+        ("0.5", sympy.Rational(27, 50), False),  # 0.54 is an exact decimal, not 0.5
+        ("33.3", sympy.Integer(33), False),
+        ("33.3", sympy.Rational(200, 3), False),
+        ("42", sympy.Rational(100, 3), False),  # not a decimal reference
+    ],
+)
+def test_rounded_decimal_policy(gold: str, pred: sympy.Basic, expected: bool) -> None:
+    assert guards.matches_rounded_decimal(gold, pred) is expected
+
+
+def test_positive_assumption_only_for_plain_expressions() -> None:
+    n = sympy.Symbol("n")
+    assert guards.equal_assuming_positive(sympy.sqrt(1 / n), 1 / sympy.sqrt(n))  # F67
+    assert not guards.equal_assuming_positive(sympy.Abs(n), n)
+    assert not guards.equal_assuming_positive(n + 1, n + 2)
+    assert not guards.equal_assuming_positive(sympy.Eq(n, 1), sympy.Eq(n, 1))
+
+
+# ------------------------------------------------------------------------------------------ check
+
+
+@pytest.mark.parametrize(
+    ("gold", "pred", "correct"),
+    [
+        ("$\\frac{1}{2004!}$", "\\frac{1}{2006!}", False),
+        ("1 - \\frac{1}{e}", "1 + \\frac{1}{e}", False),
+        ("$\\sqrt{1/n}$", "\\frac{1}{\\sqrt{n}}", True),
+        ("33.3", "\\frac{100}{3}", True),
+        ("5", "(10^{7})!", False),
+        ("e^{16} - 1", "e^{16}-1", True),
+    ],
+)
+def test_check_applies_guards_and_policies(gold: str, pred: str, correct: bool) -> None:
+    result = check(gold, pred)
+    assert result["status"] == "ok"
+    assert result["correct"] is correct
+
+
+def test_check_reports_unparsable_gold() -> None:
+    assert check("$12:00$", "1:00")["status"] == "unparsable_gold"
+
+
+def test_check_answer_without_expression_is_wrong_not_an_error() -> None:
+    result = check("5", "}{")
+    assert result == {"status": "ok", "correct": False, "detail": result["detail"]}
+
+
+def test_check_options_switch_guards_off() -> None:
+    off = check("$\\frac{1}{2^{99}}$", "\\frac{1}{2^{98}}", {"exact_number_guard": False})
+    on = check("$\\frac{1}{2^{99}}$", "\\frac{1}{2^{98}}", {"exact_number_guard": True})
+    assert off["correct"] and not on["correct"]  # math-verify alone has this false positive
+
+
+def test_check_works_off_the_main_thread() -> None:  # F77: no signal-based timeouts
+    out: list[dict] = []
+    thread = threading.Thread(target=lambda: out.append(check("$2$", "2")))
+    thread.start()
+    thread.join(60)
+    assert out and out[0]["correct"] is True
+
+
+def test_run_payload_never_raises_on_bad_payloads() -> None:
+    assert run_payload({"gold": 5, "pred": "5"})["status"] == "verifier_error"
+    assert run_payload({})["status"] == "verifier_error"
+
+
+# ------------------------------------------------------------------------------------- wire format
+
+
+def test_main_round_trips_through_stdin_and_stdout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(encode_payload("\\frac{1}{2}", "0.5", {})))
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    main()
+    assert parse_worker_output("noise printed first\n" + out.getvalue()) == {"status": "ok", "correct": True, "detail": None}
+
+
+def test_main_answers_garbage_stdin_with_a_verifier_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("not json"))
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    main()
+    assert parse_worker_output(out.getvalue())["status"] == "verifier_error"
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    [
+        "",
+        "no marker here\n",
+        MARKER + "{not json\n",
+        MARKER + json.dumps({"status": "great", "correct": True}) + "\n",
+        MARKER + json.dumps({"status": "ok", "correct": "yes"}) + "\n",
+        MARKER + "[1, 2]\n",
+    ],
+)
+def test_parse_worker_output_rejects_malformed_lines(stdout: str) -> None:
+    assert parse_worker_output(stdout) is None
+
+
+def test_parse_worker_output_takes_the_last_verdict_line() -> None:
+    text = format_worker_output({"status": "ok", "correct": True, "detail": None}) + format_worker_output(
+        {"status": "ok", "correct": False, "detail": "x"}
+    )
+    assert parse_worker_output(text) == {"status": "ok", "correct": False, "detail": "x"}

@@ -30,6 +30,7 @@ def build_tiny_model(
     num_kv_heads: int = 2,
     intermediate_size: int = 128,
     max_position_embeddings: int = 8192,
+    initializer_range: float = 0.1,
     seed: int = 0,
 ) -> Path:
     """Build a random Qwen2-architecture model on a real tokenizer and save it as an HF folder.
@@ -43,6 +44,9 @@ def build_tiny_model(
         out_dir: folder to write (created; must not already hold a model).
         hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size, max_position_embeddings:
             architecture (``hidden_size`` divisible by ``num_heads``, ``num_heads`` by ``num_kv_heads``).
+        initializer_range: std of the random weights. 0.1 keeps sampling near-uniform (entropy about 11.6 nats
+            of the 11.9 maximum on the Qwen vocabulary) while greedy decoding still varies between tokens
+            (transformers' default 0.02 makes greedy decoding repeat one id).
         seed: weight-initialisation seed.
 
     Returns:
@@ -75,6 +79,7 @@ def build_tiny_model(
         num_attention_heads=num_heads,
         num_key_value_heads=num_kv_heads,
         max_position_embeddings=max_position_embeddings,
+        initializer_range=initializer_range,
         tie_word_embeddings=True,
         bos_token_id=tok.bos_token_id,
         eos_token_id=stops[0],
@@ -96,13 +101,16 @@ def build_tiny_model(
     return out_dir
 
 
+_TINY_VERSION = 2  # bump when build_tiny_model's defaults change, so stale cached models are not reused
+
+
 def cached_tiny_model(tokenizer_name_or_path: str | Path, **kwargs) -> Path:
     """:func:`build_tiny_model` into ``$TIRL_CACHE/tiny/<key>``, built once (safe across processes).
 
-    The key hashes the tokenizer reference and ``kwargs``; later calls with the same arguments return the
+    The key hashes the tokenizer reference, ``kwargs`` and a version of the defaults; later calls with the same arguments return the
     same folder without rebuilding.
     """
-    raw = json.dumps({"tok": str(tokenizer_name_or_path), **kwargs}, sort_keys=True).encode()
+    raw = json.dumps({"tok": str(tokenizer_name_or_path), "v": _TINY_VERSION, **kwargs}, sort_keys=True).encode()
     name = f"{Path(str(tokenizer_name_or_path)).name}-{hashlib.sha256(raw).hexdigest()[:12]}"
     return build_once(cache_dir() / "tiny" / name,
                       lambda tmp: build_tiny_model(tokenizer_name_or_path, tmp, **kwargs))

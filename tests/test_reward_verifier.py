@@ -1,0 +1,264 @@
+"""The verifier's pipeline with scripted executors: status mapping, retries, counting, order, threads.
+
+The executors here return canned ``ExecutionResult`` objects (or run :mod:`tirl.reward.worker` in-process), so
+these tests check the verifier's own logic without processes; the real sandbox path is in
+``test_reward_table.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from typing import Callable, Sequence
+
+import pytest
+
+from tirl.reward import VerifierConfig, VerifierStats, Verifier, VerifyItem, averify_batch, verify, verify_batch
+from tirl.reward.payload import PROGRAM, format_worker_output
+from tirl.reward.worker import run_payload
+from tirl.sandbox.types import CodeExecutor, ExecutionRequest, ExecutionResult
+
+
+class ScriptedExecutor:
+    """A ``CodeExecutor`` whose answers come from a function of the request (and the call count)."""
+
+    def __init__(self, answer: Callable[[ExecutionRequest, int], ExecutionResult]) -> None:
+        self.answer = answer
+        self.requests: list[ExecutionRequest] = []
+        self.closed = False
+
+    async def run(self, request: ExecutionRequest) -> ExecutionResult:
+        return (await self.run_batch([request]))[0]
+
+    async def run_batch(self, requests: Sequence[ExecutionRequest]) -> list[ExecutionResult]:
+        out = []
+        for request in requests:
+            self.requests.append(request)
+            out.append(self.answer(request, len(self.requests)))
+        return out
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def in_process(request: ExecutionRequest, _n: int) -> ExecutionResult:
+    """Run the worker's comparison in this process (what a sandbox child does, minus the process)."""
+    assert request.code == PROGRAM
+    verdict = run_payload(json.loads(request.stdin))
+    return ExecutionResult(status="ok", stdout=format_worker_output(verdict), exit_code=0, duration_s=0.01)
+
+
+def fixed(result: ExecutionResult) -> Callable[[ExecutionRequest, int], ExecutionResult]:
+    return lambda _request, _n: result
+
+
+def box(answer: str) -> str:
+    return f"<reason>work</reason><answer>The answer is \\boxed{{{answer}}}</answer>"
+
+
+def test_scripted_executor_satisfies_the_protocol() -> None:
+    assert isinstance(ScriptedExecutor(in_process), CodeExecutor)
+
+
+def test_fast_paths_never_touch_the_executor() -> None:
+    executor = ScriptedExecutor(in_process)
+    verdicts = verify_batch(
+        [(box("1,000"), "1000"), (box("7"), "8"), (box("x+1"), "x + 1"), ("no box at all", "5")], executor
+    )
+    assert [v.path for v in verdicts] == ["integer", "integer", "string", "none"]
+    assert [v.reward for v in verdicts] == [1.0, 0.0, 1.0, 0.0]
+    assert executor.requests == []
+
+
+def test_symbolic_items_go_to_the_executor_with_the_configured_deadline() -> None:
+    executor = ScriptedExecutor(in_process)
+    config = VerifierConfig(timeout_s=2.5, memory_mb=777)
+    verdict = verify(box("\\frac{2}{4}"), "\\frac{1}{2}", executor=executor, config=config)
+    assert verdict.correct and verdict.path == "symbolic" and verdict.status == "ok"
+    (request,) = executor.requests
+    assert request.timeout_s == 2.5 and request.memory_mb == 777
+    assert json.loads(request.stdin)["gold"] == "\\frac{1}{2}"
+    assert json.loads(request.stdin)["pred"] == "\\frac{2}{4}"
+
+
+def test_integer_gold_with_non_integer_answer_is_still_checked_symbolically() -> None:
+    executor = ScriptedExecutor(in_process)
+    verdict = verify(box("2^{10}"), "1024", executor=executor)
+    assert verdict.correct and verdict.path == "symbolic"
+
+
+@pytest.mark.parametrize(
+    ("result", "status"),
+    [
+        (ExecutionResult(status="timeout", duration_s=5.0, exit_code=-9), "timeout"),
+        (ExecutionResult(status="killed", exit_code=-9), "timeout"),
+        (ExecutionResult(status="error", error_type="ImportError", traceback="ImportError: no math_verify"), "verifier_error"),
+        (ExecutionResult(status="ok", stdout="the worker printed something else\n"), "verifier_error"),
+        (ExecutionResult(status="internal", stderr="worker died"), "verifier_error"),
+    ],
+)
+def test_executor_outcomes_map_to_statuses_and_never_to_a_silent_pass(result: ExecutionResult, status: str) -> None:
+    verdict = verify(box("\\sqrt{2}"), "\\sqrt{2}+0", executor=ScriptedExecutor(fixed(result)), stats=VerifierStats())
+    assert verdict.status == status
+    assert verdict.reward == 0.0
+    assert verdict.detail
+
+
+def test_internal_errors_are_retried_with_fresh_request_ids() -> None:
+    def flaky(request: ExecutionRequest, n: int) -> ExecutionResult:
+        return ExecutionResult.internal_error("worker died") if n == 1 else in_process(request, n)
+
+    executor = ScriptedExecutor(flaky)
+    verdict = verify(box("\\frac{2}{4}"), "\\frac{1}{2}", executor=executor, config=VerifierConfig(internal_retries=1))
+    assert verdict.correct and verdict.status == "ok"
+    assert len(executor.requests) == 2
+    assert executor.requests[0].request_id != executor.requests[1].request_id
+
+
+def test_internal_errors_without_retries_become_verifier_errors() -> None:
+    executor = ScriptedExecutor(fixed(ExecutionResult.internal_error("down")))
+    verdict = verify(box("\\frac{2}{4}"), "\\frac{1}{2}", executor=executor, config=VerifierConfig(internal_retries=0))
+    assert verdict.status == "verifier_error"
+    assert len(executor.requests) == 1
+
+
+class RaisingExecutor(ScriptedExecutor):
+    async def run_batch(self, requests: Sequence[ExecutionRequest]) -> list[ExecutionResult]:
+        raise ConnectionError("service unreachable")
+
+
+def test_an_executor_that_raises_gives_verifier_errors_not_an_exception() -> None:
+    verdicts = verify_batch([(box("\\frac{2}{4}"), "\\frac{1}{2}"), (box("5"), "5")], RaisingExecutor(in_process))
+    assert [v.status for v in verdicts] == ["verifier_error", "ok"]
+
+
+class ShortExecutor(ScriptedExecutor):
+    async def run_batch(self, requests: Sequence[ExecutionRequest]) -> list[ExecutionResult]:
+        return []
+
+
+def test_an_executor_that_answers_too_few_results_gives_verifier_errors() -> None:
+    verdict = verify(box("\\frac{2}{4}"), "\\frac{1}{2}", executor=ShortExecutor(in_process), config=VerifierConfig(internal_retries=0))
+    assert verdict.status == "verifier_error"
+
+
+def test_batch_preserves_order_across_fast_and_symbolic_items() -> None:
+    golds = ["1", "\\frac{1}{2}", "3", "\\sqrt{2}", "5", "\\pi"]
+    answers = ["1", "0.5", "4", "2^{1/2}", "5", "\\pi"]
+    verdicts = verify_batch([(box(a), g) for a, g in zip(answers, golds)], ScriptedExecutor(in_process))
+    assert [v.gold for v in verdicts] == golds
+    assert [v.extracted for v in verdicts] == answers
+    assert [v.correct for v in verdicts] == [True, True, False, True, True, True]
+
+
+def test_stats_count_every_status_and_log_the_abnormal_ones(caplog: pytest.LogCaptureFixture) -> None:
+    stats = VerifierStats()
+    executor = ScriptedExecutor(
+        lambda req, n: ExecutionResult(status="timeout", duration_s=5.0)
+        if "tower" in req.stdin
+        else in_process(req, n)
+    )
+    items = [
+        (box("5"), "5"),
+        ("nothing", "5"),
+        (box("1"), "$12:00$"),
+        (box("tower"), "5"),
+        (box("\\frac{1}{2}"), "0.5"),
+    ]
+    with caplog.at_level(logging.WARNING, logger="tirl.reward"):
+        verify_batch(items, executor, stats=stats)
+    snap = stats.snapshot()
+    assert snap["total"] == 5 and snap["correct"] == 2
+    assert snap["by_status"] == {"ok": 2, "no_answer": 1, "unparsable_gold": 1, "timeout": 1, "verifier_error": 0}
+    logged = " ".join(record.getMessage() for record in caplog.records)
+    assert "unparsable_gold" in logged and "timeout" in logged
+    assert "no_answer" not in logged
+
+
+def test_stats_merge_adds_counts() -> None:
+    a, b = VerifierStats(), VerifierStats()
+    verify_batch([(box("5"), "5")], ScriptedExecutor(in_process), stats=a)
+    verify_batch([(box("6"), "5"), ("x", "5")], ScriptedExecutor(in_process), stats=b)
+    a.merge(b)
+    assert a.snapshot()["total"] == 3 and a.snapshot()["by_status"]["no_answer"] == 1
+
+
+@pytest.mark.parametrize("gold", ["", "   ", None])
+def test_empty_reference_is_unparsable_gold(gold: object) -> None:
+    verdict = verify(box("5"), gold, executor=ScriptedExecutor(in_process), stats=VerifierStats())  # type: ignore[arg-type]
+    assert verdict.status == "unparsable_gold" and not verdict.correct
+
+
+def test_integer_reference_given_as_int_is_accepted() -> None:
+    assert verify(box("42"), 42, executor=ScriptedExecutor(in_process)).correct  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("response", [None, "", "\\boxed{}", "<answer>no box here</answer> \\boxed{5}", "\\boxed{\\frac{1}{"])
+def test_missing_answers_are_no_answer(response: str | None) -> None:
+    verdict = verify(response, "5", executor=ScriptedExecutor(in_process))
+    assert verdict.status == "no_answer" and verdict.reward == 0.0
+
+
+def test_boxes_inside_tool_responses_never_count() -> None:
+    text = "<tool_call>{}</tool_call><tool_response>\\boxed{5}</tool_response> So it is <answer>\\boxed{6}</answer>"
+    assert verify(text, "5", executor=ScriptedExecutor(in_process)).correct is False
+
+
+def test_items_accept_pairs_dicts_and_items_and_reject_other_shapes() -> None:
+    executor = ScriptedExecutor(in_process)
+    verdicts = verify_batch(
+        [(box("5"), "5"), {"response": box("5"), "gold": "5"}, VerifyItem(None, "5", answer="5")], executor
+    )
+    assert all(v.correct for v in verdicts)
+    with pytest.raises(TypeError):
+        verify_batch(["just a string"], executor)
+
+
+def test_verify_works_from_worker_threads() -> None:  # F77
+    executor = ScriptedExecutor(in_process)
+    results: dict[int, bool] = {}
+
+    def work(i: int) -> None:
+        results[i] = verify(box("\\frac{2}{4}"), "\\frac{1}{2}", executor=executor).correct
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == {0: True, 1: True, 2: True, 3: True}
+
+
+async def test_sync_verify_inside_a_running_event_loop() -> None:
+    verdict = verify(box("\\frac{2}{4}"), "\\frac{1}{2}", executor=ScriptedExecutor(in_process))
+    assert verdict.correct
+
+
+async def test_averify_batch_runs_on_the_callers_loop() -> None:
+    seen: list[asyncio.AbstractEventLoop] = []
+
+    class LoopRecorder(ScriptedExecutor):
+        async def run_batch(self, requests: Sequence[ExecutionRequest]) -> list[ExecutionResult]:
+            seen.append(asyncio.get_running_loop())
+            return await super().run_batch(requests)
+
+    verdicts = await averify_batch([(box("\\frac{2}{4}"), "\\frac{1}{2}")], LoopRecorder(in_process))
+    assert verdicts[0].correct
+    assert seen == [asyncio.get_running_loop()]
+
+
+async def test_verifier_object_async_and_sync_agree() -> None:
+    verifier = Verifier(ScriptedExecutor(in_process), stats=VerifierStats())
+    a = await verifier.averify(box("0.5"), "\\frac{1}{2}")
+    b = await asyncio.to_thread(verifier.verify, box("0.5"), "\\frac{1}{2}")
+    assert a.correct and b.correct
+    assert verifier.stats.snapshot()["total"] == 2
+
+
+def test_verdict_serialises_with_its_reward() -> None:
+    verdict = verify(box("5.0"), "5", executor=ScriptedExecutor(in_process))
+    data = verdict.to_dict()
+    assert data["reward"] == 1.0 and data["status"] == "ok" and data["path"] == "integer"
+    json.dumps(data)

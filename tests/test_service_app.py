@@ -16,7 +16,7 @@ from test_service_support import ScriptedExecutor
 from tirl.sandbox.types import ExecutionRequest, ExecutionResult
 from tirl.service.app import create_app, get_service
 from tirl.service.core import ExecutionService, ServiceConfig
-from tirl.service.schemas import ExecuteRequest, ExecuteResult, result_from_wire
+from tirl.service.schemas import ExecuteRequest, ExecuteResult, result_from_wire, result_to_wire
 
 
 def client_for(app) -> httpx.AsyncClient:
@@ -47,6 +47,12 @@ def _same_labels(sample: str, labels: dict) -> bool:
 
 
 # -- wire format ----------------------------------------------------------------------------------
+
+
+def test_result_to_wire_equals_the_dataclass_dict():
+    result = ExecutionResult("error", stdout="o", stderr="e", display="d", error_type="E", traceback="t",
+                             exit_code=1, duration_s=0.5, stdout_truncated=True, request_id="r")
+    assert result_to_wire(result) == result.to_dict()
 
 
 def test_schemas_mirror_the_shared_dataclasses():

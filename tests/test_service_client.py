@@ -292,7 +292,10 @@ async def test_real_sockets_two_servers_in_process():
         if len(urls) == 2:
             ready.set()
 
-    servers = [asyncio.ensure_future(serve_app(create_app(ex), "127.0.0.1", 0, on_ready=on_ready)) for ex in executors]
+    stop = asyncio.Event()
+    servers = [
+        asyncio.ensure_future(serve_app(create_app(ex), "127.0.0.1", 0, on_ready=on_ready, stop=stop)) for ex in executors
+    ]
     try:
         await asyncio.wait_for(ready.wait(), 10)
         async with SandboxClient(urls, fast(senders=4, batch_size=16)) as client:
@@ -300,9 +303,8 @@ async def test_real_sockets_two_servers_in_process():
         async with httpx.AsyncClient() as http:
             metrics = (await http.get(urls[0] + "/metrics")).text
     finally:
-        for task in servers:
-            task.cancel()
-        await asyncio.gather(*servers, return_exceptions=True)
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*servers), 10)
     assert [r.stdout for r in results] == [f"{i}\n" for i in range(200)]
     assert all(sum(ex.runs.values()) > 0 for ex in executors)
     assert "tirl_service_calls_total" in metrics

@@ -17,6 +17,9 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind; use a private address for other nodes."),
     port: int = typer.Option(8088, help="TCP port; 0 picks a free one (printed on the ready line)."),
     workers: int = typer.Option(4, min=1, help="Sandbox worker processes (LocalSandbox(workers=N))."),
+    preload: str = typer.Option(
+        "numpy,scipy,sympy", help="Modules each worker imports once at start, comma-separated ('' for none)."
+    ),
     max_code_kb: int = typer.Option(1024, min=1, help="Largest code accepted, KiB (larger: HTTP 413)."),
     max_stdin_kb: int = typer.Option(1024, min=1, help="Largest stdin accepted, KiB (larger: HTTP 413)."),
     max_batch_size: int = typer.Option(1024, min=1, help="Most requests per batch (more: HTTP 413)."),
@@ -37,7 +40,10 @@ def serve(
         max_batch_size=max_batch_size,
         cache_max_entries=cache_entries,
     )
-    config = ServeConfig(host=host, port=port, workers=workers, log_level=log_level, service=service)
+    modules = tuple(m.strip() for m in preload.split(",") if m.strip())
+    config = ServeConfig(
+        host=host, port=port, workers=workers, preload=modules, log_level=log_level, service=service
+    )
     try:
         asyncio.run(serve_local_sandbox(config))
     except KeyboardInterrupt:  # pragma: no cover - interactive stop

@@ -44,6 +44,7 @@ from tirl.service.schemas import (
     ExecuteResult,
     HealthResponse,
     ServiceLimits,
+    result_to_wire,
 )
 
 
@@ -273,7 +274,7 @@ def create_app(
         """Run one request (idempotent by ``request_id``)."""
         check([body])
         result = await service.execute(body.to_request())
-        return JSONBytesResponse(result.to_dict())
+        return JSONBytesResponse(result_to_wire(result))
 
     @app.post("/v1/execute/batch", response_model=BatchExecuteResponse, responses=responses, tags=["execute"])
     async def execute_batch(body: BatchExecuteRequest) -> Response:
@@ -284,7 +285,7 @@ def create_app(
             )
         check(body.requests)
         results: list[ExecutionResult] = await service.execute_batch([r.to_request() for r in body.requests])
-        return JSONBytesResponse({"results": [r.to_dict() for r in results]})
+        return JSONBytesResponse({"results": [result_to_wire(r) for r in results]})
 
     @app.get("/healthz", response_model=HealthResponse, responses={503: {"model": HealthResponse}}, tags=["ops"])
     async def healthz() -> Response:

@@ -125,9 +125,13 @@ class ErrorResponse(BaseModel):
     detail: Any = None
 
 
+_RESULT_FIELDS = tuple(ExecutionResult.__dataclass_fields__)
+
+
 def result_to_wire(result: ExecutionResult) -> dict[str, Any]:
-    """The JSON dict of a result (the shared dataclass's ``to_dict``)."""
-    return result.to_dict()
+    """The JSON dict of a result: same keys as ``ExecutionResult.to_dict`` without its deep copy (every field
+    is a scalar or a string)."""
+    return {name: getattr(result, name) for name in _RESULT_FIELDS}
 
 
 def result_from_wire(data: Any, request_id: str) -> ExecutionResult:

@@ -35,7 +35,8 @@ class ServeConfig:
     Attributes:
         host: interface to bind (``127.0.0.1`` unless other nodes must reach it).
         port: TCP port; 0 picks a free one (printed on the ready line).
-        workers: sandbox worker processes (``LocalSandbox(workers=...)``), i.e. executions at once.
+        workers: sandbox worker processes (``LocalSandbox(workers=...)``).
+        preload: modules each worker imports once at start; None keeps the sandbox's default.
         timeout_keep_alive_s: idle keep-alive connections are closed after this; keep it above the clients'
             ``keepalive_expiry_s``.
         graceful_shutdown_s: on SIGTERM, how long running requests may finish before the server exits.
@@ -46,6 +47,7 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 8088
     workers: int = 4
+    preload: tuple[str, ...] | None = None
     timeout_keep_alive_s: float = 30.0
     graceful_shutdown_s: float = 30.0
     log_level: str = "warning"
@@ -80,8 +82,12 @@ async def serve_app(
     graceful_shutdown_s: float = 30.0,
     log_level: str = "warning",
     on_ready: Callable[[str], None] | None = None,
+    stop: asyncio.Event | None = None,
 ) -> None:
-    """Serve ``app`` with uvicorn until stopped; call ``on_ready(url)`` once it accepts connections."""
+    """Serve ``app`` with uvicorn until stopped; call ``on_ready(url)`` once it accepts connections.
+
+    Stops on SIGINT/SIGTERM (in the main thread) or when ``stop`` is set, with a graceful drain either way.
+    """
     sock = bind_socket(host, port)
     url = _url(sock)
     config = uvicorn.Config(
@@ -102,11 +108,17 @@ async def serve_app(
         if on_ready is not None:
             on_ready(url)
 
-    watcher = asyncio.ensure_future(announce())
+    async def stopper() -> None:
+        if stop is not None:
+            await stop.wait()
+            server.should_exit = True
+
+    watchers = [asyncio.ensure_future(announce()), asyncio.ensure_future(stopper())]
     try:
         await server.serve(sockets=[sock])
     finally:
-        watcher.cancel()
+        for task in watchers:
+            task.cancel()
         sock.close()
 
 
@@ -127,7 +139,10 @@ async def serve_local_sandbox(config: ServeConfig, routers: Sequence[Any] = ()) 
     """
     from tirl.sandbox import LocalSandbox  # type: ignore[attr-defined]  # provided by the sandbox part
 
-    sandbox = LocalSandbox(workers=config.workers)
+    kwargs: dict[str, Any] = {"workers": config.workers}
+    if config.preload is not None:
+        kwargs["preload"] = tuple(config.preload)
+    sandbox = LocalSandbox(**kwargs)
     app = create_app(sandbox, config.service, routers=routers, close_executor=True)
     try:
         await serve_app(

@@ -1,0 +1,227 @@
+"""Evaluation metrics over sampled trajectories: average pass@1, unbiased pass@k, maj@k, lengths, tool use.
+
+Covers the numbers of an evaluation table, computed from light per-sample outcomes (:class:`SampleOutcome`),
+so they can be recomputed from the JSONL records of a resumed run without the trajectories' token ids. It does
+not verify answers (``tirl.reward``) nor print anything (``tirl.eval.report``).
+
+Definitions (report §5 "average pass@1 over 16 samples"; Chen et al. 2021, "Evaluating Large Language Models
+Trained on Code", eq. 1 for pass@k):
+
+- **average pass@1**: mean over problems of the per-problem mean of the binary reward.
+- **pass@k**: mean over problems of ``1 - C(n - c, k) / C(n, k)`` (n samples, c correct), the unbiased
+  estimator of the chance that at least one of k samples is correct. Reported for k = 1, 2, 4, ... up to the
+  smallest per-problem sample count.
+- **maj@k**: majority vote over the extracted answers of the first k samples of a problem (answers compared as
+  strings after removing whitespace; samples without an answer do not vote). The problem scores the correctness
+  of the winning answer; when several answers tie, it scores their mean correctness (the expected value of a
+  random tie-break). No answer at all scores 0.
+- **response length**: model-generated tokens only (loss mask 1), mean and 90th percentile (linear
+  interpolation, ``numpy.percentile``).
+- **truncation rate**: share of trajectories whose finish reason is ``length`` or ``context``.
+- **no-answer rate**: share of trajectories without an extracted final answer.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from tirl.protocol.types import TOOL_CALL_CLASSES
+
+TRUNCATED_FINISH_REASONS = ("length", "context")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k estimate for one problem (Chen et al. 2021, eq. 1): ``1 - C(n-c, k) / C(n, k)``.
+
+    Computed as ``1 - prod_{i=n-c+1}^{n} (1 - k / i)``, which avoids huge binomials.
+
+    Args:
+        n: samples drawn (>= 1).
+        c: correct samples (0 <= c <= n).
+        k: the k of pass@k (1 <= k <= n).
+
+    Raises:
+        ValueError: when the arguments are out of range.
+    """
+    if n < 1 or not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass_at_k needs n >= 1, 0 <= c <= n, 1 <= k <= n; got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def _vote_key(answer: str | None) -> str | None:
+    if answer is None:
+        return None
+    key = "".join(answer.split())
+    return key or None
+
+
+def majority_correct(answers: Sequence[str | None], correct: Sequence[bool]) -> float:
+    """maj@len(answers) for one problem: the correctness of the most frequent answer (see module docstring).
+
+    Args:
+        answers: extracted answers, one per sample (None when a sample has none).
+        correct: the binary verdict of each sample, same length.
+
+    Returns:
+        A value in [0, 1]: 1 or 0 with a unique winner, the mean correctness of the tied winners otherwise.
+
+    Raises:
+        ValueError: when the lengths differ.
+    """
+    if len(answers) != len(correct):
+        raise ValueError(f"{len(answers)} answers but {len(correct)} verdicts")
+    votes: Counter[str] = Counter()
+    right: dict[str, bool] = {}
+    for answer, ok in zip(answers, correct):
+        key = _vote_key(answer)
+        if key is None:
+            continue
+        votes[key] += 1
+        right[key] = right.get(key, False) or bool(ok)
+    if not votes:
+        return 0.0
+    top = max(votes.values())
+    winners = [key for key, count in votes.items() if count == top]
+    return sum(right[w] for w in winners) / len(winners)
+
+
+@dataclass
+class SampleOutcome:
+    """What the metrics need from one evaluated trajectory.
+
+    Attributes:
+        problem_id: the problem this sample answers.
+        sample_index: index of the sample within the problem (0-based); orders samples for maj@k.
+        correct: the binary verdict.
+        answer: the extracted final answer, or None.
+        model_tokens: tokens the model generated (sum of the loss mask).
+        tool_classes: the class of each tool call, in order (``ok``, ``error``, ``timeout``, ``parse_error``).
+        finish_reason: the trajectory's finish reason.
+        tool_internal_errors: tool calls whose execution failed inside tirl (status ``internal``).
+        verdict_status: the verifier's status (``ok``, ``no_answer``, ``timeout``, ...).
+    """
+
+    problem_id: str
+    sample_index: int
+    correct: bool
+    answer: str | None = None
+    model_tokens: int = 0
+    tool_classes: list[str] = field(default_factory=list)
+    finish_reason: str = "answer"
+    tool_internal_errors: int = 0
+    verdict_status: str = "ok"
+
+
+@dataclass
+class BenchmarkSummary:
+    """The table row of one benchmark (see the module docstring for each definition).
+
+    Attributes:
+        benchmark: benchmark name.
+        num_problems: problems with at least one sample.
+        num_samples: trajectories in total.
+        samples_per_problem: the smallest per-problem sample count (the largest k reported).
+        avg_pass1: average pass@1 in [0, 1].
+        pass_at_k: ``{k: value}`` for k = 1, 2, 4, ... <= ``samples_per_problem``, and k = ``samples_per_problem``.
+        maj_at_k: maj@k at k = ``samples_per_problem``.
+        mean_response_tokens / p90_response_tokens: model-generated tokens per trajectory.
+        tool_calls_per_trajectory: mean number of tool calls.
+        tool_call_classes: ``{class: count}`` over all tool calls (every class present, 0 when unseen).
+        tool_internal_errors: tool calls that failed inside tirl (sandbox ``internal``), also counted as ``error``.
+        truncation_rate / no_answer_rate: shares of trajectories in [0, 1].
+        finish_reasons / verdict_statuses: counts by value.
+    """
+
+    benchmark: str
+    num_problems: int
+    num_samples: int
+    samples_per_problem: int
+    avg_pass1: float
+    pass_at_k: dict[int, float]
+    maj_at_k: float
+    mean_response_tokens: float
+    p90_response_tokens: float
+    tool_calls_per_trajectory: float
+    tool_call_classes: dict[str, int]
+    tool_internal_errors: int
+    truncation_rate: float
+    no_answer_rate: float
+    finish_reasons: dict[str, int]
+    verdict_statuses: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (pass@k keys as strings ``"1"``, ``"2"``, ...)."""
+        data = asdict(self)
+        data["pass_at_k"] = {str(k): v for k, v in self.pass_at_k.items()}
+        return data
+
+
+def _k_values(n: int) -> list[int]:
+    ks, k = [], 1
+    while k <= n:
+        ks.append(k)
+        k *= 2
+    if n not in ks:
+        ks.append(n)
+    return ks
+
+
+def summarize(benchmark: str, outcomes: Iterable[SampleOutcome]) -> BenchmarkSummary:
+    """Aggregate the outcomes of one benchmark into its table row.
+
+    Args:
+        benchmark: the benchmark's name (copied into the result).
+        outcomes: every evaluated sample of the benchmark, any order.
+
+    Raises:
+        ValueError: when ``outcomes`` is empty, or a problem holds the same sample index twice.
+    """
+    by_problem: dict[str, dict[int, SampleOutcome]] = {}
+    all_outcomes: list[SampleOutcome] = []
+    for o in outcomes:
+        samples = by_problem.setdefault(o.problem_id, {})
+        if o.sample_index in samples:
+            raise ValueError(f"problem {o.problem_id!r} has sample {o.sample_index} twice")
+        samples[o.sample_index] = o
+        all_outcomes.append(o)
+    if not all_outcomes:
+        raise ValueError(f"benchmark {benchmark!r} has no samples to summarize")
+
+    groups = [[s[i] for i in sorted(s)] for s in by_problem.values()]
+    n_min = min(len(g) for g in groups)
+    ks = _k_values(n_min)
+    pass_k = {
+        k: float(np.mean([pass_at_k(len(g), sum(o.correct for o in g), k) for g in groups])) for k in ks
+    }
+    avg_pass1 = float(np.mean([np.mean([o.correct for o in g]) for g in groups]))
+    maj = float(np.mean([majority_correct([o.answer for o in g[:n_min]], [o.correct for o in g[:n_min]])
+                         for g in groups]))
+    lengths = np.array([o.model_tokens for o in all_outcomes], dtype=float)
+    classes = Counter({c: 0 for c in TOOL_CALL_CLASSES})
+    for o in all_outcomes:
+        classes.update(o.tool_classes)
+    n = len(all_outcomes)
+    return BenchmarkSummary(
+        benchmark=benchmark,
+        num_problems=len(groups),
+        num_samples=n,
+        samples_per_problem=n_min,
+        avg_pass1=avg_pass1,
+        pass_at_k=pass_k,
+        maj_at_k=maj,
+        mean_response_tokens=float(lengths.mean()),
+        p90_response_tokens=float(np.percentile(lengths, 90)),
+        tool_calls_per_trajectory=sum(len(o.tool_classes) for o in all_outcomes) / n,
+        tool_call_classes=dict(classes),
+        tool_internal_errors=sum(o.tool_internal_errors for o in all_outcomes),
+        truncation_rate=sum(o.finish_reason in TRUNCATED_FINISH_REASONS for o in all_outcomes) / n,
+        no_answer_rate=sum(o.answer is None for o in all_outcomes) / n,
+        finish_reasons=dict(Counter(o.finish_reason for o in all_outcomes)),
+        verdict_statuses=dict(Counter(o.verdict_status for o in all_outcomes)),
+    )

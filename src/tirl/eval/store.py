@@ -1,0 +1,165 @@
+"""Crash-safe, resumable JSONL output of an evaluation run.
+
+Covers the output folder of ``tirl eval``: ``trajectories.jsonl`` (one JSON object per finished trajectory,
+appended, flushed and fsynced one at a time, so a crash loses at most the trajectories in flight), ``run.json``
+(the settings that must match for a resume), and ``summary.json`` (written by the runner). It does not compute
+metrics or run anything.
+
+Resume policy:
+
+- A record is identified by ``(benchmark, problem_id, sample_index)``; a re-run skips the keys present.
+- A torn last line (the process died mid-write) is ignored and cut off the file before the next append, so the
+  file stays valid JSONL. A malformed line elsewhere is also skipped and counted (``RunStore.skipped_lines``),
+  never fatal.
+- ``run.json`` holds the settings that change what a sample means (model, sampling, limits, tools). Opening an
+  existing folder with different settings raises :class:`ResumeMismatch` instead of mixing two runs. Settings
+  that only select *which* samples exist (benchmarks, subset, samples per problem) may differ: a larger
+  ``--samples`` or ``--subset`` extends a run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+TRAJECTORIES_FILE = "trajectories.jsonl"
+RUN_FILE = "run.json"
+SUMMARY_FILE = "summary.json"
+
+RecordKey = tuple[str, str, int]
+
+
+class ResumeMismatch(ValueError):
+    """The output folder holds a run with different settings; resuming would mix two runs."""
+
+
+def record_key(record: dict[str, Any]) -> RecordKey:
+    """The identity ``(benchmark, problem_id, sample_index)`` of a record.
+
+    Raises:
+        KeyError: when a field is missing.
+    """
+    return (str(record["benchmark"]), str(record["problem_id"]), int(record["sample_index"]))
+
+
+class RunStore:
+    """The output folder of one evaluation run, opened for resume.
+
+    Args:
+        out_dir: the folder (created when missing).
+        settings: JSON-serialisable settings that must match an existing run (see the module docstring).
+
+    Raises:
+        ResumeMismatch: ``out_dir`` holds a ``run.json`` whose settings differ from ``settings``.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike[str], settings: dict[str, Any]) -> None:
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.out_dir / TRAJECTORIES_FILE
+        self.skipped_lines = 0
+        self._check_settings(settings)
+        self.records: dict[RecordKey, dict[str, Any]] = {}
+        self._load()
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    # -- settings -------------------------------------------------------------------------------------
+    def _check_settings(self, settings: dict[str, Any]) -> None:
+        run_path = self.out_dir / RUN_FILE
+        settings = json.loads(json.dumps(settings))  # normalise (tuples to lists, int keys to str)
+        if run_path.exists():
+            try:
+                previous = json.loads(run_path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                previous = None
+            if isinstance(previous, dict):
+                diff = {
+                    k: (previous.get(k), settings.get(k))
+                    for k in sorted(set(previous) | set(settings))
+                    if previous.get(k) != settings.get(k)
+                }
+                if diff:
+                    lines = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items())
+                    raise ResumeMismatch(
+                        f"{self.out_dir} holds a run with different settings ({lines}); "
+                        "use another --out folder or the same settings"
+                    )
+                return
+        tmp = run_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, run_path)
+
+    # -- records --------------------------------------------------------------------------------------
+    def _load(self) -> None:
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        good_end = 0  # byte offset just past the last newline-terminated line
+        pos = 0
+        while pos < len(data):
+            nl = data.find(b"\n", pos)
+            if nl < 0:  # torn last line: no newline was written
+                break
+            line = data[pos:nl]
+            pos = good_end = nl + 1
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                key = record_key(record)
+            except (ValueError, KeyError, TypeError):
+                self.skipped_lines += 1
+                continue
+            self.records[key] = record
+        if good_end < len(data):
+            self.skipped_lines += 1
+            with open(self.path, "r+b") as fh:
+                fh.truncate(good_end)
+                fh.flush()
+                os.fsync(fh.fileno())
+
+    def __contains__(self, key: RecordKey) -> bool:
+        return key in self.records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(list(self.records.values()))
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Write one finished record durably (one line, flush, fsync) and remember it.
+
+        Raises:
+            KeyError: the record lacks ``benchmark``, ``problem_id`` or ``sample_index``.
+            ValueError: the record is already stored (a resume must not redo it).
+        """
+        key = record_key(record)
+        if key in self.records:
+            raise ValueError(f"record {key} is already stored")
+        line = json.dumps(record, ensure_ascii=False)
+        self._fh.write(line + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self.records[key] = record
+
+    def write_summary(self, summary: dict[str, Any]) -> Path:
+        """Write ``summary.json`` atomically (temp file, then rename) and return its path."""
+        path = self.out_dir / SUMMARY_FILE
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+    def close(self) -> None:
+        """Close the file. Idempotent."""
+        if not self._fh.closed:
+            self._fh.close()
+
+    def __enter__(self) -> "RunStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,516 @@
+"""The multi-turn agent loop: generate, parse tool calls, execute them, append the tool segment, repeat.
+
+Covers one trajectory's life at the token level and running many of them concurrently (asyncio): the engine
+batches the generations in flight while other trajectories wait on their tool calls. It does not implement
+engines (``tirl.rollout.engine`` and its implementations), scheduling across engines (an ``EngineRouter``), the
+conversation format (``tirl.protocol``), code execution (a ``CodeExecutor``) or answer verification
+(``tirl.reward``).
+
+Token-in/token-out (report §3.1; field case F85): the prompt is tokenized once; every later engine call gets
+``prompt_ids + response_ids`` exactly as sampled, never re-tokenized from text; only the tool-response segment
+is newly tokenized (``tirl.protocol.tool_response_segment_ids``) and appended with loss mask 0 and log-prob 0.0.
+
+Stops (the trajectory's ``finish_reason``):
+
+``answer``
+    A turn without a tool call (or any turn with ``use_tools=False``).
+``max_turns``
+    The ``max_turns``-th assistant turn still called a tool. Its calls are not executed (no later turn could
+    read them) and not recorded as tool calls; ``metadata["unexecuted_tool_calls"]`` counts them.
+``length``
+    The response token budget ``max_response_tokens`` ran out. Tool tokens count against it. A turn cut by the
+    budget is kept; its tool calls are never executed (field case F34: partial code never runs). A tool segment
+    that does not fit the budget is not appended and ends the trajectory.
+``context``
+    The model's context window (``context_window``) would be exceeded: by the next generation or by the tool
+    segment (field case F88; tool outputs are also capped per call by the protocol's response limit).
+``eos``
+    The engine ended on end-of-sequence without the end-of-turn token.
+``error``
+    The engine failed (``metadata["error"]`` says why). The trajectory is kept; callers decide (evaluation
+    does not store it, so a re-run retries it).
+
+Tool calls of one turn run concurrently through ``CodeExecutor.run_batch``. A sandbox ``internal`` failure is
+shown to the model as a tool error (class ``error``) and counted in ``metadata["tool_internal_errors"]``.
+:func:`check_executor` is the start-up health check (field case F89): it fails fast when the sandbox is
+unreachable instead of letting every tool call fail.
+
+Output order of :func:`run_trajectories`: flat, prompt-major: trajectory ``i * samples_per_prompt + j`` is
+sample ``j`` of prompt ``i``; ``metadata`` holds ``group_id`` (the prompt's id, or its index as a string),
+``group_index`` (``i``) and ``sample_index`` (``j``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Sequence
+
+from tirl.protocol.answer import count_answer_blocks, extract_answer
+from tirl.protocol.config import ProtocolConfig
+from tirl.protocol.parse import parse_tool_calls
+from tirl.protocol.render import stop_token_ids, tool_response_segment_ids
+from tirl.protocol.response import render_parse_error, render_tool_response
+from tirl.protocol.types import ToolCall, ToolCallError, ToolCallRecord, Trajectory, TurnRecord, classify_tool_call
+from tirl.rollout.engine import Engine, EngineRouter, GenerationOutput, SamplingParams
+from tirl.rollout.prompting import prompt_ids_for
+from tirl.sandbox.types import (
+    DEFAULT_MEMORY_MB,
+    DEFAULT_TIMEOUT_S,
+    CodeExecutor,
+    ExecutionRequest,
+    ExecutionResult,
+)
+
+OnTrajectory = Callable[["RolloutRequest", Trajectory], "Awaitable[None] | None"]
+
+
+class SandboxUnavailable(RuntimeError):
+    """The code executor failed its start-up health check (unreachable, misconfigured, or broken)."""
+
+
+@dataclass
+class AgentLoopConfig:
+    """Limits and sampling of the agent loop.
+
+    Attributes:
+        max_turns: most assistant turns per trajectory (report: 10/15 in training, 30 in evaluation).
+        max_response_tokens: budget for everything after the prompt, model and tool tokens together.
+        temperature: sampling temperature (report: 1.0 in training, 0.6 in evaluation).
+        top_p: nucleus mass in (0, 1].
+        use_tools: False renders no tool schema and never executes anything (plain chain-of-thought).
+        context_window: most prompt + response tokens the model can hold; None for no limit beyond the budget.
+        tool_timeout_s: wall-clock deadline of each tool call, seconds.
+        tool_memory_mb: memory limit of each tool call, MiB.
+        max_concurrency: trajectories in flight at once in :meth:`AgentLoop.run_many`; None for all.
+        protocol: the conversation format.
+    """
+
+    max_turns: int = 30
+    max_response_tokens: int = 30720
+    temperature: float = 0.6
+    top_p: float = 1.0
+    use_tools: bool = True
+    context_window: int | None = None
+    tool_timeout_s: float = DEFAULT_TIMEOUT_S
+    tool_memory_mb: int = DEFAULT_MEMORY_MB
+    max_concurrency: int | None = None
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+        if self.max_response_tokens < 1:
+            raise ValueError(f"max_response_tokens must be >= 1, got {self.max_response_tokens}")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1 or None, got {self.max_concurrency}")
+
+
+@dataclass
+class RolloutRequest:
+    """One trajectory to generate.
+
+    Attributes:
+        problem: the problem text (the user message).
+        group_id: id shared by the samples of one problem (GRPO group).
+        sample_index: index of this sample within its group.
+        seed: sampling seed of this trajectory (turn ``t`` uses a seed derived from it), or None.
+        metadata: copied into the trajectory's metadata.
+    """
+
+    problem: str
+    group_id: str = "0"
+    sample_index: int = 0
+    seed: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def derive_seed(*parts: object) -> int:
+    """A stable 31-bit seed from any values (the same parts give the same seed in every process)."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+async def check_executor(executor: CodeExecutor, timeout_s: float = 30.0) -> None:
+    """Start-up health check: run ``print(6 * 7)`` and require ``ok`` with stdout ``42``.
+
+    Raises:
+        SandboxUnavailable: the executor raised, timed out, or answered anything else (the message quotes
+            its status and stderr).
+    """
+    try:
+        result = await asyncio.wait_for(
+            executor.run(ExecutionRequest(code="print(6 * 7)", timeout_s=min(timeout_s, DEFAULT_TIMEOUT_S))),
+            timeout=timeout_s,
+        )
+    except Exception as exc:  # noqa: BLE001 - any failure means the sandbox is not usable
+        raise SandboxUnavailable(f"code executor failed its health check: {type(exc).__name__}: {exc}") from exc
+    if result.status != "ok" or result.stdout.strip() != "42":
+        raise SandboxUnavailable(
+            f"code executor failed its health check: status={result.status!r} "
+            f"stdout={result.stdout[:200]!r} stderr={result.stderr[:500]!r}"
+        )
+
+
+class AgentLoop:
+    """Runs trajectories through leased engines and a code executor.
+
+    Args:
+        router: hands out one engine per trajectory (``SingleEngineRouter`` for one engine). Each trajectory
+            leases once with budget ``len(prompt_ids) + max_response_tokens`` and runs all turns on it.
+        executor: runs tool calls (``LocalSandbox`` or ``SandboxClient``); may be None when
+            ``config.use_tools`` is False.
+        tokenizer: a Hugging Face tokenizer (renders the prompt and tool segments, decodes turns).
+        config: limits and sampling.
+
+    Raises:
+        ValueError: ``use_tools`` is True and ``executor`` is None.
+    """
+
+    def __init__(
+        self,
+        router: EngineRouter,
+        executor: CodeExecutor | None,
+        tokenizer: Any,
+        config: AgentLoopConfig | None = None,
+    ) -> None:
+        self.router = router
+        self.executor = executor
+        self.tokenizer = tokenizer
+        self.config = config or AgentLoopConfig()
+        if self.config.use_tools and executor is None:
+            raise ValueError("use_tools=True needs a code executor")
+        self._stop_ids = list(stop_token_ids(tokenizer, self.config.protocol))
+        self._prompt_cache: dict[str, list[int]] = {}
+
+    # -- public API -----------------------------------------------------------------------------------
+    def prompt_ids(self, problem: str) -> list[int]:
+        """Token ids of the rendered prompt (system, tools when enabled, user, generation prompt); cached."""
+        ids = self._prompt_cache.get(problem)
+        if ids is None:
+            ids = prompt_ids_for(self.tokenizer, problem, self.config.protocol, use_tools=self.config.use_tools)
+            self._prompt_cache[problem] = ids
+        return list(ids)
+
+    def response_text(self, response_ids: Sequence[int]) -> str:
+        """The decoded response (model turns and tool segments, special tokens kept), for answer extraction
+        and reading; never re-encoded."""
+        return self.tokenizer.decode(list(response_ids), skip_special_tokens=False) if response_ids else ""
+
+    async def check_tools(self, timeout_s: float = 30.0) -> None:
+        """Run :func:`check_executor` when tools are enabled; a no-op otherwise.
+
+        Raises:
+            SandboxUnavailable: the executor is not usable.
+        """
+        if self.config.use_tools and self.executor is not None:
+            await check_executor(self.executor, timeout_s)
+
+    async def run_one(self, request: RolloutRequest) -> Trajectory:
+        """Generate one trajectory (see the module docstring for stops and invariants).
+
+        Engine failures become a trajectory with finish reason ``error``; cancellation propagates (the lease
+        is released on the way out).
+        """
+        prompt_ids = self.prompt_ids(request.problem)
+        trajectory_id = f"{request.group_id}/{request.sample_index}/{uuid.uuid4().hex[:8]}"
+        budget = len(prompt_ids) + self.config.max_response_tokens
+        started = time.perf_counter()
+        try:
+            async with self.router.lease(trajectory_id, budget) as engine:
+                traj = await self._run_turns(engine, prompt_ids, request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed lease must not lose the other trajectories
+            traj = Trajectory(prompt_ids=prompt_ids, finish_reason="error")
+            traj.metadata["error"] = f"{type(exc).__name__}: {exc}"
+        traj.metadata.update(request.metadata)
+        traj.metadata.update(
+            trajectory_id=trajectory_id,
+            group_id=request.group_id,
+            sample_index=request.sample_index,
+            seed=request.seed,
+            total_time_s=time.perf_counter() - started,
+        )
+        traj.check()
+        return traj
+
+    async def run_many(
+        self, requests: Sequence[RolloutRequest], on_trajectory: OnTrajectory | None = None
+    ) -> list[Trajectory]:
+        """Generate every request concurrently (at most ``config.max_concurrency`` in flight).
+
+        Args:
+            requests: the trajectories to generate.
+            on_trajectory: called (and awaited when it returns an awaitable) as each trajectory finishes, in
+                completion order; an exception from it cancels the remaining work and propagates.
+
+        Returns:
+            The trajectories in the order of ``requests``.
+        """
+        limit = self.config.max_concurrency or max(1, len(requests))
+        semaphore = asyncio.Semaphore(limit)
+        results: list[Trajectory | None] = [None] * len(requests)
+
+        async def one(i: int, request: RolloutRequest) -> None:
+            async with semaphore:
+                traj = await self.run_one(request)
+            results[i] = traj
+            if on_trajectory is not None:
+                maybe = on_trajectory(request, traj)
+                if inspect.isawaitable(maybe):
+                    await maybe
+
+        tasks = [asyncio.create_task(one(i, r)) for i, r in enumerate(requests)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return [t for t in results if t is not None]
+
+    # -- one trajectory -------------------------------------------------------------------------------
+    async def _run_turns(self, engine: Engine, prompt_ids: list[int], request: RolloutRequest) -> Trajectory:
+        cfg = self.config
+        response_ids: list[int] = []
+        loss_mask: list[int] = []
+        logprobs: list[float] = []
+        have_logprobs = True
+        turns: list[TurnRecord] = []
+        meta: dict[str, Any] = {"tool_internal_errors": 0, "unexecuted_tool_calls": 0}
+        gen_time = tool_time = 0.0
+        finish = "answer"
+
+        while True:
+            budget_left = cfg.max_response_tokens - len(response_ids)
+            max_new, limited_by = budget_left, "length"
+            if cfg.context_window is not None:
+                context_left = cfg.context_window - len(prompt_ids) - len(response_ids)
+                if context_left < max_new:
+                    max_new, limited_by = context_left, "context"
+            if max_new <= 0:
+                finish = limited_by
+                break
+
+            seed = None if request.seed is None else derive_seed(request.seed, len(turns))
+            params = SamplingParams(
+                max_new_tokens=max_new,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                stop_token_ids=list(self._stop_ids),
+                seed=seed,
+            )
+            t0 = time.perf_counter()
+            try:
+                out = await engine.generate(prompt_ids + response_ids, params)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - an engine failure ends this trajectory only
+                out = GenerationOutput(token_ids=[], finish_reason="error", error=f"{type(exc).__name__}: {exc}")
+            gen_time += time.perf_counter() - t0
+
+            ids = [int(t) for t in out.token_ids]
+            overshoot = len(ids) > max_new  # a misbehaving engine; the budget still holds
+            ids = ids[:max_new]
+            response_ids.extend(ids)
+            loss_mask.extend([1] * len(ids))
+            if len(out.logprobs) >= len(ids):
+                logprobs.extend(float(x) for x in out.logprobs[: len(ids)])
+            else:
+                have_logprobs = False
+            text = self.tokenizer.decode(ids, skip_special_tokens=False) if ids else ""
+            turn = TurnRecord(
+                text=text,
+                num_tokens=len(ids),
+                answer_blocks=count_answer_blocks(text, cfg.protocol),
+                finish_reason=out.finish_reason,
+            )
+            turns.append(turn)
+
+            if out.finish_reason == "error":
+                finish = "error"
+                meta["error"] = out.error or "engine error"
+                break
+            if out.finish_reason == "length" or overshoot:
+                finish = limited_by
+                break
+            if out.finish_reason == "eos":
+                finish = "eos"
+                break
+            if not cfg.use_tools:
+                finish = "answer"
+                break
+            calls = parse_tool_calls(text, cfg.protocol)
+            if not calls:
+                finish = "answer"
+                break
+            if len(turns) >= cfg.max_turns:
+                finish = "max_turns"
+                meta["unexecuted_tool_calls"] = len(calls)
+                break
+
+            t0 = time.perf_counter()
+            records = await self._execute(calls)
+            tool_time += time.perf_counter() - t0
+            turn.tool_calls = records
+            meta["tool_internal_errors"] += sum(
+                1 for r in records if r.result is not None and r.result.status == "internal"
+            )
+            segment = list(
+                tool_response_segment_ids(self.tokenizer, [r.response_text for r in records], cfg.protocol)
+            )
+            if len(response_ids) + len(segment) > cfg.max_response_tokens:
+                finish = "length"
+                break
+            if cfg.context_window is not None and len(prompt_ids) + len(response_ids) + len(segment) >= cfg.context_window:
+                finish = "context"
+                break
+            response_ids.extend(segment)
+            loss_mask.extend([0] * len(segment))
+            logprobs.extend([0.0] * len(segment))
+
+        meta.update(generation_time_s=gen_time, tool_time_s=tool_time, num_turns=len(turns))
+        return Trajectory(
+            prompt_ids=list(prompt_ids),
+            response_ids=response_ids,
+            loss_mask=loss_mask,
+            logprobs=logprobs if have_logprobs else [],
+            turns=turns,
+            final_answer=extract_answer(self.response_text(response_ids), cfg.protocol),
+            finish_reason=finish,
+            metadata=meta,
+        )
+
+    async def _execute(self, calls: Sequence[ToolCall | ToolCallError]) -> list[ToolCallRecord]:
+        """Run the decoded calls of one turn concurrently; parse errors are answered without running."""
+        cfg = self.config
+        runnable = [c for c in calls if isinstance(c, ToolCall)]
+        results: list[ExecutionResult] = []
+        if runnable:
+            assert self.executor is not None
+            requests = [
+                ExecutionRequest(code=c.code, stdin=c.stdin, timeout_s=cfg.tool_timeout_s, memory_mb=cfg.tool_memory_mb)
+                for c in runnable
+            ]
+            message = ""
+            try:
+                results = list(await self.executor.run_batch(requests))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - executors should not raise; never lose the trajectory
+                message = f"executor raised {type(exc).__name__}: {exc}"
+            if len(results) != len(requests):
+                message = message or f"executor answered {len(results)} of {len(requests)} calls"
+                results = [ExecutionResult.internal_error(message, request_id=r.request_id) for r in requests]
+        it = iter(results)
+        records: list[ToolCallRecord] = []
+        for call in calls:
+            if isinstance(call, ToolCallError):
+                records.append(ToolCallRecord(call=call, result=None, cls="parse_error",
+                                              response_text=render_parse_error(call, cfg.protocol)))
+            else:
+                result = next(it)
+                records.append(ToolCallRecord(call=call, result=result, cls=classify_tool_call(call, result),
+                                              response_text=render_tool_response(result, cfg.protocol)))
+        return records
+
+
+def _as_requests(
+    problems: Sequence[str | dict[str, Any]], samples_per_prompt: int, seed: int | None
+) -> list[RolloutRequest]:
+    if samples_per_prompt < 1:
+        raise ValueError(f"samples_per_prompt must be >= 1, got {samples_per_prompt}")
+    requests = []
+    for i, item in enumerate(problems):
+        if isinstance(item, str):
+            problem, group_id, extra = item, str(i), {}
+        elif isinstance(item, dict) and isinstance(item.get("problem"), str):
+            problem, group_id = item["problem"], str(item.get("id", i))
+            extra = {k: v for k, v in item.items() if k != "problem"}
+        else:
+            raise ValueError(f"problem {i} must be a string or a dict with a 'problem' string, got {item!r:.80}")
+        for j in range(samples_per_prompt):
+            requests.append(
+                RolloutRequest(
+                    problem=problem,
+                    group_id=group_id,
+                    sample_index=j,
+                    seed=None if seed is None else derive_seed(seed, group_id, j),
+                    metadata={"group_index": i, **extra},
+                )
+            )
+    return requests
+
+
+async def run_trajectories(
+    problems: Sequence[str | dict[str, Any]],
+    samples_per_prompt: int,
+    router: EngineRouter,
+    executor: CodeExecutor | None,
+    tokenizer: Any,
+    config: AgentLoopConfig | None = None,
+    *,
+    seed: int | None = None,
+    check_sandbox: bool = True,
+    on_trajectory: OnTrajectory | None = None,
+) -> list[Trajectory]:
+    """Generate ``samples_per_prompt`` trajectories for each problem (the RL rollout's 2G per prompt).
+
+    Args:
+        problems: problem texts, or dicts with ``problem`` (and optional ``id``, used as the group id; other
+            keys are copied into each trajectory's metadata).
+        samples_per_prompt: trajectories per problem (>= 1).
+        router, executor, tokenizer, config: see :class:`AgentLoop`.
+        seed: base seed; each trajectory gets ``derive_seed(seed, group_id, sample_index)``. None: unseeded.
+        check_sandbox: run the start-up health check first (when tools are enabled).
+        on_trajectory: see :meth:`AgentLoop.run_many`.
+
+    Returns:
+        Flat, prompt-major list (see the module docstring), ``len(problems) * samples_per_prompt`` long.
+
+    Raises:
+        SandboxUnavailable: the health check failed.
+        ValueError: a malformed problem or ``samples_per_prompt < 1``.
+    """
+    loop = AgentLoop(router, executor, tokenizer, config)
+    requests = _as_requests(problems, samples_per_prompt, seed)
+    if check_sandbox:
+        await loop.check_tools()
+    return await loop.run_many(requests, on_trajectory)
+
+
+def run_trajectories_sync(*args: Any, **kwargs: Any) -> list[Trajectory]:
+    """Blocking :func:`run_trajectories` for synchronous callers (TRL's training loop).
+
+    Without a running event loop in this thread it uses ``asyncio.run``; inside one (a notebook, an async
+    framework) it runs a fresh event loop in a helper thread and waits. Either way the executor and engines
+    must not be bound to another event loop (create them per call, or make them loop-agnostic).
+
+    Raises:
+        Whatever :func:`run_trajectories` raises.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run_trajectories(*args, **kwargs))
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(run_trajectories(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="tirl-rollout", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

@@ -127,6 +127,12 @@ def test_static_plan_assigns_contiguous_equal_blocks():
     assert ctl.queue_length == 0  # never waits, no capacity check
 
 
+def test_static_without_plan_splits_each_batch_by_arrival_order():
+    ctl = AdmissionController("static", [("e0", None), ("e1", None), ("e2", None)], static_batch_size=6)
+    got = [ctl.submit(f"t{i}", 10, now=0)[1].endpoint for i in range(8)]
+    assert got == ["e0", "e0", "e1", "e1", "e2", "e2", "e0", "e0"]  # the 7th starts the next step's blocks
+
+
 def test_round_robin_counts_assignments_and_never_decrements_them():
     ctl = AdmissionController("round_robin", [("e0", None), ("e1", None)], seed=0)
     a, first = ctl.submit("a", 10, now=0)

@@ -18,8 +18,9 @@ Policies (rStar2-Agent report §3.2 and Fig. 7; notes/rstar2-reference.md §2d.4
   reservation by it, which is what this module does.
 - ``static`` (verl v0.2 as described in the report): every trajectory is admitted at once; a batch planned
   with :meth:`AdmissionController.plan` is split into contiguous equal blocks, one per endpoint (so the
-  samples of one problem share an endpoint, as verl's ``chunk`` does); unplanned trajectories are dealt
-  cyclically. No capacity check.
+  samples of one problem share an endpoint, as verl's ``chunk`` does). Without a plan, ``static_batch_size``
+  n gives the same blocks by arrival order (the k-th lease of each n goes to endpoint ``floor((k mod n) * E
+  / n)``); without either, trajectories are dealt cyclically. No capacity check.
 - ``round_robin`` (the released port, verl's ``AsyncLLMServerManager``): every trajectory is admitted at
   once to the endpoint with the fewest trajectories *ever assigned* (the counter is never decremented), ties
   broken by a seeded shuffle of the endpoint list; an LRU map (10,000 entries) keeps a trajectory id on the
@@ -154,6 +155,8 @@ class AdmissionController:
         admission_coef: reservation multiplier for ``kv_aware`` (> 0; < 1 over-admits).
         seed: seed of the ``round_robin`` tie-break shuffle.
         affinity_size: entries of the trajectory-id -> endpoint LRU map.
+        static_batch_size: ``static`` without a plan: split each run of this many arrivals into contiguous
+            blocks (None: deal cyclically).
 
     Raises:
         ValueError: unknown policy, duplicate or empty endpoint list, non-positive coefficient, or a missing
@@ -165,6 +168,7 @@ class AdmissionController:
     admission_coef: float = 1.0
     seed: int = 0
     affinity_size: int = 10_000
+    static_batch_size: int | None = None
     _eps: dict[str, _Endpoint] = field(init=False, repr=False)
     _leases: dict[int, _Lease] = field(init=False, repr=False)
     _queue: deque[int] = field(init=False, repr=False)
@@ -180,6 +184,8 @@ class AdmissionController:
             raise ValueError(f"admission_coef must be a positive finite number, got {self.admission_coef!r}")
         if not self.endpoints:
             raise ValueError("at least one endpoint is required")
+        if self.static_batch_size is not None and self.static_batch_size < 1:
+            raise ValueError("static_batch_size must be >= 1")
         order = list(range(len(self.endpoints)))
         if self.policy == "round_robin":
             random.Random(self.seed).shuffle(order)  # the released manager shuffles its server list
@@ -424,7 +430,11 @@ class AdmissionController:
             return self._eps[planned]
         if planned is not None:  # its planned endpoint died: least-assigned alive one
             return min(alive, key=lambda e: (e.in_flight, e.order))
-        ep = alive[self._cyclic % len(alive)]
+        if self.static_batch_size:
+            k = self._cyclic % self.static_batch_size
+            ep = alive[(k * len(alive)) // self.static_batch_size]
+        else:
+            ep = alive[self._cyclic % len(alive)]
         self._cyclic += 1
         return ep
 

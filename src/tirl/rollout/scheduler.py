@@ -89,6 +89,9 @@ class SchedulerConfig:
         max_failovers: fail-overs allowed per trajectory (>= 0).
         health_timeout_s: timeout of one health probe (seconds).
         seed: seed of the ``round_robin`` tie-break shuffle.
+        static_batch_size: ``static`` policy: trajectories per step, split into contiguous equal blocks by
+            arrival order (verl v0.2's even pre-allocation); None deals them cyclically. :meth:`plan` is the
+            alternative when the trajectory ids are known in advance.
     """
 
     policy: str = "kv_aware"
@@ -98,6 +101,7 @@ class SchedulerConfig:
     max_failovers: int = 2
     health_timeout_s: float = 5.0
     seed: int = 0
+    static_batch_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -230,6 +234,7 @@ class RolloutScheduler:
             endpoints=[(ep.name, ep.capacity_tokens) for ep in self._endpoints.values()],
             admission_coef=self.config.admission_coef,
             seed=self.config.seed,
+            static_batch_size=self.config.static_batch_size,
         )
         self._waiters: dict[int, asyncio.Future[Admission]] = {}
         self._probes: dict[str, asyncio.Task[bool]] = {}

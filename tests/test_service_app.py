@@ -326,6 +326,20 @@ async def test_extra_router_is_included_and_reaches_the_service():
     assert r.json() == {"stdout": "via router\n", "same": True}
 
 
+def test_concurrency_follows_executor_capacity_unless_configured():
+    from tirl.service.core import DEFAULT_MAX_CONCURRENCY, resolve_concurrency
+
+    class Pool(ScriptedExecutor):
+        max_concurrency = 12
+
+    assert resolve_concurrency(ServiceConfig(), Pool(workers=6)) == 12
+    assert resolve_concurrency(ServiceConfig(), ScriptedExecutor(workers=6)) == 6
+    assert resolve_concurrency(ServiceConfig(max_concurrency=3), Pool(workers=6)) == 3
+    assert resolve_concurrency(ServiceConfig(), object()) == DEFAULT_MAX_CONCURRENCY  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        resolve_concurrency(ServiceConfig(max_concurrency=0), Pool())
+
+
 async def test_unknown_path_gets_json_404():
     async with client_for(create_app(ScriptedExecutor())) as c:
         r = await c.get("/nope")

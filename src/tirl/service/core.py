@@ -38,9 +38,10 @@ class ServiceConfig:
         max_batch_size: most items in one ``/v1/execute/batch`` request; more gets a 413.
         max_body_bytes: largest HTTP request body read; larger gets a 413 before it is parsed.
         max_timeout_s: largest ``timeout_s`` accepted; larger gets a 422.
-        max_concurrency: executions handed to the executor at once. None: the executor's ``workers``
-            attribute when it has an int one (``LocalSandbox``), else ``DEFAULT_MAX_CONCURRENCY``. Keep it at
-            the executor's worker count so the safety deadline never counts time queued inside the executor.
+        max_concurrency: executions handed to the executor at once. None: the executor's
+            ``max_concurrency`` or ``workers`` attribute (``LocalSandbox`` has both), else
+            ``DEFAULT_MAX_CONCURRENCY``. Keep it at what the executor runs at once, so that the safety
+            deadline never counts time queued inside the executor.
         deadline_grace_s: the safety deadline is ``timeout_s + deadline_grace_s`` after an execution got its
             slot; past it the execution is cancelled and answered ``internal``. Keep it above the executor's
             own grace (``LocalSandbox``: ``host_grace_s``, 10 s) so the executor's handling answers first.
@@ -73,14 +74,20 @@ class ServiceConfig:
 
 
 def resolve_concurrency(config: ServiceConfig, executor: CodeExecutor) -> int:
-    """The execution slots to use: ``config.max_concurrency``, else ``executor.workers``, else the default."""
+    """The execution slots to use: ``config.max_concurrency``; else the executor's own ``max_concurrency``
+    (``LocalSandbox``: workers x slots per worker) or ``workers`` attribute; else ``DEFAULT_MAX_CONCURRENCY``.
+
+    Raises:
+        ValueError: ``config.max_concurrency`` below 1.
+    """
     if config.max_concurrency is not None:
         if config.max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {config.max_concurrency}")
         return config.max_concurrency
-    workers = getattr(executor, "workers", None)
-    if isinstance(workers, int) and not isinstance(workers, bool) and workers >= 1:
-        return workers
+    for name in ("max_concurrency", "workers"):
+        value = getattr(executor, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
     return DEFAULT_MAX_CONCURRENCY
 
 

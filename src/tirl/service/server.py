@@ -145,6 +145,7 @@ async def serve_local_sandbox(config: ServeConfig, routers: Sequence[Any] = ()) 
     sandbox = LocalSandbox(**kwargs)
     app = create_app(sandbox, config.service, routers=routers, close_executor=True)
     try:
+        await sandbox.start()  # announce ready only once the workers have imported their preload
         await serve_app(
             app,
             config.host,

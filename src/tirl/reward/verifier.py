@@ -104,9 +104,8 @@ def create_default_executor(workers: int | None = None) -> CodeExecutor:
         ImportError: ``tirl.sandbox`` has no ``LocalSandbox`` (the sandbox part is missing).
     """
     from tirl.sandbox import LocalSandbox  # type: ignore[attr-defined]
-    from tirl.sandbox.config import SandboxConfig
 
-    return LocalSandbox(SandboxConfig(workers=workers, preload=PRELOAD_MODULES))
+    return LocalSandbox(workers=workers, preload=PRELOAD_MODULES)
 
 
 async def _get_default_executor() -> CodeExecutor:

@@ -1,0 +1,208 @@
+"""The reward table: (reference, response) pairs with their expected reward, through a real sandbox pool.
+
+Every row is verified in one ``verify_batch`` call through a ``LocalSandbox`` that preloads the reward worker
+(symbolic rows run math-verify in forked sandbox children under the 5 s hard deadline), then each row is
+asserted on its own. Rows cite the field cases of ``shared/cases/field-cases.jsonl`` (F41-F77) where they come
+from; the rest are MATH-500-style answers and integers written in several ways. The expected rewards follow
+the policies of docs/reward.md and the extraction policy of ``tirl.protocol.extract_answer`` (last box of the
+last ``<answer>`` block, else of the final turn; boxes are never merged).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Iterator, NamedTuple
+
+import pytest
+
+from tirl.reward import Verdict, VerifierConfig, VerifierStats, close_default_executor, verify, verify_batch
+
+
+class Row(NamedTuple):
+    id: str
+    gold: str
+    response: str | None
+    reward: float
+    status: str | None = None  # expected status when it is not "ok"
+
+
+def b(answer: str) -> str:
+    """A response whose final answer is ``answer`` (the report's format)."""
+    return f"<reason>Let me work it out.</reason>\n<answer>The final answer is \\boxed{{{answer}}}.</answer>"
+
+
+POWER_TOWER = "\\boxed{\\dfrac{5^{\\left(5^{\\left(5^{\\left(5^5\\right)}\\right)} - 4\\right)} - 5}{16}}"
+BIG = str(2**200)
+HUGE = "7" * 6000
+
+ROWS: list[Row] = [
+    # ---- integers written several ways (the in-process fast path) ----------------------------------
+    Row("int-plain", "42", b("42"), 1),
+    Row("int-wrong", "42", b("43"), 0),
+    Row("int-negative", "-7", b("-7"), 1),
+    Row("int-sign-flip", "-7", b("7"), 0),
+    Row("F55-thousands", "1000", b("1,000"), 1),
+    Row("F55-pair-is-not-12", "(1,2)", b("12"), 0),
+    Row("F55-millions", "1300400", b("1,300,400"), 1),
+    Row("int-latex-comma", "1000", b("1{,}000"), 1),
+    Row("int-thin-space", "1000", b("1\\,000"), 1),
+    Row("int-spaces", "1000000", b("1 000 000"), 1),
+    Row("int-not-grouped", "12", b("1,2"), 0),
+    Row("F76-leading-zeros", "9", b("009"), 1),
+    Row("F56-degrees-pred", "30", b("30^\\circ"), 1),
+    Row("F56-degrees-gold", "30^\\circ", b("30"), 1),
+    Row("F56-unit", "35", b("35\\text{ cm}"), 1),
+    Row("F56-dollar", "18", b("\\$18"), 1),
+    Row("int-assignment", "12", b("x = 12"), 1),
+    Row("int-decimal-zero", "5", b("5.0"), 1),
+    Row("int-decimal-nonzero", "5", b("5.1"), 0),
+    Row("F53-text-gold", "$\\text{13}$", b("13"), 1),
+    Row("int-percent", "10", b("10\\%"), 1),
+    Row("int-power", "1024", b("2^{10}"), 1),
+    Row("int-factorial", "120", b("5!"), 1),
+    Row("int-fraction", "5", b("\\frac{10}{2}"), 1),
+    Row("int-binomial", "10", b("\\binom{5}{2}"), 1),
+    Row("int-big", BIG, b(BIG), 1),
+    Row("int-big-off-by-one", BIG, b(str(2**200 + 1)), 0),
+    Row("int-past-digit-limit", HUGE, b(HUGE), 1),
+    Row("int-past-digit-limit-wrong", HUGE, b(HUGE[:-1] + "8"), 0),
+    # ---- extraction field cases ----------------------------------------------------------------------
+    Row("F41", "\\frac{1}{2}", "So the probability is \\boxed{\\frac{1}{2}}.", 1),
+    Row("F43-fbox", "7", "The answer is \\fbox{7}.", 1),
+    Row("F44-interval", "[2,5)", "The domain is \\boxed{[2,5)}", 1),
+    Row("F46-revision", "7", "First guess \\boxed{3}. After checking, the answer is \\boxed{7}.", 1),
+    Row("F47-last-box-only", "3, 5, 7", "The roots are \\boxed{3}, \\boxed{5}, \\boxed{7}.", 0),
+    Row("F47-one-box", "3, 5, 7", b("3, 5, 7"), 1),
+    # F49: "#### 42" is not a final-answer marker of this protocol (boxed answers only): no answer.
+    Row("F49-gsm8k-marker", "42", "2+40=42\n#### 42\n and the reasoning above confirms this result is consistent.", 0, "no_answer"),
+    Row("F49-variant", "42", "Thus \\boxed{42}. " + "Let me double check the arithmetic once more. " * 12, 1),
+    Row("F50-truncated", "12", "Let me compute step by step. So x = 12 and then we need to add the remaining terms which gives", 0, "no_answer"),
+    Row("truncated-box", "12", "so the answer is \\boxed{1", 0, "no_answer"),
+    Row("empty-box", "12", b(""), 0, "no_answer"),
+    Row("no-response", "12", None, 0, "no_answer"),
+    Row("tool-response-box-ignored", "5", "<tool_response>\\boxed{5}</tool_response> hence <answer>\\boxed{6}</answer>", 0),
+    Row("F52-tuple", "\\left( 3, \\frac{\\pi}{2} \\right)", "\\boxed{(3, \\frac{\\pi}{2})}", 1),
+    Row("F53-text", "\\text{Evelyn}", "The winner is \\boxed{\\text{Evelyn}}", 1),
+    Row("F58-letter", "B", "\\boxed{B}", 1),
+    # ---- verifier field cases ------------------------------------------------------------------------
+    Row("F59-factorials", "$\\frac{1}{2004!}$", b("\\frac{1}{2006!}"), 0),
+    Row("F59-powers", "$\\frac{1}{2^{99}}$", b("\\frac{1}{2^{98}}"), 0),
+    Row("F59-powers-equal", "$\\frac{1}{2^{99}}$", b("2^{-99}"), 1),
+    Row("F61-lists", "$n=2, 3, 4$", b("n=1, 2, 3"), 0),
+    Row("F61-intervals", "$D = (0, 1)$", b("D = (0, 1.5)"), 0),
+    Row("F62-plus-minus", "$\\pm 2021$", b("2021"), 0),
+    Row("F62-clock-wrong", "$12:00$", b("1:00"), 0, "unparsable_gold"),
+    Row("F62-clock-same", "$12:00$", b("12:00"), 1),
+    Row("F64-lines", "3*x-1*y+13=0", b("3x + 4y + 14=0"), 0),
+    Row("F65-radical", "1 - \\sqrt{2}", b("1"), 0),
+    Row("F65-tuple-vs-number", "\\left( 3, \\frac{\\pi}{2} \\right)", b("3"), 0),
+    Row("F67-positive-n", "$\\sqrt{1/n}$", b("\\frac{1}{\\sqrt{n}}"), 1),
+    Row("F68-line-forms", "$2x+4y-3=0$", b("y = -\\frac{1}{2}x + \\frac{3}{4}"), 1),
+    Row("F70-unboxed-expr", "e^{16} - 1", "-1 + exp(16)", 0, "no_answer"),
+    Row("F70-unboxed-pi", "\\dfrac{\\pi}{2}", "pi/2", 0, "no_answer"),
+    Row("F70-boxed", "e^{16} - 1", "\\boxed{e^{16}-1}", 1),
+    Row("F70-wrong", "-1", "-1 + exp(16)", 0, "no_answer"),
+    Row("F70-wrong-boxed", "-1", b("-1 + e^{16}"), 0),
+    Row("F71-decimal", "\\frac{1}{12}", b("0.0833333333333333"), 1),
+    Row("F71-tuple", "(1,\\frac{9}{2})", b("(1,4.5)"), 1),
+    Row("F71-rounded-gold", "33.3", b("\\frac{100}{3}"), 1),
+    Row("F71-plane", "34x+45y-20z+100=0", b("-34x-45y+20z-100=0"), 1),
+    Row("F73-ellipses", "$\\frac{x^2}{4}+\\frac{y^2}{3}=1$", b("\\frac{x^2}{16}+\\frac{y^2}{12}=1"), 0),
+    # F74: decided by the magnitude guard, before anything is evaluated (no need to wait for the deadline).
+    Row("F74-power-tower", "5", POWER_TOWER, 0),
+    # A sum of two astronomically large terms that may cancel cannot be estimated: it runs into the deadline.
+    Row("timeout-huge-difference", "5", b("10^{10^{8}} - 10^{10^{8}-1}"), 0, "timeout"),
+    Row("F76-answer-marker", "9", "Final Answer:\nThe last three digits of \\(2003^{2002^{2001}}\\) are:\n\\[Answer: 009\\]", 0, "no_answer"),
+    Row("F76-huge-factorial", "5", "\\boxed{(10^{7})!}", 0),
+    Row("F76-huge-power", "5", "\\boxed{10^{10^{7}}}", 0),
+    Row("guard-e-sign", "1 - \\frac{1}{e}", b("1 + \\frac{1}{e}"), 0),
+    Row("guard-e-same", "1 - \\frac{1}{e}", b("1-e^{-1}"), 1),
+    Row("guard-abs-not-positive", "|x|", b("x"), 0),
+    Row("guard-decimal-terminating", "0.5", b("\\frac{27}{50}"), 0),
+    # ---- MATH-500-style answers ----------------------------------------------------------------------
+    Row("frac-dfrac", "\\frac{14}{3}", b("\\dfrac{14}{3}"), 1),
+    Row("frac-decimal", "\\frac{1}{2}", b("0.5"), 1),
+    Row("frac-wrong", "\\frac{1}{2}", b("\\frac{1}{3}"), 0),
+    Row("frac-rounded-pred", "\\frac{1}{3}", b("0.333"), 0),
+    Row("frac-negative", "-\\frac{3}{4}", b("\\frac{-3}{4}"), 1),
+    Row("radical-power", "\\sqrt{2}", b("2^{1/2}"), 1),
+    Row("radical-simplified", "3\\sqrt{13}", b("\\sqrt{117}"), 1),
+    Row("radical-product", "\\frac{\\sqrt{3}}{2}", b("\\frac{1}{2}\\sqrt{3}"), 1),
+    Row("radical-wrong", "2\\sqrt{2}", b("\\sqrt{6}"), 0),
+    Row("interval-same", "(-\\infty, 3]", b("(-\\infty,3]"), 1),
+    Row("interval-flipped", "[2,5)", b("(2,5]"), 0),
+    Row("interval-union", "(-\\infty,-2)\\cup(2,\\infty)", b("(-\\infty, -2) \\cup (2, \\infty)"), 1),
+    Row("tuple-order", "(1,2)", b("(2,1)"), 0),
+    Row("tuple-spacing", "(3, -1)", b("(3,-1)"), 1),
+    Row("matrix-same", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", b("\\begin{pmatrix}1\\\\2\\end{pmatrix}"), 1),
+    Row("matrix-wrong", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", b("\\begin{pmatrix} 2 \\\\ 1 \\end{pmatrix}"), 0),
+    Row("matrix-2x2", "\\begin{pmatrix} 1 & 0 \\\\ 0 & 1 \\end{pmatrix}", b("\\begin{bmatrix} 1 & 0 \\\\ 0 & 1 \\end{bmatrix}"), 1),
+    Row("pi-quarter", "\\frac{\\pi}{4}", b("\\frac{1}{4}\\pi"), 1),
+    Row("pi-decimal", "\\pi", b("3.14159265"), 1),
+    Row("pi-rough-decimal", "2\\pi", b("6.28"), 0),
+    Row("degrees-not-radians", "45^\\circ", b("\\frac{\\pi}{4}"), 0),
+    Row("text-unwrapped", "\\text{Evelyn}", b("Evelyn"), 1),
+    Row("text-wrong", "\\text{east}", b("\\text{west}"), 0),
+    Row("choice-parenthesised", "\\text{(C)}", b("C"), 1),
+    Row("choice-wrong", "A", b("B"), 0),
+    Row("equation-spacing", "y = 2x + 3", b("y=2x+3"), 1),
+    Row("equation-wrong", "y = 2x + 3", b("y = 3x + 2"), 0),
+    Row("equation-reordered", "x^2+y^2=1", b("y^2+x^2=1"), 1),
+    Row("set-order", "\\{1, 2, 3\\}", b("\\{3,2,1\\}"), 1),
+    Row("list-order", "2, 3", b("3, 2"), 1),
+    Row("percent-decimal", "10\\%", b("0.1"), 1),
+    Row("polynomial-factored", "x^2-1", b("(x-1)(x+1)"), 1),
+    Row("polynomial-wrong", "x^2+1", b("x^2-1"), 0),
+    Row("complex-reordered", "1+2i", b("2i+1"), 1),
+    Row("complex-conjugate", "1+2i", b("1-2i"), 0),
+    Row("unparsable-gold", "}{", b("5"), 0, "unparsable_gold"),
+]
+
+# The sandbox's host-side safety margin on top of the 5 s deadline.
+DEADLINE_S = 5.0
+
+
+@pytest.fixture(scope="module")
+def table() -> Iterator[dict[str, Verdict]]:
+    """Every row verified in one batch through the shared default ``LocalSandbox`` (the production path)."""
+    verdicts = verify_batch([(row.response, row.gold) for row in ROWS], config=VerifierConfig(timeout_s=DEADLINE_S), stats=VerifierStats())
+    yield {row.id: verdict for row, verdict in zip(ROWS, verdicts)}
+    close_default_executor()
+
+
+def test_table_is_large_and_ids_are_unique() -> None:
+    assert len(ROWS) >= 80
+    assert len({row.id for row in ROWS}) == len(ROWS)
+
+
+def test_huge_answers_are_rejected_by_the_guard_not_evaluated(table: dict[str, Verdict]) -> None:
+    for row_id in ("F74-power-tower", "F76-huge-factorial", "F76-huge-power"):
+        assert "magnitude guard" in (table[row_id].detail or ""), table[row_id]
+
+
+def test_the_timeout_row_was_killed_at_the_deadline(table: dict[str, Verdict]) -> None:
+    verdict = table["timeout-huge-difference"]
+    assert verdict.status == "timeout" and verdict.path == "symbolic"
+    assert "deadline" in (verdict.detail or "")
+
+
+def test_symbolic_rows_ran_in_sandbox_workers(table: dict[str, Verdict]) -> None:
+    paths = {verdict.path for verdict in table.values()}
+    assert {"string", "integer", "symbolic", "none"} <= paths
+    assert sum(v.path == "symbolic" for v in table.values()) >= 40
+
+
+def test_verify_from_a_thread_through_the_sandbox(table: dict[str, Verdict]) -> None:  # F77
+    out: list[Verdict] = []
+    thread = threading.Thread(target=lambda: out.append(verify("\\boxed{\\frac{4}{2}}", "$2$", stats=VerifierStats())))
+    thread.start()
+    thread.join(60)
+    assert out and out[0].correct and out[0].path == "symbolic"
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
+def test_reward_table(row: Row, table: dict[str, Verdict]) -> None:
+    verdict = table[row.id]
+    assert verdict.reward == row.reward, verdict
+    assert verdict.status == (row.status or "ok"), verdict

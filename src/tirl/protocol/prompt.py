@@ -1,0 +1,109 @@
+"""The system prompt, the tool JSON schema and the chat messages of a problem.
+
+Covers the *text* the model is given before it starts: :func:`system_prompt` (tirl's own wording of the
+report's instructions: reason in ``<reason>``, answer in ``<answer>`` with ``\\boxed{}``, use the Python tool),
+:func:`tool_schema` (the one function ``execute_python_code_with_standard_io(code, input)`` in the OpenAI /
+Hugging Face ``tools`` format), :func:`tools_block` (the tools section written into the system prompt when a
+chat template cannot render tools itself) and :func:`prompt_messages`. Turning messages into a template's text
+and token ids is ``tirl.protocol.render``.
+
+The wording is tirl's (written for this project); function name, descriptions, tags and the whole system prompt
+are configurable through :class:`~tirl.protocol.config.ProtocolConfig`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tirl.protocol.config import ProtocolConfig, resolve_config
+
+
+def default_system_prompt(config: ProtocolConfig | None = None) -> str:
+    """tirl's system prompt for the configured tags and function name (used when ``config.system_prompt`` is None).
+
+    It asks for reasoning inside the reasoning tags, optional Python tool calls while reasoning, and the final
+    answer inside the answer tags with the value in ``\\boxed{}``.
+    """
+    cfg = resolve_config(config)
+    ro, rc, ao, ac = cfg.reason_open, cfg.reason_close, cfg.answer_open, cfg.answer_close
+    return (
+        "You are a careful problem solver. Work out the problem step by step inside "
+        f"{ro} {rc} tags. While reasoning you can run Python code with the tool "
+        f"`{cfg.function_name}` to calculate, check a claim or explore cases; the program's output comes back "
+        f"inside {cfg.tool_response_open} {cfg.tool_response_close} tags, and you continue reasoning from it. "
+        f"When you are done, close {rc} and give the final answer inside {ao} {ac} tags, "
+        f"with the final value in \\boxed{{}}, for example: {ro} reasoning here {rc} "
+        f"{ao} The answer is \\boxed{{42}}. {ac}"
+    )
+
+
+def system_prompt(config: ProtocolConfig | None = None) -> str:
+    """The system prompt text: ``config.system_prompt`` when set, else :func:`default_system_prompt`."""
+    cfg = resolve_config(config)
+    return cfg.system_prompt if cfg.system_prompt is not None else default_system_prompt(cfg)
+
+
+def tool_schema(config: ProtocolConfig | None = None) -> dict[str, Any]:
+    """The Python tool as an OpenAI-style function schema (what ``tokenizer.apply_chat_template(tools=[...])``
+    and OpenAI-compatible servers take).
+
+    Returns:
+        ``{"type": "function", "function": {"name", "description", "parameters"}}`` with string parameters
+        ``code`` and ``input``, both required (as in the report's Fig. 3; the parser defaults a missing
+        ``input`` to ``""``).
+    """
+    cfg = resolve_config(config)
+    return {
+        "type": "function",
+        "function": {
+            "name": cfg.function_name,
+            "description": cfg.function_description,
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "code": {"type": "string", "description": cfg.code_description},
+                    "input": {"type": "string", "description": cfg.input_description},
+                },
+                "required": ["code", "input"],
+            },
+        },
+    }
+
+
+def tools_block(config: ProtocolConfig | None = None) -> str:
+    """The tools section appended to the system prompt when the chat template cannot render tools itself
+    (the built-in ChatML template): the schema as JSON inside ``<tools>`` and how to write a call."""
+    cfg = resolve_config(config)
+    schema = json.dumps(tool_schema(cfg), ensure_ascii=False)
+    example = json.dumps({"name": cfg.function_name, "arguments": {"code": "print(2 + 2)", "input": ""}})
+    return (
+        "# Tools\n\nYou can call the function described inside <tools></tools>:\n"
+        f"<tools>\n{schema}\n</tools>\n\n"
+        f"To call it, write one JSON object with the function name and its arguments inside "
+        f"{cfg.tool_call_open}{cfg.tool_call_close} tags, for example:\n"
+        f"{cfg.tool_call_open}\n{example}\n{cfg.tool_call_close}"
+    )
+
+
+def user_message(problem: str, config: ProtocolConfig | None = None) -> str:
+    """The user turn: ``config.user_template`` with ``{problem}`` replaced by ``problem``."""
+    cfg = resolve_config(config)
+    return cfg.user_template.replace("{problem}", problem)
+
+
+def prompt_messages(problem: str, config: ProtocolConfig | None = None, *,
+                    include_tools_block: bool = False) -> list[dict[str, str]]:
+    """System and user messages for ``problem`` (``[{"role": "system", ...}, {"role": "user", ...}]``).
+
+    Args:
+        problem: the problem statement.
+        config: wording and tags.
+        include_tools_block: append :func:`tools_block` to the system prompt (for templates without tool
+            support; a template that renders ``tools`` adds its own block instead).
+    """
+    cfg = resolve_config(config)
+    system = system_prompt(cfg)
+    if include_tools_block:
+        system = f"{system}\n\n{tools_block(cfg)}"
+    return [{"role": "system", "content": system}, {"role": "user", "content": user_message(problem, cfg)}]

@@ -26,7 +26,7 @@ def serve(
     cache_entries: int = typer.Option(100_000, min=0, help="Finished results kept for idempotent retries."),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
 ) -> None:
-    """Serve the code-execution API (POST /v1/execute, /v1/execute/batch; GET /healthz, /metrics).
+    """Serve the code-execution API (POST /v1/execute, /v1/execute/batch, /v1/verify/batch; GET /healthz, /metrics).
 
     One process, one event loop, one idempotency cache. Scale out with more serve processes or nodes,
     and give the client all their URLs (see docs/service.md).
@@ -45,6 +45,8 @@ def serve(
         host=host, port=port, workers=workers, preload=modules, log_level=log_level, service=service
     )
     try:
-        asyncio.run(serve_local_sandbox(config))
+        from tirl.reward.routes import create_verify_router  # POST /v1/verify/batch (answer verification)
+
+        asyncio.run(serve_local_sandbox(config, routers=[create_verify_router()]))
     except KeyboardInterrupt:  # pragma: no cover - interactive stop
         pass

@@ -16,8 +16,8 @@ from typing import Any
 
 MARKER = "TIRL-VERDICT "
 PROGRAM = "from tirl.reward.worker import main\nmain()\n"
-# What a sandbox pool must import once for fast symbolic verification (the worker module warms itself up).
-PRELOAD_MODULES: tuple[str, ...] = ("math_verify", "sympy", "latex2sympy2_extended", "tirl.reward.worker")
+# What a sandbox pool should import once for fast symbolic verification (``tirl.reward.warm`` runs a warm-up).
+PRELOAD_MODULES: tuple[str, ...] = ("math_verify", "sympy", "latex2sympy2_extended", "tirl.reward.worker", "tirl.reward.warm")
 WORKER_STATUSES = ("ok", "unparsable_gold", "verifier_error", "timeout")
 
 

@@ -8,9 +8,10 @@ HTTP service) for every answer that the in-process fast paths cannot decide:
 * :func:`check`: parse both sides with math-verify (the reference boxed so it parses as LaTeX), apply the
   magnitude guard, compare with ``math_verify.verify``, then the exact-number guard and the rounded-decimal and
   positive-variable policies of :mod:`tirl.reward.guards`;
-* :func:`warm_up`: run when this module is imported, so that a sandbox worker that *preloads* it (see
-  :data:`tirl.reward.payload.PRELOAD_MODULES`) has math-verify's regexes, the LaTeX parser and sympy's caches ready in every forked
-  child. A cold child spends about 0.1 s on the first parse; a warm one a few milliseconds.
+* :func:`warm_up`: exercise the parser and comparator once; :mod:`tirl.reward.warm` runs it at import, so a
+  sandbox worker that preloads it (see :data:`tirl.reward.payload.PRELOAD_MODULES`) has math-verify's regexes,
+  the LaTeX parser and sympy's caches ready in every forked child. A cold child spends about 0.1 s on its
+  first comparison; a warm one a few milliseconds.
 
 math-verify's own timeouts use ``signal.alarm`` (which fails off the main thread and raises a non-``Exception``),
 so they are always disabled here (``parsing_timeout=None``, ``timeout_seconds=None``, field case F77): the
@@ -182,6 +183,3 @@ def warm_up() -> None:
             check(gold, pred)
         except Exception:  # noqa: BLE001 - warming is best effort
             pass
-
-
-warm_up()

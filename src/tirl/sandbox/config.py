@@ -1,0 +1,152 @@
+"""Configuration of the local execution pool (:class:`~tirl.sandbox.pool.LocalSandbox`).
+
+This module holds only the :class:`SandboxConfig` dataclass and its defaults; it does not start anything.
+Each isolation layer has a switch here; a switched-on layer that the machine does not allow is reported
+missing (with the reason) by the workers, unless it is listed in ``required_layers``, in which case the pool
+refuses to start.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+DEFAULT_PRELOAD: tuple[str, ...] = ("numpy", "scipy", "sympy")
+
+#: Names of the isolation layers, in the order ``tirl sandbox doctor`` lists them.
+LAYER_NAMES: tuple[str, ...] = (
+    "network_namespace",
+    "pid_namespace",
+    "mount_namespace",
+    "unprivileged_user",
+    "capabilities_dropped",
+    "rlimits",
+    "output_cap",
+    "scratch_dir",
+    "landlock",
+    "seccomp",
+    "env_scrub",
+    "blas_threads",
+)
+
+#: Environment variables set in every worker and call (besides PATH, LANG, HOME and TMPDIR).
+THREAD_ENV_VARS: tuple[str, ...] = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "RAYON_NUM_THREADS",
+)
+
+
+def default_worker_count() -> int:
+    """Number of CPU cores this process may run on (``sched_getaffinity``), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class SandboxConfig:
+    """How the pool runs untrusted code.
+
+    Attributes:
+        workers: worker processes; None means one per usable CPU core.
+        slots_per_worker: calls one worker supervises at once (each in its own forked process). The pool
+            runs at most ``workers * slots_per_worker`` calls at a time; further calls wait in order.
+        preload: modules every worker imports once at start (a module that fails to import is reported and
+            skipped; the code can still import it per call).
+        warmup: Python source run once in each worker after the preload (for example a first sympy call so
+            its caches and lazy imports are warm). Runs before isolation of calls, as the worker's user.
+        max_output_bytes: cap on stored stdout and on stored stderr, each, in bytes; applied while the
+            output streams. ``display`` is capped likewise.
+        kill_on_output_overflow: True kills the call when an output passes the cap (status ``killed``);
+            False (default) keeps reading and discarding, so the program can still finish.
+        max_timeout_s: largest ``timeout_s`` accepted; a request above it is answered ``internal``.
+        max_memory_mb: largest ``memory_mb`` accepted.
+        host_grace_s: the pool's own safety deadline is ``timeout_s + host_grace_s``; a worker that has not
+            answered by then is killed and replaced, and its calls answered ``internal``.
+        drain_grace_s: after the code's process exits, how long the worker keeps reading output that
+            other processes of the call still hold open, before it gives up on the rest.
+        start_timeout_s: how long a worker may take to import the preload modules and report ready.
+        max_start_failures: consecutive worker start failures after which every call is answered
+            ``internal`` with the start error (instead of retrying forever).
+        sandbox_uid / sandbox_gid: identity the code runs as when the worker is root (default: nobody).
+        nproc_limit: RLIMIT_NPROC of the code (counted per user id, so shared by concurrent calls).
+        nofile_limit: RLIMIT_NOFILE of the code.
+        fsize_mb: RLIMIT_FSIZE of the code in MiB (largest file it can write).
+        scratch_mb: size of each worker's private tmpfs that holds the calls' scratch directories (when the
+            mount namespace layer is active).
+        scratch_root: where the host creates the pool's scratch folder; None means the system temp dir.
+        network_namespace, pid_namespace, mount_namespace, unprivileged_user, landlock, seccomp,
+            user_namespace: switches of the isolation layers (``user_namespace``: when not started as root,
+            try an unprivileged user namespace so the network/pid/mount namespaces are still possible).
+        required_layers: layer names (see ``LAYER_NAMES``) that must be active; a worker without one of
+            them fails to start, and the pool answers ``internal``.
+        env_passthrough: extra variable names copied from the host environment into the code's environment
+            (default none: the environment is an allowlist).
+        python: interpreter that runs the workers; None means ``sys.executable``.
+        worker_stderr_lines: last lines of a worker's stderr kept for the message of a worker death.
+    """
+
+    workers: int | None = None
+    slots_per_worker: int = 2
+    preload: tuple[str, ...] = DEFAULT_PRELOAD
+    warmup: str = ""
+    max_output_bytes: int = 256 * 1024
+    kill_on_output_overflow: bool = False
+    max_timeout_s: float = 600.0
+    max_memory_mb: int = 64 * 1024
+    host_grace_s: float = 10.0
+    drain_grace_s: float = 0.5
+    start_timeout_s: float = 120.0
+    max_start_failures: int = 3
+    sandbox_uid: int = 65534
+    sandbox_gid: int = 65534
+    nproc_limit: int = 256
+    nofile_limit: int = 256
+    fsize_mb: int = 64
+    scratch_mb: int = 128
+    scratch_root: str | None = None
+    network_namespace: bool = True
+    pid_namespace: bool = True
+    mount_namespace: bool = True
+    unprivileged_user: bool = True
+    landlock: bool = True
+    seccomp: bool = True
+    user_namespace: bool = True
+    required_layers: tuple[str, ...] = ()
+    env_passthrough: tuple[str, ...] = ()
+    python: str | None = None
+    worker_stderr_lines: int = 20
+
+    def __post_init__(self) -> None:
+        self.preload = tuple(self.preload)
+        self.required_layers = tuple(self.required_layers)
+        self.env_passthrough = tuple(self.env_passthrough)
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.slots_per_worker < 1:
+            raise ValueError(f"slots_per_worker must be >= 1, got {self.slots_per_worker}")
+        if self.max_output_bytes < 1:
+            raise ValueError(f"max_output_bytes must be >= 1, got {self.max_output_bytes}")
+        unknown = [name for name in self.required_layers if name not in LAYER_NAMES]
+        if unknown:
+            raise ValueError(f"unknown layer names in required_layers: {unknown}; known: {list(LAYER_NAMES)}")
+
+    @property
+    def worker_count(self) -> int:
+        """``workers``, or the number of usable cores when it is None."""
+        return self.workers if self.workers is not None else default_worker_count()
+
+    def to_worker_dict(self) -> dict:
+        """The settings a worker needs, as a JSON-serialisable dict."""
+        keys = (
+            "preload warmup max_output_bytes kill_on_output_overflow drain_grace_s sandbox_uid sandbox_gid "
+            "nproc_limit nofile_limit fsize_mb scratch_mb network_namespace pid_namespace mount_namespace "
+            "unprivileged_user landlock seccomp user_namespace required_layers slots_per_worker"
+        ).split()
+        return {k: getattr(self, k) for k in keys}

@@ -1,0 +1,516 @@
+"""Isolation layers: what a worker sets up once, what each call's process applies before running code.
+
+A worker (see :mod:`tirl.sandbox.worker`) calls :func:`setup_worker` at start: parent-death signal, child
+subreaper, and where the machine allows, a user namespace (only when not root), a network namespace (no
+interfaces but a down loopback: nothing is reachable) and a mount namespace with a private, size-capped
+tmpfs for scratch directories. It then calls :func:`probe_plan`, which forks a test process that applies
+every per-call layer and checks that each works; a layer that fails is switched off with the reason, so
+a machine without (say) Landlock still runs code, and ``tirl sandbox doctor`` says what is missing.
+
+Each call's process then calls :func:`enter_call` with the resulting :class:`CallPlan`: new session,
+resource limits, scratch directory as cwd, allowlisted environment, unprivileged user id (with all
+capabilities dropped), parent-death signal, Landlock, seccomp. A layer that the probe accepted but that
+fails for a call raises :class:`LayerError` (fail closed: the call is answered ``internal``).
+
+PID namespaces are per call and handled by the worker (``setns`` back to its own namespace, then
+``unshare(CLONE_NEWPID)`` before each fork), see :func:`new_pid_namespace_for_children`.
+
+It does not cover cgroups (memory is limited with RLIMIT_AS, processes with RLIMIT_NPROC).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import shutil
+import signal
+import socket
+import tempfile
+from dataclasses import asdict, dataclass, field
+
+from tirl.sandbox import _linux, landlock, seccomp
+from tirl.sandbox.config import LAYER_NAMES, THREAD_ENV_VARS
+
+#: Environment variables copied from the worker's (already allowlisted) environment into each call.
+BASE_ENV_KEYS: tuple[str, ...] = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
+
+
+class LayerError(RuntimeError):
+    """A per-call isolation layer could not be applied; ``layer`` names it."""
+
+    def __init__(self, layer: str, message: str) -> None:
+        super().__init__(f"{layer}: {message}")
+        self.layer = layer
+
+
+@dataclass
+class LayerStatus:
+    """Whether one isolation layer is active, and why (or why not)."""
+
+    name: str
+    active: bool
+    detail: str
+
+
+@dataclass
+class CallPlan:
+    """The per-call layers a worker applies, after probing (see :func:`probe_plan`).
+
+    Attributes:
+        pid_namespace: fork each call as PID 2 of a fresh PID namespace (the worker must keep its caps).
+        uid_mode: ``drop`` (run as ``uid``/``gid``), ``drop_keep_read`` (run as ``uid`` but keep
+            CAP_DAC_READ_SEARCH, confined by Landlock, because the Python installation is not readable by
+            that uid), ``capless`` (stay uid 0 with no capabilities) or ``none``.
+        landlock_abi: Landlock ABI to use, 0 for off.
+        seccomp: install the seccomp filter.
+        rlimits: apply resource limits.
+        uid, gid: identity for ``drop`` modes.
+        read_roots: directories readable under Landlock.
+        nproc, nofile, fsize_mb: resource limits.
+    """
+
+    pid_namespace: bool = False
+    uid_mode: str = "none"
+    landlock_abi: int = 0
+    seccomp: bool = False
+    rlimits: bool = True
+    uid: int = 65534
+    gid: int = 65534
+    read_roots: list[str] = field(default_factory=list)
+    nproc: int = 256
+    nofile: int = 256
+    fsize_mb: int = 64
+
+
+@dataclass
+class WorkerIsolation:
+    """What :func:`setup_worker` achieved, plus the probed per-call plan."""
+
+    layers: dict[str, LayerStatus]
+    plan: CallPlan
+    scratch_dir: str
+    sleep_binary: str | None
+    self_pid_ns_fd: int | None = None
+    seccomp_program: bytes | None = None
+
+    def report(self) -> list[dict]:
+        """Layer statuses as dicts, in :data:`LAYER_NAMES` order."""
+        return [asdict(self.layers[name]) for name in LAYER_NAMES if name in self.layers]
+
+
+def scrubbed_env(passthrough: tuple[str, ...] = (), source: dict[str, str] | None = None) -> dict[str, str]:
+    """The allowlisted environment a worker starts with: PATH, locale, thread counts = 1, no secrets.
+
+    Args:
+        passthrough: extra variable names to copy from ``source``.
+        source: the environment to copy from (default ``os.environ``).
+    """
+    source = os.environ if source is None else source
+    env = {"PATH": source.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "MPLBACKEND": "Agg"}
+    env.update({name: "1" for name in THREAD_ENV_VARS})
+    for name in passthrough:
+        if name in source:
+            env[name] = source[name]
+    return env
+
+
+def call_env(worker_env: dict[str, str], scratch_dir: str) -> dict[str, str]:
+    """The environment of one call: the worker's allowlisted variables with HOME and TMPDIR = scratch."""
+    env = dict(worker_env)
+    for key in ("HOME", "TMPDIR", "TMP", "TEMP", "MPLCONFIGDIR"):
+        env[key] = scratch_dir
+    return env
+
+
+def _try(fn) -> str | None:
+    try:
+        fn()
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    except Exception as exc:  # pragma: no cover - unexpected ctypes failures
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _enter_user_namespace() -> str | None:
+    uid, gid = os.geteuid(), os.getegid()
+    err = _try(lambda: _linux.unshare(_linux.CLONE_NEWUSER))
+    if err:
+        return err
+    try:
+        with open("/proc/self/setgroups", "w") as fh:
+            fh.write("deny")
+        with open("/proc/self/uid_map", "w") as fh:
+            fh.write(f"0 {uid} 1")
+        with open("/proc/self/gid_map", "w") as fh:
+            fh.write(f"0 {gid} 1")
+    except OSError as exc:
+        return f"uid/gid map: {exc.strerror}"
+    return None
+
+
+def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
+    """Apply the worker-wide layers to the calling (worker) process and plan the per-call ones.
+
+    Args:
+        cfg: :meth:`SandboxConfig.to_worker_dict` output.
+        scratch_dir: an empty directory for this worker's call scratch directories (created if missing).
+
+    Returns:
+        The statuses of worker-wide layers and an unprobed :class:`CallPlan`.
+    """
+    layers: dict[str, LayerStatus] = {}
+    _linux.set_parent_death_signal(signal.SIGKILL)
+    _linux.set_child_subreaper()
+    os.makedirs(scratch_dir, mode=0o711, exist_ok=True)
+
+    is_root = os.geteuid() == 0
+    in_userns = False
+    want_ns = cfg["network_namespace"] or cfg["mount_namespace"] or cfg["pid_namespace"]
+    userns_note = ""
+    if not is_root and want_ns and cfg["user_namespace"]:
+        err = _enter_user_namespace()
+        in_userns = err is None
+        userns_note = " (in an unprivileged user namespace)" if in_userns else f" (user namespace refused: {err})"
+
+    def ns_layer(name: str, enabled: bool, fn, what: str) -> bool:
+        if not enabled:
+            layers[name] = LayerStatus(name, False, "switched off in the configuration")
+            return False
+        err = _try(fn)
+        if err is None:
+            layers[name] = LayerStatus(name, True, what + userns_note)
+            return True
+        layers[name] = LayerStatus(name, False, f"unshare refused: {err}{userns_note}")
+        return False
+
+    ns_layer("network_namespace", cfg["network_namespace"], lambda: _linux.unshare(_linux.CLONE_NEWNET),
+             "new network namespace per worker: no interfaces, loopback down")
+
+    def mount_private() -> None:
+        _linux.unshare(_linux.CLONE_NEWNS)
+        _linux.mount(None, "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
+        _linux.mount("tmpfs", scratch_dir, "tmpfs", _linux.MS_NOSUID | _linux.MS_NODEV,
+                     f"size={int(cfg['scratch_mb'])}m,mode=0711")
+
+    ns_layer("mount_namespace", cfg["mount_namespace"], mount_private,
+             f"private mounts; scratch on a {cfg['scratch_mb']} MiB tmpfs that dies with the worker")
+
+    self_ns_fd = None
+    sleep_binary = shutil.which("sleep") or next((p for p in ("/usr/bin/sleep", "/bin/sleep") if os.path.exists(p)), None)
+    if not cfg["pid_namespace"]:
+        layers["pid_namespace"] = LayerStatus("pid_namespace", False, "switched off in the configuration")
+    elif sleep_binary is None:
+        layers["pid_namespace"] = LayerStatus("pid_namespace", False, "no `sleep` binary to act as namespace init")
+    else:
+        try:
+            self_ns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+            new_pid_namespace_for_children(self_ns_fd)
+            _linux.setns(self_ns_fd, _linux.CLONE_NEWPID)  # back: the next fork must not be an init
+            layers["pid_namespace"] = LayerStatus(
+                "pid_namespace", True, "fresh PID namespace per call; killing its init kills every descendant")
+        except OSError as exc:
+            if self_ns_fd is not None:
+                os.close(self_ns_fd)
+                self_ns_fd = None
+            layers["pid_namespace"] = LayerStatus(
+                "pid_namespace", False,
+                f"{exc.strerror}{userns_note}; calls are killed by process group and orphans by the subreaper worker")
+
+    plan = CallPlan(pid_namespace=self_ns_fd is not None, uid=int(cfg["sandbox_uid"]), gid=int(cfg["sandbox_gid"]),
+                    nproc=int(cfg["nproc_limit"]), nofile=int(cfg["nofile_limit"]), fsize_mb=int(cfg["fsize_mb"]))
+    plan.read_roots = landlock.python_read_roots() + [
+        p for p in landlock.SYSTEM_READ_ROOTS if os.path.isdir(p)]
+
+    program = None
+    if cfg["seccomp"]:
+        try:
+            program = seccomp.build_filter()
+            plan.seccomp = True
+        except NotImplementedError as exc:
+            layers["seccomp"] = LayerStatus("seccomp", False, str(exc))
+    else:
+        layers["seccomp"] = LayerStatus("seccomp", False, "switched off in the configuration")
+
+    if cfg["landlock"]:
+        try:
+            plan.landlock_abi = landlock.abi_version()
+        except OSError as exc:
+            layers["landlock"] = LayerStatus("landlock", False, f"kernel refused: {exc.strerror}")
+    else:
+        layers["landlock"] = LayerStatus("landlock", False, "switched off in the configuration")
+
+    if not cfg["unprivileged_user"]:
+        layers["unprivileged_user"] = LayerStatus("unprivileged_user", False, "switched off in the configuration")
+        plan.uid_mode = "capless" if (is_root or in_userns) else "none"
+    elif is_root and not in_userns:
+        plan.uid_mode = "drop"
+    elif in_userns:
+        plan.uid_mode = "capless"
+        layers["unprivileged_user"] = LayerStatus(
+            "unprivileged_user", False, f"not started as root: calls run as the invoking user (uid {os.getuid()})")
+    else:
+        plan.uid_mode = "none"
+        layers["unprivileged_user"] = LayerStatus(
+            "unprivileged_user", False, f"not started as root: calls run as the invoking user (uid {os.getuid()})")
+
+    return WorkerIsolation(layers=layers, plan=plan, scratch_dir=scratch_dir, sleep_binary=sleep_binary,
+                           self_pid_ns_fd=self_ns_fd, seccomp_program=program)
+
+
+def new_pid_namespace_for_children(self_pid_ns_fd: int) -> None:
+    """Make the next child of this process the init of a fresh PID namespace.
+
+    ``unshare(CLONE_NEWPID)`` only works while the caller's namespace for children is its own, so the
+    worker first ``setns`` back to its own namespace (open at ``self_pid_ns_fd``).
+
+    Raises:
+        OSError: missing CAP_SYS_ADMIN, or PID namespaces not supported.
+    """
+    _linux.setns(self_pid_ns_fd, _linux.CLONE_NEWPID)
+    _linux.unshare(_linux.CLONE_NEWPID)
+
+
+def _python_readable_by(uid: int, gid: int) -> bool:
+    """True when a process with ``uid``/``gid`` (no capabilities) can read the interpreter's stdlib."""
+    stdlib = os.path.dirname(os.__file__)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        code = 1
+        try:
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            os.listdir(stdlib)
+            with open(os.__file__, "rb"):
+                code = 0
+        except BaseException:
+            pass
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s: float, memory_mb: int,
+               seccomp_program: bytes | None) -> None:
+    """Apply the per-call layers to the calling process (a freshly forked call process). Irreversible.
+
+    Order: new session; resource limits; cwd = scratch; environment; user id and capabilities;
+    parent-death signal; Landlock; seccomp (last, so the set-up itself may use any system call).
+
+    Args:
+        plan: the probed plan of the worker.
+        scratch_dir: the call's private directory (already owned by ``plan.uid`` in ``drop`` modes).
+        env: the complete environment of the call.
+        timeout_s: wall-clock limit of the call; the CPU limit is ``ceil(timeout_s) + 1`` seconds.
+        memory_mb: address-space limit in MiB (whole process, including the preloaded modules).
+
+    Raises:
+        LayerError: a planned layer failed.
+    """
+    os.setsid()
+    if plan.rlimits:
+        cpu = int(math.ceil(timeout_s)) + 1
+        limits = [
+            (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+            (resource.RLIMIT_AS, (memory_mb * 1024 * 1024,) * 2),
+            (resource.RLIMIT_NPROC, (plan.nproc,) * 2),
+            (resource.RLIMIT_FSIZE, (plan.fsize_mb * 1024 * 1024,) * 2),
+            (resource.RLIMIT_NOFILE, (plan.nofile,) * 2),
+            (resource.RLIMIT_CORE, (0, 0)),
+        ]
+        for which, value in limits:
+            try:
+                resource.setrlimit(which, value)
+            except (OSError, ValueError) as exc:
+                raise LayerError("rlimits", f"setrlimit {which}: {exc}") from exc
+    os.chdir(scratch_dir)
+    os.umask(0o077)
+    os.environ.clear()
+    os.environ.update(env)
+
+    try:
+        if plan.uid_mode in ("drop", "drop_keep_read"):
+            _linux.drop_bounding_set()
+            os.setgroups([])
+            if plan.uid_mode == "drop_keep_read":
+                _linux.prctl(_linux.PR_SET_KEEPCAPS, 1)
+            os.setresgid(plan.gid, plan.gid, plan.gid)
+            os.setresuid(plan.uid, plan.uid, plan.uid)
+            _linux.capset((_linux.CAP_DAC_READ_SEARCH,) if plan.uid_mode == "drop_keep_read" else ())
+        elif plan.uid_mode == "capless":
+            _linux.drop_bounding_set()
+            _linux.capset(())
+    except OSError as exc:
+        raise LayerError("unprivileged_user", f"dropping privileges failed: {exc}") from exc
+    _linux.set_parent_death_signal(signal.SIGKILL)  # after the uid change, which clears it
+
+    if plan.landlock_abi:
+        try:
+            landlock.restrict(scratch_dir, plan.read_roots, abi=plan.landlock_abi)
+        except OSError as exc:
+            raise LayerError("landlock", str(exc)) from exc
+    if plan.seccomp and seccomp_program is not None:
+        try:
+            _linux.set_no_new_privs()
+            seccomp.install_filter(seccomp_program)
+        except OSError as exc:
+            raise LayerError("seccomp", str(exc)) from exc
+
+
+def _probe_child(plan: CallPlan, scratch_dir: str, outside_dir: str, program: bytes | None, fd: int) -> None:
+    """Body of the probe process: apply the plan, test each layer, write a JSON report to ``fd``."""
+    report: dict = {"failed": None, "checks": {}}
+    try:
+        enter_call(plan, scratch_dir, call_env(dict(os.environ), scratch_dir), 5.0, 1 << 16, program)
+    except LayerError as exc:
+        report["failed"] = [exc.layer, str(exc)]
+    else:
+        checks = report["checks"]
+        checks["uid"] = os.getuid()
+        checks["pid"] = os.getpid()
+        try:
+            with open(os.path.join(scratch_dir, "probe"), "w") as fh:
+                fh.write("x")
+            checks["scratch_write"] = True
+        except OSError:
+            checks["scratch_write"] = False
+        try:
+            with open(os.path.join(outside_dir, "probe"), "w") as fh:
+                fh.write("x")
+            checks["outside_write_denied"] = False
+        except OSError:
+            checks["outside_write_denied"] = True
+        try:
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+            checks["inet_socket_denied"] = False
+        except OSError:
+            checks["inet_socket_denied"] = True
+        try:
+            os.listdir(os.path.dirname(os.__file__))
+            checks["stdlib_readable"] = True
+        except OSError:
+            checks["stdlib_readable"] = False
+    os.write(fd, json.dumps(report).encode())
+
+
+def probe_plan(iso: WorkerIsolation) -> None:
+    """Fork test processes that apply the plan; switch off each layer that fails, and record statuses.
+
+    Mutates ``iso.plan`` and ``iso.layers``. Runs at most one probe per layer that can fail.
+    """
+    plan = iso.plan
+    if plan.uid_mode == "drop" and not _python_readable_by(plan.uid, plan.gid):
+        plan.uid_mode = "drop_keep_read"
+    notes: dict[str, str] = {}
+    for _attempt in range(6):
+        scratch = tempfile.mkdtemp(prefix="probe-", dir=iso.scratch_dir)
+        outside = tempfile.mkdtemp(prefix="outside-", dir=iso.scratch_dir)
+        os.chmod(outside, 0o777)  # so that only Landlock, not file permissions, can deny the write
+        if plan.uid_mode.startswith("drop"):
+            os.chown(scratch, plan.uid, plan.gid)
+        keep_read_needs = plan.uid_mode == "drop_keep_read" and not (plan.landlock_abi and plan.seccomp)
+        if keep_read_needs:
+            # Keeping CAP_DAC_READ_SEARCH is only safe when Landlock confines reads and seccomp denies
+            # open_by_handle_at; without them, stay root without capabilities instead.
+            plan.uid_mode = "capless"
+            notes["unprivileged_user"] = (
+                f"the Python installation is not readable by uid {plan.uid} and Landlock/seccomp are not "
+                "both active; calls run as uid 0 with every capability dropped")
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            os.close(r)
+            try:
+                _probe_child(plan, scratch, outside, iso.seccomp_program, w)
+            finally:
+                os._exit(0)
+        os.close(w)
+        chunks = []
+        while chunk := os.read(r, 65536):
+            chunks.append(chunk)
+        os.close(r)
+        os.waitpid(pid, 0)
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(outside, ignore_errors=True)
+        try:
+            report = json.loads(b"".join(chunks) or b"{}")
+        except ValueError:
+            report = {"failed": ["rlimits", "probe process crashed"]}
+        failed = report.get("failed")
+        if not failed:
+            _record_plan_layers(iso, report.get("checks", {}), notes)
+            return
+        layer, message = failed
+        notes[layer] = f"probe failed: {message}"
+        if layer == "landlock":
+            plan.landlock_abi = 0
+        elif layer == "seccomp":
+            plan.seccomp = False
+        elif layer == "unprivileged_user":
+            plan.uid_mode = "capless" if plan.uid_mode != "capless" else "none"
+        elif layer == "rlimits":
+            plan.rlimits = False
+    raise RuntimeError(f"isolation probe kept failing: {notes}")  # pragma: no cover
+
+
+def _record_plan_layers(iso: WorkerIsolation, checks: dict, notes: dict[str, str]) -> None:
+    plan, layers = iso.plan, iso.layers
+    layers["rlimits"] = LayerStatus(
+        "rlimits", plan.rlimits,
+        f"CPU s = ceil(timeout)+1, address space = memory_mb, nproc {plan.nproc}, fsize {plan.fsize_mb} MiB, "
+        f"nofile {plan.nofile}, no core files" if plan.rlimits else notes.get("rlimits", "off"))
+    if "unprivileged_user" not in layers or plan.uid_mode.startswith("drop"):
+        if plan.uid_mode == "drop":
+            layers["unprivileged_user"] = LayerStatus("unprivileged_user", True, f"calls run as uid {plan.uid}")
+        elif plan.uid_mode == "drop_keep_read":
+            layers["unprivileged_user"] = LayerStatus(
+                "unprivileged_user", True,
+                f"calls run as uid {plan.uid}; the Python installation is not readable by that uid, so reads "
+                "use CAP_DAC_READ_SEARCH confined by Landlock to the Python and system directories")
+        else:
+            layers["unprivileged_user"] = LayerStatus(
+                "unprivileged_user", False, notes.get("unprivileged_user", f"calls run as uid {checks.get('uid')}"))
+    cap_active = plan.uid_mode in ("drop", "drop_keep_read", "capless")
+    layers["capabilities_dropped"] = LayerStatus(
+        "capabilities_dropped", cap_active,
+        {"drop": "no capabilities, empty bounding set",
+         "drop_keep_read": "only CAP_DAC_READ_SEARCH kept (see unprivileged_user), empty bounding set",
+         "capless": "uid 0 but no capabilities, empty bounding set"}.get(plan.uid_mode, "not root: nothing to drop"))
+    if plan.landlock_abi:
+        ok = checks.get("outside_write_denied") and checks.get("scratch_write")
+        if ok:
+            layers["landlock"] = LayerStatus(
+                "landlock", True,
+                f"ABI {plan.landlock_abi}: writes only in the scratch dir, reads only Python and system dirs"
+                + ("; TCP denied" if plan.landlock_abi >= 4 else "")
+                + ("; signals and abstract sockets scoped to the call" if plan.landlock_abi >= 6 else ""))
+        else:
+            plan.landlock_abi = 0
+            layers["landlock"] = LayerStatus("landlock", False, f"probe: writes not confined ({checks})")
+    elif "landlock" not in layers:
+        layers["landlock"] = LayerStatus("landlock", False, notes.get("landlock", "off"))
+    if plan.seccomp:
+        if checks.get("inet_socket_denied"):
+            layers["seccomp"] = LayerStatus(
+                "seccomp", True, f"BPF filter: {len(seccomp.DENIED_SYSCALLS)} calls denied, sockets AF_UNIX only, "
+                "no namespace creation")
+        else:
+            plan.seccomp = False
+            layers["seccomp"] = LayerStatus("seccomp", False, "probe: an AF_INET socket was not denied")
+    elif "seccomp" not in layers:
+        layers["seccomp"] = LayerStatus("seccomp", False, notes.get("seccomp", "off"))
+    layers["scratch_dir"] = LayerStatus(
+        "scratch_dir", bool(checks.get("scratch_write")),
+        "private directory per call as cwd/HOME/TMPDIR, removed after the call")
+    layers["env_scrub"] = LayerStatus("env_scrub", True, "allowlisted environment (PATH, LANG, HOME, *_NUM_THREADS)")
+    layers["blas_threads"] = LayerStatus("blas_threads", True, "OMP/OpenBLAS/MKL/... threads = 1 per call")
+
+
+def output_cap_status(max_bytes: int, kill: bool) -> LayerStatus:
+    """Status line of the output cap (always active)."""
+    return LayerStatus("output_cap", True, f"stdout and stderr capped at {max_bytes} bytes each while streaming"
+                       + (" (the call is killed past it)" if kill else " (the rest is read and discarded)"))

@@ -1,0 +1,160 @@
+"""Landlock rules for a call: writes only inside its scratch directory, reads only where Python needs them.
+
+Landlock (Linux 5.13+) lets an unprivileged process restrict its own file access; the restriction holds for
+the process and everything it starts, whatever its user id or capabilities. This module talks to the
+kernel with raw ``syscall(2)`` numbers 444-446 (``landlock_create_ruleset``, ``landlock_add_rule``,
+``landlock_restrict_self``) through ctypes.
+
+Policy of :func:`restrict`:
+
+- *handled* rights: every write right (write, truncate, create, remove, rename across directories, make
+  nodes), read-file, read-dir and execute. A handled right is denied everywhere except beneath the rules;
+- the scratch directory gets all handled rights;
+- the read roots (the Python installation, ``sys.path``, ``/usr``, ``/lib*``, ``/bin``, ``/proc``, ``/sys``,
+  a few files of ``/etc`` and ``/dev``) get read and execute; ``/dev/null`` also write;
+- ABI 4+: TCP bind and connect are denied (a second network barrier);
+- ABI 6+: abstract unix sockets and signals are scoped: the call cannot signal processes outside it.
+
+It does not restrict ``stat`` or path traversal (Landlock does not cover them), nor ioctl.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import sys
+from collections.abc import Iterable
+
+from tirl.sandbox import _linux
+
+_NR_CREATE, _NR_ADD_RULE, _NR_RESTRICT = 444, 445, 446
+_CREATE_RULESET_VERSION = 1 << 0
+_RULE_PATH_BENEATH = 1
+
+EXECUTE = 1 << 0
+WRITE_FILE = 1 << 1
+READ_FILE = 1 << 2
+READ_DIR = 1 << 3
+REMOVE_DIR = 1 << 4
+REMOVE_FILE = 1 << 5
+MAKE_CHAR = 1 << 6
+MAKE_DIR = 1 << 7
+MAKE_REG = 1 << 8
+MAKE_SOCK = 1 << 9
+MAKE_FIFO = 1 << 10
+MAKE_BLOCK = 1 << 11
+MAKE_SYM = 1 << 12
+REFER = 1 << 13  # ABI 2
+TRUNCATE = 1 << 14  # ABI 3
+
+NET_BIND_TCP = 1 << 0  # ABI 4
+NET_CONNECT_TCP = 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
+SCOPE_SIGNAL = 1 << 1
+
+_FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE
+
+#: Read-only roots every call may read and execute from (besides the Python installation and sys.path).
+SYSTEM_READ_ROOTS: tuple[str, ...] = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/proc", "/sys")
+#: Single files readable by every call.
+SYSTEM_READ_FILES: tuple[str, ...] = (
+    "/etc/passwd", "/etc/group", "/etc/localtime", "/etc/timezone", "/etc/ld.so.cache", "/etc/ld.so.conf",
+    "/etc/nsswitch.conf", "/etc/os-release", "/etc/hosts", "/etc/host.conf", "/etc/mime.types",
+    "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
+)
+#: Files writable by every call (besides its scratch directory).
+SYSTEM_WRITE_FILES: tuple[str, ...] = ("/dev/null", "/dev/zero", "/dev/full")
+
+
+def abi_version() -> int:
+    """The kernel's Landlock ABI version (1, 2, ...).
+
+    Raises:
+        OSError: Landlock is not built in (ENOSYS) or disabled at boot (EOPNOTSUPP).
+    """
+    return _linux.syscall(_NR_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+
+
+def python_read_roots() -> list[str]:
+    """Directories the interpreter reads from: prefixes and existing ``sys.path`` folders, deduplicated."""
+    roots: list[str] = []
+    for path in (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+                 *sys.path):
+        if path and os.path.isdir(path):
+            real = os.path.realpath(path)
+            if real not in roots and real != "/":
+                roots.append(real)
+    return roots
+
+
+def _handled_fs(abi: int) -> int:
+    rights = (EXECUTE | WRITE_FILE | READ_FILE | READ_DIR | REMOVE_DIR | REMOVE_FILE | MAKE_CHAR | MAKE_DIR
+              | MAKE_REG | MAKE_SOCK | MAKE_FIFO | MAKE_BLOCK | MAKE_SYM)
+    if abi >= 2:
+        rights |= REFER
+    if abi >= 3:
+        rights |= TRUNCATE
+    return rights
+
+
+def _add_path(ruleset_fd: int, path: str, access: int) -> bool:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return False  # missing paths are simply not granted
+    try:
+        if not os.path.isdir(path):
+            access &= _FILE_RIGHTS
+        attr = struct.pack("<Qi", access, fd)  # struct landlock_path_beneath_attr is packed (12 bytes)
+        buf = ctypes.create_string_buffer(attr, len(attr))
+        _linux.syscall(_NR_ADD_RULE, ctypes.c_int(ruleset_fd), ctypes.c_int(_RULE_PATH_BENEATH), buf,
+                       ctypes.c_uint32(0))
+        return True
+    finally:
+        os.close(fd)
+
+
+def restrict(scratch_dir: str, read_roots: Iterable[str], read_files: Iterable[str] = SYSTEM_READ_FILES,
+             write_files: Iterable[str] = SYSTEM_WRITE_FILES, abi: int | None = None) -> int:
+    """Restrict the calling process (and its future children) to the policy in the module docstring.
+
+    Args:
+        scratch_dir: the only directory tree where files can be created, written or removed.
+        read_roots: directory trees readable and executable.
+        read_files, write_files: single files readable (resp. writable).
+        abi: the kernel's ABI version if already known.
+
+    Returns:
+        The ABI version used.
+
+    Raises:
+        OSError: Landlock unavailable, or a rule or the restriction was refused. The caller must treat a
+            failure as "not isolated" (the process is unchanged unless ``restrict_self`` succeeded).
+    """
+    abi = abi_version() if abi is None else abi
+    handled = _handled_fs(abi)
+    if abi >= 6:
+        attr = struct.pack("<QQQ", handled, NET_BIND_TCP | NET_CONNECT_TCP,
+                           SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL)
+    elif abi >= 4:
+        attr = struct.pack("<QQ", handled, NET_BIND_TCP | NET_CONNECT_TCP)
+    else:
+        attr = struct.pack("<Q", handled)
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    ruleset_fd = _linux.syscall(_NR_CREATE, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+    try:
+        read_exec = READ_FILE | READ_DIR | EXECUTE
+        if not _add_path(ruleset_fd, scratch_dir, handled):
+            raise OSError(2, f"scratch directory {scratch_dir} cannot be opened")
+        for root in read_roots:
+            _add_path(ruleset_fd, root, read_exec)
+        for path in read_files:
+            _add_path(ruleset_fd, path, READ_FILE)
+        for path in write_files:
+            _add_path(ruleset_fd, path, WRITE_FILE | (TRUNCATE if abi >= 3 else 0))
+        _linux.set_no_new_privs()
+        _linux.syscall(_NR_RESTRICT, ctypes.c_int(ruleset_fd), ctypes.c_uint32(0))
+    finally:
+        os.close(ruleset_fd)
+    return abi

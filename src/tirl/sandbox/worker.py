@@ -1,0 +1,512 @@
+"""A sandbox worker process: imports the preload modules once, then runs each call in a fresh fork.
+
+Started by the pool as ``python -I -m tirl.sandbox.worker`` with two pipes: frames (see
+:mod:`tirl.sandbox.wire`) arrive on stdin and results leave on stdout. The first frame is the
+configuration; the worker then sets up its isolation (:func:`tirl.sandbox.isolation.setup_worker`),
+imports the preload modules, probes the per-call layers, and answers ``ready`` with the layer report.
+
+For each ``run`` frame it (single-threaded, with a ``selectors`` loop over all its calls):
+
+1. creates the call's scratch directory, an in-memory stdin file and pipes for stdout, stderr and the
+   runner's result record;
+2. with PID namespaces: points its children's PID namespace to a fresh one and starts ``sleep`` as that
+   namespace's init, so that killing the init kills every process the call ever started;
+3. forks the call process, which applies the per-call layers and runs :func:`tirl.sandbox.runner.execute`;
+4. reads the outputs as they stream, storing at most ``max_output_bytes`` of each;
+5. when the call process exits (or at the deadline, when it is killed), kills the rest of the call's
+   processes, drains the pipes, removes the scratch directory and sends the result.
+
+The worker is a child subreaper and reaps every child it gets, so no zombies accumulate. It does not
+queue requests (the pool never sends more than ``slots_per_worker`` at once) and keeps no state between
+calls beyond its preloaded modules.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gc
+import importlib
+import json
+import math
+import os
+import selectors
+import shutil
+import signal
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from typing import NoReturn
+
+from tirl.sandbox import _linux, isolation, runner, wire
+from tirl.sandbox.isolation import LayerError, WorkerIsolation
+
+_READ_CHUNK = 1 << 16
+_RESULT_RECORD_SLACK = 1 << 20
+_SIGNAL_NAMES = {getattr(signal, n): n for n in dir(signal) if n.startswith("SIG") and not n.startswith("SIG_")}
+
+
+def _sanitize(text: str | None) -> str | None:
+    """Replace lone surrogates so the text is valid UTF-8 on any wire."""
+    if text is None:
+        return None
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+class _Stream:
+    """One output pipe of a call: bytes kept up to ``cap``, the total seen, and EOF."""
+
+    __slots__ = ("fd", "cap", "data", "total", "eof")
+
+    def __init__(self, fd: int, cap: int) -> None:
+        self.fd = fd
+        self.cap = cap
+        self.data = bytearray()
+        self.total = 0
+        self.eof = False
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self.cap
+
+    def text(self) -> str:
+        """Decoded as UTF-8 with replacement; a multi-byte character cut by the cap is dropped."""
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        return decoder.decode(bytes(self.data), final=not self.truncated)
+
+
+class _Call:
+    __slots__ = ("id", "code", "timeout_s", "memory_mb", "pid", "init_pid", "scratch", "out", "err", "res",
+                 "started", "deadline", "exited_at", "wait_status", "kill_reason", "no_pid_namespace")
+
+    def __init__(self, cid: int, msg: dict) -> None:
+        self.id = cid
+        self.code = msg["code"]
+        self.timeout_s = float(msg["timeout_s"])
+        self.memory_mb = int(msg["memory_mb"])
+        self.pid = 0
+        self.init_pid: int | None = None
+        self.scratch = ""
+        self.out: _Stream | None = None
+        self.err: _Stream | None = None
+        self.res: _Stream | None = None
+        self.started = 0.0
+        self.deadline = 0.0
+        self.exited_at: float | None = None
+        self.wait_status: int | None = None
+        self.kill_reason: str | None = None
+        self.no_pid_namespace = False
+
+    def streams(self) -> list[_Stream]:
+        return [s for s in (self.out, self.err, self.res) if s is not None]
+
+
+class Worker:
+    """The event loop of one worker process (see the module docstring)."""
+
+    def __init__(self, cfg: dict, iso: WorkerIsolation, ctl_in: int, ctl_out: int) -> None:
+        self.cfg = cfg
+        self.iso = iso
+        self.ctl_in = ctl_in
+        self.ctl_out = ctl_out
+        self.frames = wire.FrameBuffer()
+        self.env = dict(os.environ)
+        self.calls: dict[int, _Call] = {}
+        self.by_pid: dict[int, _Call] = {}
+        self.inits: dict[int, _Call | None] = {}
+        self.devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        self.sel = selectors.DefaultSelector()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        os.set_blocking(self.ctl_in, False)
+        self.sel.register(self.ctl_in, selectors.EVENT_READ, None)
+        self.sel.register(self.wake_r, selectors.EVENT_READ, None)
+        self.closing = False
+        self.max_out = int(cfg["max_output_bytes"])
+        self.scan_orphans = not iso.plan.pid_namespace
+
+    # ----- messages ---------------------------------------------------------------------------------
+    def send(self, message: dict) -> None:
+        data = wire.encode(message)
+        view = memoryview(data)
+        while view:
+            n = os.write(self.ctl_out, view)
+            view = view[n:]
+
+    def _on_ctl(self) -> None:
+        try:
+            data = os.read(self.ctl_in, _READ_CHUNK)
+        except BlockingIOError:
+            return
+        if not data:
+            self.closing = True  # the pool is gone
+            return
+        for msg in self.frames.feed(data):
+            op = msg.get("op")
+            if op == "run":
+                self.start_call(msg)
+            elif op == "shutdown":
+                self.closing = True
+
+    # ----- starting a call --------------------------------------------------------------------------
+    def start_call(self, msg: dict) -> None:
+        call = _Call(int(msg["id"]), msg)
+        try:
+            self._spawn(call, msg.get("stdin", ""))
+        except Exception as exc:  # noqa: BLE001 - any set-up failure is tirl's, answered as internal
+            self._cleanup(call)
+            self.send({"op": "result", "id": call.id, "result": {
+                "status": "internal", "stderr": f"tirl-sandbox: could not start the call: {exc}"}})
+
+    def _spawn(self, call: _Call, stdin: str) -> None:
+        plan = self.iso.plan
+        call.scratch = os.path.join(self.iso.scratch_dir, f"c{call.id}")
+        os.mkdir(call.scratch, 0o700)
+        if plan.uid_mode.startswith("drop"):
+            os.chown(call.scratch, plan.uid, plan.gid)
+        stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
+        data = stdin.encode("utf-8", "replace")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(stdin_fd, view):]
+        os.lseek(stdin_fd, 0, os.SEEK_SET)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        res_r, res_w = os.pipe()
+        child_fds = (stdin_fd, out_w, err_w, res_w)
+        try:
+            if plan.pid_namespace:
+                try:
+                    isolation.new_pid_namespace_for_children(self.iso.self_pid_ns_fd)  # type: ignore[arg-type]
+                    call.init_pid = os.posix_spawn(
+                        self.iso.sleep_binary, ["sleep", str(int(math.ceil(call.timeout_s)) + 60)], {},
+                        file_actions=[(os.POSIX_SPAWN_DUP2, self.devnull, 0), (os.POSIX_SPAWN_DUP2, self.devnull, 1),
+                                      (os.POSIX_SPAWN_DUP2, self.devnull, 2)])
+                    self.inits[call.init_pid] = call
+                except OSError:
+                    # Fall back to this worker's own namespace for this call (killed by process group).
+                    _linux.setns(self.iso.self_pid_ns_fd, _linux.CLONE_NEWPID)  # type: ignore[arg-type]
+                    call.init_pid = None
+                    call.no_pid_namespace = True
+            call.started = time.monotonic()
+            call.deadline = call.started + call.timeout_s
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the call process
+                self._call_process(call, child_fds)
+            call.pid = pid
+            if call.init_pid is not None:
+                _linux.setns(self.iso.self_pid_ns_fd, _linux.CLONE_NEWPID)  # type: ignore[arg-type]
+        finally:
+            for fd in child_fds:
+                os.close(fd)
+        self.calls[call.id] = call
+        self.by_pid[pid] = call
+        call.out = _Stream(out_r, self.max_out)
+        call.err = _Stream(err_r, self.max_out)
+        call.res = _Stream(res_r, 4 * self.max_out + _RESULT_RECORD_SLACK)
+        for stream in call.streams():
+            os.set_blocking(stream.fd, False)
+            self.sel.register(stream.fd, selectors.EVENT_READ, (call, stream))
+
+    def _call_process(self, call: _Call, fds: tuple[int, int, int, int]) -> NoReturn:
+        stdin_fd, out_w, err_w, res_w = fds
+        try:
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            os.dup2(stdin_fd, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.dup2(res_w, 3, inheritable=False)
+            os.closerange(4, 1 << 20)
+            isolation.enter_call(self.iso.plan, call.scratch, isolation.call_env(self.env, call.scratch),
+                                 call.timeout_s, call.memory_mb, self.iso.seccomp_program)
+        except BaseException as exc:  # noqa: BLE001 - fail closed, report to the worker
+            message = f"isolation set-up failed: {exc}" if isinstance(exc, LayerError) else \
+                f"call set-up failed: {type(exc).__name__}: {exc}"
+            try:
+                os.write(3, json.dumps({"internal": message}).encode())
+            finally:
+                os._exit(70)
+        runner.execute(call.code, 3, self.max_out)
+
+    # ----- supervising ------------------------------------------------------------------------------
+    def _on_stream(self, call: _Call, stream: _Stream) -> None:
+        while True:
+            try:
+                chunk = os.read(stream.fd, _READ_CHUNK)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                stream.eof = True
+                self.sel.unregister(stream.fd)
+                return
+            room = stream.cap - len(stream.data)
+            if room > 0:
+                stream.data += chunk[:room]
+            stream.total += len(chunk)
+            if stream.truncated and stream is not call.res and self.cfg["kill_on_output_overflow"]:
+                self.kill_call(call, "output")
+                return
+
+    def kill_call(self, call: _Call, reason: str | None) -> None:
+        """SIGKILL every process of ``call``: its namespace init (all of them), its process group, itself."""
+        if reason and call.kill_reason is None and call.wait_status is None:
+            call.kill_reason = reason
+        targets = []
+        if call.init_pid is not None and call.init_pid in self.inits:
+            targets.append(lambda: os.kill(call.init_pid, signal.SIGKILL))  # type: ignore[arg-type]
+        if call.pid:
+            targets.append(lambda: os.killpg(call.pid, signal.SIGKILL))
+            if call.wait_status is None:
+                targets.append(lambda: os.kill(call.pid, signal.SIGKILL))
+        for kill in targets:
+            try:
+                kill()
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def reap(self) -> None:
+        """Collect every exited child: call processes, namespace inits and adopted orphans."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            call = self.by_pid.pop(pid, None)
+            if call is not None:
+                call.wait_status = status
+                call.exited_at = time.monotonic()
+                self.kill_call(call, None)  # the rest of the call's processes go with it
+                continue
+            owner = self.inits.pop(pid, None)
+            if owner is not None:
+                owner.init_pid = None
+
+    def _kill_orphans(self) -> None:
+        """Without PID namespaces, descendants that escaped their group re-parent to this subreaper."""
+        known = set(self.by_pid) | set(self.inits)
+        try:
+            with open(f"/proc/self/task/{os.getpid()}/children") as fh:
+                children = [int(p) for p in fh.read().split()]
+        except OSError:
+            return
+        for pid in children:
+            if pid not in known:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def _check_timers(self, now: float) -> None:
+        for call in list(self.calls.values()):
+            if call.wait_status is None and now >= call.deadline and call.kill_reason is None:
+                self.kill_call(call, "timeout")
+            if call.wait_status is not None:
+                drained = all(s.eof for s in call.streams())
+                if drained or now >= (call.exited_at or now) + float(self.cfg["drain_grace_s"]):
+                    self._finish(call)
+
+    def _next_timeout(self, now: float) -> float:
+        wake = now + 1.0
+        for call in self.calls.values():
+            if call.wait_status is None and call.kill_reason is None:
+                wake = min(wake, call.deadline)
+            elif call.exited_at is not None:
+                wake = min(wake, call.exited_at + float(self.cfg["drain_grace_s"]))
+        return max(0.0, wake - now)
+
+    def _cleanup(self, call: _Call) -> None:
+        for stream in call.streams():
+            if not stream.eof:
+                try:
+                    self.sel.unregister(stream.fd)
+                except (KeyError, ValueError):
+                    pass
+            try:
+                os.close(stream.fd)
+            except OSError:
+                pass
+        if call.scratch:
+            shutil.rmtree(call.scratch, ignore_errors=True)
+
+    def _finish(self, call: _Call) -> None:
+        for stream in call.streams():
+            if not stream.eof:
+                self._on_stream(call, stream)
+        self.calls.pop(call.id, None)
+        self._cleanup(call)
+        if self.scan_orphans or call.no_pid_namespace:
+            self._kill_orphans()
+        self.send({"op": "result", "id": call.id, "result": self.build_result(call)})
+
+    def build_result(self, call: _Call) -> dict:
+        """The ``ExecutionResult`` fields (without ``request_id``) of a finished call."""
+        assert call.out is not None and call.err is not None and call.res is not None
+        end = call.exited_at if call.exited_at is not None else time.monotonic()
+        status_code = os.waitstatus_to_exitcode(call.wait_status) if call.wait_status is not None else None
+        record: dict = {}
+        if call.res.data and not call.res.truncated:
+            try:
+                parsed = wire.decode_body(bytes(call.res.data))
+                record = parsed
+            except ValueError:
+                record = {}
+        stdout = call.out.text()
+        stderr = call.err.text()
+        result: dict = {
+            "status": "ok", "stdout": stdout, "stderr": stderr, "display": None, "error_type": None,
+            "traceback": None, "exit_code": status_code, "duration_s": round(end - call.started, 6),
+            "stdout_truncated": call.out.truncated, "stderr_truncated": call.err.truncated,
+        }
+        note = None
+        if call.kill_reason == "timeout":
+            result["status"] = "timeout"
+            note = f"timeout: the code ran past its {call.timeout_s:g} s limit and was killed"
+        elif call.kill_reason == "output":
+            result["status"] = "killed"
+            note = f"killed: output passed the {self.max_out}-byte cap"
+        elif isinstance(record.get("internal"), str):
+            result["status"] = "internal"
+            note = record["internal"]
+        elif status_code is not None and status_code < 0:
+            sig = -status_code
+            name = _SIGNAL_NAMES.get(sig, f"signal {sig}")
+            if sig == signal.SIGXCPU:
+                result["status"] = "timeout"
+                note = f"timeout: CPU time limit ({int(math.ceil(call.timeout_s)) + 1} s) reached"
+            elif sig in (signal.SIGKILL, signal.SIGXFSZ):
+                result["status"] = "killed"
+                note = f"killed by {name} (a resource limit: memory, file size or processes)"
+            else:
+                result["status"] = "error"
+                note = f"the process was terminated by {name}"
+        else:
+            if record.get("error_type"):
+                result["error_type"] = _sanitize(str(record["error_type"]))
+                result["traceback"] = _sanitize(str(record.get("traceback") or record["error_type"]))
+            if record.get("memory_error"):
+                result["status"] = "killed"
+                note = f"killed: memory limit ({call.memory_mb} MiB of address space) reached"
+            elif result["error_type"] or (status_code or 0) != 0:
+                result["status"] = "error"
+        display = record.get("display")
+        if isinstance(display, str) and call.out.total == 0 and result["status"] in ("ok",):
+            result["display"] = _sanitize(display)
+            if record.get("display_truncated"):
+                result["stdout_truncated"] = True
+        if note:
+            sep = "" if not stderr or stderr.endswith("\n") else "\n"
+            result["stderr"] = f"{stderr}{sep}tirl-sandbox: {note}\n"
+        return result
+
+    # ----- loop -------------------------------------------------------------------------------------
+    def loop(self) -> None:
+        """Serve until the pool sends ``shutdown`` or closes the pipe; kill every call on the way out."""
+        while not self.closing:
+            now = time.monotonic()
+            for key, _ in self.sel.select(self._next_timeout(now)):
+                if key.fd == self.ctl_in:
+                    self._on_ctl()
+                elif key.fd == self.wake_r:
+                    try:
+                        while os.read(self.wake_r, 4096):
+                            pass
+                    except BlockingIOError:
+                        pass
+                else:
+                    call, stream = key.data
+                    if call.id in self.calls and not stream.eof:
+                        self._on_stream(call, stream)
+            self.reap()
+            self._check_timers(time.monotonic())
+            if self.scan_orphans and not self.calls:
+                self._kill_orphans()
+        for call in list(self.calls.values()):
+            self.kill_call(call, "shutdown")
+        deadline = time.monotonic() + 2.0
+        while (self.by_pid or self.inits) and time.monotonic() < deadline:
+            self.reap()
+            time.sleep(0.01)
+        for call in list(self.calls.values()):
+            self._cleanup(call)
+
+
+def _preload(modules: tuple[str, ...] | list[str]) -> dict[str, str]:
+    report = {}
+    for name in modules:
+        try:
+            importlib.import_module(name)
+            report[name] = "ok"
+        except BaseException as exc:  # noqa: BLE001 - a broken module must not stop the worker
+            report[name] = f"{type(exc).__name__}: {exc}"
+    return report
+
+
+def main() -> None:
+    """Entry point of ``python -m tirl.sandbox.worker``."""
+    ctl_in = os.dup(0)
+    ctl_out = os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)  # stray prints of imported modules go to stderr, never into the frame pipe
+    os.close(devnull)
+    sys.stdout = sys.stderr
+    frames = wire.FrameBuffer()
+    cfg: dict | None = None
+    while cfg is None:
+        data = os.read(ctl_in, _READ_CHUNK)
+        if not data:
+            return
+        messages = frames.feed(data)
+        if messages:
+            cfg = messages[0]
+    try:
+        iso = isolation.setup_worker(cfg, cfg["scratch_dir"])
+        preload = _preload(cfg["preload"])
+        warmup_error = None
+        if cfg.get("warmup"):
+            try:
+                exec(compile(cfg["warmup"], "<warmup>", "exec"), {"__name__": "__warmup__"})
+            except BaseException as exc:  # noqa: BLE001
+                warmup_error = f"{type(exc).__name__}: {exc}"
+        runner.warm_up()
+        isolation.probe_plan(iso)
+        iso.layers["output_cap"] = isolation.output_cap_status(cfg["max_output_bytes"], cfg["kill_on_output_overflow"])
+        missing = [name for name in cfg["required_layers"] if not iso.layers[name].active]
+        if missing:
+            detail = "; ".join(f"{name}: {iso.layers[name].detail}" for name in missing)
+            wire_msg = {"op": "fatal", "error": f"required isolation layers are not available: {detail}",
+                        "layers": iso.report()}
+            os.write(ctl_out, wire.encode(wire_msg))
+            return
+        import threading
+
+        gc.collect()
+        gc.freeze()  # keep the preloaded objects out of the children's collections (fewer copied pages)
+        ready = {"op": "ready", "pid": os.getpid(), "layers": iso.report(), "preload": preload,
+                 "warmup_error": warmup_error, "threads": threading.active_count(), "plan": asdict(iso.plan),
+                 "python": sys.version.split()[0]}
+        worker = Worker(cfg, iso, ctl_in, ctl_out)
+        worker.send(ready)
+    except BaseException:  # noqa: BLE001 - report why the worker could not start
+        try:
+            os.write(ctl_out, wire.encode({"op": "fatal", "error": traceback.format_exc()}))
+        finally:
+            raise
+    try:
+        worker.loop()
+    finally:
+        shutil.rmtree(iso.scratch_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -39,11 +39,12 @@ async def test_later_retry_is_answered_from_cache_without_running():
     assert again == first
 
 
-async def test_cached_result_is_a_copy():
+async def test_get_returns_a_copy_that_callers_may_change():
     ex = ScriptedExecutor()
     cache = ResultCache()
-    first, _ = await cache.get_or_run(req("echo 1", "a"), ex.run)
-    first.stdout = "mutated by caller"
+    await cache.get_or_run(req("echo 1", "a"), ex.run)
+    copy = cache.get("a")
+    copy.stdout = "changed by caller"
     again, _ = await cache.get_or_run(req("echo 1", "a"), ex.run)
     assert again.stdout == "1\n"
 

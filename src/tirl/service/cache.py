@@ -104,7 +104,8 @@ class ResultCache:
         return dataclasses.replace(entry[1])
 
     def put(self, request: ExecutionRequest, result: ExecutionResult, fingerprint: str | None = None) -> None:
-        """Store a finished result for ``request.request_id`` (``internal`` results are ignored)."""
+        """Store a finished result for ``request.request_id`` (``internal`` results are ignored). The cache
+        keeps ``result`` itself, not a copy: do not change it afterwards."""
         if result.status == "internal" or self.max_entries == 0:
             return
         fp = fingerprint or request_fingerprint(request)
@@ -114,7 +115,7 @@ class ResultCache:
         old = self._done.pop(request.request_id, None)
         if old is not None:
             self._bytes -= old[2]
-        self._done[request.request_id] = (fp, dataclasses.replace(result), size)
+        self._done[request.request_id] = (fp, result, size)
         self._bytes += size
         while self._done and (len(self._done) > self.max_entries or self._bytes > self.max_bytes):
             _, (_, _, evicted) = self._done.popitem(last=False)
@@ -130,8 +131,9 @@ class ResultCache:
                 becomes an ``internal`` result.
 
         Returns:
-            ``(result, source)``; ``result.request_id`` is always ``request.request_id``. Cancelling the caller
-            does not cancel the execution.
+            ``(result, source)``; ``result.request_id`` is always ``request.request_id``. The result object is
+            shared with the cache and other callers of the same id: treat it as read-only (copy it with
+            ``dataclasses.replace`` before changing it). Cancelling the caller does not cancel the execution.
         """
         rid = request.request_id
         fp = request_fingerprint(request)
@@ -140,17 +142,15 @@ class ResultCache:
             if entry[0] != fp:
                 return self._conflict(rid), "conflict"
             self._done.move_to_end(rid)
-            return dataclasses.replace(entry[1]), "cached"
+            return entry[1], "cached"
         running = self._running.get(rid)
         if running is not None:
             if running[0] != fp:
                 return self._conflict(rid), "conflict"
-            result = await asyncio.shield(running[1])
-            return dataclasses.replace(result), "joined"
+            return await asyncio.shield(running[1]), "joined"
         task = asyncio.ensure_future(self._execute(request, run, fp))
         self._running[rid] = (fp, task)
-        result = await asyncio.shield(task)
-        return dataclasses.replace(result), "executed"
+        return await asyncio.shield(task), "executed"
 
     async def _execute(self, request: ExecutionRequest, run: RunFn, fp: str) -> ExecutionResult:
         rid = request.request_id

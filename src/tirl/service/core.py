@@ -163,15 +163,19 @@ class ExecutionService:
         start = time.perf_counter()
         try:
             deadline = float(request.timeout_s) + self.config.deadline_grace_s
+            safety = asyncio.timeout(deadline)
             try:
-                result = await asyncio.wait_for(self.executor.run(request), timeout=deadline)
-            except TimeoutError:
-                result = ExecutionResult.internal_error(
-                    f"executor gave no answer within the safety deadline of {deadline:.1f} s "
-                    f"(timeout_s {request.timeout_s} + grace {self.config.deadline_grace_s}); it was cancelled",
-                    request.request_id,
-                    time.perf_counter() - start,
-                )
+                async with safety:
+                    result = await self.executor.run(request)
+            except TimeoutError as exc:
+                if safety.expired():
+                    message = (
+                        f"executor gave no answer within the safety deadline of {deadline:.1f} s "
+                        f"(timeout_s {request.timeout_s} + grace {self.config.deadline_grace_s}); it was cancelled"
+                    )
+                else:  # the executor raised TimeoutError itself
+                    message = f"executor failed: TimeoutError: {exc}"
+                result = ExecutionResult.internal_error(message, request.request_id, time.perf_counter() - start)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a broken executor must not take the request down

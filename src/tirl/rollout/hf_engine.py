@@ -155,7 +155,7 @@ class HFEngine:
         (empty prompt, ids outside the vocabulary, prompt longer than the context, invalid params, a model
         exception). Cancelling the caller drops the request (or its result, if it was already batched).
         """
-        problem = self._validate(prompt_ids, params)
+        problem = self.validate(prompt_ids, params)
         if problem:
             return GenerationOutput(token_ids=[], logprobs=[], finish_reason="error", error=problem)
         loop = asyncio.get_running_loop()
@@ -179,7 +179,8 @@ class HFEngine:
             if not req.future.done():
                 req.future.set_result(GenerationOutput([], [], "error", "engine closed"))
 
-    def _validate(self, prompt_ids: list[int], params: SamplingParams) -> str | None:
+    def validate(self, prompt_ids: list[int], params: SamplingParams) -> str | None:
+        """Why this request cannot run (a message), or None when it can. Used by servers to answer 400."""
         if not prompt_ids:
             return "empty prompt"
         if any((not isinstance(t, int)) or t < 0 or t >= self.vocab_size for t in prompt_ids):

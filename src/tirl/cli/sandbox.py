@@ -1,6 +1,7 @@
 """``tirl sandbox ...``: commands of the code-execution sandbox and its HTTP service.
 
-Thin wrappers: parse options, call the library. ``serve`` runs :func:`tirl.service.server.serve_local_sandbox`.
+Thin wrappers: parse options, call the library. ``serve`` runs :func:`tirl.service.server.serve_local_sandbox`;
+``doctor`` runs :func:`tirl.sandbox.doctor.collect_report` and prints it.
 """
 
 from __future__ import annotations
@@ -50,3 +51,31 @@ def serve(
         asyncio.run(serve_local_sandbox(config, routers=[create_verify_router()]))
     except KeyboardInterrupt:  # pragma: no cover - interactive stop
         pass
+
+
+@app.command()
+def doctor(
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON instead of tables."),
+    strict: bool = typer.Option(False, help="Exit with code 1 unless every layer is active and every probe held."),
+    preload: str = typer.Option("numpy,scipy,sympy", help="Modules the worker imports, comma-separated."),
+    trivial_calls: int = typer.Option(20, min=0, help="print(1) calls timed for the latency line (0: skip)."),
+) -> None:
+    """Report which isolation layers are active on this machine (and why any is not), then probe them.
+
+    Exit codes: 0 report printed; 1 --strict and something is missing; 2 the sandbox could not start.
+    """
+    import json
+
+    from tirl.sandbox.config import SandboxConfig
+    from tirl.sandbox.doctor import collect_report, render
+
+    modules = tuple(m.strip() for m in preload.split(",") if m.strip())
+    report = asyncio.run(collect_report(SandboxConfig(preload=modules), trivial_calls=trivial_calls))
+    if json_out:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        render(report)
+    if report.error:
+        raise typer.Exit(2)
+    if strict and not report.all_active:
+        raise typer.Exit(1)

@@ -206,6 +206,15 @@ class LocalSandbox:
                 return dict(w.info)
         raise RuntimeError(self._broken or "no sandbox worker is ready")
 
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live, ready workers (for monitoring and tests)."""
+        return [w.proc.pid for w in self._pool if w.ready and not w.dead and w.proc is not None]
+
+    def stats(self) -> dict[str, int]:
+        """Counts: ``queued`` (waiting for a slot), ``running`` (sent to a worker), ``workers_ready``."""
+        return {"queued": len(self._pending), "running": sum(len(w.inflight) for w in self._pool),
+                "workers_ready": sum(1 for w in self._pool if w.ready and not w.dead)}
+
     async def aclose(self) -> None:
         """Stop the workers; answer every queued or running call ``internal``. Idempotent."""
         if self._closed:

@@ -311,8 +311,10 @@ class Worker:
             if call.wait_status is None and now >= call.deadline and call.kill_reason is None:
                 self.kill_call(call, "timeout")
             if call.wait_status is not None:
-                drained = all(s.eof for s in call.streams())
-                if drained or now >= (call.exited_at or now) + float(self.cfg["drain_grace_s"]):
+                # Done when every process of the call is gone: outputs at EOF and (with a PID namespace)
+                # its init reaped, which the kernel allows only after every process in it died.
+                settled = call.init_pid is None and all(s.eof for s in call.streams())
+                if settled or now >= (call.exited_at or now) + float(self.cfg["drain_grace_s"]):
                     self._finish(call)
 
     def _next_timeout(self, now: float) -> float:

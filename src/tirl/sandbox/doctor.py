@@ -1,0 +1,171 @@
+"""``tirl sandbox doctor``: which isolation layers are active on this machine, and do they hold?
+
+Starts a one-worker :class:`~tirl.sandbox.pool.LocalSandbox`, reads the layer report of its worker (each
+layer active, or why not), then runs a few hostile probes through it and checks the outcome: a TCP
+connect to 127.0.0.1, a write outside the scratch directory, reading a secret from the host environment,
+a double-forked child that ignores SIGTERM and outlives the deadline. It also times trivial calls. It does
+not change any setting; it only reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+
+from tirl.sandbox.config import SandboxConfig
+from tirl.sandbox.pool import LocalSandbox
+from tirl.sandbox.types import ExecutionRequest
+
+
+@dataclass
+class ProbeOutcome:
+    """One hostile probe: what was tried, whether the sandbox held, and what it answered."""
+
+    name: str
+    held: bool
+    detail: str
+
+
+@dataclass
+class DoctorReport:
+    """Everything ``tirl sandbox doctor`` prints."""
+
+    layers: list[dict]
+    probes: list[ProbeOutcome]
+    preload: dict[str, str]
+    python: str
+    trivial_p50_ms: float | None
+    error: str | None = None
+    plan: dict = field(default_factory=dict)
+
+    @property
+    def all_active(self) -> bool:
+        """True when every layer is active and every probe held."""
+        return self.error is None and all(l["active"] for l in self.layers) and all(p.held for p in self.probes)
+
+    def to_dict(self) -> dict:
+        """JSON-serialisable form."""
+        data = asdict(self)
+        data["all_active"] = self.all_active
+        return data
+
+
+def _process_with_marker(marker: str) -> list[int]:
+    """Host pids whose command line contains ``marker`` (scans /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                if marker.encode() in fh.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
+    outside = f"/tmp/tirl-doctor-{uuid.uuid4().hex}"
+    marker = str(900_000_000 + uuid.uuid4().int % 99_999_999)
+    escape = (
+        "import os, signal, time, subprocess\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"        subprocess.Popen(['sleep', '{marker}'])\n"
+        "        time.sleep(1000)\n"
+        "    os._exit(0)\n"
+        "time.sleep(1000)\n"
+    )
+    requests = [
+        ExecutionRequest("import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=2)", timeout_s=5),
+        ExecutionRequest(f"open({outside!r}, 'w').write('x')", timeout_s=5),
+        ExecutionRequest(f"import os\nprint(os.environ.get({secret_name!r}))", timeout_s=5),
+        ExecutionRequest(escape, timeout_s=1.5),
+    ]
+    net, write, env, kill = await sb.run_batch(requests)
+    await asyncio.sleep(0.2)
+    survivors = _process_with_marker(marker)
+    written = os.path.exists(outside)
+    if written:
+        os.unlink(outside)
+    return [
+        ProbeOutcome("tcp connect to 127.0.0.1", net.status == "error",
+                     f"{net.status}: {net.error_type or ''} {(net.traceback or '').strip().splitlines()[-1:]}"),
+        ProbeOutcome("write outside the scratch dir", write.status == "error" and not written,
+                     f"{write.status}: {write.error_type}; file created on host: {written}"),
+        ProbeOutcome("read a host environment variable", env.status == "ok" and env.stdout.strip() == "None",
+                     f"{env.status}: printed {env.stdout.strip()!r}"),
+        ProbeOutcome("double-fork ignoring SIGTERM past the deadline", kill.status == "timeout" and not survivors,
+                     f"{kill.status}; processes left on the host: {survivors or 'none'}"),
+    ]
+
+
+async def collect_report(config: SandboxConfig | None = None, trivial_calls: int = 20) -> DoctorReport:
+    """Start a one-worker pool with ``config``, probe it, and return the report (never raises).
+
+    Args:
+        config: pool settings (default: :class:`SandboxConfig` defaults); ``workers`` is forced to 1.
+        trivial_calls: how many ``print(1)`` calls to time for the latency line (0 to skip).
+    """
+    secret_name = "TIRL_DOCTOR_SECRET"
+    os.environ[secret_name] = uuid.uuid4().hex
+    sb = LocalSandbox(workers=1, config=config or SandboxConfig())
+    try:
+        try:
+            info = await sb.worker_info()
+        except RuntimeError as exc:
+            return DoctorReport(layers=[], probes=[], preload={}, python="", trivial_p50_ms=None, error=str(exc))
+        probes = await _probes(sb, secret_name)
+        p50 = None
+        if trivial_calls > 0:
+            times = []
+            for _ in range(trivial_calls):
+                t0 = time.perf_counter()
+                await sb.run(ExecutionRequest("print(1)"))
+                times.append(time.perf_counter() - t0)
+            p50 = round(statistics.median(times) * 1000, 2)
+        return DoctorReport(layers=info.get("layers", []), probes=probes, preload=info.get("preload", {}),
+                            python=info.get("python", ""), trivial_p50_ms=p50, plan=info.get("plan", {}))
+    finally:
+        os.environ.pop(secret_name, None)
+        await sb.aclose()
+
+
+def render(report: DoctorReport) -> None:
+    """Print ``report`` as rich tables."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if report.error:
+        console.print(f"[bold red]The sandbox could not start:[/] {report.error}")
+        return
+    layers = Table(title="Isolation layers", show_lines=False)
+    layers.add_column("layer")
+    layers.add_column("state")
+    layers.add_column("detail", overflow="fold")
+    for layer in report.layers:
+        state = "[green]active[/]" if layer["active"] else "[yellow]missing[/]"
+        layers.add_row(layer["name"], state, layer["detail"])
+    console.print(layers)
+    probes = Table(title="Hostile probes")
+    probes.add_column("probe")
+    probes.add_column("held")
+    probes.add_column("answer", overflow="fold")
+    for probe in report.probes:
+        probes.add_row(probe.name, "[green]yes[/]" if probe.held else "[red]NO[/]", probe.detail)
+    console.print(probes)
+    preload = ", ".join(f"{k} ({'ok' if v == 'ok' else v})" for k, v in report.preload.items()) or "none"
+    console.print(f"Python {report.python}; preloaded: {preload}")
+    if report.trivial_p50_ms is not None:
+        console.print(f"print(1) latency p50: {report.trivial_p50_ms} ms (one worker, sequential)")
+    verdict = "[green]all layers active, all probes held[/]" if report.all_active else \
+        "[yellow]some layers are missing or a probe did not hold (see above)[/]"
+    console.print(verdict)

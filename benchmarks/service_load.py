@@ -50,7 +50,7 @@ from tirl.sandbox.types import CodeExecutor, ExecutionRequest, ExecutionResult
 from tirl.service.client import ClientConfig, SandboxClient
 from tirl.service.process import ServiceProcess
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 150)
 
 
 # -- workload --------------------------------------------------------------------------------------

@@ -244,6 +244,17 @@ async def test_internal_result_retried_with_same_id(retries, expected):
     assert executors[A].runs["x"] == 1 + retries
 
 
+async def test_non_request_objects_and_odd_fields_become_internal_results():
+    urls, _, transport = cluster(1)
+    odd = req("echo", "odd")
+    odd.timeout_s = float("nan")  # type: ignore[assignment]
+    async with SandboxClient(urls, fast(), transport=transport) as client:
+        not_a_request = await client.run({"code": "print(1)"})  # type: ignore[arg-type]
+        nan_timeout = await client.run(odd)
+    assert not_a_request.status == "internal" and "expects an ExecutionRequest" in not_a_request.stderr
+    assert nan_timeout.status == "internal" and "HTTP 422" in nan_timeout.stderr
+
+
 async def test_lone_surrogates_travel_both_ways():
     urls, _, transport = cluster(1)
     async with SandboxClient(urls, fast(), transport=transport) as client:

@@ -269,6 +269,11 @@ class SandboxClient:
         Returns:
             The server's result, or an ``internal`` result when no server could answer in time.
         """
+        if not isinstance(request, ExecutionRequest):
+            return ExecutionResult.internal_error(
+                f"SandboxClient.run expects an ExecutionRequest, got {type(request).__name__}",
+                str(getattr(request, "request_id", "") or ""),
+            )
         rid = request.request_id
         if self._closed:
             return ExecutionResult.internal_error("SandboxClient is closed", rid)

@@ -308,6 +308,21 @@ def test_huge_integer_does_not_raise():
     assert isinstance(err, ToolCallError)
 
 
+@pytest.mark.timeout(60)  # a hang guard: quadratic scanning took minutes here; linear takes well under a second
+def test_many_abandoned_calls_each_end_at_the_next_open():
+    text = "<tool_call>x " * 3000 + "</tool_call>"
+    for lenient in (False, True):
+        items = parse_tool_calls(text, lenient=lenient)
+        assert [i.kind for i in items] == ["unclosed_tag"] * 2999 + ["invalid_json"]
+        assert all(a.span[1] == b.span[0] for a, b in zip(items, items[1:]))
+
+
+@pytest.mark.timeout(60)
+def test_many_valid_calls_all_parsed_in_order():
+    text = "".join(call_text(f"print({i})") for i in range(2000))
+    assert [c.code for c in parse_tool_calls(text, lenient=True)] == [f"print({i})" for i in range(2000)]
+
+
 @settings(max_examples=300, deadline=None)
 @given(code=st.text(min_size=1).filter(lambda s: s.strip()), stdin=st.text())
 def test_render_then_parse_round_trips(code, stdin):

@@ -9,12 +9,15 @@ A call is JSON between ``<tool_call>`` and ``</tool_call>``:
 
 Policies
 --------
-* **Finding the block.** From each ``<tool_call>`` the closing ``</tool_call>`` is searched *outside JSON
-  strings* (a string-aware scan), so ``s = '</tool_call>'`` inside the code does not cut the call. When that
-  body does not decode, the first plain ``</tool_call>`` is tried too, so an unbalanced quote cannot swallow
-  the calls after it. No closing tag at all: a ``ToolCallError`` of kind ``unclosed_tag`` (never executed;
-  typically a turn cut by the token budget). A new ``<tool_call>`` inside an undecodable body also makes the
-  first one ``unclosed_tag`` and parsing resumes at the second.
+* **Finding the block.** After ``<tool_call>`` the body is first read with a JSON decoder
+  (``json.JSONDecoder.raw_decode``); when one valid value is followed by ``</tool_call>``, that is the block,
+  so tags inside JSON strings (``s = '</tool_call>'`` in the code) never cut a call. Otherwise the block ends
+  at the first plain ``</tool_call>`` (in lenient mode, a closing tag outside double-quoted strings is tried
+  first, so a repairable body may also hold one), which keeps an unbalanced quote from swallowing later calls.
+  No closing tag at all: a ``ToolCallError`` of kind ``unclosed_tag`` (never executed; typically a turn cut by
+  the token budget). A ``<tool_call>`` that starts before the previous one is closed also makes the previous
+  one ``unclosed_tag``, and parsing resumes at the new one. Every search stops at the next ``<tool_call>``,
+  so parsing is linear in the turn length even for degenerate, repetitive output.
 * **Several calls in one turn.** ``config.multi_call="all"`` (default) returns every block in order;
   ``"first"`` returns only the first block's result (call or error) and ignores the rest, as the release does.
 * **Drafts.** With ``config.ignore_think_drafts`` (default), blocks inside a *closed* ``<think>...</think>``
@@ -81,22 +84,22 @@ _ESCAPE_RE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
 _WORD_RE = re.compile(r"[A-Za-z]*")
 
 
-def _close_outside_strings(text: str, start: int, close_tag: str) -> int:
-    """Offset of the first ``close_tag`` at or after ``start`` that is not inside a double-quoted JSON string,
-    or -1. Backslash escapes inside strings are honoured."""
+def _close_outside_strings(text: str, start: int, close_tag: str, limit: int) -> int:
+    """Offset of the first ``close_tag`` in ``text[start:limit]`` that is not inside a double-quoted JSON
+    string, or -1. Backslash escapes inside strings are honoured."""
     outside = re.compile('"|' + re.escape(close_tag))
     inside = re.compile(r'["\\]')
     pos = start
-    n = len(text)
+    n = limit
     while pos < n:
-        m = outside.search(text, pos)
+        m = outside.search(text, pos, n)
         if m is None:
             return -1
         if m.group() != '"':
             return m.start()
         pos = m.end()
         while True:
-            m = inside.search(text, pos)
+            m = inside.search(text, pos, n)
             if m is None:
                 return -1
             if m.group() == "\\":
@@ -266,55 +269,95 @@ def _validate(obj: Any, repairs: list[str], body: str, span: tuple[int, int], cf
                     repaired=bool(repairs), repairs=list(repairs), warnings=warnings)
 
 
+_DECODER = json.JSONDecoder()
+_WS = re.compile(r"\s*")
+
+
+def _json_then_close(text: str, body_start: int, close_tag: str) -> tuple[int, Any] | None:
+    """Fast path: the body is one strict JSON value followed only by whitespace and ``close_tag``.
+
+    Returns (offset of the closing tag, decoded value), or None. The decoder reads strings as JSON does, so
+    tags inside strings are never taken for the end of the block; it stops at the first error, so garbage
+    costs little.
+    """
+    j = _WS.match(text, body_start).end()
+    try:
+        value, end = _DECODER.raw_decode(text, j)
+    except (ValueError, RecursionError):
+        return None
+    k = _WS.match(text, end).end()
+    return (k, value) if text.startswith(close_tag, k) else None
+
+
 def _parse_block(text: str, start: int, cfg: ProtocolConfig, lenient: bool) -> tuple[ToolCall | ToolCallError, int]:
-    """Parse the block whose ``<tool_call>`` starts at ``start``. Returns the item and where scanning resumes."""
+    """Parse the block whose ``<tool_call>`` starts at ``start``. Returns the item and where scanning resumes.
+
+    Every search is bounded by the next ``<tool_call>``, so a turn with many blocks parses in linear time.
+    """
     open_tag, close_tag = cfg.tool_call_open, cfg.tool_call_close
     body_start = start + len(open_tag)
     n = len(text)
-    plain = text.find(close_tag, body_start)
+    fast = _json_then_close(text, body_start, close_tag)
+    if fast is not None:
+        close, value = fast
+        end = close + len(close_tag)
+        return _validate(value, [], text[body_start:close], (start, end), cfg, lenient), end
+    next_open = text.find(open_tag, body_start)
+    bound = n if next_open < 0 else next_open
+    plain = text.find(close_tag, body_start, bound)
     if plain < 0:
+        if next_open >= 0:
+            return ToolCallError(
+                kind="unclosed_tag",
+                message=f"The tool call was not closed with {close_tag} before the next {open_tag}, so it was not run.",
+                raw=text[body_start:next_open], span=(start, next_open),
+            ), next_open
         return ToolCallError(
             kind="unclosed_tag",
             message=f"The tool call was not closed with {close_tag}, so nothing was run.",
             raw=text[body_start:], span=(start, n),
         ), n
-    aware = _close_outside_strings(text, body_start, close_tag)
-    closes = [c for c in dict.fromkeys((aware, plain)) if c >= 0]
-    last_error = ""
-    for close in closes:
-        body = text[body_start:close]
-        end = close + len(close_tag)
-        if not body.strip():
-            return ToolCallError(kind="empty_call", message="The tool call is empty.", raw=body,
-                                 span=(start, end)), end
-        ok, value, repairs = _decode(body, lenient)
-        if ok:
-            return _validate(value, repairs, body, (start, end), cfg, lenient), end
-        last_error = value
     body = text[body_start:plain]
-    inner = body.find(open_tag)
-    if inner >= 0:
-        restart = body_start + inner
-        return ToolCallError(
-            kind="unclosed_tag",
-            message=f"The tool call was not closed with {close_tag} before the next {open_tag}, so it was not run.",
-            raw=text[body_start:restart], span=(start, restart),
-        ), restart
     end = plain + len(close_tag)
+    if not body.strip():
+        return ToolCallError(kind="empty_call", message="The tool call is empty.", raw=body, span=(start, end)), end
+    closes = [plain]
+    if lenient:
+        # A repairable body may hold the closing tag inside a string: look for it outside strings, up to the
+        # next opening tag after the plain one.
+        after = text.find(open_tag, end)
+        aware = _close_outside_strings(text, body_start, close_tag, n if after < 0 else after)
+        if aware > plain:
+            closes.insert(0, aware)
+    first_error = ""
+    for close in closes:
+        candidate = text[body_start:close]
+        ok, value, repairs = _decode(candidate, lenient)
+        if ok:
+            stop = close + len(close_tag)
+            return _validate(value, repairs, candidate, (start, stop), cfg, lenient), stop
+        if close == plain:
+            first_error = value
     return ToolCallError(
         kind="invalid_json",
-        message=f"The tool call is not valid JSON: {last_error}.",
+        message=f"The tool call is not valid JSON: {first_error}.",
         raw=body, span=(start, end),
     ), end
 
 
 def _block_end(text: str, start: int, cfg: ProtocolConfig) -> int:
-    """Where a tool-call block starting at ``start`` ends (used to skip drafted calls); ``len(text)`` if never."""
+    """Where a tool-call block starting at ``start`` ends (used to skip drafted calls): after its closing tag,
+    at the next ``<tool_call>`` when it is never closed before one, else ``len(text)``."""
     body_start = start + len(cfg.tool_call_open)
-    close = _close_outside_strings(text, body_start, cfg.tool_call_close)
-    if close < 0:
-        close = text.find(cfg.tool_call_close, body_start)
-    return len(text) if close < 0 else close + len(cfg.tool_call_close)
+    fast = _json_then_close(text, body_start, cfg.tool_call_close)
+    if fast is not None:
+        return fast[0] + len(cfg.tool_call_close)
+    next_open = text.find(cfg.tool_call_open, body_start)
+    bound = len(text) if next_open < 0 else next_open
+    close = text.find(cfg.tool_call_close, body_start, bound)
+    if close >= 0:
+        return close + len(cfg.tool_call_close)
+    return bound
 
 
 def _draft_close(text: str, pos: int, cfg: ProtocolConfig) -> int:

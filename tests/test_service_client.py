@@ -125,7 +125,7 @@ async def test_dead_server_calls_fail_over_with_same_ids_and_server_is_reprobed(
         stats = client.stats()
         assert stats.servers["http://a.test:9001"]["up"] is False
         transport.down.discard(A)
-        for _ in range(100):
+        for _ in range(500):
             await asyncio.sleep(0.01)
             if client.stats().servers["http://a.test:9001"]["up"]:
                 break
@@ -206,7 +206,11 @@ async def test_bounded_queue_applies_backpressure():
     cfg = fast(max_queue=3, senders=1, batch_size=1)
     async with SandboxClient(urls, cfg, transport=transport) as client:
         tasks = [asyncio.ensure_future(client.run(req("gate g", f"r{i}"))) for i in range(20)]
-        await asyncio.sleep(0.1)
+        for _ in range(500):
+            await asyncio.sleep(0.01)
+            if client.stats().in_flight == 1 and client.stats().queue_depth == 3:
+                break
+        await asyncio.sleep(0.05)  # had the queue been unbounded, more callers would have got in by now
         depth = client.stats().queue_depth
         in_flight = client.stats().in_flight
         executors[A].gate("g").set()

@@ -358,3 +358,11 @@ def test_parse_never_raises(text):
                 assert item.kind in ERROR_KINDS
             assert 0 <= item.span[0] < item.span[1] <= len(text)
 
+
+
+@pytest.mark.parametrize("field,value", [("multi_call", "some"), ("answer_fallback", "guess"),
+                                         ("chat_template", "llama"), ("function_name", ""),
+                                         ("tool_call_open", "")])
+def test_config_rejects_unknown_policies(field, value):
+    with pytest.raises(ValueError, match=field):
+        ProtocolConfig(**{field: value})

@@ -1,0 +1,179 @@
+"""Per-step training metrics of GRPO-RoC, and their JSONL log.
+
+Covers the numbers one RL step reports (computed on one process from its groups; TRL averages them over
+processes): reward and accuracy, the share of failing tool calls inside correct trajectories before and after
+RoC selection (the report's Figure 4), p_err and p_format, response length in model tokens (mean, p90),
+truncation rate, tool calls per trajectory, group outcomes (dropped, undersized, all correct, all wrong), and
+the time split. It also writes and reads ``metrics.jsonl``. It does not plot (:mod:`tirl.train.plot`).
+
+Metric names (all floats):
+
+``reward/mean``, ``accuracy``
+    mean reward and share of correct trajectories among all sampled (before selection); ``reward/kept_mean``
+    after selection.
+``tool_error_in_correct/before``, ``tool_error_in_correct/after``
+    failing tool calls (class not ``ok``) / all tool calls, pooled over correct trajectories, before and after
+    selection (0 when the correct trajectories made no call).
+``p_err/mean``, ``p_format/mean``
+    mean penalties over sampled trajectories; ``p_format/correct_mean`` over correct ones.
+``length/mean``, ``length/p90``, ``length/kept_mean``
+    response length in model tokens (loss-mask ones; tool tokens excluded).
+``truncation_rate``
+    share of sampled trajectories that ended on the token budget or the context window.
+``tool_calls/per_traj``, ``tool_calls/error_rate``
+    tool calls per sampled trajectory; failing share of all calls.
+``groups/dropped``, ``groups/undersized``, ``groups/all_correct``, ``groups/all_wrong``
+    counts of groups this step on this process.
+``reward/unscored``
+    trajectories whose reward was None (verifier infrastructure failure), excluded from selection.
+``time/rollout_s``, ``time/tool_exec_s``, ``time/verify_s``
+    wall time of the multi-turn rollout (generation and tool calls interleaved), summed execution time of all
+    tool calls (overlapping, so it can exceed the rollout wall time), wall time of verification.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from tirl.algo.roc import Candidate, Selection, is_scored
+from tirl.protocol.types import Trajectory
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (``q`` in [0, 100]) of ``values``; 0.0 for an empty sequence."""
+    if not values:
+        return 0.0
+    data = sorted(values)
+    pos = (len(data) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return float(data[lo] + (data[hi] - data[lo]) * (pos - lo))
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(sum(values) / len(values)) if values else 0.0
+
+
+def tool_error_share(trajectories: Iterable[Trajectory]) -> float:
+    """Failing tool calls / all tool calls, pooled over ``trajectories`` (0.0 when there is no call)."""
+    calls = failed = 0
+    for traj in trajectories:
+        for rec in traj.tool_call_records:
+            calls += 1
+            failed += rec.cls != "ok"
+    return failed / calls if calls else 0.0
+
+
+def step_metrics(
+    trajectories: Sequence[Trajectory],
+    rewards: Sequence[float | None],
+    candidates: Sequence[Candidate],
+    group_size: int,
+    selections: Sequence[Selection],
+) -> dict[str, float]:
+    """Metrics of one step on one process (names in the module docstring).
+
+    Args:
+        trajectories: all sampled trajectories, problem-major: group g is ``[g*n, (g+1)*n)`` with
+            ``n = len(trajectories) // len(selections)``.
+        rewards: one per trajectory (None = unscorable).
+        candidates: one per trajectory (penalties).
+        group_size: G (the kept size), for reference only.
+        selections: one per group; indices are within the group.
+
+    Returns:
+        A dict of finite floats.
+
+    Raises:
+        ValueError: lengths that do not line up.
+    """
+    n_traj = len(trajectories)
+    if not (len(rewards) == len(candidates) == n_traj):
+        raise ValueError("trajectories, rewards and candidates must have the same length")
+    if selections and n_traj % len(selections):
+        raise ValueError(f"{n_traj} trajectories do not split into {len(selections)} groups")
+    per_group = n_traj // len(selections) if selections else 0
+    correct = [is_scored(r) and float(r) > 0 for r in rewards]  # type: ignore[arg-type]
+    kept: list[int] = [g * per_group + i for g, sel in enumerate(selections) for i in sel.indices]
+    scored_rewards = [float(r) for r in rewards if is_scored(r)]  # type: ignore[arg-type]
+    lengths = [float(t.num_model_tokens) for t in trajectories]
+    calls = [len(t.tool_call_records) for t in trajectories]
+    out = {
+        "reward/mean": _mean(scored_rewards),
+        "reward/kept_mean": _mean([float(rewards[i]) for i in kept if is_scored(rewards[i])]),  # type: ignore[arg-type]
+        "reward/unscored": float(n_traj - len(scored_rewards)),
+        "accuracy": _mean([float(c) for c in correct]),
+        "tool_error_in_correct/before": tool_error_share(t for t, c in zip(trajectories, correct) if c),
+        "tool_error_in_correct/after": tool_error_share(trajectories[i] for i in kept if correct[i]),
+        "p_err/mean": _mean([c.p_err for c in candidates]),
+        "p_format/mean": _mean([c.p_format for c in candidates]),
+        "p_format/correct_mean": _mean([c.p_format for c, ok in zip(candidates, correct) if ok]),
+        "length/mean": _mean(lengths),
+        "length/p90": percentile(lengths, 90),
+        "length/kept_mean": _mean([lengths[i] for i in kept]),
+        "truncation_rate": _mean([float(t.truncated) for t in trajectories]),
+        "tool_calls/per_traj": _mean([float(c) for c in calls]),
+        "tool_calls/error_rate": tool_error_share(trajectories),
+        "groups/count": float(len(selections)),
+        "groups/dropped": float(sum(s.status in ("dropped_equal", "empty") for s in selections)),
+        "groups/undersized": float(sum(s.status == "undersized" for s in selections)),
+        "groups/all_correct": float(sum(s.n_pos > 0 and s.n_neg == 0 for s in selections)),
+        "groups/all_wrong": float(sum(s.n_neg > 0 and s.n_pos == 0 for s in selections)),
+        "kept/per_group": _mean([float(len(s.indices)) for s in selections]),
+        "kept/target": float(group_size),
+    }
+    return out
+
+
+class MetricsLog:
+    """Append-only ``metrics.jsonl``: one JSON object per logged step.
+
+    A resumed run appends; records of steps at or after the resume point that a crashed run had written are
+    dropped on :meth:`truncate_after` so the file never holds a step twice.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record (non-finite floats become null)."""
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(clean) + "\n")
+
+    def truncate_after(self, step: int) -> int:
+        """Drop records whose ``step`` is greater than ``step``; returns how many were dropped."""
+        if not self.path.exists():
+            return 0
+        kept, dropped = [], 0
+        for rec in read_metrics(self.path):
+            if isinstance(rec.get("step"), (int, float)) and rec["step"] > step:
+                dropped += 1
+            else:
+                kept.append(rec)
+        if dropped:
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        return dropped
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Records of a ``metrics.jsonl`` (a folder is read as ``folder/metrics.jsonl``); bad lines are skipped."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "metrics.jsonl"
+    out = []
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        if line.strip():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+    return out
+
+
+__all__ = ["MetricsLog", "percentile", "read_metrics", "step_metrics", "tool_error_share"]

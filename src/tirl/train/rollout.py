@@ -1,0 +1,558 @@
+"""The GRPO-RoC ``rollout_func`` for TRL's ``GRPOTrainer``: sample 2G, verify, keep G, fill TRL's slots.
+
+How TRL forms groups (trl 1.16, read from ``grpo_trainer.py``, ``trainer/utils.py`` and accelerate's
+``BatchSamplerShard``), and why the G kept trajectories of one problem stay together:
+
+1. ``RepeatSampler(mini_repeat_count=num_generations, batch_size=generation_batch_size // num_generations)``
+   yields each problem index ``num_generations`` (= G) times in a row, blocks aligned at multiples of G.
+2. The train dataloader's batch is the *local generation batch*, ``per_device_train_batch_size *
+   steps_per_generation`` rows; accelerate hands batch ``k`` of the sampler stream to process
+   ``k % num_processes``. So when the local generation batch is a multiple of G, which
+   :meth:`tirl.train.config.RLConfig.validate` enforces (``problems_per_step`` divisible by the number of
+   processes), every process receives whole groups: G consecutive copies of each of its problems.
+3. ``_generate`` calls ``rollout_func(prompts, trainer)`` with exactly those local rows. For each block of G
+   identical prompts this function generates ``oversample * G`` trajectories of the one problem, verifies them,
+   selects G with RoC and returns them in the block's G slots, so TRL sees exactly G per unique prompt.
+4. TRL gathers rewards over processes in process order and normalises them with ``view(-1, G)``; because every
+   process's rows are whole, aligned groups, each view row is one problem. tirl nevertheless computes the
+   advantage itself on each kept group (:mod:`tirl.algo.advantages`, paper Eq. 7 with masking and a std floor)
+   and :class:`tirl.train.rl.RocGRPOTrainer` puts it in place of TRL's; the largest difference from TRL's own
+   value is logged as ``check/adv_diff_vs_trl`` (close to 0 for binary rewards when grouping agrees).
+
+Slots that cannot be filled with a real kept trajectory (a group dropped by ``drop_all_equal``, fewer than G
+scorable trajectories, an empty response; field case F80) get a one-token placeholder completion (the
+end-of-turn id) with ``env_mask`` 0, reward None and advantage 0: it adds no token to the loss and no gradient.
+
+Outputs per slot: ``prompt_ids``, ``completion_ids`` (model and tool tokens, never re-tokenised),
+``logprobs`` (sampling log-probs, 0.0 on tool tokens), ``env_mask`` (1 = model token, 0 = tool/injected),
+``tirl_reward`` (passed through to :func:`passthrough_reward`), ``tirl_advantage``, and ``tirl_metrics``.
+
+This module does not build the trainer or the dataset (:mod:`tirl.train.rl`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+from tirl.algo.advantages import group_advantages
+from tirl.algo.roc import Candidate, Selection, candidate, select_group
+from tirl.data.training import RLProblem
+from tirl.protocol.types import Trajectory
+from tirl.train.config import RLConfig
+from tirl.train.metrics import step_metrics
+
+logger = logging.getLogger(__name__)
+
+METRICS_KEY = "tirl_metrics"
+REWARD_KEY = "tirl_reward"
+ADVANTAGE_KEY = "tirl_advantage"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the two pluggable parts: where trajectories come from, and how they are scored
+
+
+class TrajectorySource(Protocol):
+    """Generates trajectories with the current policy."""
+
+    def generate(
+        self, problems: Sequence[RLProblem], samples_per_problem: int, *, seed: int, trainer: Any
+    ) -> list[Trajectory]:
+        """``samples_per_problem`` trajectories per problem, flat and problem-major (group g first)."""
+        ...
+
+
+@dataclass
+class Score:
+    """The outcome reward of one trajectory.
+
+    Attributes:
+        reward: 1.0 correct, 0.0 wrong (outcome only: tool calls never add reward, field case F91), None when
+            it could not be scored (verifier infrastructure failure, unparsable reference).
+        status: the verifier's status (``ok``, ``no_answer``, ``timeout``, ``unparsable_gold``,
+            ``verifier_error``).
+    """
+
+    reward: float | None
+    status: str = "ok"
+
+
+class Scorer(Protocol):
+    """Scores trajectories against their problems' reference answers."""
+
+    def score(self, trajectories: Sequence[Trajectory], problems: Sequence[RLProblem]) -> list[Score]:
+        """One :class:`Score` per trajectory, in order."""
+        ...
+
+
+UNSCORED_STATUSES = frozenset({"unparsable_gold", "verifier_error"})
+"""Verifier statuses that mean "could not judge" rather than "wrong": the sample is masked, not scored 0."""
+
+
+def outcome_reward(correct: bool, status: str) -> float | None:
+    """The binary outcome reward of rStar2-Agent (§2.2.1): 1 if correct else 0; None for :data:`UNSCORED_STATUSES`."""
+    if status in UNSCORED_STATUSES:
+        return None
+    return 1.0 if correct else 0.0
+
+
+class VerifierScorer:
+    """A :class:`Scorer` on ``tirl.reward`` (math-verify with integer fast path, hard deadlines).
+
+    The response text given to the verifier is the trajectory's decoded response (special tokens kept; the
+    extractor ignores tool responses); the agent loop's ``final_answer`` is passed along as the extracted
+    answer when it has one.
+
+    Args:
+        tokenizer: decodes ``response_ids``.
+        verify_batch: ``(items) -> list[Verdict]``; default ``tirl.reward.verify_batch``.
+    """
+
+    def __init__(self, tokenizer: Any, verify_batch: Callable[[list[Any]], list[Any]] | None = None) -> None:
+        self.tokenizer = tokenizer
+        self._verify_batch = verify_batch
+
+    def _verifier(self) -> Callable[[list[Any]], list[Any]]:
+        if self._verify_batch is None:
+            from tirl.reward import verify_batch  # type: ignore[attr-defined]
+
+            self._verify_batch = verify_batch
+        return self._verify_batch
+
+    def score(self, trajectories: Sequence[Trajectory], problems: Sequence[RLProblem]) -> list[Score]:
+        from tirl.reward.types import VerifyItem
+
+        items = [
+            VerifyItem(
+                response=self.tokenizer.decode(t.response_ids, skip_special_tokens=False),
+                gold=p.answer,
+                answer=t.final_answer,
+            )
+            for t, p in zip(trajectories, problems, strict=True)
+        ]
+        verdicts = self._verifier()(items)
+        return [Score(outcome_reward(v.correct, v.status), v.status) for v in verdicts]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the rollout function
+
+
+@dataclass
+class RolloutStats:
+    """What the last call did (for tests and logging)."""
+
+    trajectories: list[Trajectory] = field(default_factory=list)
+    selections: list[Selection] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    slot_sources: list[int | None] = field(default_factory=list)  # trajectory index per slot, None = placeholder
+
+
+class RocRolloutFunc:
+    """``rollout_func(prompts, trainer) -> dict`` for ``trl.GRPOTrainer`` implementing GRPO-RoC.
+
+    Args:
+        config: the run's configuration (group size, oversampling, RoC switches, advantage settings).
+        problems: the training problems; the dataset's ``prompt`` column is each problem's text, which is how a
+            prompt is mapped back to its reference answer.
+        source: generates trajectories with the current policy.
+        scorer: outcome rewards.
+        pad_token_id: the id of the placeholder completion (the end-of-turn token).
+
+    Raises (on call):
+        RuntimeError: the prompts do not come in aligned blocks of G identical prompts (groups would span
+            processes; see the module docstring), or a prompt is not a known problem.
+        AssertionError: a kept trajectory whose ``env_mask``/``logprobs`` length differs from its completion
+            (field case F86; never expected, since :class:`Trajectory` checks it on construction).
+    """
+
+    def __init__(
+        self,
+        config: RLConfig,
+        problems: Sequence[RLProblem],
+        source: TrajectorySource,
+        scorer: Scorer,
+        pad_token_id: int,
+    ) -> None:
+        self.config = config
+        self.source = source
+        self.scorer = scorer
+        self.pad_token_id = int(pad_token_id)
+        self.by_prompt: dict[str, RLProblem] = {}
+        for p in problems:
+            self.by_prompt.setdefault(p.problem, p)
+        self.last = RolloutStats()
+        self.calls = 0
+        self.__name__ = "tirl_roc_rollout"
+
+    # -- helpers -----------------------------------------------------------------------------------------------
+    def _groups(self, prompts: Sequence[Any]) -> list[RLProblem]:
+        g = self.config.rollout.group_size
+        if len(prompts) % g:
+            raise RuntimeError(
+                f"rollout_func got {len(prompts)} prompts, not a multiple of the group size {g}: groups would be "
+                "split across processes (problems_per_step must be a multiple of the number of processes)"
+            )
+        out = []
+        for start in range(0, len(prompts), g):
+            block = [_prompt_text(p) for p in prompts[start : start + g]]
+            if any(b != block[0] for b in block):
+                raise RuntimeError(
+                    f"prompts {start}..{start + g - 1} are not {g} copies of one problem: TRL's groups are not "
+                    "aligned with this process's batch"
+                )
+            problem = self.by_prompt.get(block[0])
+            if problem is None:
+                raise RuntimeError(f"prompt is not a known training problem: {block[0][:80]!r}")
+            out.append(problem)
+        return out
+
+    def _rng(self, step: int, process_index: int) -> random.Random:
+        return random.Random(f"roc/{self.config.seed}/{step}/{process_index}")
+
+    # -- the call ----------------------------------------------------------------------------------------------
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        cfg = self.config
+        g = cfg.rollout.group_size
+        n = cfg.rollout.samples_per_problem if cfg.roc.enabled else g
+        step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
+        process_index = int(getattr(getattr(trainer, "accelerator", None), "process_index", 0) or 0)
+        problems = self._groups(prompts)
+
+        t0 = time.perf_counter()
+        trajectories = self.source.generate(
+            problems, n, seed=random.Random(f"rollout/{cfg.seed}/{step}/{process_index}").getrandbits(31),
+            trainer=trainer,
+        )
+        t_rollout = time.perf_counter() - t0
+        if len(trajectories) != len(problems) * n:
+            raise RuntimeError(f"trajectory source returned {len(trajectories)} trajectories, expected {len(problems) * n}")
+
+        t0 = time.perf_counter()
+        repeated = [p for p in problems for _ in range(n)]
+        scores = self.scorer.score(trajectories, repeated)
+        t_verify = time.perf_counter() - t0
+        rewards = [s.reward for s in scores]
+        candidates: list[Candidate] = [candidate(t, r, cfg.roc) for t, r in zip(trajectories, rewards)]
+
+        rng = self._rng(step, process_index)
+        out: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
+                                                     REWARD_KEY, ADVANTAGE_KEY)}
+        selections: list[Selection] = []
+        slot_sources: list[int | None] = []
+        for gi in range(len(problems)):
+            base = gi * n
+            group = candidates[base : base + n]
+            if cfg.roc.enabled:
+                sel = select_group(group, g, rng, cfg.roc.mode, min_per_class=cfg.roc.min_per_class,
+                                   drop_all_equal=cfg.roc.drop_all_equal)
+            else:
+                sel = select_group(group, g, rng, "topk", min_per_class=0, drop_all_equal=cfg.roc.drop_all_equal)
+            selections.append(sel)
+            kept = [base + i for i in sel.indices]
+            adv = group_advantages([rewards[i] for i in kept], eps=cfg.optim.adv_eps, std_floor=cfg.optim.std_floor)
+            prompt_ids = list(trajectories[base].prompt_ids)
+            for slot in range(g):
+                idx = kept[slot] if slot < len(kept) else None
+                traj = trajectories[idx] if idx is not None else None
+                if traj is None or not traj.response_ids:
+                    # placeholder: one masked token, no reward, no advantage (F80: nothing is placed on it)
+                    out["prompt_ids"].append(traj.prompt_ids if traj is not None else prompt_ids)
+                    out["completion_ids"].append([self.pad_token_id])
+                    out["logprobs"].append([0.0])
+                    out["env_mask"].append([0])
+                    out[REWARD_KEY].append(None if traj is None else rewards[idx])  # type: ignore[index]
+                    out[ADVANTAGE_KEY].append(0.0)
+                    slot_sources.append(None)
+                    continue
+                ids, mask = list(traj.response_ids), list(traj.loss_mask)
+                logps = list(traj.logprobs) if traj.logprobs else [0.0] * len(ids)
+                assert len(mask) == len(ids) == len(logps), (  # F86
+                    f"trajectory {idx}: {len(ids)} completion ids, {len(mask)} mask entries, {len(logps)} log-probs"
+                )
+                out["prompt_ids"].append(list(traj.prompt_ids))
+                out["completion_ids"].append(ids)
+                out["logprobs"].append([float(x) for x in logps])
+                out["env_mask"].append([int(m) for m in mask])
+                out[REWARD_KEY].append(rewards[idx])
+                out[ADVANTAGE_KEY].append(adv[slot])
+                slot_sources.append(idx)
+
+        metrics = step_metrics(trajectories, rewards, candidates, g, selections)
+        tool_time = sum(rec.result.duration_s for t in trajectories for rec in t.tool_call_records
+                        if rec.result is not None)
+        status_counts: dict[str, int] = {}
+        for s in scores:
+            status_counts[s.status] = status_counts.get(s.status, 0) + 1
+        metrics.update({
+            "time/rollout_s": t_rollout,
+            "time/tool_exec_s": float(tool_time),
+            "time/verify_s": t_verify,
+            "verify/timeout": float(status_counts.get("timeout", 0)),
+            "verify/verifier_error": float(status_counts.get("verifier_error", 0)),
+            "verify/unparsable_gold": float(status_counts.get("unparsable_gold", 0)),
+            "verify/no_answer": float(status_counts.get("no_answer", 0)),
+        })
+        for reason in ("answer", "max_turns", "length", "context", "eos", "error"):
+            metrics[f"finish/{reason}"] = sum(t.finish_reason == reason for t in trajectories) / max(1, len(trajectories))
+        self.last = RolloutStats(trajectories, selections, metrics, slot_sources)
+        self.calls += 1
+        result: dict[str, Any] = dict(out)
+        result[METRICS_KEY] = metrics  # a non-list extra field: TRL copies it into every input row
+        return result
+
+
+def passthrough_reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """TRL reward function that returns the rewards the rollout function computed (``tirl_reward``).
+
+    Also forwards the rollout's step metrics to TRL's metric log through the ``log_metric`` callback TRL
+    passes to reward functions (averaged over processes, then logged to console/TensorBoard/W&B/JSONL).
+
+    Returns:
+        One reward per completion; None for unscorable or placeholder slots (TRL turns None into NaN, which its
+        group statistics ignore and whose advantage is 0).
+    """
+    rewards = kwargs.get(REWARD_KEY)
+    if rewards is None or len(rewards) != len(completions):
+        raise ValueError(
+            "passthrough_reward needs the 'tirl_reward' field from RocRolloutFunc for every completion; is the "
+            "trainer using RocRolloutFunc as its rollout_func?"
+        )
+    log_metric = kwargs.get("log_metric")
+    metrics = kwargs.get(METRICS_KEY)
+    if log_metric is not None and metrics:
+        first = metrics[0] if isinstance(metrics, list) else metrics
+        for name, value in sorted(first.items()):
+            log_metric(f"tirl/{name}", float(value))
+    return [None if r is None else float(r) for r in rewards]
+
+
+passthrough_reward.__name__ = "outcome"
+
+
+def _prompt_text(prompt: Any) -> str:
+    """The problem text of a dataset prompt: a plain string, or the last user message of a conversation."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+        content = prompt[-1].get("content", "")
+        return content if isinstance(content, str) else str(content)
+    raise RuntimeError(f"unsupported prompt type {type(prompt).__name__}")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the default source: the agent loop on the trainer's current weights
+
+
+class BackgroundLoop:
+    """One asyncio event loop in a daemon thread, kept for the trainer's life.
+
+    Engines and executors bind to the loop they first run on; a persistent loop lets the local sandbox's warm
+    workers and the engine's batcher survive across RL steps.
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="tirl-rl-loop", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Any, timeout: float | None = None) -> Any:
+        """Run ``coro`` on the loop and wait for its result (exceptions propagate)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        """Stop the loop and join the thread. Idempotent."""
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+ExecutorFactory = Callable[[], Any]
+
+
+def default_executor_factory(config: RLConfig) -> ExecutorFactory:
+    """A factory for the configured code executor: ``LocalSandbox`` or a ``SandboxClient`` for a service URL."""
+    r = config.rollout
+
+    def make() -> Any:
+        if r.sandbox == "local":
+            from tirl.sandbox import LocalSandbox  # type: ignore[attr-defined]
+
+            try:
+                return LocalSandbox(workers=r.sandbox_workers)
+            except TypeError:
+                return LocalSandbox()
+        from tirl.service import SandboxClient  # type: ignore[attr-defined]
+
+        return SandboxClient(r.sandbox)
+
+    return make
+
+
+class AgentLoopSource:
+    """:class:`TrajectorySource` running ``tirl.rollout.agent_loop`` with an ``HFEngine`` on the policy.
+
+    The engine wraps the trainer's model object itself (unwrapped from DDP/DeepSpeed with TRL's
+    ``unwrap_model_for_generation``), so every step samples from the current weights; no copy is made. With
+    ``use_vllm`` (GPU) it is a :class:`tirl.train.vllm_engine.VLLMEngine` on TRL's colocated vLLM instance,
+    into which TRL has pushed the current weights before the rollout. The sandbox and the engine live on one
+    background event loop for the whole run.
+
+    Args:
+        config: the run configuration (turn and token limits, sampling, tool limits).
+        tokenizer: the policy's tokenizer.
+        executor_factory: builds the code executor on first use (default from ``config.rollout.sandbox``).
+        engine_factory: ``(model) -> Engine``; default ``HFEngine(model)``.
+    """
+
+    def __init__(
+        self,
+        config: RLConfig,
+        tokenizer: Any,
+        executor_factory: ExecutorFactory | None = None,
+        engine_factory: Callable[[Any], Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self._executor_factory = executor_factory or default_executor_factory(config)
+        self._engine_factory = engine_factory
+        self._loop: BackgroundLoop | None = None
+        self._executor: Any = None
+        self._engine: Any = None
+        self._checked = False
+
+    def _agent_config(self) -> Any:
+        from tirl.rollout.agent_loop import AgentLoopConfig
+
+        r = self.config.rollout
+        return AgentLoopConfig(
+            max_turns=r.max_turns,
+            max_response_tokens=r.max_response_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            tool_timeout_s=r.tool_timeout_s,
+            tool_memory_mb=r.tool_memory_mb,
+            max_concurrency=r.max_concurrency,
+        )
+
+    def _make_engine(self, model: Any, trainer: Any) -> Any:
+        if self._engine_factory is not None:
+            return self._engine_factory(model)
+        vllm_generation = getattr(trainer, "vllm_generation", None)
+        if getattr(getattr(trainer, "args", None), "use_vllm", False) and vllm_generation is not None:
+            from tirl.train.vllm_engine import VLLMEngine
+
+            if getattr(vllm_generation, "mode", "colocate") != "colocate":
+                raise ValueError("multi-turn rollouts need rollout.vllm_mode=colocate (TRL's server mode is single-turn)")
+            return VLLMEngine(vllm_generation.llm)
+        from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
+
+        return HFEngine(model, HFEngineConfig(max_batch_size=self.config.rollout.engine_batch_size))
+
+    def generate(
+        self, problems: Sequence[RLProblem], samples_per_problem: int, *, seed: int, trainer: Any
+    ) -> list[Trajectory]:
+        from tirl.rollout.agent_loop import run_trajectories
+        from tirl.rollout.engine import SingleEngineRouter
+
+        if self._loop is None:
+            self._loop = BackgroundLoop()
+        if self._executor is None:
+            self._executor = self._loop.run(_construct(self._executor_factory))
+        rows = [{"problem": p.problem, "id": p.id} for p in problems]
+        with _policy_for_generation(trainer) as model:
+            if self._engine is None:
+                self._engine = self._make_engine(model, trainer)
+            elif hasattr(self._engine, "set_model"):
+                self._engine.set_model(model)
+            check = not self._checked
+            trajectories = self._loop.run(
+                run_trajectories(
+                    rows,
+                    samples_per_problem,
+                    SingleEngineRouter(self._engine),
+                    self._executor,
+                    self.tokenizer,
+                    self._agent_config(),
+                    seed=seed,
+                    check_sandbox=check,
+                )
+            )
+            self._checked = True
+        return trajectories
+
+    def close(self) -> None:
+        """Close the executor, the engine's batcher and the background loop. Idempotent."""
+        if self._loop is None:
+            return
+        for obj in (self._engine, self._executor):
+            closer = getattr(obj, "aclose", None)
+            if closer is not None:
+                try:
+                    self._loop.run(closer(), timeout=30)
+                except Exception as exc:  # noqa: BLE001 - closing must not mask the run's outcome
+                    logger.warning("closing %s failed: %s", type(obj).__name__, exc)
+        self._loop.close()
+        self._loop = None
+        self._executor = self._engine = None
+
+
+async def _construct(factory: ExecutorFactory) -> Any:
+    """Build the executor on the background loop (so it binds there)."""
+    return factory()
+
+
+class _policy_for_generation:
+    """Context manager yielding the trainer's model ready for generation (DDP/DeepSpeed unwrapped)."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self._cm: Any = None
+
+    def __enter__(self) -> Any:
+        model_wrapped = getattr(self.trainer, "model_wrapped", None)
+        accelerator = getattr(self.trainer, "accelerator", None)
+        if model_wrapped is None or accelerator is None:
+            return self.trainer.model
+        from trl.models import unwrap_model_for_generation
+
+        args = getattr(self.trainer, "args", None)
+        self._cm = unwrap_model_for_generation(
+            model_wrapped,
+            accelerator,
+            gather_deepspeed3_params=getattr(args, "ds3_gather_for_generation", True),
+            gradient_checkpointing_kwargs=getattr(args, "gradient_checkpointing_kwargs", None),
+        )
+        return self._cm.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._cm is not None:
+            self._cm.__exit__(*exc)
+
+
+__all__ = [
+    "ADVANTAGE_KEY",
+    "AgentLoopSource",
+    "BackgroundLoop",
+    "METRICS_KEY",
+    "REWARD_KEY",
+    "RocRolloutFunc",
+    "RolloutStats",
+    "Score",
+    "Scorer",
+    "TrajectorySource",
+    "UNSCORED_STATUSES",
+    "VerifierScorer",
+    "default_executor_factory",
+    "outcome_reward",
+    "passthrough_reward",
+]

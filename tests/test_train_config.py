@@ -1,0 +1,103 @@
+"""RL configuration: YAML + overrides, type coercion, clear errors, batch arithmetic, the shipped recipes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tirl.train.config import RLConfig, dump_config, load_config, parse_overrides
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def test_defaults_are_the_reports():
+    c = RLConfig()
+    assert (c.optim.loss_type, c.optim.epsilon, c.optim.epsilon_high, c.optim.beta) == ("dapo", 0.2, 0.28, 0.0)
+    assert (c.optim.learning_rate, c.optim.warmup_steps, c.optim.lr_scheduler_type) == (
+        1e-6, 20, "constant_with_warmup")
+    assert c.optim.entropy_coef == 0.0
+    assert (c.rollout.group_size, c.rollout.samples_per_problem, c.rollout.temperature) == (16, 32, 1.0)
+    assert c.problems_per_step == 512
+
+
+def test_yaml_and_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("optim:\n  learning_rate: 1e-6\nrollout:\n  group_size: 8\n")
+    c = load_config(path, ["rollout.group_size=4", "data.sources=gsm8k,synthetic:10", "init_from=null",
+                           "roc.drop_all_equal=true", "optim.warmup_steps=0"])
+    assert c.optim.learning_rate == 1e-6 and isinstance(c.optim.learning_rate, float)  # YAML 1.1 reads a str
+    assert c.rollout.group_size == 4
+    assert c.data.sources == ["gsm8k", "synthetic:10"]
+    assert c.init_from is None and c.roc.drop_all_equal is True and c.optim.warmup_steps == 0
+
+
+@pytest.mark.parametrize(
+    "override,match",
+    [("rollout.groupsize=4", "unknown key"), ("rollout.group_size=four", "integer"),
+     ("roc.enabled=maybe", "true/false"), ("optim.learning_rate=fast", "number"), ("rollout=3", "mapping"),
+     ("nonsense", "key.sub=value")],
+)
+def test_bad_overrides_raise_clear_errors(override, match):
+    with pytest.raises(ValueError, match=match):
+        load_config(None, [override])
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a list\n")
+    with pytest.raises(ValueError, match="mapping"):
+        load_config(bad)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("a: [\n")
+    with pytest.raises(ValueError, match="invalid YAML"):
+        load_config(broken)
+
+
+def test_parse_overrides_nests():
+    assert parse_overrides(["a.b=1", "a.c=x", "d=[1, 2]"]) == {"a": {"b": 1, "c": "x"}, "d": [1, 2]}
+
+
+def test_dump_round_trip(tmp_path):
+    c = load_config(None, ["rollout.group_size=4", "stage=s9"])
+    dump_config(c, tmp_path / "out.yaml")
+    assert load_config(tmp_path / "out.yaml") == c
+
+
+def test_groups_never_span_processes():
+    c = load_config(None, ["problems_per_step=6", "rollout.group_size=4", "optim.per_device_train_batch_size=4"])
+    c.validate(2)
+    assert c.steps_per_generation(2) == 3  # 3 problems x 4 per process, micro-batches of 4
+    with pytest.raises(ValueError, match="multiple of the 4 processes"):
+        c.validate(4)
+    with pytest.raises(ValueError, match="per_device_train_batch_size"):
+        load_config(None, ["problems_per_step=1", "rollout.group_size=2", "roc.min_per_class=1",
+                           "optim.per_device_train_batch_size=4"]).validate(1)
+
+
+@pytest.mark.parametrize(
+    "override,match",
+    [("rollout.group_size=1", "group_size"), ("rollout.oversample=1", "oversample"), ("roc.mode=best", "mode"),
+     ("roc.min_per_class=9", "min_per_class"), ("optim.loss_type=ppo", "loss_type"), ("model.dtype=int8", "dtype")],
+)
+def test_validate_rejects(override, match):
+    with pytest.raises(ValueError, match=match):
+        load_config(None, [override]).validate(1)
+
+
+@pytest.mark.parametrize("name,processes", [("stage1", 64), ("stage2", 64), ("stage3", 64), ("cpu-tiny", 1),
+                                            ("cpu-smollm2", 1), ("cpu-qwen0.5b", 1)])
+def test_shipped_recipes_load_and_validate(name, processes):
+    c = load_config(CONFIGS / f"{name}.yaml")
+    c.validate(processes)
+
+
+def test_stage_recipes_follow_the_report():
+    s1, s2, s3 = (load_config(CONFIGS / f"stage{i}.yaml") for i in (1, 2, 3))
+    assert [s.rollout.max_response_tokens for s in (s1, s2, s3)] == [8192, 12288, 12288]
+    assert [s.rollout.max_turns for s in (s1, s2, s3)] == [10, 10, 15]
+    assert [s.max_steps for s in (s1, s2, s3)] == [300, 85, 125]
+    assert s2.init_from == "auto:runs/stage1" and s3.init_from == "auto:runs/stage2"
+    assert all(s.problems_per_step == 512 and s.rollout.samples_per_problem == 32 for s in (s1, s2, s3))

@@ -1,0 +1,235 @@
+"""The GRPO-RoC rollout function without a model: slots, groups, placeholders, rewards, metrics."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tirl.algo.advantages import group_advantages
+from tirl.data.training import RLProblem
+from tirl.protocol import ToolCall, ToolCallRecord, Trajectory, TurnRecord
+from tirl.sandbox import ExecutionResult
+from tirl.train.config import load_config
+from tirl.train.rollout import (
+    ADVANTAGE_KEY,
+    METRICS_KEY,
+    REWARD_KEY,
+    RocRolloutFunc,
+    Score,
+    outcome_reward,
+    passthrough_reward,
+)
+
+PAD = 2
+PROBLEMS = [RLProblem(id=f"q{i}", problem=f"problem {i}", answer=str(i)) for i in range(3)]
+
+
+def _traj(prompt: list[int], correct: bool, errors: int = 0, calls: int = 1, length: int = 5,
+          finish: str = "answer") -> Trajectory:
+    records = [
+        ToolCallRecord(call=ToolCall(name="f", arguments={"code": "x"}),
+                       result=ExecutionResult(status="error" if k < errors else "ok", duration_s=0.5),
+                       cls="error" if k < errors else "ok")  # type: ignore[arg-type]
+        for k in range(calls)
+    ]
+    ids = list(range(100, 100 + length))
+    mask = [1] * length
+    if calls and length >= 4:
+        mask[1:3] = [0, 0]  # a tool segment
+    return Trajectory(
+        prompt_ids=prompt, response_ids=ids, loss_mask=mask, logprobs=[-0.5] * length,
+        turns=[TurnRecord(text="", tool_calls=records), TurnRecord(text="", answer_blocks=1)],
+        final_answer="ok" if correct else "bad", finish_reason=finish,
+    )
+
+
+class ListSource:
+    """Returns pre-built groups of trajectories (one list per problem id), in the order asked."""
+
+    def __init__(self, groups: dict[str, list[Trajectory]]) -> None:
+        self.groups = groups
+        self.asked: list[tuple[list[str], int]] = []
+
+    def generate(self, problems: Any, n: int, *, seed: int, trainer: Any) -> list[Trajectory]:
+        self.asked.append(([p.id for p in problems], n))
+        return [t for p in problems for t in self.groups[p.id][:n]]
+
+
+class AnswerScorer:
+    def __init__(self, overrides: dict[int, Score] | None = None) -> None:
+        self.overrides = overrides or {}
+
+    def score(self, trajectories: Any, problems: Any) -> list[Score]:
+        out = []
+        for i, t in enumerate(trajectories):
+            out.append(self.overrides.get(i, Score(1.0 if t.final_answer == "ok" else 0.0)))
+        return out
+
+
+def _cfg(**kw: Any):
+    base = {"rollout.group_size": 4, "rollout.oversample": 2, "roc.min_per_class": 1, "problems_per_step": 1,
+            "optim.per_device_train_batch_size": 4}
+    base.update(kw)
+    return load_config(None, [f"{k}={v}" for k, v in base.items()])
+
+
+def _trainer(step: int = 0) -> Any:
+    return SimpleNamespace(state=SimpleNamespace(global_step=step), accelerator=SimpleNamespace(process_index=0))
+
+
+def _groups(pattern: dict[str, list[bool]]) -> dict[str, list[Trajectory]]:
+    out = {}
+    for pid, flags in pattern.items():
+        prompt = [1, int(pid[1:]) + 10]
+        out[pid] = [_traj(prompt, ok, errors=(k % 2)) for k, ok in enumerate(flags)]
+    return out
+
+
+def test_each_block_of_g_gets_g_trajectories_of_its_problem():
+    groups = _groups({"q0": [True, False] * 4, "q1": [False] * 7 + [True]})
+    fn = RocRolloutFunc(_cfg(), PROBLEMS, ListSource(groups), AnswerScorer(), PAD)
+    out = fn(["problem 0"] * 4 + ["problem 1"] * 4, _trainer())
+    assert len(out["completion_ids"]) == 8
+    assert out["prompt_ids"][:4] == [[1, 10]] * 4 and out["prompt_ids"][4:] == [[1, 11]] * 4
+    assert fn.source.asked == [(["q0", "q1"], 8)]
+    # each slot holds a real trajectory of its own group, no duplicates
+    sources = fn.last.slot_sources
+    assert all(s is not None and s // 8 == slot // 4 for slot, s in enumerate(sources))
+    assert len(set(sources)) == 8
+
+
+def test_kept_group_advantages_are_per_group_eq7():
+    groups = _groups({"q0": [True, False] * 4, "q1": [False] * 7 + [True]})
+    fn = RocRolloutFunc(_cfg(), PROBLEMS, ListSource(groups), AnswerScorer(), PAD)
+    out = fn(["problem 0"] * 4 + ["problem 1"] * 4, _trainer())
+    for g in range(2):
+        rewards = out[REWARD_KEY][4 * g: 4 * g + 4]
+        assert out[ADVANTAGE_KEY][4 * g: 4 * g + 4] == pytest.approx(group_advantages(rewards))
+    assert sum(out[REWARD_KEY][4:]) == 1.0  # the single positive of q1 is kept
+
+
+def test_outputs_line_up_and_carry_the_tool_mask():
+    groups = _groups({"q0": [True, False] * 4})
+    fn = RocRolloutFunc(_cfg(), PROBLEMS, ListSource(groups), AnswerScorer(), PAD)
+    out = fn(["problem 0"] * 4, _trainer())
+    for ids, mask, logps in zip(out["completion_ids"], out["env_mask"], out["logprobs"]):
+        assert len(ids) == len(mask) == len(logps)  # F86
+        assert mask[1:3] == [0, 0] and mask[0] == 1
+
+
+def test_misaligned_groups_raise():
+    fn = RocRolloutFunc(_cfg(), PROBLEMS, ListSource(_groups({"q0": [True] * 8})), AnswerScorer(), PAD)
+    with pytest.raises(RuntimeError, match="not a multiple"):
+        fn(["problem 0"] * 3, _trainer())
+    with pytest.raises(RuntimeError, match="copies"):
+        fn(["problem 0"] * 3 + ["problem 1"], _trainer())
+    with pytest.raises(RuntimeError, match="known"):
+        fn(["unknown"] * 4, _trainer())
+
+
+def test_conversational_prompts_map_to_problems():
+    fn = RocRolloutFunc(_cfg(), PROBLEMS, ListSource(_groups({"q2": [True, False] * 4})), AnswerScorer(), PAD)
+    out = fn([[{"role": "user", "content": "problem 2"}]] * 4, _trainer())
+    assert len(out["completion_ids"]) == 4
+
+
+def test_dropped_all_equal_group_becomes_masked_placeholders():
+    groups = _groups({"q0": [True] * 8, "q1": [True, False] * 4})
+    fn = RocRolloutFunc(_cfg(**{"roc.drop_all_equal": "true"}), PROBLEMS, ListSource(groups), AnswerScorer(), PAD)
+    out = fn(["problem 0"] * 4 + ["problem 1"] * 4, _trainer())
+    assert out["completion_ids"][:4] == [[PAD]] * 4
+    assert out["env_mask"][:4] == [[0]] * 4
+    assert out[REWARD_KEY][:4] == [None] * 4 and out[ADVANTAGE_KEY][:4] == [0.0] * 4
+    assert out[METRICS_KEY]["groups/dropped"] == 1.0
+    assert all(len(ids) > 1 for ids in out["completion_ids"][4:])
+
+
+def test_unscorable_trajectories_fill_slots_with_placeholders():
+    # 8 sampled, 5 unscorable -> 3 scorable < G=4: the group is kept whole plus one placeholder
+    groups = _groups({"q0": [True, False] * 4})
+    overrides = {i: Score(None, "verifier_error") for i in range(5)}
+    fn = RocRolloutFunc(_cfg(), PROBLEMS, ListSource(groups), AnswerScorer(overrides), PAD)
+    out = fn(["problem 0"] * 4, _trainer())
+    assert fn.last.slot_sources == [5, 6, 7, None]
+    assert out["env_mask"][3] == [0] and out[REWARD_KEY][3] is None
+    assert out[METRICS_KEY]["groups/undersized"] == 1.0
+    assert out[METRICS_KEY]["reward/unscored"] == 5.0
+    assert out[METRICS_KEY]["verify/verifier_error"] == 5.0
+
+
+def test_empty_response_is_never_trained_on():
+    # F80: a trajectory with no response tokens places nothing: its slot is a masked placeholder
+    prompt = [1, 10]
+    trajs = [Trajectory(prompt_ids=prompt, finish_reason="error")] * 4 + [_traj(prompt, True)] * 4
+    fn = RocRolloutFunc(_cfg(), PROBLEMS, ListSource({"q0": trajs}), AnswerScorer(), PAD)
+    out = fn(["problem 0"] * 4, _trainer())
+    for sid, ids, mask in zip(fn.last.slot_sources, out["completion_ids"], out["env_mask"]):
+        if sid is None or sid < 4:
+            assert ids == [PAD] and mask == [0]
+    assert out[METRICS_KEY]["finish/error"] == 0.5
+
+
+def test_without_roc_only_g_are_sampled_and_all_kept():
+    groups = _groups({"q0": [True, False, False, True, True, True, True, True]})
+    fn = RocRolloutFunc(_cfg(**{"roc.enabled": "false", "rollout.oversample": 1}), PROBLEMS, ListSource(groups),
+                        AnswerScorer(), PAD)
+    fn(["problem 0"] * 4, _trainer())
+    assert fn.source.asked == [(["q0"], 4)]
+    assert fn.last.slot_sources == [0, 1, 2, 3]
+
+
+def test_roc_prefers_error_free_positives_in_figure4_metric():
+    # positives: half with a failing call; RoC must lower the failing share inside kept positives
+    prompt = [1, 10]
+    trajs = [_traj(prompt, True, errors=1, calls=2) for _ in range(4)] + [_traj(prompt, True, errors=0, calls=2)
+                                                                           for _ in range(2)]
+    trajs += [_traj(prompt, False) for _ in range(2)]
+    fn = RocRolloutFunc(_cfg(**{"roc.mode": "topk"}), PROBLEMS, ListSource({"q0": trajs}), AnswerScorer(), PAD)
+    out = fn(["problem 0"] * 4, _trainer())
+    m = out[METRICS_KEY]
+    assert m["tool_error_in_correct/before"] == pytest.approx(4 / 12)
+    assert m["tool_error_in_correct/after"] < m["tool_error_in_correct/before"]
+    assert all(math.isfinite(v) for v in m.values())
+
+
+def test_selection_is_reproducible_per_step():
+    groups = _groups({"q0": [True, False] * 4})
+    fn = RocRolloutFunc(_cfg(), PROBLEMS, ListSource(groups), AnswerScorer(), PAD)
+    fn(["problem 0"] * 4, _trainer(3))
+    first = list(fn.last.slot_sources)
+    fn(["problem 0"] * 4, _trainer(3))
+    assert fn.last.slot_sources == first
+
+
+def test_outcome_reward_ignores_tool_calls_and_masks_infrastructure_failures():
+    # F91: ten tool calls and a wrong answer earn nothing
+    assert outcome_reward(False, "ok") == 0.0
+    assert outcome_reward(True, "ok") == 1.0
+    assert outcome_reward(False, "timeout") == 0.0
+    assert outcome_reward(False, "no_answer") == 0.0
+    assert outcome_reward(False, "verifier_error") is None
+    assert outcome_reward(False, "unparsable_gold") is None  # F83: flagged, never scored as [1, 1]
+
+
+def test_outcome_reward_through_rollout_ignores_tool_call_count():
+    prompt = [1, 10]
+    trajs = [_traj(prompt, False, calls=10, length=30) for _ in range(4)] + [_traj(prompt, True, calls=0)] * 4
+    fn = RocRolloutFunc(_cfg(), PROBLEMS, ListSource({"q0": trajs}), AnswerScorer(), PAD)
+    out = fn(["problem 0"] * 4, _trainer())
+    for sid, r in zip(fn.last.slot_sources, out[REWARD_KEY]):
+        assert r == (0.0 if sid < 4 else 1.0)
+
+
+def test_passthrough_reward_returns_rewards_and_logs_metrics():
+    logged: dict[str, float] = {}
+    rewards = passthrough_reward(
+        ["a", "b", "c"], tirl_reward=[1.0, None, 0.0], tirl_metrics=[{"accuracy": 0.5}] * 3,
+        log_metric=lambda k, v: logged.__setitem__(k, v),
+    )
+    assert rewards == [1.0, None, 0.0]
+    assert logged == {"tirl/accuracy": 0.5}
+    with pytest.raises(ValueError, match="tirl_reward"):
+        passthrough_reward(["a"])

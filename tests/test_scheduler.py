@@ -270,3 +270,16 @@ async def test_metrics_expose_in_flight_reserved_free_and_waits_for_logging():
     assert logged["scheduler/queue_length"] == 0.0
     await second.__aexit__(None, None, None)
     assert sched.metrics().as_log_dict()["scheduler/e0/reserved_tokens"] == 0.0
+
+
+async def test_aclose_closes_every_engine_that_can_be_closed():
+    sched, engines, _ = make([100, 100])
+    closed = []
+
+    async def aclose(i=0):
+        closed.append(i)
+
+    engines[0].aclose = lambda: aclose(0)
+    engines[1].aclose = lambda: aclose(1)
+    await sched.aclose()
+    assert sorted(closed) == [0, 1]

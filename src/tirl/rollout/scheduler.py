@@ -353,6 +353,17 @@ class RolloutScheduler:
         """Put endpoint ``name`` back in rotation (KeyError if unknown)."""
         self._dispatch(self._core.mark_up(name, self._clock()))
 
+    async def aclose(self) -> None:
+        """Close every endpoint's engine that has an ``aclose`` (HTTP clients); cancel running health probes."""
+        for task in list(self._probes.values()):
+            task.cancel()
+        for ep in self._endpoints.values():
+            close = getattr(ep.engine, "aclose", None)
+            if close is not None:
+                result = close()
+                if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+                    await result
+
     # ------------------------------------------------------------------ internals
 
     async def _wait(self, lease_id: int) -> Admission:

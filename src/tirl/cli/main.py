@@ -48,6 +48,15 @@ from tirl.cli.sandbox import app as _sandbox_app  # noqa: E402
 app.add_typer(_sandbox_app, name="sandbox")
 
 
+from tirl.cli.data import app as _data_app  # noqa: E402
+from tirl.cli.plot import plot_command as _plot_command  # noqa: E402
+from tirl.cli.train import app as _train_app  # noqa: E402
+
+app.add_typer(_train_app, name="train")
+app.add_typer(_data_app, name="data")
+app.command("plot")(_plot_command)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

@@ -1,0 +1,128 @@
+"""``tirl data``: training-data curation commands (thin: parse arguments, call the library).
+
+``tirl data filter-hard --model CKPT --samples 8`` writes the problems the policy does not solve 8 out of 8
+times (the report's stage-3 set); re-running with the same ``--out`` resumes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+
+app = typer.Typer(
+    name="data",
+    help="Training-data curation.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _load_policy(model: str, base: str | None, dtype: str) -> tuple[Any, Any]:
+    """(model, tokenizer) for a built-in name, HF folder, GGUF, ``tiny:<tok>``, or a LoRA adapter folder."""
+    from tirl.models import load
+    from tirl.train.rl import model_reference
+
+    path = Path(model)
+    if (path / "adapter_config.json").exists():
+        from peft import PeftModel
+
+        base_ref = base or json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        if not base_ref:
+            raise ValueError(f"{model} is a LoRA adapter without a base model; pass --base")
+        policy, tokenizer = load(model_reference(base_ref), dtype=dtype)
+        policy = PeftModel.from_pretrained(policy, str(path)).merge_and_unload()
+        policy.eval()
+        return policy, tokenizer
+    return load(model_reference(model), dtype=dtype)
+
+
+@app.command("filter-hard")
+def filter_hard_command(
+    model: str = typer.Option(..., "--model", help="Policy: checkpoint folder (full or LoRA), built-in name, GGUF."),
+    samples: int = typer.Option(8, "--samples", help="Trajectories per problem; kept when fewer are correct."),
+    source: Optional[List[str]] = typer.Option(
+        None, "--source", help="Problem source (repeatable): math, aime, champ, gsm8k, name:N, synthetic:N, a JSONL."
+    ),
+    out: Path = typer.Option(Path("runs/stage3_hard.jsonl"), "--out", help="Subset file (JSONL)."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Consider at most this many problems."),
+    base: Optional[str] = typer.Option(None, "--base", help="Base model of a LoRA adapter checkpoint."),
+    max_turns: int = typer.Option(10, "--max-turns"),
+    max_tokens: int = typer.Option(8192, "--max-tokens", help="Response budget, model and tool tokens."),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    dtype: str = typer.Option("bfloat16", "--dtype"),
+    sandbox: str = typer.Option("local", "--sandbox", help="'local' or the URL of a code-execution service."),
+    workers: int = typer.Option(2, "--workers", help="Local sandbox workers."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Largest generation batch."),
+    chunk: int = typer.Option(8, "--chunk", help="Problems per progress checkpoint."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Write the problems the policy does not solve SAMPLES out of SAMPLES times (the stage-3 hard subset)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tirl.data.training import load_training_problems
+    from tirl.train.config import RLConfig
+    from tirl.train.hard_subset import HardSubsetConfig, filter_hard
+    from tirl.train.rollout import BackgroundLoop, VerifierScorer, default_executor_factory
+
+    console = Console(stderr=True)
+    try:
+        problems = load_training_problems(source or ["math", "aime", "champ"], seed=seed, limit=limit,
+                                          shuffle=limit is not None)
+        policy, tokenizer = _load_policy(model, base, dtype)
+    except (ValueError, FileNotFoundError, KeyError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+
+    from tirl.rollout.agent_loop import AgentLoopConfig, run_trajectories
+    from tirl.rollout.engine import SingleEngineRouter
+    from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
+
+    run_cfg = RLConfig()
+    run_cfg.rollout.sandbox, run_cfg.rollout.sandbox_workers = sandbox, workers
+    loop = BackgroundLoop()
+    executor = loop.run(_make(default_executor_factory(run_cfg)))
+    engine = HFEngine(policy, HFEngineConfig(max_batch_size=batch_size))
+    agent_cfg = AgentLoopConfig(max_turns=max_turns, max_response_tokens=max_tokens, temperature=temperature,
+                                tool_timeout_s=10.0)
+    scorer = VerifierScorer(tokenizer)
+    calls = {"n": 0}
+
+    def generate(chunk_problems: Any, n: int) -> list[Any]:
+        rows = [{"problem": p.problem, "id": p.id} for p in chunk_problems]
+        calls["n"] += 1
+        return loop.run(run_trajectories(rows, n, SingleEngineRouter(engine), executor, tokenizer, agent_cfg,
+                                         seed=seed, check_sandbox=calls["n"] == 1))
+
+    def score(trajectories: Any, repeated: Any) -> list[float | None]:
+        return [s.reward for s in scorer.score(trajectories, repeated)]
+
+    cfg = HardSubsetConfig(samples=samples, max_turns=max_turns, max_response_tokens=max_tokens,
+                           temperature=temperature, chunk_problems=chunk, seed=seed)
+    try:
+        with Progress(TextColumn("filter-hard"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console) as bar:
+            task = bar.add_task("problems", total=len(problems))
+            result = filter_hard(problems, generate, score, out, cfg,
+                                 progress=lambda done, total: bar.update(task, completed=done))
+    finally:
+        for obj in (engine, executor):
+            closer = getattr(obj, "aclose", None)
+            if closer is not None:
+                try:
+                    loop.run(closer(), timeout=30)
+                except Exception:  # noqa: BLE001 - closing must not hide the result
+                    pass
+        loop.close()
+    console.print(
+        f"{result.hard} of {result.total} problems are hard (solved fewer than {samples}/{samples}); "
+        f"{result.solved_all} always solved; {result.resumed} taken from an earlier run. Written to {out}"
+    )
+
+
+async def _make(factory: Any) -> Any:
+    return factory()

@@ -1,0 +1,54 @@
+"""``tirl train``: GRPO-RoC agentic RL from a YAML recipe (thin: parse arguments, call ``tirl.train.rl``).
+
+``tirl train rl --config FILE [key.sub=value ...]`` runs one stage; re-running the same command resumes from
+the newest checkpoint in the run's ``output_dir``. Under ``accelerate launch`` every process runs it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(
+    name="train",
+    help="Train a policy with agentic RL (GRPO with Resample-on-Correct) on TRL.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.command("rl")
+def rl_command(
+    config: Path = typer.Option(..., "--config", "-c", help="YAML recipe (configs/stage1.yaml, configs/cpu-*.yaml)."),
+    overrides: Optional[List[str]] = typer.Argument(
+        None, help="Overrides such as rollout.group_size=8 optim.learning_rate=2e-5 (dotted keys of the recipe)."
+    ),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved configuration and exit."),
+) -> None:
+    """Run (or resume) one RL stage: sample 2G trajectories per problem with the Python tool, keep G with RoC,
+    update the policy with TRL; checkpoints, metrics.jsonl and the final model go to the recipe's output_dir."""
+    import yaml
+    from rich.console import Console
+
+    from tirl.train.config import load_config
+
+    console = Console(stderr=True)
+    try:
+        cfg = load_config(config, overrides or [])
+    except (ValueError, FileNotFoundError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    if print_config:
+        typer.echo(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        return
+    from tirl.train.rl import train
+
+    try:
+        final = train(cfg)
+    except (ValueError, FileNotFoundError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    console.print(f"[green]done:[/] final weights in {final}; metrics in {Path(cfg.output_dir) / 'metrics.jsonl'}")

@@ -1,0 +1,147 @@
+"""The stage-3 hard subset: problems the current policy does not solve k out of k times (report §4.1).
+
+For each problem, sample ``samples`` trajectories with the policy and the Python tool (training temperature),
+verify them, and keep the problems with fewer than ``samples`` correct. Progress is appended to
+``<out>.progress.jsonl`` after every chunk of problems, so an interrupted run resumes where it stopped (finished
+problems are not redone); the subset is written to ``out`` (the JSONL format of
+:func:`tirl.data.training.load_jsonl_problems`) when all problems are done.
+
+Covers the curation step only; the sampling is the agent loop's and the checking the reward's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from tirl.data.training import RLProblem, write_problems
+
+
+@dataclass
+class HardSubsetConfig:
+    """Settings of :func:`filter_hard`.
+
+    Attributes:
+        samples: trajectories per problem (8 in the report); a problem is hard when fewer are correct.
+        max_turns: assistant-turn limit.
+        max_response_tokens: response budget (model and tool tokens).
+        temperature: sampling temperature (the training temperature, 1.0).
+        top_p: nucleus mass.
+        chunk_problems: problems per progress checkpoint.
+        seed: sampling seed.
+        tool_timeout_s: per tool call.
+    """
+
+    samples: int = 8
+    max_turns: int = 10
+    max_response_tokens: int = 8192
+    temperature: float = 1.0
+    top_p: float = 1.0
+    chunk_problems: int = 8
+    seed: int = 0
+    tool_timeout_s: float = 10.0
+
+
+@dataclass
+class HardSubsetResult:
+    """Outcome of :func:`filter_hard`.
+
+    Attributes:
+        total: problems considered.
+        hard: problems kept (fewer than ``samples`` correct).
+        solved_all: problems solved every time (dropped).
+        resumed: problems whose result came from an earlier, interrupted run.
+        correct_counts: problem id -> number of correct samples.
+    """
+
+    total: int = 0
+    hard: int = 0
+    solved_all: int = 0
+    resumed: int = 0
+    correct_counts: dict[str, int] = field(default_factory=dict)
+
+
+Generate = Callable[[Sequence[RLProblem], int], list[Any]]
+ScoreFn = Callable[[Sequence[Any], Sequence[RLProblem]], list[float | None]]
+
+
+def _read_progress(path: Path, samples: int) -> dict[str, int]:
+    done: dict[str, int] = {}
+    if not path.exists():
+        return done
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a crash: that problem is redone
+        if isinstance(rec, dict) and rec.get("samples") == samples and isinstance(rec.get("correct"), int):
+            done[str(rec["id"])] = rec["correct"]
+    return done
+
+
+def filter_hard(
+    problems: Sequence[RLProblem],
+    generate: Generate,
+    score: ScoreFn,
+    out: str | Path,
+    config: HardSubsetConfig | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> HardSubsetResult:
+    """Keep the problems the policy does not solve ``samples`` out of ``samples`` times.
+
+    Args:
+        problems: candidates (ids must be unique).
+        generate: ``(problems, n) -> trajectories``, n per problem, problem-major.
+        score: ``(trajectories, repeated problems) -> rewards`` (1.0 correct; 0.0 or None otherwise).
+        out: the subset file to write; progress goes to ``<out>.progress.jsonl``.
+        config: sampling settings.
+        progress: called with ``(done, total)`` after each chunk.
+
+    Returns:
+        A :class:`HardSubsetResult`.
+
+    Raises:
+        ValueError: duplicate problem ids, ``samples < 1``, or a generator returning the wrong count.
+    """
+    cfg = config or HardSubsetConfig()
+    if cfg.samples < 1:
+        raise ValueError("samples must be >= 1")
+    ids = [p.id for p in problems]
+    if len(set(ids)) != len(ids):
+        raise ValueError("problem ids must be unique")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    progress_path = out.with_name(out.name + ".progress.jsonl")
+    done = _read_progress(progress_path, cfg.samples)
+    result = HardSubsetResult(total=len(problems), resumed=sum(1 for i in ids if i in done))
+    counts = {i: done[i] for i in ids if i in done}
+    todo = [p for p in problems if p.id not in counts]
+    if progress:
+        progress(len(counts), len(problems))
+    for start in range(0, len(todo), max(1, cfg.chunk_problems)):
+        chunk = todo[start : start + cfg.chunk_problems]
+        trajectories = generate(chunk, cfg.samples)
+        if len(trajectories) != len(chunk) * cfg.samples:
+            raise ValueError(f"generator returned {len(trajectories)} trajectories for {len(chunk)} problems")
+        repeated = [p for p in chunk for _ in range(cfg.samples)]
+        rewards = score(trajectories, repeated)
+        with open(progress_path, "a", encoding="utf-8") as fh:
+            for k, p in enumerate(chunk):
+                correct = sum(1 for r in rewards[k * cfg.samples : (k + 1) * cfg.samples] if r is not None and r > 0)
+                counts[p.id] = correct
+                fh.write(json.dumps({"id": p.id, "correct": correct, "samples": cfg.samples}) + "\n")
+        if progress:
+            progress(len(counts), len(problems))
+    hard = [p for p in problems if counts[p.id] < cfg.samples]
+    write_problems(hard, out)
+    result.hard = len(hard)
+    result.solved_all = len(problems) - len(hard)
+    result.correct_counts = counts
+    return result
+
+
+__all__ = ["HardSubsetConfig", "HardSubsetResult", "filter_hard"]

@@ -1,0 +1,138 @@
+"""Training curves from ``metrics.jsonl`` as PNG files (matplotlib, headless).
+
+Covers reading one or several runs (stages are drawn one after another on a common step axis) and drawing
+the report's curves: reward and accuracy, the share of failing tool calls inside correct trajectories before
+and after RoC selection (Figure 4), response length (mean and p90, model tokens), and an overview panel with
+format penalty, truncation rate, tool calls per trajectory and the time split. It does not compute metrics
+(:mod:`tirl.train.metrics`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from tirl.train.metrics import read_metrics
+
+PREFIX = "tirl/"
+
+
+def load_runs(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
+    """Step records of the given runs (folders or ``metrics.jsonl`` files), stages concatenated in order.
+
+    Each record gets ``global_step`` (the step plus the steps of the earlier runs) and keeps its ``stage``.
+    Only records that carry rollout metrics (``tirl/reward/mean``) are kept; a step logged twice keeps the
+    last record.
+
+    Raises:
+        FileNotFoundError: a path has no metrics file.
+    """
+    out: list[dict[str, Any]] = []
+    offset = 0
+    for path in paths:
+        p = Path(path)
+        file = p / "metrics.jsonl" if p.is_dir() else p
+        if not file.exists():
+            raise FileNotFoundError(f"no metrics.jsonl at {p}")
+        by_step: dict[int, dict[str, Any]] = {}
+        for rec in read_metrics(file):
+            if PREFIX + "reward/mean" in rec and isinstance(rec.get("step"), (int, float)):
+                by_step[int(rec["step"])] = rec
+        for step in sorted(by_step):
+            rec = dict(by_step[step])
+            rec["global_step"] = offset + step
+            out.append(rec)
+        if by_step:
+            offset += max(by_step)
+    return out
+
+
+def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    xs, ys = [], []
+    for rec in records:
+        value = rec.get(key, rec.get(PREFIX + key))
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            xs.append(rec["global_step"])
+            ys.append(float(value))
+    return xs, ys
+
+
+PANELS: dict[str, list[tuple[str, str]]] = {
+    "reward": [("reward/mean", "reward (all sampled)"), ("reward/kept_mean", "reward (kept by RoC)"),
+               ("accuracy", "accuracy")],
+    "tool_errors": [("tool_error_in_correct/before", "before selection"),
+                    ("tool_error_in_correct/after", "after selection (trained on)")],
+    "length": [("length/mean", "mean"), ("length/p90", "p90"), ("length/kept_mean", "mean of kept")],
+}
+TITLES = {
+    "reward": ("Reward", "reward / accuracy"),
+    "tool_errors": ("Failing tool calls inside correct trajectories (Figure 4)", "share of tool calls"),
+    "length": ("Response length", "model tokens"),
+}
+OVERVIEW = [("p_format/mean", "p_format"), ("truncation_rate", "truncation rate"),
+            ("tool_calls/per_traj", "tool calls / trajectory"), ("groups/dropped", "groups dropped"),
+            ("time/rollout_s", "rollout s"), ("time/update_s", "update s")]
+
+
+def plot_runs(paths: Sequence[str | Path], out_dir: str | Path, title: str | None = None) -> list[Path]:
+    """Draw ``reward.png``, ``tool_errors.png``, ``length.png`` and ``overview.png`` into ``out_dir``.
+
+    Returns:
+        The written files.
+
+    Raises:
+        FileNotFoundError: a run has no metrics file.
+        ValueError: no step records to plot.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = load_runs(paths)
+    if not records:
+        raise ValueError("no step records with rollout metrics to plot")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    boundaries = [cur["global_step"] - 0.5 for prev, cur in zip(records, records[1:])
+                  if cur.get("stage") != prev.get("stage")]
+    written = []
+    suffix = f" - {title}" if title else ""
+    for name, series in PANELS.items():
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for key, label in series:
+            xs, ys = _series(records, key)
+            if xs:
+                ax.plot(xs, ys, marker="o", markersize=3, label=label)
+        for b in boundaries:
+            ax.axvline(b, color="grey", linestyle=":", linewidth=1)
+        heading, ylabel = TITLES[name]
+        ax.set_title(heading + suffix)
+        ax.set_xlabel("RL step")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        path = out / f"{name}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    fig, axes = plt.subplots(2, 3, figsize=(12, 6))
+    for ax, (key, label) in zip(axes.flat, OVERVIEW):
+        xs, ys = _series(records, key)
+        if xs:
+            ax.plot(xs, ys, marker="o", markersize=3)
+        ax.set_title(label)
+        ax.set_xlabel("RL step")
+        ax.grid(alpha=0.3)
+    fig.suptitle("Training overview" + suffix)
+    fig.tight_layout()
+    path = out / "overview.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+    return written
+
+
+__all__ = ["load_runs", "plot_runs"]

@@ -1,0 +1,165 @@
+"""`tirl train rl`, `tirl plot`, the metrics log and the stage-3 hard-subset filter (no model needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tirl.cli.main import app
+from tirl.data.training import RLProblem, load_jsonl_problems
+from tirl.train.hard_subset import HardSubsetConfig, filter_hard
+from tirl.train.metrics import MetricsLog, percentile, read_metrics
+from tirl.train.plot import load_runs, plot_runs
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+runner = CliRunner()
+
+
+def test_train_rl_prints_resolved_config_with_overrides():
+    result = runner.invoke(app, ["train", "rl", "--config", str(CONFIGS / "cpu-tiny.yaml"), "--print-config",
+                                 "rollout.group_size=4", "optim.learning_rate=3e-5"])
+    assert result.exit_code == 0, result.output
+    assert "group_size: 4" in result.output and "learning_rate: 3.0e-05" in result.output
+
+
+def test_train_rl_rejects_bad_override_with_exit_2():
+    result = runner.invoke(app, ["train", "rl", "--config", str(CONFIGS / "cpu-tiny.yaml"), "rollout.gruop_size=4"])
+    assert result.exit_code == 2
+    assert "unknown key" in result.output
+
+
+def test_train_rl_missing_config_exit_2(tmp_path):
+    result = runner.invoke(app, ["train", "rl", "--config", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 2
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# metrics log and plots
+
+
+def _write_run(folder: Path, stage: str, steps: int, reward0: float) -> None:
+    log = MetricsLog(folder / "metrics.jsonl")
+    for s in range(1, steps + 1):
+        log.write({"step": s, "stage": stage, "loss": 0.1, "tirl/reward/mean": reward0 + 0.01 * s,
+                   "tirl/reward/kept_mean": reward0, "tirl/accuracy": reward0,
+                   "tirl/tool_error_in_correct/before": 0.3, "tirl/tool_error_in_correct/after": 0.2,
+                   "tirl/length/mean": 100.0 + s, "tirl/length/p90": 150.0, "tirl/p_format/mean": 0.5,
+                   "tirl/truncation_rate": 0.1, "tirl/time/rollout_s": 3.0, "tirl/time/update_s": float("nan")})
+    log.write({"step": steps, "train_runtime": 9.0})  # the trainer's final record: not a step record
+
+
+def test_metrics_log_truncates_steps_after_resume_point(tmp_path):
+    _write_run(tmp_path, "s1", 5, 0.2)
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    assert log.truncate_after(3) == 3  # steps 4, 5 and the final record at step 5
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]
+    assert read_metrics(tmp_path)[0]["tirl/time/update_s"] is None  # NaN is written as null
+
+
+def test_load_runs_chains_stages(tmp_path):
+    _write_run(tmp_path / "a", "stage1", 3, 0.1)
+    _write_run(tmp_path / "b", "stage2", 2, 0.5)
+    recs = load_runs([tmp_path / "a", tmp_path / "b"])
+    assert [r["global_step"] for r in recs] == [1, 2, 3, 4, 5]
+    assert [r["stage"] for r in recs] == ["stage1"] * 3 + ["stage2"] * 2
+    with pytest.raises(FileNotFoundError):
+        load_runs([tmp_path / "missing"])
+
+
+def test_plot_writes_pngs(tmp_path):
+    _write_run(tmp_path / "a", "stage1", 4, 0.1)
+    _write_run(tmp_path / "b", "stage2", 3, 0.4)
+    written = plot_runs([tmp_path / "a", tmp_path / "b"], tmp_path / "plots", "test")
+    assert sorted(p.name for p in written) == ["length.png", "overview.png", "reward.png", "tool_errors.png"]
+    for p in written:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
+
+
+def test_plot_cli_and_empty_run(tmp_path):
+    _write_run(tmp_path / "a", "s", 2, 0.1)
+    result = runner.invoke(app, ["plot", str(tmp_path / "a"), "--out", str(tmp_path / "p")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "p" / "reward.png").exists()
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "metrics.jsonl").write_text('{"step": 1, "loss": 0.1}\n')
+    assert runner.invoke(app, ["plot", str(tmp_path / "empty"), "--out", str(tmp_path / "q")]).exit_code == 2
+
+
+def test_percentile():
+    assert percentile([], 90) == 0.0
+    assert percentile([5.0], 90) == 5.0
+    assert percentile(list(map(float, range(11))), 90) == pytest.approx(9.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# stage-3 hard subset
+
+
+PROBLEMS = [RLProblem(id=f"h{i}", problem=f"problem {i}", answer=str(i)) for i in range(6)]
+
+
+def _score_by_solved(solved_counts: dict[str, int]):
+    def score(trajectories, repeated):
+        out, seen = [], {}
+        for p in repeated:
+            k = seen.get(p.id, 0)
+            seen[p.id] = k + 1
+            out.append(1.0 if k < solved_counts[p.id] else 0.0)
+        return out
+    return score
+
+
+def test_filter_hard_keeps_problems_not_solved_every_time(tmp_path):
+    solved = {"h0": 8, "h1": 7, "h2": 0, "h3": 8, "h4": 1, "h5": 8}
+    result = filter_hard(PROBLEMS, lambda ps, n: [object()] * (len(ps) * n), _score_by_solved(solved),
+                         tmp_path / "hard.jsonl", HardSubsetConfig(samples=8, chunk_problems=4))
+    assert (result.total, result.hard, result.solved_all) == (6, 3, 3)
+    assert [p.id for p in load_jsonl_problems(tmp_path / "hard.jsonl")] == ["h1", "h2", "h4"]
+    assert result.correct_counts == solved
+
+
+def test_filter_hard_resumes_without_redoing_finished_problems(tmp_path):
+    solved = {p.id: 0 for p in PROBLEMS}
+    asked: list[str] = []
+
+    def failing_generate(ps, n):
+        asked.extend(p.id for p in ps)
+        if "h2" in [p.id for p in ps]:
+            raise RuntimeError("machine went away")
+        return [object()] * (len(ps) * n)
+
+    cfg = HardSubsetConfig(samples=2, chunk_problems=2)
+    with pytest.raises(RuntimeError):
+        filter_hard(PROBLEMS, failing_generate, _score_by_solved(solved), tmp_path / "hard.jsonl", cfg)
+    progress = tmp_path / "hard.jsonl.progress.jsonl"
+    with open(progress, "a") as fh:
+        fh.write('{"id": "h2", "corr')  # a line cut by the crash
+    asked.clear()
+    result = filter_hard(PROBLEMS, lambda ps, n: asked.extend(p.id for p in ps) or [object()] * (len(ps) * n),
+                         _score_by_solved(solved), tmp_path / "hard.jsonl", cfg)
+    assert asked == ["h2", "h3", "h4", "h5"]
+    assert result.resumed == 2 and result.hard == 6
+
+
+def test_filter_hard_rejects_bad_input(tmp_path):
+    with pytest.raises(ValueError):
+        filter_hard(PROBLEMS + PROBLEMS[:1], lambda ps, n: [], lambda t, p: [], tmp_path / "x.jsonl")
+    with pytest.raises(ValueError, match="returned"):
+        filter_hard(PROBLEMS, lambda ps, n: [], lambda t, p: [], tmp_path / "y.jsonl")
+
+
+def test_filter_hard_cli_reports_bad_source(tmp_path):
+    result = runner.invoke(app, ["data", "filter-hard", "--model", "x", "--source", "nope", "--out",
+                                 str(tmp_path / "h.jsonl")])
+    assert result.exit_code == 2 and "neither" in result.output
+
+
+def test_progress_file_format_is_jsonl(tmp_path):
+    filter_hard(PROBLEMS[:2], lambda ps, n: [object()] * (len(ps) * n), _score_by_solved({"h0": 1, "h1": 0}),
+                tmp_path / "hard.jsonl", HardSubsetConfig(samples=1))
+    lines = (tmp_path / "hard.jsonl.progress.jsonl").read_text().splitlines()
+    assert [json.loads(x) for x in lines] == [{"id": "h0", "correct": 1, "samples": 1},
+                                              {"id": "h1", "correct": 0, "samples": 1}]

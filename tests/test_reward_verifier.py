@@ -17,7 +17,7 @@ import pytest
 
 from tirl.reward import VerifierConfig, VerifierStats, Verifier, VerifyItem, averify_batch, verify, verify_batch
 from tirl.reward.payload import PROGRAM, format_worker_output
-from tirl.reward.worker import run_payload
+from tirl.reward.worker import iter_verdicts
 from tirl.sandbox.types import CodeExecutor, ExecutionRequest, ExecutionResult
 
 
@@ -44,10 +44,14 @@ class ScriptedExecutor:
 
 
 def in_process(request: ExecutionRequest, _n: int) -> ExecutionResult:
-    """Run the worker's comparison in this process (what a sandbox child does, minus the process)."""
+    """Run the worker's comparisons in this process (what a sandbox child does, minus the process)."""
     assert request.code == PROGRAM
-    verdict = run_payload(json.loads(request.stdin))
-    return ExecutionResult(status="ok", stdout=format_worker_output(verdict), exit_code=0, duration_s=0.01)
+    lines = "".join(format_worker_output(i, r) for i, r in iter_verdicts(json.loads(request.stdin)))
+    return ExecutionResult(status="ok", stdout=lines, exit_code=0, duration_s=0.01)
+
+
+def items_of(request: ExecutionRequest) -> list[list[str]]:
+    return json.loads(request.stdin)["items"]
 
 
 def fixed(result: ExecutionResult) -> Callable[[ExecutionRequest, int], ExecutionResult]:
@@ -79,8 +83,7 @@ def test_symbolic_items_go_to_the_executor_with_the_configured_deadline() -> Non
     assert verdict.correct and verdict.path == "symbolic" and verdict.status == "ok"
     (request,) = executor.requests
     assert request.timeout_s == 2.5 and request.memory_mb == 777
-    assert json.loads(request.stdin)["gold"] == "\\frac{1}{2}"
-    assert json.loads(request.stdin)["pred"] == "\\frac{2}{4}"
+    assert items_of(request) == [["\\frac{1}{2}", "\\frac{2}{4}"]]
 
 
 def test_integer_gold_with_non_integer_answer_is_still_checked_symbolically() -> None:
@@ -262,3 +265,91 @@ def test_verdict_serialises_with_its_reward() -> None:
     data = verdict.to_dict()
     assert data["reward"] == 1.0 and data["status"] == "ok" and data["path"] == "integer"
     json.dumps(data)
+
+
+# ------------------------------------------------------------------------------------------ chunks
+
+
+class PoolLike(ScriptedExecutor):
+    max_concurrency = 2
+
+
+def symbolic_items(n: int) -> list[tuple[str, str]]:
+    return [(box(f"\\frac{{{2 * k}}}{{{2 * k + 2}}}"), f"\\frac{{{k}}}{{{k + 1}}}") for k in range(1, n + 1)]
+
+
+def test_symbolic_items_travel_in_chunks_sized_to_the_executor() -> None:
+    executor = PoolLike(in_process)
+    verdicts = verify_batch(symbolic_items(20), executor, config=VerifierConfig(chunk_size=8))
+    assert all(v.correct for v in verdicts)
+    assert [len(items_of(r)) for r in executor.requests] == [8, 8, 4]
+
+
+def test_few_items_are_spread_over_the_executor_slots() -> None:
+    executor = PoolLike(in_process)
+    verify_batch(symbolic_items(4), executor, config=VerifierConfig(chunk_size=8))
+    assert [len(items_of(r)) for r in executor.requests] == [2, 2]
+
+
+def test_chunk_size_one_sends_each_item_alone() -> None:
+    executor = PoolLike(in_process)
+    verify_batch(symbolic_items(3), executor, config=VerifierConfig(chunk_size=1))
+    assert [len(items_of(r)) for r in executor.requests] == [1, 1, 1]
+
+
+def hangs_on(marker: str) -> Callable[[ExecutionRequest, int], ExecutionResult]:
+    """Like a sandbox: a chunk reaching an item containing ``marker`` is killed at the deadline, keeping the
+    verdict lines printed before it."""
+
+    def answer(request: ExecutionRequest, _n: int) -> ExecutionResult:
+        lines = []
+        for i, (gold, pred) in enumerate(items_of(request)):
+            if marker in pred:
+                return ExecutionResult(status="timeout", stdout="".join(lines), duration_s=request.timeout_s, exit_code=-9)
+            (_, result), = iter_verdicts({"items": [[gold, pred]], "options": {}})
+            lines.append(format_worker_output(i, result))
+        return ExecutionResult(status="ok", stdout="".join(lines), exit_code=0)
+
+    return answer
+
+
+def test_a_hanging_item_costs_only_itself_and_is_retried_alone() -> None:
+    executor = PoolLike(hangs_on("hang"))
+    items = symbolic_items(3)
+    items.insert(1, (box("\\hang"), "5"))
+    verdicts = verify_batch(items, executor, config=VerifierConfig(chunk_size=8, timeout_s=1.0))
+    assert [v.status for v in verdicts] == ["ok", "timeout", "ok", "ok"]
+    assert [v.correct for v in verdicts] == [True, False, True, True]
+    chunk_sizes = [len(items_of(r)) for r in executor.requests]
+    # Two chunks of two; the first is killed at the hanging item, which then runs alone; nothing else reruns.
+    assert chunk_sizes == [2, 2, 1]
+    assert items_of(executor.requests[-1]) == [["5", "\\hang"]]
+
+
+class OneSlot(ScriptedExecutor):
+    max_concurrency = 1
+
+
+def test_items_after_a_killed_item_in_the_same_chunk_run_again_alone() -> None:
+    executor = OneSlot(hangs_on("hang"))
+    items = [(box("\\hang"), "5")] + symbolic_items(2)
+    verdicts = verify_batch(items, executor, config=VerifierConfig(chunk_size=3))
+    assert [v.status for v in verdicts] == ["timeout", "ok", "ok"]
+    assert [len(items_of(r)) for r in executor.requests] == [3, 1, 1, 1]
+
+
+def test_an_internal_chunk_makes_its_items_verifier_errors_without_solo_reruns() -> None:
+    executor = PoolLike(fixed(ExecutionResult.internal_error("worker died")))
+    verdicts = verify_batch(symbolic_items(4), executor, config=VerifierConfig(internal_retries=0))
+    assert [v.status for v in verdicts] == ["verifier_error"] * 4
+    assert len(executor.requests) == 2
+
+
+def test_per_item_duration_comes_from_the_worker_not_the_chunk() -> None:
+    def slow_chunk(request: ExecutionRequest, n: int) -> ExecutionResult:
+        result = in_process(request, n)
+        result.duration_s = 100.0  # the whole chunk's time: must not be charged to each item
+        return result
+
+    verdicts = verify_batch(symbolic_items(4), OneSlot(slow_chunk), config=VerifierConfig(chunk_size=4))
+    assert all(0 < v.duration_s < 100.0 for v in verdicts)

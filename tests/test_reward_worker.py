@@ -17,7 +17,7 @@ import sympy
 
 from tirl.reward import guards
 from tirl.reward.payload import MARKER, encode_payload, format_worker_output, parse_worker_output
-from tirl.reward.worker import check, main, run_payload
+from tirl.reward.worker import check, iter_verdicts, main, run_item
 
 # ------------------------------------------------------------------------------------------ guards
 
@@ -152,28 +152,46 @@ def test_check_works_off_the_main_thread() -> None:  # F77: no signal-based time
     assert out and out[0]["correct"] is True
 
 
-def test_run_payload_never_raises_on_bad_payloads() -> None:
-    assert run_payload({"gold": 5, "pred": "5"})["status"] == "verifier_error"
-    assert run_payload({})["status"] == "verifier_error"
+def test_run_item_never_raises_on_bad_items() -> None:
+    assert run_item(5, "5")["status"] == "verifier_error"
+    assert run_item("5", None)["status"] == "verifier_error"
+
+
+def test_iter_verdicts_answers_every_item_in_order_and_flags_bad_ones() -> None:
+    payload = {"items": [["\\frac{1}{2}", "0.5"], "not a pair", ["2", "3"]], "options": {}}
+    out = list(iter_verdicts(payload))
+    assert [i for i, _ in out] == [0, 1, 2]
+    assert [r["status"] for _, r in out] == ["ok", "verifier_error", "ok"]
+    assert [r["correct"] for _, r in out] == [True, False, False]
+    assert all(r["seconds"] >= 0 for _, r in out)
+
+
+@pytest.mark.parametrize("payload", [None, [], {"items": "x"}, {"gold": "1", "pred": "1"}])
+def test_iter_verdicts_reports_a_malformed_payload(payload: object) -> None:
+    (index, result), = list(iter_verdicts(payload))
+    assert index == 0 and result["status"] == "verifier_error"
 
 
 # ------------------------------------------------------------------------------------- wire format
 
 
-def test_main_round_trips_through_stdin_and_stdout(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "stdin", io.StringIO(encode_payload("\\frac{1}{2}", "0.5", {})))
+def run_main(monkeypatch: pytest.MonkeyPatch, stdin: str) -> str:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
     out = io.StringIO()
     monkeypatch.setattr(sys, "stdout", out)
     main()
-    assert parse_worker_output("noise printed first\n" + out.getvalue()) == {"status": "ok", "correct": True, "detail": None}
+    return out.getvalue()
+
+
+def test_main_round_trips_a_chunk_through_stdin_and_stdout(monkeypatch: pytest.MonkeyPatch) -> None:
+    stdout = run_main(monkeypatch, encode_payload([("\\frac{1}{2}", "0.5"), ("\\sqrt{2}", "2")], {}))
+    verdicts = parse_worker_output("noise printed first\n" + stdout)
+    assert sorted(verdicts) == [0, 1]
+    assert verdicts[0]["correct"] is True and verdicts[1]["correct"] is False
 
 
 def test_main_answers_garbage_stdin_with_a_verifier_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "stdin", io.StringIO("not json"))
-    out = io.StringIO()
-    monkeypatch.setattr(sys, "stdout", out)
-    main()
-    assert parse_worker_output(out.getvalue())["status"] == "verifier_error"
+    assert parse_worker_output(run_main(monkeypatch, "not json"))[0]["status"] == "verifier_error"
 
 
 @pytest.mark.parametrize(
@@ -182,17 +200,35 @@ def test_main_answers_garbage_stdin_with_a_verifier_error(monkeypatch: pytest.Mo
         "",
         "no marker here\n",
         MARKER + "{not json\n",
-        MARKER + json.dumps({"status": "great", "correct": True}) + "\n",
-        MARKER + json.dumps({"status": "ok", "correct": "yes"}) + "\n",
+        MARKER + json.dumps({"i": 0, "status": "great", "correct": True}) + "\n",
+        MARKER + json.dumps({"i": 0, "status": "ok", "correct": "yes"}) + "\n",
+        MARKER + json.dumps({"status": "ok", "correct": True}) + "\n",  # no index
+        MARKER + json.dumps({"i": -1, "status": "ok", "correct": True}) + "\n",
+        MARKER + json.dumps({"i": True, "status": "ok", "correct": True}) + "\n",
         MARKER + "[1, 2]\n",
     ],
 )
-def test_parse_worker_output_rejects_malformed_lines(stdout: str) -> None:
-    assert parse_worker_output(stdout) is None
+def test_parse_worker_output_ignores_malformed_lines(stdout: str) -> None:
+    assert parse_worker_output(stdout) == {}
 
 
-def test_parse_worker_output_takes_the_last_verdict_line() -> None:
-    text = format_worker_output({"status": "ok", "correct": True, "detail": None}) + format_worker_output(
-        {"status": "ok", "correct": False, "detail": "x"}
+def test_parse_worker_output_keeps_the_last_line_per_index() -> None:
+    text = format_worker_output(0, {"status": "ok", "correct": True, "detail": None, "seconds": 0.1}) + format_worker_output(
+        0, {"status": "ok", "correct": False, "detail": "x", "seconds": 0.2}
     )
-    assert parse_worker_output(text) == {"status": "ok", "correct": False, "detail": "x"}
+    assert parse_worker_output(text) == {0: {"status": "ok", "correct": False, "detail": "x", "seconds": 0.2}}
+
+
+# ------------------------------------------------------------------------------ two-stage parsing
+
+
+def test_two_stage_parsing_is_enabled_and_keeps_results() -> None:
+    from latex2sympy2_extended.latex2sympy2 import latex2sympy
+
+    from tirl.reward.worker import TWO_STAGE_PARSING, enable_two_stage_parsing
+
+    assert TWO_STAGE_PARSING and enable_two_stage_parsing()  # idempotent
+    assert str(latex2sympy("\\left( 3, \\frac{\\pi}{2} \\right)")) == "(3, pi/2)"
+    assert latex2sympy("[2, 5)") == sympy.Interval.Ropen(2, 5)
+    with pytest.raises(Exception):
+        latex2sympy("\\frac{1}{")  # a real syntax error still fails after the LL retry

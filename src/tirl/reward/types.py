@@ -130,8 +130,11 @@ class VerifierConfig:
         assume_positive: when math-verify says unequal, retry expressions in free variables with the
             variables taken as positive reals (``\\sqrt{1/n}`` vs ``\\frac{1}{\\sqrt{n}}``); never for
             expressions with ``|x|``, sign, min/max, floor/ceiling or piecewise parts.
-        internal_retries: times an item answered ``internal`` by the executor is retried before it becomes
-            ``verifier_error``.
+        internal_retries: times a request answered ``internal`` by the executor is retried (with a fresh
+            request id) before its items become ``verifier_error``.
+        chunk_size: most comparisons sent to one sandbox process (one fork serves them one after another);
+            1 sends each alone. An item a chunk did not answer before the deadline is re-run alone with the
+            full deadline, so chunking never turns a slow neighbour into a timeout.
     """
 
     timeout_s: float = 5.0
@@ -145,6 +148,7 @@ class VerifierConfig:
     decimal_gold_rounding: bool = True
     assume_positive: bool = True
     internal_retries: int = 1
+    chunk_size: int = 8
 
     def worker_options(self) -> dict[str, Any]:
         """The options the sandbox worker program needs (JSON-serialisable)."""

@@ -10,10 +10,12 @@ Covers :func:`verify`, :func:`verify_batch`, :func:`averify`, :func:`averify_bat
    prediction reads as one under the documented policy (:func:`tirl.reward.normalize.canonical_integer`),
    the digits are compared in the caller's process, without sympy;
 4. everything else goes to math-verify in a sandbox worker (:mod:`tirl.reward.worker`) through a
-   :class:`~tirl.sandbox.types.CodeExecutor` (``LocalSandbox`` or ``SandboxClient``), with the per-item
-   deadline ``VerifierConfig.timeout_s`` enforced by the executor killing the process. Executor statuses map
-   to verdicts: ``timeout``/``killed`` -> ``timeout``; ``internal`` -> retried, then ``verifier_error``;
-   ``error`` or no verdict line -> ``verifier_error``.
+   :class:`~tirl.sandbox.types.CodeExecutor` (``LocalSandbox`` or ``SandboxClient``), in chunks of up to
+   ``VerifierConfig.chunk_size`` comparisons per forked process, with the per-item deadline
+   ``VerifierConfig.timeout_s`` enforced by the executor killing the process. Items a chunk did not answer
+   are re-run alone with the full deadline (see :meth:`Verifier._compare`). Outcomes of a lone item:
+   ``timeout``/``killed`` -> ``timeout``; ``internal`` -> retried, then ``verifier_error``; ``error`` or no
+   verdict line -> ``verifier_error``.
 
 Every verdict is counted in a :class:`~tirl.reward.types.VerifierStats` (the module-wide
 :func:`default_stats` unless one is given); ``unparsable_gold``, ``timeout`` and ``verifier_error`` are also
@@ -35,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import math
 import threading
 import time
 from typing import Any, Awaitable, Iterable, Sequence, TypeVar
@@ -136,18 +139,30 @@ def close_default_executor() -> None:
 atexit.register(close_default_executor)
 
 
-def _result_to_verdict(result: ExecutionResult) -> tuple[str, bool, str | None]:
-    """(status, correct, detail) for one executor result of a worker request."""
+Outcome = tuple[str, bool, "str | None", float]  # (status, correct, detail, seconds in the worker)
+
+_DEFAULT_PARALLELISM = 8
+
+
+def _solo_outcome(result: ExecutionResult) -> Outcome:
+    """The outcome of a one-item worker request from its executor result."""
+    verdict = parse_worker_output(result.stdout).get(0)
+    if verdict is not None:
+        correct = verdict["correct"] and verdict["status"] == "ok"
+        return verdict["status"], correct, verdict["detail"], verdict["seconds"] or result.duration_s
     if result.status in ("timeout", "killed"):
         reason = "deadline passed" if result.status == "timeout" else "killed by a resource limit"
-        return "timeout", False, f"worker {reason} after {result.duration_s:.2f}s"
+        return "timeout", False, f"worker {reason} after {result.duration_s:.2f}s", result.duration_s
     if result.status == "internal":
-        return "verifier_error", False, "executor internal error: " + (result.stderr or "")[-300:]
-    verdict = parse_worker_output(result.stdout)
-    if verdict is None:
-        tail = (result.traceback or result.stderr or result.stdout or "")[-300:]
-        return "verifier_error", False, f"worker gave no verdict (status {result.status}): {tail}"
-    return verdict["status"], verdict["correct"] and verdict["status"] == "ok", verdict["detail"]
+        return "verifier_error", False, "executor internal error: " + (result.stderr or "")[-300:], result.duration_s
+    tail = (result.traceback or result.stderr or result.stdout or "")[-300:]
+    return "verifier_error", False, f"worker gave no verdict (status {result.status}): {tail}", result.duration_s
+
+
+def _parallelism(executor: CodeExecutor) -> int:
+    """How many requests the executor runs at once (``max_concurrency`` when it says), for chunk sizing."""
+    value = getattr(executor, "max_concurrency", None)
+    return value if isinstance(value, int) and value > 0 else _DEFAULT_PARALLELISM
 
 
 class Verifier:
@@ -206,10 +221,11 @@ class Verifier:
                     return Verdict(gold_int == pred_int, "ok", extracted, gold, "integer"), extracted, gold
         return None, extracted, gold
 
-    def _request(self, gold: str, extracted: str) -> ExecutionRequest:
+    def _request(self, pairs: Sequence[tuple[str, str]]) -> ExecutionRequest:
+        """One worker request for a chunk of ``(gold, extracted)`` pairs, under the per-item deadline."""
         return ExecutionRequest(
             code=PROGRAM,
-            stdin=encode_payload(gold, extracted, self.config.worker_options()),
+            stdin=encode_payload(pairs, self.config.worker_options()),
             timeout_s=self.config.timeout_s,
             memory_mb=self.config.memory_mb,
         )
@@ -243,17 +259,52 @@ class Verifier:
             code=request.code, stdin=request.stdin, timeout_s=request.timeout_s, memory_mb=request.memory_mb
         )
 
-    async def _symbolic(self, requests: list[ExecutionRequest]) -> list[ExecutionResult]:
-        """Run the requests on the configured executor, or on the shared default one on the background loop."""
-        if self.executor is not None:
-            return await self._run_requests(self.executor, requests)
+    async def _compare(self, executor: CodeExecutor, pairs: list[tuple[str, str]]) -> list[Outcome]:
+        """Compare ``(gold, extracted)`` pairs in sandbox workers, in chunks, with the per-item deadline.
 
-        async def on_background() -> list[ExecutionResult]:
+        Pairs go out in chunks of up to ``config.chunk_size`` (smaller when there are few pairs, so every
+        executor slot gets work); one fork then serves several comparisons. A chunk runs under the per-item
+        deadline; its worker prints each verdict as soon as it has it. Items a chunk did not answer (it was
+        killed at the deadline or by a resource limit, or crashed) are run again *alone*, each with the full
+        deadline, so an item is ``timeout`` only when it passed the deadline by itself. Items of a chunk the
+        executor answered ``internal`` (after the retries) are ``verifier_error``.
+        """
+        outcomes: list[Outcome | None] = [None] * len(pairs)
+        size = max(1, min(self.config.chunk_size, math.ceil(len(pairs) / _parallelism(executor))))
+        chunks = [list(range(i, min(i + size, len(pairs)))) for i in range(0, len(pairs), size)]
+        results = await self._run_requests(executor, [self._request([pairs[i] for i in c]) for c in chunks])
+        alone: list[int] = []
+        for chunk, result in zip(chunks, results):
+            if len(chunk) == 1:
+                outcomes[chunk[0]] = _solo_outcome(result)
+                continue
+            verdicts = parse_worker_output(result.stdout)
+            for position, index in enumerate(chunk):
+                verdict = verdicts.get(position)
+                if verdict is not None:
+                    correct = verdict["correct"] and verdict["status"] == "ok"
+                    outcomes[index] = (verdict["status"], correct, verdict["detail"], verdict["seconds"])
+                elif result.status == "internal":
+                    outcomes[index] = _solo_outcome(result)
+                else:
+                    alone.append(index)
+        if alone:
+            solo = await self._run_requests(executor, [self._request([pairs[i]]) for i in alone])
+            for index, result in zip(alone, solo):
+                outcomes[index] = _solo_outcome(result)
+        return [o if o is not None else ("verifier_error", False, "no outcome", 0.0) for o in outcomes]
+
+    async def _symbolic(self, pairs: list[tuple[str, str]]) -> list[Outcome]:
+        """:meth:`_compare` on the configured executor, or on the shared default one on the background loop."""
+        if self.executor is not None:
+            return await self._compare(self.executor, pairs)
+
+        async def on_background() -> list[Outcome]:
             try:
                 executor = await _get_default_executor()
             except Exception as exc:  # noqa: BLE001 - a missing or broken sandbox is a verifier error
-                return [ExecutionResult.internal_error(f"no default executor: {exc!r}"[:300]) for _ in requests]
-            return await self._run_requests(executor, requests)
+                return [("verifier_error", False, f"no default executor: {exc!r}"[:300], 0.0) for _ in pairs]
+            return await self._compare(executor, pairs)
 
         background = _background()
         try:
@@ -287,16 +338,15 @@ class Verifier:
     ) -> list[Verdict]:
         """Run the symbolic items, fill in their verdicts and record every verdict in ``stats``."""
         if pending:
-            results = await self._symbolic([self._request(gold, extracted) for _, gold, extracted, _ in pending])
-            for (i, gold, extracted, elapsed), result in zip(pending, results):
-                status, correct, detail = _result_to_verdict(result)
+            outcomes = await self._symbolic([(gold, extracted) for _, gold, extracted, _ in pending])
+            for (i, gold, extracted, elapsed), (status, correct, detail, seconds) in zip(pending, outcomes):
                 verdicts[i] = Verdict(
                     correct=correct,
                     status=status,  # type: ignore[arg-type]
                     extracted=extracted,
                     gold=gold,
                     path="symbolic",
-                    duration_s=elapsed + result.duration_s,
+                    duration_s=elapsed + seconds,
                     detail=detail,
                 )
         final = [v for v in verdicts if v is not None]

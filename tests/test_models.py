@@ -236,3 +236,28 @@ def test_models_package_does_not_import_torch_eagerly():
     code = "import sys, tirl.models; print('torch' in sys.modules, 'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_a_gguf_file_is_converted_once_and_reconverted_when_it_changes(tmp_path, monkeypatch):
+    import os
+
+    from tirl.models import loading
+
+    monkeypatch.setenv("TIRL_CACHE", str(tmp_path / "cache"))
+    calls = []
+
+    def fake_convert(gguf_file, out_dir, **kw):
+        calls.append(gguf_file)
+        out_dir.mkdir()
+        (out_dir / "config.json").write_text("{}")
+
+    monkeypatch.setattr(loading, "convert_gguf", fake_convert)
+    gguf = tmp_path / "my-model.Q4.gguf"
+    gguf.write_bytes(b"GGUF v1")
+    first = resolve(gguf)
+    assert resolve(str(gguf)) == first and len(calls) == 1
+    assert first.parent == tmp_path / "cache" / "models" and first.name.startswith("gguf-my-model.Q4-")
+    gguf.write_bytes(b"GGUF v2, retrained")
+    os.utime(gguf, ns=(1, 2_000_000_000))
+    second = resolve(gguf)
+    assert second != first and len(calls) == 2

@@ -1,8 +1,8 @@
 """CI training test: GRPO-RoC steps on the tiny random model through TRL, the agent loop and HFEngine.
 
 The tiny random model never writes a tool call by itself, so a scripted engine forces the first turn of every
-trajectory to be a real tool call (run by the executor) and the second turn of every other trajectory to be the
-correct answer; the remaining second turns are sampled from the current policy by ``HFEngine``. This gives
+trajectory to be a real tool call (run by a ``LocalSandbox``) and the second turn of every other trajectory to be
+the correct answer (checked by ``tirl.reward``); the remaining second turns are sampled from the current policy by ``HFEngine``. This gives
 tool segments to mask and mixed rewards (non-zero advantages), so the update must move the weights.
 """
 
@@ -17,9 +17,8 @@ import pytest
 
 from tirl.data.training import RLProblem
 from tirl.rollout.engine import GenerationOutput, SamplingParams
-from tirl.sandbox.types import ExecutionResult
 from tirl.train.config import load_config
-from tirl.train.rollout import AgentLoopSource, Score
+from tirl.train.rollout import AgentLoopSource
 
 pytestmark = pytest.mark.slow
 
@@ -30,23 +29,6 @@ TOOL_TURN = (
 )
 ANSWER_TURN = "The tool says 42.</reason>\n<answer>\\boxed{42}</answer><|im_end|>"
 PROBLEMS = [RLProblem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42") for i in range(4)]
-
-
-class EchoExecutor:
-    """A CodeExecutor double that answers every request with ``42``; counts the calls it ran."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def run(self, request: Any) -> ExecutionResult:
-        self.calls += 1
-        return ExecutionResult(status="ok", stdout="42\n", request_id=request.request_id, duration_s=0.001)
-
-    async def run_batch(self, requests: Any) -> list[ExecutionResult]:
-        return [await self.run(r) for r in requests]
-
-    async def aclose(self) -> None:
-        return None
 
 
 class ScriptedToolEngine:
@@ -85,13 +67,6 @@ class ScriptedToolEngine:
         await self.inner.aclose()
 
 
-class FinalAnswerScorer:
-    """Outcome reward: 1 when the agent loop's extracted answer equals the gold exactly."""
-
-    def score(self, trajectories: Any, problems: Any) -> list[Score]:
-        return [Score(1.0 if t.final_answer == p.answer else 0.0) for t, p in zip(trajectories, problems)]
-
-
 def _config(tmp: Path, model_dir: Path, **extra: Any):
     overrides = [
         f"output_dir={tmp}",
@@ -127,20 +102,23 @@ def _build(config: Any):
         holder["engine"] = ScriptedToolEngine(HFEngine(model, HFEngineConfig(max_batch_size=8, seed=0)), tok)
         return holder["engine"]
 
-    executor = EchoExecutor()
     from tirl.models import load_tokenizer
+    from tirl.sandbox import LocalSandbox
+    from tirl.train.rollout import VerifierScorer
 
     tokenizer = load_tokenizer(config.model.name_or_path)
-    source = AgentLoopSource(config, tokenizer, executor_factory=lambda: executor, engine_factory=engine_factory)
-    run = build_trainer(config, problems=PROBLEMS, source=source, scorer=FinalAnswerScorer(), num_processes=1)
-    return run, holder, executor
+    source = AgentLoopSource(config, tokenizer, executor_factory=lambda: LocalSandbox(workers=1),
+                             engine_factory=engine_factory)
+    run = build_trainer(config, problems=PROBLEMS, source=source, scorer=VerifierScorer(tokenizer),
+                        num_processes=1)
+    return run, holder
 
 
 @pytest.fixture(scope="module")
 def two_steps(tmp_path_factory, tiny_smollm2_model_dir):
     tmp = tmp_path_factory.mktemp("rl")
     config = _config(tmp, tiny_smollm2_model_dir)
-    run, holder, executor = _build(config)
+    run, holder = _build(config)
     trainer = run.trainer
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     captured: list[dict[str, Any]] = []
@@ -157,7 +135,7 @@ def two_steps(tmp_path_factory, tiny_smollm2_model_dir):
         run.close()
     after = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     return {"config": config, "run": run, "before": before, "after": after, "captured": captured,
-            "engine": holder["engine"], "executor": executor, "dir": tmp}
+            "engine": holder["engine"], "dir": tmp}
 
 
 def test_rewards_are_mixed(two_steps):
@@ -198,7 +176,13 @@ def test_tool_output_tokens_have_loss_mask_zero(two_steps):
             assert "<tool_response>" in engine.tokenizer.decode(injected)
             rows += 1
     assert rows >= 4
-    assert two_steps["executor"].calls >= 8  # 2 steps x 2 problems x 4 samples, one call each
+
+
+def test_tool_calls_ran_in_the_local_sandbox(two_steps):
+    last = two_steps["run"].rollout.last.trajectories
+    records = [rec for t in last for rec in t.tool_call_records]
+    assert len(records) == 8  # 2 problems x 4 samples, one forced call each
+    assert all(rec.cls == "ok" and rec.result.stdout.strip() == "42" for rec in records)
 
 
 def test_every_logged_metric_is_finite(two_steps):

@@ -206,3 +206,27 @@ def test_reward_table(row: Row, table: dict[str, Verdict]) -> None:
     verdict = table[row.id]
     assert verdict.reward == row.reward, verdict
     assert verdict.status == (row.status or "ok"), verdict
+
+
+TOKENS = [
+    "\\frac{", "}", "{", "^", "!", "10", "7", "0", "\\sqrt", "(", ")", "[", "]", ",", "x", "=", "-", "+", "\\infty",
+    "\\pi", "\\text{", "\\\\", "&", "\\begin{pmatrix}", "\\end{pmatrix}", "\\%", "$", "\\cup", "\\le", "e", "i",
+    ".", "\\cdot", "\\left(", "\\right)", " ", "\\dfrac", "\\{", "\\}", ":", "\\pm", "\\circ", "|",
+]
+
+
+def test_random_latex_never_raises_and_always_gets_a_status(table: dict[str, Verdict]) -> None:
+    import random
+
+    from tirl.reward import VERIFY_STATUSES
+
+    rng = random.Random(5)
+    items = []
+    for _ in range(60):
+        gold = "".join(rng.choice(TOKENS) for _ in range(rng.randint(1, 8)))
+        pred = "".join(rng.choice(TOKENS) for _ in range(rng.randint(1, 12)))
+        items.append(("\\boxed{" + pred + "}", gold))
+    verdicts = verify_batch(items, config=VerifierConfig(timeout_s=2.0), stats=VerifierStats())
+    assert len(verdicts) == len(items)
+    assert all(v.status in VERIFY_STATUSES for v in verdicts)
+    assert all(v.correct is False or v.status == "ok" for v in verdicts)

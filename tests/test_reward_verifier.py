@@ -353,3 +353,32 @@ def test_per_item_duration_comes_from_the_worker_not_the_chunk() -> None:
 
     verdicts = verify_batch(symbolic_items(4), OneSlot(slow_chunk), config=VerifierConfig(chunk_size=4))
     assert all(0 < v.duration_s < 100.0 for v in verdicts)
+
+
+# ------------------------------------------------------------------------------------ robustness
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tirl.reward import VERIFY_STATUSES  # noqa: E402
+
+GARBAGE_RESULTS = st.builds(
+    ExecutionResult,
+    status=st.sampled_from(["ok", "error", "timeout", "killed", "internal"]),
+    stdout=st.one_of(st.text(max_size=200), st.just("TIRL-VERDICT {\"i\": 0, \"status\": \"ok\", \"correct\": true}\n")),
+    stderr=st.text(max_size=50),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(response=st.one_of(st.none(), st.text(max_size=200)), gold=st.text(max_size=40), answer=GARBAGE_RESULTS)
+def test_verify_never_raises_whatever_the_text_or_the_executor_says(
+    response: str | None, gold: str, answer: ExecutionResult
+) -> None:
+    stats = VerifierStats()
+    box_text = None if response is None else response + " \\boxed{" + response[:20] + "}"
+    for text in (response, box_text):
+        verdict = verify(text, gold, executor=ScriptedExecutor(fixed(answer)), stats=stats, config=VerifierConfig(internal_retries=0))
+        assert verdict.status in VERIFY_STATUSES
+        assert verdict.correct is (verdict.reward == 1.0)
+        assert not verdict.correct or verdict.status == "ok"

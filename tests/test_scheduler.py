@@ -283,3 +283,21 @@ async def test_aclose_closes_every_engine_that_can_be_closed():
     engines[1].aclose = lambda: aclose(1)
     await sched.aclose()
     assert sorted(closed) == [0, 1]
+
+
+def test_one_scheduler_serves_successive_event_loops():
+    """The RL trainer calls the rollout through asyncio.run once per step: state must carry over, not break."""
+    sched, _, _ = make([100, 100])
+
+    async def step():
+        async def one(i):
+            async with sched.lease(f"t{i}", 100) as engine:
+                await asyncio.sleep(0)
+                return (await engine.generate([1], PARAMS)).token_ids[0]
+
+        return await asyncio.gather(*(one(i) for i in range(4)))
+
+    first = asyncio.run(step())
+    second = asyncio.run(step())
+    assert sorted(first) == sorted(second) == [0, 0, 1, 1]
+    assert all(s.reserved_tokens == 0 and s.completed_total == 4 for s in sched.metrics().endpoints)

@@ -301,3 +301,32 @@ def test_one_scheduler_serves_successive_event_loops():
     second = asyncio.run(step())
     assert sorted(first) == sorted(second) == [0, 0, 1, 1]
     assert all(s.reserved_tokens == 0 and s.completed_total == 4 for s in sched.metrics().endpoints)
+
+
+async def test_metrics_are_logged_as_json_lines_at_most_every_interval(tmp_path):
+    import json
+
+    now = [0.0]
+    log = tmp_path / "sub" / "scheduler.jsonl"
+    sched, _, _ = make([100], metrics_log=str(log), metrics_log_interval_s=10.0)
+    sched._clock = lambda: now[0]
+    for t in (0.0, 1.0, 2.0, 12.5):  # releases at 0 (logged), 1 and 2 (too soon), 12.5 (logged)
+        now[0] = t
+        async with sched.lease(f"t{t}", 50):
+            pass
+    await sched.aclose()  # one more
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(lines) == 3
+    assert [x["scheduler/e0/completed_total"] for x in lines] == [1.0, 4.0, 4.0]
+
+
+def test_kv_capacity_option_parsing():
+    from tirl.rollout.scheduler import parse_kv_capacities
+
+    assert parse_kv_capacities([], 2) is None
+    assert parse_kv_capacities(["5000"], 3) == [5000, 5000, 5000]
+    assert parse_kv_capacities(["100,200"], 2) == parse_kv_capacities(["100", "200"], 2) == [100, 200]
+    with pytest.raises(ValueError, match="one per server"):
+        parse_kv_capacities(["1", "2"], 3)
+    with pytest.raises(ValueError, match="positive"):
+        parse_kv_capacities(["-4"], 1)

@@ -26,9 +26,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable, Sequence
 
 from tirl.rollout.admission import (
@@ -53,6 +55,7 @@ __all__ = [
     "RolloutScheduler",
     "SchedulerConfig",
     "SchedulerMetrics",
+    "parse_kv_capacities",
 ]
 
 
@@ -92,6 +95,10 @@ class SchedulerConfig:
         static_batch_size: ``static`` policy: trajectories per step, split into contiguous equal blocks by
             arrival order (verl v0.2's even pre-allocation); None deals them cyclically. :meth:`plan` is the
             alternative when the trajectory ids are known in advance.
+        metrics_log: path of a JSON-lines file; when set, a line ``{"time": unix_s, **as_log_dict()}`` is
+            appended after a lease ends, at most every ``metrics_log_interval_s`` seconds (event-driven, no
+            background task), plus one on :meth:`RolloutScheduler.aclose`.
+        metrics_log_interval_s: minimum seconds between two logged lines.
     """
 
     policy: str = "kv_aware"
@@ -102,6 +109,8 @@ class SchedulerConfig:
     health_timeout_s: float = 5.0
     seed: int = 0
     static_batch_size: int | None = None
+    metrics_log: str | None = None
+    metrics_log_interval_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -151,6 +160,30 @@ class SchedulerMetrics:
             out[f"{key}/queue_wait_mean_s"] = ep.queue_wait_mean_s
             out[f"{key}/queue_wait_max_s"] = ep.queue_wait_max_s
         return out
+
+
+def parse_kv_capacities(values: Sequence[str], n_servers: int) -> list[int | None] | None:
+    """Per-server KV capacities from ``--kv-capacity`` options (repeatable, comma-separated, tokens).
+
+    No value: None (read every capacity from its server). One value: the same for every server. Exactly
+    ``n_servers`` values: one per server, in order.
+
+    Raises:
+        ValueError: another count, or a value that is not a positive integer.
+    """
+    items = [v.strip() for value in values for v in str(value).split(",") if v.strip()]
+    if not items:
+        return None
+    caps: list[int | None] = []
+    for item in items:
+        if not item.isdigit() or int(item) <= 0:
+            raise ValueError(f"--kv-capacity takes positive token counts, got {item!r}")
+        caps.append(int(item))
+    if len(caps) == 1:
+        return caps * n_servers
+    if len(caps) != n_servers:
+        raise ValueError(f"{len(caps)} --kv-capacity values for {n_servers} servers: give one, or one per server")
+    return caps
 
 
 class _LeasedEngine:
@@ -238,6 +271,7 @@ class RolloutScheduler:
         )
         self._waiters: dict[int, asyncio.Future[Admission]] = {}
         self._probes: dict[str, asyncio.Task[bool]] = {}
+        self._last_log = float("-inf")
 
     # ------------------------------------------------------------------ construction
 
@@ -332,6 +366,7 @@ class RolloutScheduler:
         finally:
             self._waiters.pop(lease_id, None)
             self._dispatch(self._core.release(lease_id, self._clock()))
+            self._maybe_log()
 
     def metrics(self) -> SchedulerMetrics:
         """Per-endpoint in-flight trajectories, reserved/free tokens, queue waits, liveness; and the queue."""
@@ -353,8 +388,29 @@ class RolloutScheduler:
         """Put endpoint ``name`` back in rotation (KeyError if unknown)."""
         self._dispatch(self._core.mark_up(name, self._clock()))
 
+    def log_metrics(self) -> None:
+        """Append one metrics line to ``config.metrics_log`` now (no-op without a log path; never raises for
+        I/O errors, which would otherwise end a trajectory)."""
+        path = self.config.metrics_log
+        if not path:
+            return
+        self._last_log = self._clock()
+        line = json.dumps({"time": round(time.time(), 3), **self.metrics().as_log_dict()})
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+        except OSError:
+            pass
+
+    def _maybe_log(self) -> None:
+        if self.config.metrics_log and self._clock() - self._last_log >= self.config.metrics_log_interval_s:
+            self.log_metrics()
+
     async def aclose(self) -> None:
-        """Close every endpoint's engine that has an ``aclose`` (HTTP clients); cancel running health probes."""
+        """Close every endpoint's engine that has an ``aclose`` (HTTP clients); cancel running health probes;
+        write a last metrics line when logging."""
+        self.log_metrics()
         for task in list(self._probes.values()):
             task.cancel()
         for ep in self._endpoints.values():

@@ -33,7 +33,6 @@ MS_PRIVATE = 1 << 18
 PR_SET_PDEATHSIG = 1
 PR_SET_KEEPCAPS = 8
 PR_SET_SECCOMP = 22
-PR_CAPBSET_DROP = 24
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 SECCOMP_MODE_FILTER = 2
@@ -156,14 +155,3 @@ def capset(keep: tuple[int, ...] = ()) -> None:
         data[cap // 32].effective |= 1 << (cap % 32)
         data[cap // 32].permitted |= 1 << (cap % 32)
     _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
-
-
-def drop_bounding_set() -> None:
-    """Drop every capability from the bounding set (needs CAP_SETPCAP; stops at the first unknown cap)."""
-    for cap in range(64):
-        try:
-            prctl(PR_CAPBSET_DROP, cap)
-        except OSError as exc:
-            if exc.errno == 22:  # EINVAL: past the last capability this kernel knows
-                return
-            raise

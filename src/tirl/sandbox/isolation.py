@@ -8,8 +8,8 @@ every per-call layer and checks that each works; a layer that fails is switched 
 a machine without (say) Landlock still runs code, and ``tirl sandbox doctor`` says what is missing.
 
 Each call's process then calls :func:`enter_call` with the resulting :class:`CallPlan`: new session,
-resource limits, scratch directory as cwd, allowlisted environment, unprivileged user id (with all
-capabilities dropped), parent-death signal, Landlock, seccomp. A layer that the probe accepted but that
+resource limits, scratch directory as cwd, allowlisted environment, no-new-privs, unprivileged user id
+(with all capabilities dropped), parent-death signal, Landlock, seccomp. A layer that the probe accepted but that
 fails for a call raises :class:`LayerError` (fail closed: the call is answered ``internal``).
 
 PID namespaces are per call and handled by the worker (``setns`` back to its own namespace, then
@@ -91,9 +91,9 @@ class WorkerIsolation:
     layers: dict[str, LayerStatus]
     plan: CallPlan
     scratch_dir: str
-    sleep_binary: str | None
     self_pid_ns_fd: int | None = None
-    seccomp_program: bytes | None = None
+    seccomp_filter: seccomp.PreparedFilter | None = None
+    landlock_rules: landlock.PreparedRules | None = None
 
     def report(self) -> list[dict]:
         """Layer statuses as dicts, in :data:`LAYER_NAMES` order."""
@@ -200,18 +200,16 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
              f"private mounts; scratch on a {cfg['scratch_mb']} MiB tmpfs that dies with the worker")
 
     self_ns_fd = None
-    sleep_binary = shutil.which("sleep") or next((p for p in ("/usr/bin/sleep", "/bin/sleep") if os.path.exists(p)), None)
     if not cfg["pid_namespace"]:
         layers["pid_namespace"] = LayerStatus("pid_namespace", False, "switched off in the configuration")
-    elif sleep_binary is None:
-        layers["pid_namespace"] = LayerStatus("pid_namespace", False, "no `sleep` binary to act as namespace init")
     else:
         try:
             self_ns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
             new_pid_namespace_for_children(self_ns_fd)
             _linux.setns(self_ns_fd, _linux.CLONE_NEWPID)  # back: the next fork must not be an init
             layers["pid_namespace"] = LayerStatus(
-                "pid_namespace", True, "fresh PID namespace per call; killing its init kills every descendant")
+                "pid_namespace", True,
+                "fresh PID namespace per call with the call as its init: when it ends, every process it started dies")
         except OSError as exc:
             if self_ns_fd is not None:
                 os.close(self_ns_fd)
@@ -225,20 +223,23 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
     plan.read_roots = landlock.python_read_roots() + [
         p for p in landlock.SYSTEM_READ_ROOTS if os.path.isdir(p)]
 
-    program = None
+    seccomp_filter = None
     if cfg["seccomp"]:
         try:
-            program = seccomp.build_filter()
+            seccomp_filter = seccomp.PreparedFilter(seccomp.build_filter())
             plan.seccomp = True
         except NotImplementedError as exc:
             layers["seccomp"] = LayerStatus("seccomp", False, str(exc))
     else:
         layers["seccomp"] = LayerStatus("seccomp", False, "switched off in the configuration")
 
+    rules = None
     if cfg["landlock"]:
         try:
             plan.landlock_abi = landlock.abi_version()
+            rules = landlock.PreparedRules(plan.read_roots, abi=plan.landlock_abi)
         except OSError as exc:
+            plan.landlock_abi = 0
             layers["landlock"] = LayerStatus("landlock", False, f"kernel refused: {exc.strerror}")
     else:
         layers["landlock"] = LayerStatus("landlock", False, "switched off in the configuration")
@@ -257,8 +258,8 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
         layers["unprivileged_user"] = LayerStatus(
             "unprivileged_user", False, f"not started as root: calls run as the invoking user (uid {os.getuid()})")
 
-    return WorkerIsolation(layers=layers, plan=plan, scratch_dir=scratch_dir, sleep_binary=sleep_binary,
-                           self_pid_ns_fd=self_ns_fd, seccomp_program=program)
+    return WorkerIsolation(layers=layers, plan=plan, scratch_dir=scratch_dir,
+                           self_pid_ns_fd=self_ns_fd, seccomp_filter=seccomp_filter, landlock_rules=rules)
 
 
 def new_pid_namespace_for_children(self_pid_ns_fd: int) -> None:
@@ -295,11 +296,12 @@ def _python_readable_by(uid: int, gid: int) -> bool:
 
 
 def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s: float, memory_mb: int,
-               seccomp_program: bytes | None) -> None:
+               seccomp_filter: seccomp.PreparedFilter | None = None,
+               landlock_rules: landlock.PreparedRules | None = None) -> None:
     """Apply the per-call layers to the calling process (a freshly forked call process). Irreversible.
 
-    Order: new session; resource limits; cwd = scratch; environment; user id and capabilities;
-    parent-death signal; Landlock; seccomp (last, so the set-up itself may use any system call).
+    Order: new session; resource limits; cwd = scratch; environment; no-new-privs; user id and
+    capabilities; parent-death signal; Landlock; seccomp (last, so the set-up itself may use any call).
 
     Args:
         plan: the probed plan of the worker.
@@ -307,6 +309,7 @@ def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s:
         env: the complete environment of the call.
         timeout_s: wall-clock limit of the call; the CPU limit is ``ceil(timeout_s) + 1`` seconds.
         memory_mb: address-space limit in MiB (whole process, including the preloaded modules).
+        seccomp_filter, landlock_rules: the worker's prepared filter and rules (used when the plan says so).
 
     Raises:
         LayerError: a planned layer failed.
@@ -329,43 +332,53 @@ def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s:
                 raise LayerError("rlimits", f"setrlimit {which}: {exc}") from exc
     os.chdir(scratch_dir)
     os.umask(0o077)
-    os.environ.clear()
-    os.environ.update(env)
+    environ = os.environ
+    for key in [k for k in environ if k not in env]:
+        del environ[key]
+    for key, value in env.items():
+        if environ.get(key) != value:
+            environ[key] = value
 
     try:
+        # No-new-privs first: no later execve (setuid binaries, file capabilities, even uid 0 running a
+        # binary) can gain a capability, which makes dropping the bounding set unnecessary.
+        _linux.set_no_new_privs()
         if plan.uid_mode in ("drop", "drop_keep_read"):
-            _linux.drop_bounding_set()
             os.setgroups([])
             if plan.uid_mode == "drop_keep_read":
                 _linux.prctl(_linux.PR_SET_KEEPCAPS, 1)
             os.setresgid(plan.gid, plan.gid, plan.gid)
-            os.setresuid(plan.uid, plan.uid, plan.uid)
-            _linux.capset((_linux.CAP_DAC_READ_SEARCH,) if plan.uid_mode == "drop_keep_read" else ())
+            os.setresuid(plan.uid, plan.uid, plan.uid)  # clears every capability (unless keep-caps)
+            if plan.uid_mode == "drop_keep_read":
+                _linux.capset((_linux.CAP_DAC_READ_SEARCH,))
         elif plan.uid_mode == "capless":
-            _linux.drop_bounding_set()
             _linux.capset(())
     except OSError as exc:
         raise LayerError("unprivileged_user", f"dropping privileges failed: {exc}") from exc
     _linux.set_parent_death_signal(signal.SIGKILL)  # after the uid change, which clears it
 
     if plan.landlock_abi:
+        if landlock_rules is None:
+            raise LayerError("landlock", "no prepared rules")
         try:
-            landlock.restrict(scratch_dir, plan.read_roots, abi=plan.landlock_abi)
+            landlock_rules.restrict(scratch_dir)
         except OSError as exc:
             raise LayerError("landlock", str(exc)) from exc
-    if plan.seccomp and seccomp_program is not None:
+    if plan.seccomp:
+        if seccomp_filter is None:
+            raise LayerError("seccomp", "no prepared filter")
         try:
-            _linux.set_no_new_privs()
-            seccomp.install_filter(seccomp_program)
+            seccomp_filter.install()
         except OSError as exc:
             raise LayerError("seccomp", str(exc)) from exc
 
 
-def _probe_child(plan: CallPlan, scratch_dir: str, outside_dir: str, program: bytes | None, fd: int) -> None:
+def _probe_child(iso: WorkerIsolation, scratch_dir: str, outside_dir: str, fd: int) -> None:
     """Body of the probe process: apply the plan, test each layer, write a JSON report to ``fd``."""
     report: dict = {"failed": None, "checks": {}}
     try:
-        enter_call(plan, scratch_dir, call_env(dict(os.environ), scratch_dir), 5.0, 1 << 16, program)
+        enter_call(iso.plan, scratch_dir, call_env(dict(os.environ), scratch_dir), 5.0, 1 << 16,
+                   iso.seccomp_filter, iso.landlock_rules)
     except LayerError as exc:
         report["failed"] = [exc.layer, str(exc)]
     else:
@@ -425,7 +438,7 @@ def probe_plan(iso: WorkerIsolation) -> None:
         if pid == 0:  # pragma: no cover - child
             os.close(r)
             try:
-                _probe_child(plan, scratch, outside, iso.seccomp_program, w)
+                _probe_child(iso, scratch, outside, w)
             finally:
                 os._exit(0)
         os.close(w)
@@ -477,9 +490,9 @@ def _record_plan_layers(iso: WorkerIsolation, checks: dict, notes: dict[str, str
     cap_active = plan.uid_mode in ("drop", "drop_keep_read", "capless")
     layers["capabilities_dropped"] = LayerStatus(
         "capabilities_dropped", cap_active,
-        {"drop": "no capabilities, empty bounding set",
-         "drop_keep_read": "only CAP_DAC_READ_SEARCH kept (see unprivileged_user), empty bounding set",
-         "capless": "uid 0 but no capabilities, empty bounding set"}.get(plan.uid_mode, "not root: nothing to drop"))
+        {"drop": "no capabilities; no-new-privs, so no execve can gain any",
+         "drop_keep_read": "only CAP_DAC_READ_SEARCH kept (see unprivileged_user); no-new-privs",
+         "capless": "uid 0 but no capabilities; no-new-privs"}.get(plan.uid_mode, "not root: nothing to drop"))
     if plan.landlock_abi:
         ok = checks.get("outside_write_denied") and checks.get("scratch_write")
         if ok:

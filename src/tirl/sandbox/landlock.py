@@ -98,21 +98,76 @@ def _handled_fs(abi: int) -> int:
     return rights
 
 
-def _add_path(ruleset_fd: int, path: str, access: int) -> bool:
-    try:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except OSError:
-        return False  # missing paths are simply not granted
-    try:
-        if not os.path.isdir(path):
-            access &= _FILE_RIGHTS
-        attr = struct.pack("<Qi", access, fd)  # struct landlock_path_beneath_attr is packed (12 bytes)
-        buf = ctypes.create_string_buffer(attr, len(attr))
-        _linux.syscall(_NR_ADD_RULE, ctypes.c_int(ruleset_fd), ctypes.c_int(_RULE_PATH_BENEATH), buf,
-                       ctypes.c_uint32(0))
-        return True
-    finally:
-        os.close(fd)
+class PreparedRules:
+    """Landlock rules for the read-only paths, opened and packed once (in the worker) and applied by each
+    call with :meth:`restrict`, which only adds the call's scratch directory. Holds ``O_PATH`` descriptors
+    (close-on-exec) for the worker's lifetime."""
+
+    def __init__(self, read_roots: Iterable[str], read_files: Iterable[str] = SYSTEM_READ_FILES,
+                 write_files: Iterable[str] = SYSTEM_WRITE_FILES, abi: int | None = None) -> None:
+        self.abi = abi_version() if abi is None else abi
+        self.handled = _handled_fs(self.abi)
+        if self.abi >= 6:
+            attr = struct.pack("<QQQ", self.handled, NET_BIND_TCP | NET_CONNECT_TCP,
+                               SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL)
+        elif self.abi >= 4:
+            attr = struct.pack("<QQ", self.handled, NET_BIND_TCP | NET_CONNECT_TCP)
+        else:
+            attr = struct.pack("<Q", self.handled)
+        self._ruleset_attr = ctypes.create_string_buffer(attr, len(attr))
+        self._fds: list[int] = []
+        self._rules: list[ctypes.Array] = []
+        read_exec = READ_FILE | READ_DIR | EXECUTE
+        write = WRITE_FILE | (TRUNCATE if self.abi >= 3 else 0)
+        grants: dict[str, int] = {}
+        for root in read_roots:
+            grants[root] = grants.get(root, 0) | read_exec
+        for path in read_files:
+            grants[path] = grants.get(path, 0) | READ_FILE
+        for path in write_files:
+            grants[path] = grants.get(path, 0) | write
+        for path, access in grants.items():
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # a missing path is simply not granted
+            if not os.path.isdir(path):
+                access &= _FILE_RIGHTS
+            self._fds.append(fd)
+            packed = struct.pack("<Qi", access & self.handled, fd)
+            self._rules.append(ctypes.create_string_buffer(packed, len(packed)))
+
+    def restrict(self, scratch_dir: str) -> None:
+        """Restrict the calling process to the prepared rules plus full access beneath ``scratch_dir``.
+
+        Raises:
+            OSError: the kernel refused; the process is unchanged unless the final step succeeded.
+        """
+        ruleset_fd = _linux.syscall(_NR_CREATE, self._ruleset_attr, ctypes.c_size_t(len(self._ruleset_attr)),
+                                    ctypes.c_uint32(0))
+        try:
+            scratch_fd = os.open(scratch_dir, os.O_PATH | os.O_CLOEXEC)
+            try:
+                packed = struct.pack("<Qi", self.handled, scratch_fd)
+                _linux.syscall(_NR_ADD_RULE, ctypes.c_int(ruleset_fd), ctypes.c_int(_RULE_PATH_BENEATH),
+                               ctypes.create_string_buffer(packed, len(packed)), ctypes.c_uint32(0))
+            finally:
+                os.close(scratch_fd)
+            rs = ctypes.c_int(ruleset_fd)
+            kind = ctypes.c_int(_RULE_PATH_BENEATH)
+            flags = ctypes.c_uint32(0)
+            for rule in self._rules:
+                _linux.syscall(_NR_ADD_RULE, rs, kind, rule, flags)
+            _linux.set_no_new_privs()
+            _linux.syscall(_NR_RESTRICT, rs, flags)
+        finally:
+            os.close(ruleset_fd)
+
+    def close(self) -> None:
+        """Close the prepared descriptors."""
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
 
 
 def restrict(scratch_dir: str, read_roots: Iterable[str], read_files: Iterable[str] = SYSTEM_READ_FILES,
@@ -132,29 +187,9 @@ def restrict(scratch_dir: str, read_roots: Iterable[str], read_files: Iterable[s
         OSError: Landlock unavailable, or a rule or the restriction was refused. The caller must treat a
             failure as "not isolated" (the process is unchanged unless ``restrict_self`` succeeded).
     """
-    abi = abi_version() if abi is None else abi
-    handled = _handled_fs(abi)
-    if abi >= 6:
-        attr = struct.pack("<QQQ", handled, NET_BIND_TCP | NET_CONNECT_TCP,
-                           SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL)
-    elif abi >= 4:
-        attr = struct.pack("<QQ", handled, NET_BIND_TCP | NET_CONNECT_TCP)
-    else:
-        attr = struct.pack("<Q", handled)
-    buf = ctypes.create_string_buffer(attr, len(attr))
-    ruleset_fd = _linux.syscall(_NR_CREATE, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+    prepared = PreparedRules(read_roots, read_files, write_files, abi)
     try:
-        read_exec = READ_FILE | READ_DIR | EXECUTE
-        if not _add_path(ruleset_fd, scratch_dir, handled):
-            raise OSError(2, f"scratch directory {scratch_dir} cannot be opened")
-        for root in read_roots:
-            _add_path(ruleset_fd, root, read_exec)
-        for path in read_files:
-            _add_path(ruleset_fd, path, READ_FILE)
-        for path in write_files:
-            _add_path(ruleset_fd, path, WRITE_FILE | (TRUNCATE if abi >= 3 else 0))
-        _linux.set_no_new_privs()
-        _linux.syscall(_NR_RESTRICT, ctypes.c_int(ruleset_fd), ctypes.c_uint32(0))
+        prepared.restrict(scratch_dir)
     finally:
-        os.close(ruleset_fd)
-    return abi
+        prepared.close()
+    return prepared.abi

@@ -129,13 +129,28 @@ def build_filter() -> bytes:
     return bytes(out)
 
 
+class PreparedFilter:
+    """A filter program laid out in memory once (in the worker), installed by each call with :meth:`install`."""
+
+    def __init__(self, program: bytes) -> None:
+        count = len(program) // 8
+        self._buffer = (_SockFilter * count).from_buffer_copy(program)
+        self._fprog = _SockFprog(count, ctypes.cast(self._buffer, ctypes.POINTER(_SockFilter)))
+        self._address = ctypes.addressof(self._fprog)
+
+    def install(self) -> None:
+        """Install the filter on the calling thread; irreversible.
+
+        Raises:
+            OSError: the kernel refused (EACCES without no-new-privs, EINVAL without seccomp support).
+        """
+        _linux.prctl(_linux.PR_SET_SECCOMP, _linux.SECCOMP_MODE_FILTER, self._address)
+
+
 def install_filter(program: bytes) -> None:
     """Install ``program`` (from :func:`build_filter`) on the calling thread; irreversible.
 
     Raises:
         OSError: the kernel refused (EACCES without no-new-privs, EINVAL without seccomp support).
     """
-    count = len(program) // 8
-    buffer = (_SockFilter * count).from_buffer_copy(program)
-    fprog = _SockFprog(count, ctypes.cast(buffer, ctypes.POINTER(_SockFilter)))
-    _linux.prctl(_linux.PR_SET_SECCOMP, _linux.SECCOMP_MODE_FILTER, ctypes.addressof(fprog))
+    PreparedFilter(program).install()

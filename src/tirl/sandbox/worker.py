@@ -9,8 +9,9 @@ For each ``run`` frame it (single-threaded, with a ``selectors`` loop over all i
 
 1. creates the call's scratch directory, an in-memory stdin file and pipes for stdout, stderr and the
    runner's result record;
-2. with PID namespaces: points its children's PID namespace to a fresh one and starts ``sleep`` as that
-   namespace's init, so that killing the init kills every process the call ever started;
+2. with PID namespaces: points its children's PID namespace to a fresh one, so the call process it forks
+   next is that namespace's init (PID 1): when it exits or is killed, the kernel kills every process the
+   call started, and it can be reaped only once they are all gone;
 3. forks the call process, which applies the per-call layers and runs :func:`tirl.sandbox.runner.execute`;
 4. reads the outputs as they stream, storing at most ``max_output_bytes`` of each;
 5. when the call process exits (or at the deadline, when it is killed), kills the rest of the call's
@@ -76,7 +77,7 @@ class _Stream:
 
 
 class _Call:
-    __slots__ = ("id", "code", "timeout_s", "memory_mb", "pid", "init_pid", "scratch", "out", "err", "res",
+    __slots__ = ("id", "code", "timeout_s", "memory_mb", "pid", "scratch", "out", "err", "res",
                  "started", "deadline", "exited_at", "wait_status", "kill_reason", "no_pid_namespace")
 
     def __init__(self, cid: int, msg: dict) -> None:
@@ -85,7 +86,6 @@ class _Call:
         self.timeout_s = float(msg["timeout_s"])
         self.memory_mb = int(msg["memory_mb"])
         self.pid = 0
-        self.init_pid: int | None = None
         self.scratch = ""
         self.out: _Stream | None = None
         self.err: _Stream | None = None
@@ -113,7 +113,6 @@ class Worker:
         self.env = dict(os.environ)
         self.calls: dict[int, _Call] = {}
         self.by_pid: dict[int, _Call] = {}
-        self.inits: dict[int, _Call | None] = {}
         self.devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         self.sel = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe()
@@ -177,28 +176,26 @@ class Worker:
         err_r, err_w = os.pipe()
         res_r, res_w = os.pipe()
         child_fds = (stdin_fd, out_w, err_w, res_w)
+        ns_fd = self.iso.self_pid_ns_fd
         try:
-            if plan.pid_namespace:
+            if plan.pid_namespace and ns_fd is not None:
                 try:
-                    isolation.new_pid_namespace_for_children(self.iso.self_pid_ns_fd)  # type: ignore[arg-type]
-                    call.init_pid = os.posix_spawn(
-                        self.iso.sleep_binary, ["sleep", str(int(math.ceil(call.timeout_s)) + 60)], {},
-                        file_actions=[(os.POSIX_SPAWN_DUP2, self.devnull, 0), (os.POSIX_SPAWN_DUP2, self.devnull, 1),
-                                      (os.POSIX_SPAWN_DUP2, self.devnull, 2)])
-                    self.inits[call.init_pid] = call
+                    isolation.new_pid_namespace_for_children(ns_fd)
                 except OSError:
-                    # Fall back to this worker's own namespace for this call (killed by process group).
-                    _linux.setns(self.iso.self_pid_ns_fd, _linux.CLONE_NEWPID)  # type: ignore[arg-type]
-                    call.init_pid = None
-                    call.no_pid_namespace = True
+                    call.no_pid_namespace = True  # this call is killed by process group instead
             call.started = time.monotonic()
             call.deadline = call.started + call.timeout_s
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - runs in the call process
-                self._call_process(call, child_fds)
+            try:
+                pid = os.fork()
+                if pid == 0:  # pragma: no cover - runs in the call process, which must never return here
+                    try:
+                        self._call_process(call, child_fds)
+                    finally:
+                        os._exit(70)
+            finally:
+                if plan.pid_namespace and ns_fd is not None and not call.no_pid_namespace:
+                    _linux.setns(ns_fd, _linux.CLONE_NEWPID)  # later forks (probes) stay in our namespace
             call.pid = pid
-            if call.init_pid is not None:
-                _linux.setns(self.iso.self_pid_ns_fd, _linux.CLONE_NEWPID)  # type: ignore[arg-type]
         finally:
             for fd in child_fds:
                 os.close(fd)
@@ -222,9 +219,9 @@ class Worker:
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
             os.dup2(res_w, 3, inheritable=False)
-            os.closerange(4, 1 << 20)
             isolation.enter_call(self.iso.plan, call.scratch, isolation.call_env(self.env, call.scratch),
-                                 call.timeout_s, call.memory_mb, self.iso.seccomp_program)
+                                 call.timeout_s, call.memory_mb, self.iso.seccomp_filter, self.iso.landlock_rules)
+            os.closerange(4, 1 << 20)  # after Landlock, which uses the worker's prepared path descriptors
         except BaseException as exc:  # noqa: BLE001 - fail closed, report to the worker
             message = f"isolation set-up failed: {exc}" if isinstance(exc, LayerError) else \
                 f"call set-up failed: {type(exc).__name__}: {exc}"
@@ -256,24 +253,24 @@ class Worker:
                 return
 
     def kill_call(self, call: _Call, reason: str | None) -> None:
-        """SIGKILL every process of ``call``: its namespace init (all of them), its process group, itself."""
+        """SIGKILL every process of ``call``: the call process (its namespace's init, so all of them go with
+        it) and its process group (what is left of the call when there is no PID namespace)."""
         if reason and call.kill_reason is None and call.wait_status is None:
             call.kill_reason = reason
-        targets = []
-        if call.init_pid is not None and call.init_pid in self.inits:
-            targets.append(lambda: os.kill(call.init_pid, signal.SIGKILL))  # type: ignore[arg-type]
-        if call.pid:
-            targets.append(lambda: os.killpg(call.pid, signal.SIGKILL))
-            if call.wait_status is None:
-                targets.append(lambda: os.kill(call.pid, signal.SIGKILL))
-        for kill in targets:
+        if not call.pid:
+            return
+        try:
+            os.killpg(call.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if call.wait_status is None:
             try:
-                kill()
+                os.kill(call.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
 
     def reap(self) -> None:
-        """Collect every exited child: call processes, namespace inits and adopted orphans."""
+        """Collect every exited child: call processes and adopted orphans."""
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -285,15 +282,11 @@ class Worker:
             if call is not None:
                 call.wait_status = status
                 call.exited_at = time.monotonic()
-                self.kill_call(call, None)  # the rest of the call's processes go with it
-                continue
-            owner = self.inits.pop(pid, None)
-            if owner is not None:
-                owner.init_pid = None
+                self.kill_call(call, None)  # without a PID namespace, the rest of its group goes with it
 
     def _kill_orphans(self) -> None:
         """Without PID namespaces, descendants that escaped their group re-parent to this subreaper."""
-        known = set(self.by_pid) | set(self.inits)
+        known = set(self.by_pid)
         try:
             with open(f"/proc/self/task/{os.getpid()}/children") as fh:
                 children = [int(p) for p in fh.read().split()]
@@ -311,9 +304,9 @@ class Worker:
             if call.wait_status is None and now >= call.deadline and call.kill_reason is None:
                 self.kill_call(call, "timeout")
             if call.wait_status is not None:
-                # Done when every process of the call is gone: outputs at EOF and (with a PID namespace)
-                # its init reaped, which the kernel allows only after every process in it died.
-                settled = call.init_pid is None and all(s.eof for s in call.streams())
+                # Done when every process of the call is gone: with a PID namespace the call process is
+                # reaped only after all of them died; the outputs reach EOF when no process holds them.
+                settled = all(s.eof for s in call.streams())
                 if settled or now >= (call.exited_at or now) + float(self.cfg["drain_grace_s"]):
                     self._finish(call)
 
@@ -435,7 +428,7 @@ class Worker:
         for call in list(self.calls.values()):
             self.kill_call(call, "shutdown")
         deadline = time.monotonic() + 2.0
-        while (self.by_pid or self.inits) and time.monotonic() < deadline:
+        while self.by_pid and time.monotonic() < deadline:
             self.reap()
             time.sleep(0.01)
         for call in list(self.calls.values()):

@@ -1,0 +1,77 @@
+"""Helpers shared by the sandbox tests: host-side process inspection and follow-up health checks."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+
+from tirl.sandbox import ExecutionRequest, LocalSandbox
+
+#: The issue's bar: after any hostile call, an ordinary call is answered within a second.
+FOLLOW_UP_DEADLINE_S = 1.0
+
+
+def unique_marker() -> str:
+    """A number unlikely to appear in any other process's command line (used as ``sleep <marker>``)."""
+    return str(800_000_000 + uuid.uuid4().int % 99_999_999)
+
+
+def host_pids_with_marker(marker: str) -> list[int]:
+    """Pids of host processes whose command line contains ``marker``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                if marker.encode() in fh.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of ``pid`` (all of its threads)."""
+    kids: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                kids.extend(int(p) for p in fh.read().split())
+    except OSError:
+        return []
+    return kids
+
+
+def descendants_of_workers(sb: LocalSandbox) -> list[int]:
+    """Every live process below the pool's workers (call processes and whatever they started)."""
+    out: list[int] = []
+    stack = list(sb.worker_pids())
+    while stack:
+        for kid in children_of(stack.pop()):
+            out.append(kid)
+            stack.append(kid)
+    return out
+
+
+async def no_descendants_soon(sb: LocalSandbox, within_s: float = 1.0) -> list[int]:
+    """Poll until the workers have no descendants (or ``within_s`` passed); return what is left."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + within_s
+    left = descendants_of_workers(sb)
+    while left and loop.time() < end:
+        await asyncio.sleep(0.02)
+        left = descendants_of_workers(sb)
+    return left
+
+
+async def assert_follow_up_ok(sb: LocalSandbox) -> None:
+    """An ordinary call is answered correctly within :data:`FOLLOW_UP_DEADLINE_S`."""
+    result = await asyncio.wait_for(sb.run(ExecutionRequest("print('alive')")), FOLLOW_UP_DEADLINE_S)
+    assert (result.status, result.stdout) == ("ok", "alive\n"), result
+
+
+def layer_active(layers: list[dict], name: str) -> bool:
+    """Whether layer ``name`` is active in a ``layer_report()``."""
+    return any(layer["name"] == name and layer["active"] for layer in layers)

@@ -382,3 +382,20 @@ def test_verify_never_raises_whatever_the_text_or_the_executor_says(
         assert verdict.status in VERIFY_STATUSES
         assert verdict.correct is (verdict.reward == 1.0)
         assert not verdict.correct or verdict.status == "ok"
+
+
+def test_sync_verify_works_in_a_forked_child_after_the_parent_used_it() -> None:
+    import os
+
+    verify(box("\\frac{2}{4}"), "\\frac{1}{2}", executor=ScriptedExecutor(in_process))  # parent starts its loop
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            ok = verify(box("\\frac{2}{4}"), "\\frac{1}{2}", executor=ScriptedExecutor(in_process)).correct
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1" and status == 0

@@ -38,6 +38,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import math
+import os
 import threading
 import time
 from typing import Any, Awaitable, Iterable, Sequence, TypeVar
@@ -89,11 +90,23 @@ _default_executor: CodeExecutor | None = None
 _default_executor_lock: asyncio.Lock | None = None
 
 
+_owner_pid = os.getpid()
+
+
 def _background() -> _LoopThread:
-    global _loop_thread
+    """The background loop thread, started on first use (again in a forked child: the parent's loop, thread
+    and default executor do not exist there)."""
+    global _loop_thread, _default_executor, _default_executor_lock, _owner_pid
     with _loop_lock:
+        if os.getpid() != _owner_pid:
+            _owner_pid = os.getpid()
+            _loop_thread = None
+            _default_executor = None
+            _default_executor_lock = None
         if _loop_thread is None or not _loop_thread.thread.is_alive():
             _loop_thread = _LoopThread("tirl-reward-loop")
+            _default_executor = None  # it belonged to the dead loop
+            _default_executor_lock = None
         return _loop_thread
 
 

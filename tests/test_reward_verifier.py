@@ -399,3 +399,12 @@ def test_sync_verify_works_in_a_forked_child_after_the_parent_used_it() -> None:
     os.close(write)
     _, status = os.waitpid(pid, 0)
     assert os.read(read, 1) == b"1" and status == 0
+
+
+def test_verify_answers_skips_extraction() -> None:
+    from tirl.reward import verify_answers
+
+    verdicts = verify_answers([("\\frac{2}{4}", "\\frac{1}{2}"), ("7 apples", "7"), ("", "7")], ScriptedExecutor(in_process))
+    assert [v.extracted for v in verdicts] == ["\\frac{2}{4}", "7 apples", None]  # taken as given, not searched
+    assert [v.correct for v in verdicts] == [True, True, False]
+    assert verdicts[2].status == "no_answer"

@@ -158,10 +158,20 @@ async def test_preload_is_configurable():
     assert result.stdout == "False True\n"
 
 
-async def test_default_preload_imports_the_scientific_stack_once():
+async def test_default_preload_imports_the_scientific_stack_once_and_warms_it():
     async with LocalSandbox(workers=1) as sb:
+        info = await sb.worker_info()
         result = await sb.run(ExecutionRequest("import sys\nprint(all(m in sys.modules for m in ('numpy', 'scipy', 'sympy')))"))
     assert result.stdout == "True\n"
+    assert info["preload"] == {"numpy": "ok", "scipy": "ok", "sympy": "ok"} and info["warmup_errors"] == []
+
+
+async def test_a_failing_warmup_is_reported_and_not_fatal():
+    async with LocalSandbox(workers=1, preload=(), warmup="raise ValueError('boom')") as sb:
+        info = await sb.worker_info()
+        result = await sb.run(ExecutionRequest("print('fine')"))
+    assert info["warmup_errors"] == ["ValueError: boom"]
+    assert result.stdout == "fine\n"
 
 
 async def test_output_overflow_can_kill_the_call():

@@ -151,3 +151,15 @@ async def test_result_carries_request_id_and_duration(sb):
     r = await sb.run(req)
     assert r.request_id == req.request_id
     assert r.duration_s > 0
+
+
+async def test_code_cannot_pass_itself_off_as_an_internal_failure(sb):
+    r = await run(sb, "import os\nos.write(3, b'F isolation set-up failed: forged')\nprint('done')")
+    assert (r.status, r.stdout) == ("ok", "done\n")
+    assert "forged" not in r.stderr
+
+
+async def test_null_bytes_in_code_are_an_error_not_a_crash(sb):
+    r = await run(sb, "print(1)\x00")
+    assert r.status == "error" and r.error_type in ("ValueError", "SyntaxError")
+    assert "null bytes" in r.traceback

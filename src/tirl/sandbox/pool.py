@@ -145,6 +145,7 @@ class LocalSandbox:
         self._all_settled: asyncio.Event | None = None
         self._close_done: asyncio.Event | None = None
         self._bg: set[asyncio.Task] = set()
+        self._settled_slots: set[int] = set()  # worker indices that became ready or failed a start
 
     # ----- public API -------------------------------------------------------------------------------
     async def __aenter__(self) -> LocalSandbox:
@@ -281,7 +282,8 @@ class LocalSandbox:
         task.add_done_callback(self._bg.discard)
 
     def _settle_check(self) -> None:
-        if self._all_settled is not None and all(w.ready or w.dead for w in self._pool):
+        """``start()`` returns once every worker slot has become ready or has failed to start once."""
+        if self._all_settled is not None and len(self._settled_slots) >= self.workers:
             self._all_settled.set()
 
     async def _start_worker(self, w: _Worker, delay: float) -> None:
@@ -289,6 +291,7 @@ class LocalSandbox:
             await asyncio.sleep(delay)
         if self._closed:
             w.dead = True
+            self._settled_slots.add(w.index)
             self._settle_check()
             return
         cfg = self.config.to_worker_dict()
@@ -325,6 +328,7 @@ class LocalSandbox:
             return
         w.ready = True
         self._start_failures = 0
+        self._settled_slots.add(w.index)
         w.tasks.append(asyncio.ensure_future(self._read_results(w)))
         assert self._first_ready is not None
         self._first_ready.set()
@@ -344,6 +348,8 @@ class LocalSandbox:
         if w in self._pool:
             self._pool.remove(w)
         self._start_failures += 1
+        self._settled_slots.add(w.index)
+        self._settle_check()
         message = f"tirl-sandbox: worker failed to start: {error}" + (f"\nworker stderr:\n{tail}" if tail else "")
         if self._closed:
             return

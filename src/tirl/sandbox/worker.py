@@ -27,7 +27,6 @@ from __future__ import annotations
 import codecs
 import gc
 import importlib
-import json
 import math
 import os
 import selectors
@@ -43,6 +42,8 @@ from tirl.sandbox import _linux, isolation, runner, wire
 from tirl.sandbox.isolation import LayerError, WorkerIsolation
 
 _READ_CHUNK = 1 << 16
+_SETUP_OK = b"S"
+_SETUP_FAILED = b"F"
 _RESULT_RECORD_SLACK = 1 << 20
 _SIGNAL_NAMES = {getattr(signal, n): n for n in dir(signal) if n.startswith("SIG") and not n.startswith("SIG_")}
 
@@ -222,11 +223,14 @@ class Worker:
             isolation.enter_call(self.iso.plan, call.scratch, isolation.call_env(self.env, call.scratch),
                                  call.timeout_s, call.memory_mb, self.iso.seccomp_filter, self.iso.landlock_rules)
             os.closerange(4, 1 << 20)  # after Landlock, which uses the worker's prepared path descriptors
+            # The first byte of the result pipe says whether set-up succeeded. It is written before the
+            # user's code runs, so that code cannot pass its own failure off as tirl's (``internal``).
+            os.write(3, _SETUP_OK)
         except BaseException as exc:  # noqa: BLE001 - fail closed, report to the worker
             message = f"isolation set-up failed: {exc}" if isinstance(exc, LayerError) else \
                 f"call set-up failed: {type(exc).__name__}: {exc}"
             try:
-                os.write(3, json.dumps({"internal": message}).encode())
+                os.write(3, _SETUP_FAILED + message.encode("utf-8", "replace")[:4000])
             finally:
                 os._exit(70)
         runner.execute(call.code, 3, self.max_out)
@@ -331,7 +335,7 @@ class Worker:
             except OSError:
                 pass
         if call.scratch:
-            shutil.rmtree(call.scratch, ignore_errors=True)
+            _remove_tree(call.scratch)
 
     def _finish(self, call: _Call) -> None:
         for stream in call.streams():
@@ -349,12 +353,17 @@ class Worker:
         end = call.exited_at if call.exited_at is not None else time.monotonic()
         status_code = os.waitstatus_to_exitcode(call.wait_status) if call.wait_status is not None else None
         record: dict = {}
-        if call.res.data and not call.res.truncated:
+        setup = bytes(call.res.data[:1])
+        setup_error = None
+        if setup == _SETUP_FAILED:
+            setup_error = bytes(call.res.data[1:]).decode("utf-8", "replace") or "call set-up failed"
+        elif setup == _SETUP_OK and len(call.res.data) > 1 and not call.res.truncated:
             try:
-                parsed = wire.decode_body(bytes(call.res.data))
-                record = parsed
+                record = wire.decode_body(bytes(call.res.data[1:]))
             except ValueError:
-                record = {}
+                record = {}  # the code wrote to the result descriptor itself; it loses display/traceback
+        elif call.wait_status is not None and not call.kill_reason and not setup:
+            setup_error = "the call process ended before its set-up finished"
         stdout = call.out.text()
         stderr = call.err.text()
         result: dict = {
@@ -369,9 +378,9 @@ class Worker:
         elif call.kill_reason == "output":
             result["status"] = "killed"
             note = f"killed: output passed the {self.max_out}-byte cap"
-        elif isinstance(record.get("internal"), str):
+        elif setup_error is not None:
             result["status"] = "internal"
-            note = record["internal"]
+            note = setup_error
         elif status_code is not None and status_code < 0:
             sig = -status_code
             name = _SIGNAL_NAMES.get(sig, f"signal {sig}")
@@ -435,6 +444,21 @@ class Worker:
             self._cleanup(call)
 
 
+def _remove_tree(path: str) -> None:
+    """Remove a call's scratch directory even if the code took permissions away from its folders."""
+
+    def retry(func, failed_path, _exc_info) -> None:
+        try:
+            os.chmod(os.path.dirname(failed_path), 0o700)
+            if os.path.isdir(failed_path) and not os.path.islink(failed_path):
+                os.chmod(failed_path, 0o700)
+            func(failed_path)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=retry)
+
+
 def _preload(modules: tuple[str, ...] | list[str]) -> dict[str, str]:
     report = {}
     for name in modules:
@@ -467,12 +491,12 @@ def main() -> None:
     try:
         iso = isolation.setup_worker(cfg, cfg["scratch_dir"])
         preload = _preload(cfg["preload"])
-        warmup_error = None
-        if cfg.get("warmup"):
+        warmup_errors = []
+        for source in cfg.get("warmups", []):
             try:
-                exec(compile(cfg["warmup"], "<warmup>", "exec"), {"__name__": "__warmup__"})
-            except BaseException as exc:  # noqa: BLE001
-                warmup_error = f"{type(exc).__name__}: {exc}"
+                exec(compile(source, "<warmup>", "exec", dont_inherit=True), {"__name__": "__warmup__"})
+            except BaseException as exc:  # noqa: BLE001 - a failing warm-up costs speed, not correctness
+                warmup_errors.append(f"{type(exc).__name__}: {exc}")
         runner.warm_up()
         isolation.probe_plan(iso)
         iso.layers["output_cap"] = isolation.output_cap_status(cfg["max_output_bytes"], cfg["kill_on_output_overflow"])
@@ -488,7 +512,7 @@ def main() -> None:
         gc.collect()
         gc.freeze()  # keep the preloaded objects out of the children's collections (fewer copied pages)
         ready = {"op": "ready", "pid": os.getpid(), "layers": iso.report(), "preload": preload,
-                 "warmup_error": warmup_error, "threads": threading.active_count(), "plan": asdict(iso.plan),
+                 "warmup_errors": warmup_errors, "threads": threading.active_count(), "plan": asdict(iso.plan),
                  "python": sys.version.split()[0]}
         worker = Worker(cfg, iso, ctl_in, ctl_out)
         worker.send(ready)

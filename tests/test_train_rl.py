@@ -211,3 +211,48 @@ def test_checkpoints_written_each_step(two_steps):
     names = sorted(p.name for p in two_steps["dir"].iterdir() if p.name.startswith("checkpoint-"))
     assert names == ["checkpoint-1", "checkpoint-2"]
     assert (two_steps["dir"] / "checkpoint-2" / "optimizer.pt").exists()
+
+
+def _copy_run(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_interrupted_run_resumes_from_last_checkpoint(two_steps, tmp_path):
+    # simulate a crash after step 1 was checkpointed but before checkpoint-2: resume redoes step 2 only once
+    import shutil
+
+    run_dir = _copy_run(two_steps["dir"], tmp_path / "resumed")
+    shutil.rmtree(run_dir / "checkpoint-2")
+    config = _config(run_dir, two_steps["config"].model.name_or_path, max_steps=3, save_steps=100)
+    run, _ = _build(config)
+    assert run.resume_from == run_dir / "checkpoint-1"
+    try:
+        run.trainer.train(resume_from_checkpoint=str(run.resume_from))
+    finally:
+        run.close()
+    assert run.trainer.state.global_step == 3
+    assert run.rollout.calls == 2  # steps 2 and 3, not 1..3
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "tirl/reward/mean" in r] == [1, 2, 3]
+
+
+def test_new_stage_starts_from_checkpoint_with_fresh_optimizer(two_steps, tmp_path):
+    from safetensors.torch import load_file
+
+    config = _config(tmp_path / "stage2", two_steps["config"].model.name_or_path,
+                     init_from=f"auto:{two_steps['dir']}")
+    run, _ = _build(config)
+    try:
+        assert run.resume_from is None
+        assert run.trainer.state.global_step == 0 and run.trainer.optimizer is None
+        saved = load_file(str(two_steps["dir"] / "checkpoint-2" / "model.safetensors"))
+        params = dict(run.trainer.model.named_parameters())
+        loaded = [n for n in saved if n in params]
+        assert loaded and all(params[n].detach().equal(saved[n]) for n in loaded)
+        # and these are the trained weights, not the initial ones
+        assert any(not two_steps["before"][n].equal(saved[n]) for n in loaded if n in two_steps["before"])
+    finally:
+        run.close()

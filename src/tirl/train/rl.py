@@ -324,7 +324,7 @@ def build_trainer(
         problems: training problems (default: from ``config.data``).
         source: trajectory source (default :class:`~tirl.train.rollout.AgentLoopSource` on the policy).
         scorer: reward (default :class:`~tirl.train.rollout.VerifierScorer`).
-        num_processes: training processes (default: accelerate's ``PartialState().num_processes``).
+        num_processes: training processes (default: the world size the training arguments see).
 
     Returns:
         A :class:`BuiltRun`; call ``run.trainer.train(resume_from_checkpoint=run.resume_from)`` (or use
@@ -337,9 +337,9 @@ def build_trainer(
     from datasets import Dataset
 
     if num_processes is None:
-        from accelerate import PartialState
-
-        num_processes = PartialState().num_processes
+        # The training arguments set up accelerate's distributed state (on CPU a PartialState created earlier can
+        # still report one process), so ask them for the world size.
+        num_processes = int(grpo_args(config, 1).world_size)
     config.validate(num_processes)
     resume_from = last_checkpoint(config.output_dir) if config.resume else None
     init_from = None

@@ -234,3 +234,35 @@ def test_frame_buffer_rejects_oversized_and_non_object_frames():
         wire.FrameBuffer().feed(wire.HEADER.pack(wire.MAX_FRAME_BYTES + 1))
     with pytest.raises(ValueError, match="not a JSON object"):
         wire.FrameBuffer().feed(wire.HEADER.pack(2) + b"[]")
+
+
+def test_killing_the_host_process_leaves_no_worker_or_call_process():
+    import subprocess
+    import sys
+    import time
+
+    marker = unique_marker()
+    host = (
+        "import asyncio, sys\n"
+        "from tirl.sandbox import ExecutionRequest, LocalSandbox\n"
+        "async def main():\n"
+        "    sb = LocalSandbox(workers=1, preload=())\n"
+        "    await sb.start()\n"
+        f"    task = asyncio.ensure_future(sb.run(ExecutionRequest(\"import subprocess, time\\nsubprocess.Popen(['sleep', '{marker}'])\\ntime.sleep(60)\", timeout_s=50)))\n"
+        "    await asyncio.sleep(0.5)\n"
+        "    print(' '.join(map(str, sb.worker_pids())), flush=True)\n"
+        "    await task\n"
+        "asyncio.run(main())\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", host], stdout=subprocess.PIPE, text=True)
+    worker_pids = [int(p) for p in proc.stdout.readline().split()]
+    assert worker_pids and host_pids_with_marker(marker)  # the call's background process is running
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (host_pids_with_marker(marker) or any(
+            os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z" for p in worker_pids)):
+        time.sleep(0.05)
+    assert host_pids_with_marker(marker) == []
+    assert all(not os.path.exists(f"/proc/{p}") or open(f"/proc/{p}/stat").read().split()[2] == "Z"
+               for p in worker_pids)

@@ -56,7 +56,8 @@ SCOPE_SIGNAL = 1 << 1
 _FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE
 
 #: Read-only roots every call may read and execute from (besides the Python installation and sys.path).
-SYSTEM_READ_ROOTS: tuple[str, ...] = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/proc", "/sys")
+SYSTEM_READ_ROOTS: tuple[str, ...] = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/proc", "/sys",
+                                     "/etc/fonts")
 #: Single files readable by every call.
 SYSTEM_READ_FILES: tuple[str, ...] = (
     "/etc/passwd", "/etc/group", "/etc/localtime", "/etc/timezone", "/etc/ld.so.cache", "/etc/ld.so.conf",

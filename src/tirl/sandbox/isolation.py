@@ -167,7 +167,8 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
     _linux.set_child_subreaper()
     os.makedirs(scratch_dir, mode=0o711, exist_ok=True)
 
-    is_root = os.geteuid() == 0
+    host_uid = os.geteuid()
+    is_root = host_uid == 0
     in_userns = False
     want_ns = cfg["network_namespace"] or cfg["mount_namespace"] or cfg["pid_namespace"]
     userns_note = ""
@@ -220,8 +221,25 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
 
     plan = CallPlan(pid_namespace=self_ns_fd is not None, uid=int(cfg["sandbox_uid"]), gid=int(cfg["sandbox_gid"]),
                     nproc=int(cfg["nproc_limit"]), nofile=int(cfg["nofile_limit"]), fsize_mb=int(cfg["fsize_mb"]))
+    if not cfg["unprivileged_user"]:
+        layers["unprivileged_user"] = LayerStatus("unprivileged_user", False, "switched off in the configuration")
+        plan.uid_mode = "capless" if (is_root or in_userns) else "none"
+    elif is_root and not in_userns:
+        plan.uid_mode = "drop"
+    elif in_userns:
+        plan.uid_mode = "capless"
+        layers["unprivileged_user"] = LayerStatus(
+            "unprivileged_user", False, f"not started as root: calls run as the invoking user (uid {host_uid})")
+    else:
+        plan.uid_mode = "none"
+        layers["unprivileged_user"] = LayerStatus(
+            "unprivileged_user", False, f"not started as root: calls run as the invoking user (uid {host_uid})")
+
+    # A call that runs as the host's own (non-root) user could read /proc/<pid>/environ of that user's
+    # processes, the pool's included; Landlock then keeps /proc out of its readable trees.
+    same_user_as_host = plan.uid_mode == "none" or in_userns
     plan.read_roots = landlock.python_read_roots() + [
-        p for p in landlock.SYSTEM_READ_ROOTS if os.path.isdir(p)]
+        p for p in landlock.SYSTEM_READ_ROOTS if os.path.isdir(p) and not (same_user_as_host and p == "/proc")]
 
     seccomp_filter = None
     if cfg["seccomp"]:
@@ -243,20 +261,6 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
             layers["landlock"] = LayerStatus("landlock", False, f"kernel refused: {exc.strerror}")
     else:
         layers["landlock"] = LayerStatus("landlock", False, "switched off in the configuration")
-
-    if not cfg["unprivileged_user"]:
-        layers["unprivileged_user"] = LayerStatus("unprivileged_user", False, "switched off in the configuration")
-        plan.uid_mode = "capless" if (is_root or in_userns) else "none"
-    elif is_root and not in_userns:
-        plan.uid_mode = "drop"
-    elif in_userns:
-        plan.uid_mode = "capless"
-        layers["unprivileged_user"] = LayerStatus(
-            "unprivileged_user", False, f"not started as root: calls run as the invoking user (uid {os.getuid()})")
-    else:
-        plan.uid_mode = "none"
-        layers["unprivileged_user"] = LayerStatus(
-            "unprivileged_user", False, f"not started as root: calls run as the invoking user (uid {os.getuid()})")
 
     return WorkerIsolation(layers=layers, plan=plan, scratch_dir=scratch_dir,
                            self_pid_ns_fd=self_ns_fd, seccomp_filter=seccomp_filter, landlock_rules=rules)

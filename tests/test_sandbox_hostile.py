@@ -112,6 +112,16 @@ async def test_100mb_of_stdout_is_capped_while_streaming(sb):
     await check_host_unaffected(sb, pids)
 
 
+async def test_endless_output_flood_still_hits_its_deadline(sb):
+    pids = sb.worker_pids()
+    flood = ExecutionRequest("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)", timeout_s=1.5)
+    quiet = ExecutionRequest("import time\ntime.sleep(30)", timeout_s=1)  # shares a worker with a flood
+    results = await asyncio.wait_for(sb.run_batch([flood, flood, quiet, quiet]), 20)
+    assert [r.status for r in results] == ["timeout"] * 4
+    assert results[0].stdout_truncated and len(results[0].stdout) == MAX_OUTPUT
+    await check_host_unaffected(sb, pids)
+
+
 async def test_double_forked_child_ignoring_sigterm_is_gone_after_timeout(sb):
     pids = sb.worker_pids()
     marker = unique_marker()

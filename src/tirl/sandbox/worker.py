@@ -236,8 +236,9 @@ class Worker:
         runner.execute(call.code, 3, self.max_out)
 
     # ----- supervising ------------------------------------------------------------------------------
-    def _on_stream(self, call: _Call, stream: _Stream) -> None:
-        while True:
+    def _on_stream(self, call: _Call, stream: _Stream, max_chunks: int = 16) -> None:
+        # At most max_chunks reads per event, so a flooding writer cannot keep the loop from its deadlines.
+        for _ in range(max_chunks):
             try:
                 chunk = os.read(stream.fd, _READ_CHUNK)
             except BlockingIOError:
@@ -340,7 +341,7 @@ class Worker:
     def _finish(self, call: _Call) -> None:
         for stream in call.streams():
             if not stream.eof:
-                self._on_stream(call, stream)
+                self._on_stream(call, stream, max_chunks=64)
         self.calls.pop(call.id, None)
         self._cleanup(call)
         if self.scan_orphans or call.no_pid_namespace:

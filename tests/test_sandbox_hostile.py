@@ -216,7 +216,15 @@ async def test_f02_huge_power_string_ends_with_timeout_not_hang(sb):
     await assert_follow_up_ok(sb)
 
 
+def network_isolated(layers: list[dict], udp: bool = False) -> bool:
+    """Whether some active layer stops this kind of traffic (Landlock's TCP rules do not cover UDP)."""
+    names = ("network_namespace", "seccomp") if udp else ("network_namespace", "seccomp", "landlock")
+    return any(layer_active(layers, name) for name in names)
+
+
 async def test_socket_connect_to_localhost_is_denied(sb, layers):
+    if not network_isolated(layers):
+        pytest.skip("no network isolation layer is active here")
     code = "import socket\ns = socket.socket()\ns.settimeout(2)\ns.connect(('127.0.0.1', 22))\nprint('connected')"
     r = await run(sb, code)
     assert r.status == "error"
@@ -224,11 +232,13 @@ async def test_socket_connect_to_localhost_is_denied(sb, layers):
     if layer_active(layers, "seccomp"):
         assert r.error_type == "PermissionError"
     else:
-        assert r.error_type in ("ConnectionRefusedError", "OSError", "TimeoutError", "PermissionError")
+        assert r.error_type in ("OSError", "PermissionError")  # unreachable network, or Landlock's TCP rule
 
 
 @pytest.mark.parametrize("variant", ["urllib", "udp", "curl"])
-async def test_f16_no_outbound_network(sb, variant):
+async def test_f16_no_outbound_network(sb, layers, variant):
+    if not network_isolated(layers, udp=variant == "udp"):
+        pytest.skip("no network isolation layer covering this traffic is active here")
     code = {
         "urllib": "import urllib.request\nprint(urllib.request.urlopen('http://example.com', timeout=3).status)",
         "udp": "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"

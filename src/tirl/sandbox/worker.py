@@ -289,20 +289,25 @@ class Worker:
                 call.exited_at = time.monotonic()
                 self.kill_call(call, None)  # without a PID namespace, the rest of its group goes with it
 
-    def _kill_orphans(self) -> None:
-        """Without PID namespaces, descendants that escaped their group re-parent to this subreaper."""
-        known = set(self.by_pid)
-        try:
-            with open(f"/proc/self/task/{os.getpid()}/children") as fh:
-                children = [int(p) for p in fh.read().split()]
-        except OSError:
-            return
-        for pid in children:
-            if pid not in known:
+    def _kill_orphans(self, rounds: int = 50) -> None:
+        """Without PID namespaces, descendants that escaped their group re-parent to this subreaper: kill
+        them, reap them, and look again (their own children re-parent here in turn), until none is left."""
+        for _ in range(rounds):
+            known = set(self.by_pid)
+            try:
+                with open(f"/proc/self/task/{os.getpid()}/children") as fh:
+                    orphans = [int(p) for p in fh.read().split() if int(p) not in known]
+            except OSError:
+                return
+            if not orphans:
+                return
+            for pid in orphans:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+            time.sleep(0.001)
+            self.reap()
 
     def _check_timers(self, now: float) -> None:
         for call in list(self.calls.values()):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,13 @@ def resolve(name_or_path: str | Path) -> Path:
     if target.exists():
         return target
     gguf_file, _, kw = _conversion_args(kind, ref)
-    return build_once(target, lambda tmp: convert_gguf(gguf_file, tmp, **kw))
+
+    def build(tmp: Path) -> None:
+        print(f"tirl: converting {gguf_file.name} into {target} (once; about a minute for 0.5B parameters)",
+              file=sys.stderr, flush=True)
+        convert_gguf(gguf_file, tmp, **kw)
+
+    return build_once(target, build)
 
 
 def _cache_name(kind: str, ref: Any) -> str:

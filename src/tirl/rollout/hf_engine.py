@@ -23,8 +23,9 @@ The model can be one being trained (RL): construct the engine from the model obj
 :meth:`HFEngine.load_state_dict` swap or refresh weights between batches. Do not run an optimizer step on the
 same model while a batch is generating (the engine holds a lock during a batch; use :meth:`HFEngine.hold`).
 
-Not covered: continuous batching (a request arriving during a batch waits for the next one), speculative
-decoding, paged KV memory, GPU-specific tuning. Batch composition can change sampled tokens slightly (padding
+Not covered: continuous batching (a request arriving during a batch waits for the next one), prefix caching
+(every call prefills its whole prompt, so turn k of a trajectory re-reads turns 1..k-1), speculative decoding,
+paged KV memory, GPU-specific tuning. Batch composition can change sampled tokens slightly (padding
 changes float rounding), so a per-request ``seed`` reproduces a sample only for the same batch layout.
 """
 

@@ -51,7 +51,6 @@ import os
 import platform
 import resource
 import signal
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass

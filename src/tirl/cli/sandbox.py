@@ -10,6 +10,10 @@ import asyncio
 
 import typer
 
+# numpy/scipy/sympy for tool calls, plus tirl.reward.PRELOAD_MODULES for /v1/verify/batch (kept literal here so
+# that the CLI does not import the verifier; tests/test_cli.py checks the two agree).
+SERVE_PRELOAD = "numpy,scipy,sympy,math_verify,latex2sympy2_extended,tirl.reward.worker,tirl.reward.warm"
+
 app = typer.Typer(help="Run untrusted Python: the local sandbox pool and its HTTP service.", no_args_is_help=True)
 
 
@@ -19,7 +23,9 @@ def serve(
     port: int = typer.Option(8088, help="TCP port; 0 picks a free one (printed on the ready line)."),
     workers: int = typer.Option(4, min=1, help="Sandbox worker processes (LocalSandbox(workers=N))."),
     preload: str = typer.Option(
-        "numpy,scipy,sympy", help="Modules each worker imports once at start, comma-separated ('' for none)."
+        SERVE_PRELOAD,
+        help="Modules each worker imports once at start, comma-separated ('' for none). The default adds the"
+        " answer verifier's modules (tirl.reward.PRELOAD_MODULES) so /v1/verify/batch runs warm.",
     ),
     max_code_kb: int = typer.Option(1024, min=1, help="Largest code accepted, KiB (larger: HTTP 413)."),
     max_stdin_kb: int = typer.Option(1024, min=1, help="Largest stdin accepted, KiB (larger: HTTP 413)."),

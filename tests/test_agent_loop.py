@@ -436,3 +436,14 @@ async def test_f89_run_trajectories_checks_the_sandbox_before_generating(smollm2
         await run_trajectories(["p"], 2, SingleEngineRouter(engine),
                                ScriptedExecutor(lambda c: ExecutionResult.internal_error("down")), tok)
     assert engine.calls == []
+
+
+async def test_f89_health_probe_of_a_service_client_fails_before_running_code():
+    class Client(ScriptedExecutor):
+        async def check_health(self):
+            return {"http://127.0.0.1:9": False}
+
+    client = Client()
+    with pytest.raises(SandboxUnavailable, match="no healthy server"):
+        await check_executor(client)
+    assert client.requests == []

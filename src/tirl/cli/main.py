@@ -34,13 +34,11 @@ def _root(
     """Tool-integrated reasoning with RL."""
 
 
-@app.command()
-def demo() -> None:
-    """Run the main job on its embedded default (a small packaged model on real benchmark problems)."""
-    typer.echo(
-        "tirl demo: the evaluation harness is not available yet in this version; "
-        "nothing was run. See README.md for what exists today."
-    )
+from tirl.cli.eval import demo_command as _demo_command  # noqa: E402
+from tirl.cli.eval import eval_command as _eval_command  # noqa: E402
+
+app.command("eval")(_eval_command)
+app.command("demo")(_demo_command)
 
 
 from tirl.cli.sandbox import app as _sandbox_app  # noqa: E402

@@ -1,66 +1,57 @@
 """Human-readable evaluation reports: the rich table printed by ``tirl eval`` and a Markdown variant.
 
-Covers formatting of :class:`tirl.eval.metrics.BenchmarkSummary` rows. It does not compute metrics.
+Covers formatting of :class:`tirl.eval.metrics.BenchmarkSummary` rows as a table with one *column* per
+benchmark and one row per metric (so that it stays readable in an 80-column terminal or a CI log). It does not
+compute metrics.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from rich.table import Table
 
 from tirl.eval.metrics import BenchmarkSummary
-
-COLUMNS = (
-    "benchmark",
-    "problems x K",
-    "avg pass@1",
-    "pass@K",
-    "maj@K",
-    "len mean",
-    "len p90",
-    "tools/traj",
-    "tool ok/err/timeout/parse",
-    "truncated",
-    "no answer",
-)
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
 
 
-def summary_cells(s: BenchmarkSummary) -> list[str]:
-    """The cells of one table row, in the order of :data:`COLUMNS` (rates in percent)."""
-    k = s.samples_per_problem
+def _classes(s: BenchmarkSummary) -> str:
     c = s.tool_call_classes
-    return [
-        s.benchmark,
-        f"{s.num_problems} x {k}",
-        _pct(s.avg_pass1),
-        f"{_pct(s.pass_at_k[k])} (k={k})",
-        _pct(s.maj_at_k),
-        f"{s.mean_response_tokens:.0f}",
-        f"{s.p90_response_tokens:.0f}",
-        f"{s.tool_calls_per_trajectory:.2f}",
-        f"{c.get('ok', 0)}/{c.get('error', 0)}/{c.get('timeout', 0)}/{c.get('parse_error', 0)}",
-        _pct(s.truncation_rate),
-        _pct(s.no_answer_rate),
-    ]
+    return f"{c.get('ok', 0)}/{c.get('error', 0)}/{c.get('timeout', 0)}/{c.get('parse_error', 0)}"
+
+
+ROWS: tuple[tuple[str, Callable[[BenchmarkSummary], str]], ...] = (
+    ("problems x samples (K)", lambda s: f"{s.num_problems} x {s.samples_per_problem}"),
+    ("avg pass@1 (%)", lambda s: _pct(s.avg_pass1)),
+    ("pass@K (%)", lambda s: _pct(s.pass_at_k[s.samples_per_problem])),
+    ("maj@K (%)", lambda s: _pct(s.maj_at_k)),
+    ("response tokens, mean", lambda s: f"{s.mean_response_tokens:.0f}"),
+    ("response tokens, p90", lambda s: f"{s.p90_response_tokens:.0f}"),
+    ("tool calls / trajectory", lambda s: f"{s.tool_calls_per_trajectory:.2f}"),
+    ("tool calls ok/error/timeout/parse", _classes),
+    ("truncated (%)", lambda s: _pct(s.truncation_rate)),
+    ("no answer (%)", lambda s: _pct(s.no_answer_rate)),
+)
+"""The table's rows: label and cell formatter. Lengths count model-generated tokens only."""
 
 
 def summary_table(summaries: Sequence[BenchmarkSummary], title: str | None = None) -> Table:
-    """A rich table with one row per benchmark; pass rates and shares in percent, lengths in model tokens."""
+    """A rich table: one column per benchmark, one row per metric of :data:`ROWS`."""
     table = Table(title=title, title_justify="left")
-    for i, name in enumerate(COLUMNS):
-        table.add_column(name, justify="left" if i == 0 else "right")
+    table.add_column("metric", justify="left")
     for s in summaries:
-        table.add_row(*summary_cells(s))
+        table.add_column(s.benchmark, justify="right")
+    for label, cell in ROWS:
+        table.add_row(label, *(cell(s) for s in summaries))
     return table
 
 
 def summary_markdown(summaries: Sequence[BenchmarkSummary]) -> str:
     """The same table as GitHub Markdown (for the README and docs)."""
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(summary_cells(s)) + " |" for s in summaries]
+    lines = ["| metric | " + " | ".join(s.benchmark for s in summaries) + " |",
+             "|---|" + "---:|" * len(summaries)]
+    lines += [f"| {label} | " + " | ".join(cell(s) for s in summaries) + " |" for label, cell in ROWS]
     return "\n".join(lines)

@@ -139,10 +139,21 @@ def derive_seed(*parts: object) -> int:
 async def check_executor(executor: CodeExecutor, timeout_s: float = 30.0) -> None:
     """Start-up health check: run ``print(6 * 7)`` and require ``ok`` with stdout ``42``.
 
+    An executor with a ``check_health()`` coroutine returning ``{url: healthy}`` (``SandboxClient``) is probed
+    first, so an unreachable service fails in one probe instead of after the client's retries.
+
     Raises:
-        SandboxUnavailable: the executor raised, timed out, or answered anything else (the message quotes
-            its status and stderr).
+        SandboxUnavailable: no server is healthy, or the executor raised, timed out, or answered anything
+            else (the message quotes its status and stderr).
     """
+    probe = getattr(executor, "check_health", None)
+    if callable(probe):
+        try:
+            health = await asyncio.wait_for(probe(), timeout=timeout_s)
+        except Exception as exc:  # noqa: BLE001 - any failure means the sandbox is not usable
+            raise SandboxUnavailable(f"code executor failed its health check: {type(exc).__name__}: {exc}") from exc
+        if isinstance(health, dict) and health and not any(health.values()):
+            raise SandboxUnavailable(f"code executor failed its health check: no healthy server in {sorted(health)}")
     try:
         result = await asyncio.wait_for(
             executor.run(ExecutionRequest(code="print(6 * 7)", timeout_s=min(timeout_s, DEFAULT_TIMEOUT_S))),

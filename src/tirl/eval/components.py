@@ -1,0 +1,119 @@
+"""Building what an evaluation run needs from its config: tokenizer, engine router, code executor, verifier.
+
+Covers the default wiring of ``tirl eval``: :func:`build_router` (``hf``: one in-process ``HFEngine``;
+``openai``: ``OpenAIEngine`` per ``--server``), :func:`build_executor` (``local``: one ``LocalSandbox`` pool
+that serves both the tool calls and the symbolic answer checks, with math-verify preloaded next to numpy,
+scipy and sympy; a URL: a ``SandboxClient``), and the verifier adapter. Each piece is a separate function so
+that other parts (the scheduler for several servers) can replace one without touching the rest. It does not
+run anything.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tirl.protocol.types import Trajectory
+from tirl.rollout.engine import EngineRouter, SingleEngineRouter
+from tirl.sandbox.types import CodeExecutor
+
+if TYPE_CHECKING:
+    from tirl.eval.runner import EvalComponents, EvalConfig, Verifier
+
+
+def build_executor(config: "EvalConfig") -> tuple[CodeExecutor, Any]:
+    """The code executor for tools and verification, and its closer.
+
+    ``config.sandbox == "local"``: a ``LocalSandbox`` whose workers preload the sandbox defaults plus the
+    verifier's modules. Anything starting with ``http://`` or ``https://``: a ``SandboxClient`` of that URL
+    (several URLs separated by commas).
+
+    Raises:
+        ValueError: any other ``sandbox`` value.
+    """
+    sandbox = config.sandbox.strip()
+    if sandbox == "local":
+        from tirl.reward import PRELOAD_MODULES
+        from tirl.sandbox import DEFAULT_PRELOAD, LocalSandbox
+
+        preload = tuple(dict.fromkeys((*DEFAULT_PRELOAD, *PRELOAD_MODULES)))
+        executor = LocalSandbox(preload=preload)
+        return executor, executor.aclose
+    if sandbox.startswith(("http://", "https://")):
+        from tirl.service.client import SandboxClient
+
+        client = SandboxClient([u.strip() for u in sandbox.split(",") if u.strip()])
+        return client, client.aclose
+    raise ValueError(f"--sandbox must be 'local' or an http(s):// URL, got {config.sandbox!r}")
+
+
+def build_router(config: "EvalConfig", model_and_tokenizer: tuple[Any, Any] | None) -> tuple[EngineRouter, Any, int | None]:
+    """The engine router, its closer and the model's context window (tokens) for ``config.engine``.
+
+    ``hf``: an ``HFEngine`` over the loaded model (``model_and_tokenizer``), batching up to
+    ``config.concurrency`` rows. ``openai``: one ``OpenAIEngine`` for a single server.
+
+    Raises:
+        ValueError: ``openai`` with several servers (the KV-aware scheduler wires those; not here yet).
+        ImportError: the engine's module is missing.
+    """
+    if config.engine == "hf":
+        from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
+
+        assert model_and_tokenizer is not None
+        model, _ = model_and_tokenizer
+        engine = HFEngine(model, HFEngineConfig(max_batch_size=config.concurrency or 8, seed=config.seed))
+        return SingleEngineRouter(engine), engine.aclose, engine.max_model_len
+    from tirl.rollout.openai_engine import OpenAIEngine  # type: ignore[import-not-found]
+
+    if len(config.servers) != 1:
+        raise ValueError("--engine openai takes one --server here; several servers need the rollout scheduler")
+    engine = OpenAIEngine(config.servers[0], model=config.model)
+    return SingleEngineRouter(engine), getattr(engine, "aclose", None), None
+
+
+def make_verifier(executor: CodeExecutor) -> "Verifier":
+    """The runner's verifier over ``tirl.reward``: the response text (tool responses are ignored by the
+    answer extraction) against the gold answer, symbolic checks on ``executor``; returns ``Verdict.to_dict()``."""
+    from tirl.reward import Verifier as RewardVerifier
+
+    verifier = RewardVerifier(executor=executor)
+
+    async def verify(traj: Trajectory, response_text: str, gold: str) -> dict[str, Any]:
+        return (await verifier.averify(response_text, gold)).to_dict()
+
+    return verify
+
+
+async def build_default_components(config: "EvalConfig") -> "EvalComponents":
+    """Everything :func:`tirl.eval.runner.run_eval` needs, from ``config`` (see the module docstring).
+
+    Raises:
+        tirl.models.ModelNotFoundError: unknown model.
+        ValueError: a bad ``sandbox`` or ``engine`` setting.
+    """
+    from tirl.eval.runner import EvalComponents
+    from tirl.models import load, load_tokenizer
+
+    closers: list[Any] = []
+    executor, close_executor = build_executor(config)
+    closers.append(close_executor)
+    try:
+        if config.engine == "hf":
+            model, tokenizer = load(config.model)
+            router, close_router, context = build_router(config, (model, tokenizer))
+        else:
+            tokenizer = load_tokenizer(config.model)
+            router, close_router, context = build_router(config, None)
+        if close_router is not None:
+            closers.insert(0, close_router)
+    except BaseException:
+        await close_executor()
+        raise
+    return EvalComponents(
+        router=router,
+        tokenizer=tokenizer,
+        executor=executor if config.use_tools else None,
+        verifier=make_verifier(executor),
+        context_window=context,
+        closers=closers,
+    )

@@ -1,0 +1,391 @@
+"""Benchmark evaluation runs: sample K trajectories per problem, verify them, store them, report the table.
+
+Covers :class:`EvalConfig` (the options of ``tirl eval``), :func:`run_eval` (the run: resume from the output
+folder, generate the missing samples through the agent loop with a progress bar, verify each as it finishes,
+append it durably, then summarize), and :func:`build_components` (model, engine, sandbox and verifier from the
+config). It does not implement the agent loop (``tirl.rollout.agent_loop``), metrics (``tirl.eval.metrics``)
+or the output format's durability (``tirl.eval.store``).
+
+Policies:
+
+- Sample ``j`` of problem ``p`` of benchmark ``b`` is sampled with seed ``derive_seed(seed, b, p, j)``, so a
+  resumed run draws the samples an uninterrupted one would have drawn (as far as the engine is deterministic
+  under a seed).
+- A trajectory whose engine failed (finish reason ``error``) is not stored: it is counted in the summary's
+  ``engine_errors`` and re-tried by the next run with the same ``--out``.
+- A verifier status other than ``ok`` / ``no_answer`` counts as incorrect and is reported in the table's JSON
+  (``verdict_statuses``), never hidden.
+- The summary covers exactly the samples this run asked for (benchmarks x subset x samples), also when the
+  output folder holds more from an earlier, larger run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from tirl.eval.metrics import BenchmarkSummary, SampleOutcome, summarize
+from tirl.eval.report import summary_table
+from tirl.eval.store import RunStore
+from tirl.protocol.types import Trajectory
+from tirl.rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutRequest, derive_seed
+from tirl.rollout.engine import EngineRouter
+from tirl.sandbox.types import CodeExecutor
+
+# (trajectory, decoded response text incl. tool segments, gold answer) -> verdict dict with at least
+# "correct" (bool) and "status" (str)
+Verifier = Callable[[Trajectory, str, str], Awaitable[dict[str, Any]]]
+
+
+@dataclass
+class EvalConfig:
+    """Options of one evaluation run (``tirl eval``).
+
+    Attributes:
+        model: model reference (built-in name, HF folder or GGUF file; see ``tirl.models.resolve``).
+        benchmarks: benchmark names or JSONL paths (see ``tirl.data.load_benchmark``).
+        out_dir: output folder (resumable; see ``tirl.eval.store``).
+        subset: evaluate the first N problems of each benchmark; None for all.
+        subsets: per-benchmark override of ``subset`` (``{"math500": 10}``).
+        samples: samples per problem (K; report: 16).
+        temperature, top_p: sampling (report: 0.6; top-p not given in the report, 1.0 here).
+        max_turns: assistant turns per trajectory (report: 30).
+        max_tokens: response token budget per trajectory, model and tool tokens (report: 30K).
+        use_tools: False for the plain chain-of-thought baseline (no tool schema, no execution).
+        engine: ``hf`` (in-process transformers) or ``openai`` (OpenAI-compatible server(s) in ``servers``).
+        servers: base URLs for ``engine="openai"``.
+        sandbox: ``local`` (an in-process ``LocalSandbox`` pool) or the URL of a sandbox service.
+        seed: base seed of the per-sample seeds.
+        concurrency: trajectories in flight; None picks 8 for ``hf`` and 64 for ``openai``.
+        tool_timeout_s: deadline of one tool call, seconds.
+        context_window: the model's context in tokens; None reads it from the engine when it can.
+    """
+
+    model: str
+    benchmarks: list[str]
+    out_dir: Path
+    subset: int | None = None
+    subsets: dict[str, int] = field(default_factory=dict)
+    samples: int = 16
+    temperature: float = 0.6
+    top_p: float = 1.0
+    max_turns: int = 30
+    max_tokens: int = 30720
+    use_tools: bool = True
+    engine: str = "hf"
+    servers: list[str] = field(default_factory=list)
+    sandbox: str = "local"
+    seed: int = 0
+    concurrency: int | None = None
+    tool_timeout_s: float = 10.0
+    context_window: int | None = None
+
+    def __post_init__(self) -> None:
+        self.out_dir = Path(self.out_dir)
+        if not self.benchmarks:
+            raise ValueError("at least one benchmark is needed")
+        if self.samples < 1:
+            raise ValueError(f"samples must be >= 1, got {self.samples}")
+        if self.subset is not None and self.subset < 1:
+            raise ValueError(f"subset must be >= 1, got {self.subset}")
+        if any(n < 1 for n in self.subsets.values()):
+            raise ValueError(f"every per-benchmark subset must be >= 1, got {self.subsets}")
+        if self.engine not in ("hf", "openai"):
+            raise ValueError(f"engine must be 'hf' or 'openai', got {self.engine!r}")
+        if self.engine == "openai" and not self.servers:
+            raise ValueError("engine 'openai' needs at least one server URL")
+
+    def resume_settings(self) -> dict[str, Any]:
+        """The settings an output folder must share to be resumed (what makes a sample mean the same)."""
+        return {
+            "model": self.model,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_turns": self.max_turns,
+            "max_tokens": self.max_tokens,
+            "use_tools": self.use_tools,
+            "seed": self.seed,
+            "tool_timeout_s": self.tool_timeout_s,
+        }
+
+    def loop_config(self, context_window: int | None) -> AgentLoopConfig:
+        """The agent-loop configuration of this run."""
+        return AgentLoopConfig(
+            max_turns=self.max_turns,
+            max_response_tokens=self.max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            use_tools=self.use_tools,
+            context_window=self.context_window or context_window,
+            tool_timeout_s=self.tool_timeout_s,
+            max_concurrency=self.concurrency or (8 if self.engine == "hf" else 64),
+        )
+
+
+@dataclass
+class EvalComponents:
+    """What a run needs besides its config; built by :func:`build_components` or given by a test.
+
+    Attributes:
+        router: engine router (one engine: ``SingleEngineRouter``).
+        tokenizer: the model's tokenizer.
+        executor: code executor (None with ``use_tools=False``).
+        verifier: see :data:`Verifier`.
+        load_problems: ``name -> list of {"id", "problem", "answer"}`` (defaults to ``tirl.data.load_benchmark``).
+        context_window: the model's context window in tokens, when known.
+        closers: called (and awaited when needed) at the end of the run, in order.
+    """
+
+    router: EngineRouter
+    tokenizer: Any
+    executor: CodeExecutor | None
+    verifier: Verifier
+    load_problems: Callable[[str], list[dict[str, Any]]] | None = None
+    context_window: int | None = None
+    closers: list[Callable[[], Any]] = field(default_factory=list)
+
+    async def aclose(self) -> None:
+        """Run the closers, each at most once; errors in one do not stop the others."""
+        closers, self.closers = self.closers, []
+        for close in closers:
+            try:
+                maybe = close()
+                if inspect.isawaitable(maybe):
+                    await maybe
+            except Exception:  # noqa: BLE001 - shutting down: report nothing, try the rest
+                pass
+
+
+@dataclass
+class EvalResult:
+    """What :func:`run_eval` returns.
+
+    Attributes:
+        summaries: one per benchmark, in the order of ``config.benchmarks``.
+        summary: the JSON written to ``summary.json``.
+        new_samples: trajectories generated and stored by this run.
+        resumed_samples: samples found already finished in the output folder.
+        engine_errors: trajectories that failed in the engine (not stored; a re-run retries them).
+        elapsed_s: wall-clock seconds of the run.
+    """
+
+    summaries: list[BenchmarkSummary]
+    summary: dict[str, Any]
+    new_samples: int
+    resumed_samples: int
+    engine_errors: int
+    elapsed_s: float
+
+
+def default_load_problems(name: str) -> list[dict[str, Any]]:
+    """Problems of a benchmark as dicts with ``id``, ``problem``, ``answer`` (``tirl.data.load_benchmark``)."""
+    from tirl.data.benchmarks import load_benchmark
+
+    return [{"id": p.id, "problem": p.problem, "answer": p.answer} for p in load_benchmark(name)]
+
+
+def trajectory_record(traj: Trajectory, tokenizer: Any, verdict: dict[str, Any], response_text: str,
+                      **keys: Any) -> dict[str, Any]:
+    """The JSONL line of one evaluated trajectory: keys, verdict, texts, per-turn tool calls and results.
+
+    Token ids and log-probs are not stored (the texts and per-turn token counts are); ``keys`` (benchmark,
+    problem_id, sample_index, ...) come first.
+    """
+    turns = [dataclasses.asdict(t) for t in traj.turns]
+    return {
+        **keys,
+        "correct": bool(verdict.get("correct", False)),
+        "verdict": verdict,
+        "final_answer": traj.final_answer,
+        "finish_reason": traj.finish_reason,
+        "num_turns": len(traj.turns),
+        "num_prompt_tokens": len(traj.prompt_ids),
+        "num_response_tokens": len(traj.response_ids),
+        "model_tokens": traj.num_model_tokens,
+        "tool_classes": [rec.cls for rec in traj.tool_call_records],
+        "tool_internal_errors": int(traj.metadata.get("tool_internal_errors", 0)),
+        "prompt_text": tokenizer.decode(traj.prompt_ids, skip_special_tokens=False),
+        "response_text": response_text,
+        "turns": turns,
+        "metadata": {k: v for k, v in traj.metadata.items() if k not in keys},
+    }
+
+
+def outcome_from_record(record: dict[str, Any]) -> SampleOutcome:
+    """The metrics' view of one stored record."""
+    return SampleOutcome(
+        problem_id=str(record["problem_id"]),
+        sample_index=int(record["sample_index"]),
+        correct=bool(record.get("correct", False)),
+        answer=record.get("final_answer"),
+        model_tokens=int(record.get("model_tokens", 0)),
+        tool_classes=list(record.get("tool_classes", [])),
+        finish_reason=str(record.get("finish_reason", "answer")),
+        tool_internal_errors=int(record.get("tool_internal_errors", 0)),
+        verdict_status=str((record.get("verdict") or {}).get("status", "ok")),
+    )
+
+
+async def build_components(config: EvalConfig) -> EvalComponents:
+    """Load the tokenizer and model, start the engine, the sandbox and the verifier for ``config``.
+
+    Raises:
+        tirl.models.ModelNotFoundError: the model cannot be found.
+        tirl.rollout.agent_loop.SandboxUnavailable: (later, in :func:`run_eval`) the sandbox is not usable.
+    """
+    from tirl.eval.components import build_default_components
+
+    return await build_default_components(config)
+
+
+async def run_eval(
+    config: EvalConfig,
+    components: EvalComponents | None = None,
+    *,
+    console: Console | None = None,
+    progress: bool = True,
+) -> EvalResult:
+    """Run (or resume) one evaluation and return its summaries; prints a progress bar and the table.
+
+    Args:
+        config: the run's options.
+        components: pre-built components (tests, or callers that reuse a loaded model); built from ``config``
+            and closed at the end when None. Given components are not closed.
+        console: where to print (default: a new rich console on stdout).
+        progress: show the progress bar.
+
+    Raises:
+        tirl.eval.store.ResumeMismatch: ``out_dir`` holds a run with different settings.
+        tirl.rollout.agent_loop.SandboxUnavailable: tools are enabled and the sandbox fails its health check.
+        ValueError / FileNotFoundError: an unknown benchmark.
+    """
+    console = console or Console()
+    started = time.perf_counter()
+    store = RunStore(config.out_dir, config.resume_settings())
+    owned = components is None
+    try:
+        load = (components.load_problems if components is not None else None) or default_load_problems
+        problems = {name: load(name)[: config.subsets.get(name, config.subset)] for name in config.benchmarks}
+        if components is None:  # after the problems, so that a bad benchmark fails before the model loads
+            components = await build_components(config)
+        wanted: list[tuple[str, dict[str, Any], int]] = [
+            (name, row, j) for name in config.benchmarks for row in problems[name] for j in range(config.samples)
+        ]
+        todo = [(b, row, j) for b, row, j in wanted if (b, row["id"], j) not in store]
+        resumed = len(wanted) - len(todo)
+        loop = AgentLoop(components.router, components.executor, components.tokenizer,
+                         config.loop_config(components.context_window))
+        if todo:
+            await loop.check_tools()
+        counters = {"new": 0, "errors": 0, "correct": 0, "done": 0}
+        for b, row, j in wanted:
+            rec = store.records.get((b, row["id"], j))
+            if rec is not None:
+                counters["done"] += 1
+                counters["correct"] += bool(rec.get("correct"))
+        requests = [
+            RolloutRequest(
+                problem=row["problem"],
+                group_id=f"{b}/{row['id']}",
+                sample_index=j,
+                seed=derive_seed(config.seed, b, row["id"], j),
+                metadata={"benchmark": b, "problem_id": row["id"], "gold": row["answer"]},
+            )
+            for b, row, j in todo
+        ]
+        bar = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[acc]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+            console=console, disable=not progress, transient=False,
+        )
+
+        def acc_text() -> str:
+            n = counters["done"]
+            return f"acc {counters['correct'] / n:.3f} ({n})" if n else "acc -"
+
+        with bar:
+            task = bar.add_task("eval" + ("" if config.use_tools else " (no tools)"), total=len(wanted),
+                                completed=resumed, acc=acc_text())
+
+            async def on_trajectory(request: RolloutRequest, traj: Trajectory) -> None:
+                meta = request.metadata
+                if traj.finish_reason == "error":
+                    counters["errors"] += 1
+                    console.print(f"[yellow]engine error on {request.group_id}#{request.sample_index}: "
+                                  f"{traj.metadata.get('error')} (not stored; re-run to retry)")
+                    bar.update(task, advance=1)
+                    return
+                response_text = loop.response_text(traj.response_ids)
+                try:
+                    verdict = await components.verifier(traj, response_text, meta["gold"])
+                except Exception as exc:  # noqa: BLE001 - a verifier bug must not stop the run; it is reported
+                    verdict = {"correct": False, "status": "verifier_error", "detail": f"{type(exc).__name__}: {exc}"}
+                record = trajectory_record(
+                    traj, components.tokenizer, verdict, response_text,
+                    benchmark=meta["benchmark"], problem_id=meta["problem_id"], sample_index=request.sample_index,
+                    seed=request.seed, problem=request.problem, gold=meta["gold"],
+                )
+                store.append(record)
+                counters["new"] += 1
+                counters["done"] += 1
+                counters["correct"] += record["correct"]
+                bar.update(task, advance=1, acc=acc_text())
+
+            await loop.run_many(requests, on_trajectory)
+
+        summaries = []
+        for name in config.benchmarks:
+            keys = [(name, row["id"], j) for row in problems[name] for j in range(config.samples)]
+            outcomes = [outcome_from_record(store.records[k]) for k in keys if k in store]
+            if outcomes:
+                summaries.append(summarize(name, outcomes))
+        elapsed = time.perf_counter() - started
+        summary = {
+            "settings": config.resume_settings(),
+            "benchmarks": {s.benchmark: s.to_dict() for s in summaries},
+            "new_samples": counters["new"],
+            "resumed_samples": resumed,
+            "engine_errors": counters["errors"],
+            "missing_samples": len(wanted) - sum(s.num_samples for s in summaries),
+            "elapsed_s": elapsed,
+        }
+        store.write_summary(summary)
+        if summaries:
+            title = (f"{config.model}, {'with the Python tool' if config.use_tools else 'no tools (plain CoT)'}, "
+                     f"T={config.temperature}, {config.max_turns} turns, {config.max_tokens} tokens")
+            console.print(summary_table(summaries, title=title))
+        if counters["errors"]:
+            console.print(f"[yellow]{counters['errors']} trajectories failed in the engine; "
+                          "re-run with the same --out to retry them")
+        return EvalResult(summaries, summary, counters["new"], resumed, counters["errors"], elapsed)
+    finally:
+        store.close()
+        if owned and components is not None:
+            await components.aclose()
+
+
+def run_eval_sync(config: EvalConfig, **kwargs: Any) -> EvalResult:
+    """Blocking :func:`run_eval` (``asyncio.run``)."""
+    return asyncio.run(run_eval(config, **kwargs))
+
+
+__all__: Sequence[str] = [
+    "EvalComponents",
+    "EvalConfig",
+    "EvalResult",
+    "Verifier",
+    "build_components",
+    "default_load_problems",
+    "outcome_from_record",
+    "run_eval",
+    "run_eval_sync",
+    "trajectory_record",
+]

@@ -1,0 +1,65 @@
+"""``tirl eval`` from the command line on a real packaged model (SmolLM2-135M) with the local sandbox."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def tirl(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "tirl.cli.main", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=900)
+
+
+@pytest.mark.model
+def test_eval_on_a_real_model_writes_records_and_table_then_resumes(tmp_path):
+    out = tmp_path / "run"
+    args = ["eval", "--model", "smollm2-135m-instruct", "--benchmark", "gsm8k:2", "--samples", "1",
+            "--max-tokens", "32", "--max-turns", "2", "--out", str(out), "--quiet"]
+    first = tirl(*args, cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    records = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert sorted(r["problem_id"] for r in records) == ["gsm8k-0000", "gsm8k-0001"]
+    for r in records:
+        assert r["gold"] and r["verdict"]["status"] in ("ok", "no_answer")
+        assert 0 < r["model_tokens"] <= r["num_response_tokens"] <= 32
+        assert r["finish_reason"] in ("answer", "length", "max_turns", "eos")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["benchmarks"]["gsm8k"]["num_samples"] == 2
+    assert "avg pass@1 (%)" in first.stdout and "gsm8k" in first.stdout
+
+    again = tirl(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "0 new, 2 resumed" in again.stdout.replace("\n", " ")
+    assert len((out / "trajectories.jsonl").read_text().splitlines()) == 2
+
+
+def test_unknown_benchmark_is_a_clear_error_without_loading_a_model(tmp_path):
+    res = tirl("eval", "--model", "no-such-model", "--benchmark", "nope", "--out", str(tmp_path / "o"),
+               cwd=tmp_path)
+    assert res.returncode == 2
+    assert "unknown benchmark 'nope'" in res.stderr and "Traceback" not in res.stdout + res.stderr
+
+
+def test_unknown_model_is_a_clear_error(tmp_path):
+    res = tirl("eval", "--model", "no-such-model", "--benchmark", "aime25:1", "--out", str(tmp_path / "o"),
+               cwd=tmp_path)
+    assert res.returncode == 2
+    assert "no-such-model" in res.stderr and "Traceback" not in res.stdout + res.stderr
+
+
+def test_bad_benchmark_count_is_a_clear_error(tmp_path):
+    res = tirl("eval", "--model", "m", "--benchmark", "aime25:zero", "--out", str(tmp_path / "o"), cwd=tmp_path)
+    assert res.returncode == 2 and "positive problem count" in res.stderr
+
+
+@pytest.mark.model
+def test_unreachable_sandbox_fails_fast_before_generating(tmp_path):
+    res = tirl("eval", "--model", "smollm2-135m-instruct", "--benchmark", "gsm8k:1", "--samples", "1",
+               "--sandbox", "http://127.0.0.1:9", "--out", str(tmp_path / "o"), "--quiet", cwd=tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "health check" in res.stderr
+    assert not (tmp_path / "o" / "trajectories.jsonl").read_text()

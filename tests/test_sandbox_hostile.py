@@ -273,6 +273,18 @@ async def test_write_inside_scratch_is_allowed_and_gone_afterwards(sb):
     assert second.stdout == "[] False\n"
 
 
+async def test_deeply_nested_scratch_tree_is_removed_without_harming_the_worker(sb):
+    # shutil.rmtree recursed once per level: 1500 nested directories crashed the worker (RecursionError),
+    # which answered the call ``internal`` and replaced the worker.
+    pids = sb.worker_pids()
+    code = ("import os\nos.symlink('/', 'root_link')\nfor i in range(1500):\n"
+            "    os.mkdir('d'); open('d/f', 'w').close(); os.chdir('d')\n"
+            "    if i % 500 == 499: os.chmod('..', 0)\nprint('deep')")
+    r = await run(sb, code, timeout_s=10)
+    assert (r.status, r.stdout) == ("ok", "deep\n"), r.stderr
+    await check_host_unaffected(sb, pids)
+
+
 async def test_f17_parent_environment_is_absent(sb):
     r = await run(sb, f"import os\nprint(os.environ.get({SECRET_NAME!r}))\nprint(sorted(os.environ))")
     lines = r.stdout.splitlines()

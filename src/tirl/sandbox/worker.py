@@ -451,18 +451,61 @@ class Worker:
 
 
 def _remove_tree(path: str) -> None:
-    """Remove a call's scratch directory even if the code took permissions away from its folders."""
+    """Remove a call's scratch directory, whatever the code left in it; never raises.
 
-    def retry(func, failed_path, _exc_info) -> None:
+    Iterative and descriptor-relative (``shutil.rmtree`` recurses once per level in Python, so a call that
+    nests a few thousand directories would crash the worker with ``RecursionError``, and paths that deep
+    pass ``PATH_MAX``). Directories the code took permissions away from are given them back. What cannot
+    be removed stays on the worker's scratch tmpfs, which dies with the worker.
+    """
+    try:
+        _remove_tree_iter(path)
+    except Exception as exc:  # noqa: BLE001 - a left-over directory must never kill the worker
         try:
-            os.chmod(os.path.dirname(failed_path), 0o700)
-            if os.path.isdir(failed_path) and not os.path.islink(failed_path):
-                os.chmod(failed_path, 0o700)
-            func(failed_path)
-        except OSError:
+            print(f"tirl-sandbox worker: could not remove {path}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        except Exception:  # noqa: BLE001
             pass
 
-    shutil.rmtree(path, onerror=retry)
+
+def _remove_tree_iter(path: str) -> None:
+    dir_flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        os.chmod(path, 0o700)
+        fd = os.open(path, dir_flags)
+    except FileNotFoundError:
+        return
+    names: list[str] = []  # the directories entered below ``path``; only the current one is open
+    try:
+        while True:
+            sub = None
+            with os.scandir(fd) as entries:  # scandir works on a duplicate of fd
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        sub = entry.name
+                        break
+                    try:
+                        os.unlink(entry.name, dir_fd=fd)
+                    except FileNotFoundError:
+                        pass
+            if sub is not None:
+                try:
+                    os.chmod(sub, 0o700, dir_fd=fd)  # a real directory (checked above), not a link
+                except OSError:
+                    pass
+                child = os.open(sub, dir_flags, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                names.append(sub)
+                continue
+            if not names:
+                break
+            parent = os.open("..", dir_flags, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            os.rmdir(names.pop(), dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(path)
 
 
 def _preload(modules: tuple[str, ...] | list[str]) -> dict[str, str]:

@@ -366,3 +366,38 @@ def test_parse_never_raises(text):
 def test_config_rejects_unknown_policies(field, value):
     with pytest.raises(ValueError, match=field):
         ProtocolConfig(**{field: value})
+
+
+class _CountingDecoder:
+    """Wraps the parser's JSON decoder and adds up the length of every document it is given."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.chars = 0
+
+    def raw_decode(self, s, idx=0):
+        self.chars += len(s)
+        return self.inner.raw_decode(s, idx)
+
+
+@pytest.mark.parametrize("block", ["<tool_call>", "<tool_call>{</tool_call>", "<think><tool_call>x</tool_call></think>",
+                                   '<tool_call>{"a": "', "<tool_call>\""])
+def test_decoding_work_is_linear_in_the_turn_length(monkeypatch, block):
+    # The fast path used to decode from the block to the end of the turn; a JSONDecodeError then counts every
+    # newline before its offset, so 20000 broken blocks took seconds (quadratic). Each block now decodes a
+    # slice that ends at the next <tool_call>.
+    from tirl.protocol import parse as parse_module
+
+    counter = _CountingDecoder(parse_module._DECODER)
+    monkeypatch.setattr(parse_module, "_DECODER", counter)
+    text = block * 2000
+    for lenient in (False, True):
+        parse_tool_calls(text, lenient=lenient)
+    assert counter.chars <= 2 * 40 * len(text)
+
+
+def test_code_holding_several_open_tags_still_parses():
+    code = "s = '<tool_call>'\n" * 5 + "print(s)"
+    text = call_text(code) + "\n" + call_text("print(2)")
+    items = parse_tool_calls(text)
+    assert [c.code for c in items] == [code, "print(2)"]

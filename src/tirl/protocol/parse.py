@@ -16,8 +16,9 @@ Policies
   first, so a repairable body may also hold one), which keeps an unbalanced quote from swallowing later calls.
   No closing tag at all: a ``ToolCallError`` of kind ``unclosed_tag`` (never executed; typically a turn cut by
   the token budget). A ``<tool_call>`` that starts before the previous one is closed also makes the previous
-  one ``unclosed_tag``, and parsing resumes at the new one. Every search stops at the next ``<tool_call>``,
-  so parsing is linear in the turn length even for degenerate, repetitive output.
+  one ``unclosed_tag``, and parsing resumes at the new one. Every search stops at the next ``<tool_call>``
+  (the JSON decoder may read past at most :data:`MAX_TAGS_INSIDE_STRINGS` of them inside strings), so parsing
+  is linear in the turn length even for degenerate, repetitive output.
 * **Several calls in one turn.** ``config.multi_call="all"`` (default) returns every block in order;
   ``"first"`` returns only the first block's result (call or error) and ignores the rest, as the release does.
 * **Drafts.** With ``config.ignore_think_drafts`` (default), blocks inside a *closed* ``<think>...</think>``
@@ -273,20 +274,41 @@ _DECODER = json.JSONDecoder()
 _WS = re.compile(r"\s*")
 
 
-def _json_then_close(text: str, body_start: int, close_tag: str) -> tuple[int, Any] | None:
+#: How many further ``<tool_call>`` tags a JSON value may hold inside its strings (code that prints the tag).
+MAX_TAGS_INSIDE_STRINGS = 16
+
+
+def _json_then_close(text: str, body_start: int, close_tag: str, open_tag: str) -> tuple[int, Any] | None:
     """Fast path: the body is one strict JSON value followed only by whitespace and ``close_tag``.
 
     Returns (offset of the closing tag, decoded value), or None. The decoder reads strings as JSON does, so
     tags inside strings are never taken for the end of the block; it stops at the first error, so garbage
     costs little.
+
+    The value is decoded from a slice that ends at the next ``open_tag``; only when the value was cut there
+    (inside a string, or at the end of the slice) is the slice extended to the following one, at most
+    :data:`MAX_TAGS_INSIDE_STRINGS` times. Decoding the whole rest of the turn would cost time in proportion
+    to the offset of the block (``JSONDecodeError`` counts every newline before the error), so a turn of many
+    broken blocks parsed in quadratic time.
     """
     j = _WS.match(text, body_start).end()
-    try:
-        value, end = _DECODER.raw_decode(text, j)
-    except (ValueError, RecursionError):
-        return None
-    k = _WS.match(text, end).end()
-    return (k, value) if text.startswith(close_tag, k) else None
+    bound = text.find(open_tag, j)
+    for _ in range(MAX_TAGS_INSIDE_STRINGS + 1):
+        stop = len(text) if bound < 0 else bound
+        piece = text[j:stop]
+        try:
+            value, end = _DECODER.raw_decode(piece)
+        except (ValueError, RecursionError) as exc:  # ValueError: also Python's limit on integer digits
+            if not isinstance(exc, json.JSONDecodeError):
+                return None
+            cut = exc.pos >= len(piece.rstrip()) or exc.msg.startswith("Unterminated string")
+            if bound < 0 or not cut:
+                return None
+            bound = text.find(open_tag, bound + len(open_tag))
+            continue
+        k = _WS.match(text, j + end).end()
+        return (k, value) if text.startswith(close_tag, k) else None
+    return None
 
 
 def _parse_block(text: str, start: int, cfg: ProtocolConfig, lenient: bool) -> tuple[ToolCall | ToolCallError, int]:
@@ -297,7 +319,7 @@ def _parse_block(text: str, start: int, cfg: ProtocolConfig, lenient: bool) -> t
     open_tag, close_tag = cfg.tool_call_open, cfg.tool_call_close
     body_start = start + len(open_tag)
     n = len(text)
-    fast = _json_then_close(text, body_start, close_tag)
+    fast = _json_then_close(text, body_start, close_tag, open_tag)
     if fast is not None:
         close, value = fast
         end = close + len(close_tag)
@@ -349,7 +371,7 @@ def _block_end(text: str, start: int, cfg: ProtocolConfig) -> int:
     """Where a tool-call block starting at ``start`` ends (used to skip drafted calls): after its closing tag,
     at the next ``<tool_call>`` when it is never closed before one, else ``len(text)``."""
     body_start = start + len(cfg.tool_call_open)
-    fast = _json_then_close(text, body_start, cfg.tool_call_close)
+    fast = _json_then_close(text, body_start, cfg.tool_call_close, cfg.tool_call_open)
     if fast is not None:
         return fast[0] + len(cfg.tool_call_close)
     next_open = text.find(cfg.tool_call_open, body_start)

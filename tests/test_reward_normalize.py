@@ -172,3 +172,11 @@ def test_strip_math_delimiters(text: str, expected: str) -> None:
 def test_gold_is_wrapped_in_a_box_for_math_verify() -> None:
     assert latex_for_math_verify("$e^{16} - 1$") == "\\boxed{e^{16} - 1}"
     assert latex_for_math_verify("\\boxed{(1,2)}") == "\\boxed{(1,2)}"
+
+
+@pytest.mark.timeout(20)  # a hang guard: slicing at every layer was quadratic (about a minute here); linear: seconds
+def test_deeply_nested_delimiters_are_stripped_in_linear_time():
+    n = 800_000
+    assert strip_math_delimiters("\\(" * n + " 42 " + "\\)" * n) == "42"
+    assert normalize_text("$$" * n + "x" + "$$" * n) == "x"
+    assert latex_for_math_verify("\\[ " * n + "7" + " \\]" * n) == "\\boxed{7}"

@@ -84,7 +84,16 @@ def eval_command(
         30720, "--max-tokens", min=1, help="Response token budget per trajectory (model and tool tokens)."
     ),
     engine: str = typer.Option("hf", "--engine", help="hf (in-process transformers) or openai (a server)."),
-    server: list[str] = typer.Option([], "--server", help="OpenAI-compatible base URL (with --engine openai)."),
+    server: list[str] = typer.Option([], "--server", help="OpenAI-compatible base URL (with --engine openai); "
+                                     "repeat for several servers (then the rollout scheduler balances them)."),
+    scheduler: Optional[str] = typer.Option(
+        None, "--scheduler", help="Rollout scheduler over the --server URLs: kv_aware (default with several "
+                                  "servers), static or round_robin."),
+    kv_capacity: list[str] = typer.Option(
+        [], "--kv-capacity", help="KV-cache capacity in tokens, one for every server or one per server "
+                                  "(default: read from the servers)."),
+    admission_coef: float = typer.Option(
+        1.0, "--admission-coef", min=0.01, help="kv_aware reserves prompt + max tokens times this (<1 over-admits)."),
     sandbox: str = typer.Option("local", "--sandbox", help="'local' (in-process pool) or a sandbox service URL."),
     no_tools: bool = typer.Option(False, "--no-tools", help="Plain chain-of-thought: no tool schema, no tools."),
     out: Optional[Path] = typer.Option(
@@ -103,6 +112,7 @@ def eval_command(
     benchmark. Re-running with the same --out resumes: finished samples are not redone.
     """
     from tirl.eval.runner import EvalConfig
+    from tirl.rollout.scheduler import parse_kv_capacities
 
     console = Console()
     if engine not in ("hf", "openai"):
@@ -114,7 +124,8 @@ def eval_command(
             model=model, benchmarks=names, subsets=subsets, out_dir=out or _default_out(model, not no_tools),
             subset=subset, samples=samples, temperature=temperature, top_p=top_p, max_turns=max_turns,
             max_tokens=max_tokens, use_tools=not no_tools, engine=engine, servers=_split(server),
-            sandbox=sandbox, seed=seed, concurrency=concurrency, tool_timeout_s=tool_timeout,
+            scheduler=scheduler, kv_capacities=parse_kv_capacities(kv_capacity, len(_split(server))),
+            admission_coef=admission_coef, sandbox=sandbox, seed=seed, concurrency=concurrency, tool_timeout_s=tool_timeout,
         )
     except ValueError as exc:
         typer.secho(f"tirl eval: {exc}", fg="red", err=True)

@@ -50,10 +50,12 @@ def build_router(config: "EvalConfig", model_and_tokenizer: tuple[Any, Any] | No
     """The engine router, its closer and the model's context window (tokens) for ``config.engine``.
 
     ``hf``: an ``HFEngine`` over the loaded model (``model_and_tokenizer``), batching up to
-    ``config.concurrency`` rows. ``openai``: one ``OpenAIEngine`` for a single server.
+    ``config.concurrency`` rows. ``openai``: one ``OpenAIEngine`` for a single server; with several servers
+    (or an explicit ``config.scheduler`` or ``config.kv_capacities``) a ``RolloutScheduler`` over one ``OpenAIEngine`` per server, logging
+    its metrics to ``<out_dir>/scheduler_metrics.jsonl``.
 
     Raises:
-        ValueError: ``openai`` with several servers (the KV-aware scheduler wires those; not here yet).
+        ValueError: a server without a KV capacity under ``kv_aware`` (neither reported nor configured).
         ImportError: the engine's module is missing.
     """
     if config.engine == "hf":
@@ -65,9 +67,17 @@ def build_router(config: "EvalConfig", model_and_tokenizer: tuple[Any, Any] | No
         return SingleEngineRouter(engine), engine.aclose, engine.max_model_len
     from tirl.rollout.openai_engine import OpenAIEngine  # type: ignore[import-not-found]
 
-    if len(config.servers) != 1:
-        raise ValueError("--engine openai takes one --server here; several servers need the rollout scheduler")
-    engine = OpenAIEngine(config.servers[0], model=config.model)
+    if len(config.servers) > 1 or config.scheduler is not None or config.kv_capacities:
+        from tirl.rollout.scheduler import RolloutScheduler, SchedulerConfig
+
+        scheduler = RolloutScheduler.from_urls(
+            config.servers,
+            SchedulerConfig(policy=config.scheduler or "kv_aware", admission_coef=config.admission_coef,
+                            metrics_log=str(config.out_dir / "scheduler_metrics.jsonl")),
+            capacities=config.kv_capacities,
+        )
+        return scheduler, scheduler.aclose, None
+    engine = OpenAIEngine(config.servers[0])  # the served model name is discovered from /v1/models
     return SingleEngineRouter(engine), getattr(engine, "aclose", None), None
 
 

@@ -62,6 +62,10 @@ class EvalConfig:
         use_tools: False for the plain chain-of-thought baseline (no tool schema, no execution).
         engine: ``hf`` (in-process transformers) or ``openai`` (OpenAI-compatible server(s) in ``servers``).
         servers: base URLs for ``engine="openai"``.
+        scheduler: rollout scheduler over ``servers`` (``kv_aware``, ``static``, ``round_robin``; see
+            ``tirl.rollout.scheduler``); None: ``kv_aware`` with several servers, none with one.
+        kv_capacities: per-server KV capacity in tokens for the scheduler; None reads it from the servers.
+        admission_coef: ``kv_aware`` reserves ``budget x admission_coef`` tokens per trajectory.
         sandbox: ``local`` (an in-process ``LocalSandbox`` pool) or the URL of a sandbox service.
         seed: base seed of the per-sample seeds.
         concurrency: trajectories in flight; None picks 8 for ``hf`` and 64 for ``openai``.
@@ -82,6 +86,9 @@ class EvalConfig:
     use_tools: bool = True
     engine: str = "hf"
     servers: list[str] = field(default_factory=list)
+    scheduler: str | None = None
+    kv_capacities: list[int] | None = None
+    admission_coef: float = 1.0
     sandbox: str = "local"
     seed: int = 0
     concurrency: int | None = None
@@ -102,6 +109,8 @@ class EvalConfig:
             raise ValueError(f"engine must be 'hf' or 'openai', got {self.engine!r}")
         if self.engine == "openai" and not self.servers:
             raise ValueError("engine 'openai' needs at least one server URL")
+        if self.scheduler is not None and self.scheduler not in ("kv_aware", "static", "round_robin"):
+            raise ValueError(f"scheduler must be kv_aware, static or round_robin, got {self.scheduler!r}")
 
     def resume_settings(self) -> dict[str, Any]:
         """The settings an output folder must share to be resumed (what makes a sample mean the same)."""

@@ -86,6 +86,19 @@ async def test_invalid_json_gets_422(scripted: tuple[httpx.AsyncClient, Scripted
     assert response.status_code == 422
 
 
+async def test_lone_surrogates_in_answers_are_answered_not_a_server_error(
+        scripted: tuple[httpx.AsyncClient, ScriptedExecutor]) -> None:
+    # JSON strings may hold lone surrogates; the verdicts echo them, and pydantic's serializer raised (500).
+    client, _ = scripted
+    items = [{"answer": "\ud800", "gold": "\ud800"}, {"response": b("7\udfff"), "gold": "7"}]
+    response = await client.post("/v1/verify/batch", content=json.dumps({"items": items}).encode(),
+                                 headers={"content-type": "application/json"})
+    assert response.status_code == 200
+    verdicts = response.json()["verdicts"]
+    assert [v["extracted"] for v in verdicts] == ["\ud800", "7\udfff"]
+    assert verdicts[0]["reward"] == 1.0 and verdicts[0]["gold"] == "\ud800"
+
+
 async def test_too_many_items_get_413(scripted: tuple[httpx.AsyncClient, ScriptedExecutor]) -> None:
     client, executor = scripted
     items = [{"answer": "1", "gold": "1"}] * 6

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tirl.reward.types import VERIFY_STATUSES, VerifierConfig, VerifierStats, VerifyItem
 from tirl.reward.verifier import Verifier
 from tirl.sandbox.types import CodeExecutor, ExecutionRequest, ExecutionResult
+from tirl.service.app import JSONBytesResponse
 
 DEFAULT_MAX_ITEMS = 4096
 DEFAULT_MAX_CHARS = 1 << 20
@@ -125,7 +126,7 @@ def create_verify_router(
     router = APIRouter(tags=["verify"])
 
     @router.post("/v1/verify/batch", response_model=VerifyBatchResponse)
-    async def verify_batch_route(body: VerifyBatchRequest, request: Request) -> dict[str, Any]:
+    async def verify_batch_route(body: VerifyBatchRequest, request: Request) -> JSONBytesResponse:
         """Verify responses against reference answers; ``verdicts[i]`` answers ``items[i]``."""
         if len(body.items) > max_items:
             raise HTTPException(413, f"batch has {len(body.items)} items, over the limit of {max_items}")
@@ -148,7 +149,9 @@ def create_verify_router(
         counts = {status: 0 for status in VERIFY_STATUSES}
         for verdict in verdicts:
             counts[verdict.status] += 1
-        return {"verdicts": [v.to_dict() for v in verdicts], "counts": counts}
+        # Answers and references may hold lone surrogates (legal in JSON strings): pydantic's serializer
+        # raised on them (a 500); JSONBytesResponse escapes them instead.
+        return JSONBytesResponse({"verdicts": [v.to_dict() for v in verdicts], "counts": counts})
 
     @router.get("/v1/verify/stats")
     async def verify_stats_route() -> dict[str, Any]:

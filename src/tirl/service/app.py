@@ -239,6 +239,13 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _on_http(request: Request, exc: StarletteHTTPException) -> Response:
+        cause = exc.__cause__
+        if exc.status_code == 400 and isinstance(cause, (UnicodeDecodeError, RecursionError)):
+            # FastAPI answers a body it cannot decode at all with a bare 400; it is a malformed body (422).
+            count_reject(422)
+            reason = (f"not valid UTF-8 (byte {cause.start})" if isinstance(cause, UnicodeDecodeError)
+                      else "nested too deeply")
+            return _error(422, "invalid_request", f"body is not valid JSON: {reason}")
         count_reject(exc.status_code)
         return _error(exc.status_code, "http_error", str(exc.detail))
 

@@ -252,6 +252,29 @@ async def test_averify_batch_runs_on_the_callers_loop() -> None:
     assert seen == [asyncio.get_running_loop()]
 
 
+async def test_large_batches_are_extracted_off_the_event_loop(monkeypatch) -> None:
+    # The service's verify route ran extraction on its event loop: a 60 MB batch kept /healthz from
+    # answering for about 20 s (long enough for clients to take the server out of rotation).
+    from tirl.reward import verifier as verifier_module
+
+    threads: list[int] = []
+    real_extract = verifier_module.extract_answer
+
+    def recording_extract(*args, **kwargs):
+        threads.append(threading.get_ident())
+        return real_extract(*args, **kwargs)
+
+    monkeypatch.setattr(verifier_module, "extract_answer", recording_extract)
+    executor = ScriptedExecutor(in_process)
+    big = "x" * verifier_module.INLINE_PREPARE_CHARS + box("\\frac{2}{4}")
+    verdicts = await averify_batch([(big, "\\frac{1}{2}"), (box("7"), "7")], executor)
+    assert [v.correct for v in verdicts] == [True, True]
+    assert threads and threading.get_ident() not in threads
+    threads.clear()
+    assert (await averify_batch([(box("7"), "7")], executor))[0].correct  # small batches stay inline
+    assert threads == [threading.get_ident()]
+
+
 async def test_verifier_object_async_and_sync_agree() -> None:
     verifier = Verifier(ScriptedExecutor(in_process), stats=VerifierStats())
     a = await verifier.averify(box("0.5"), "\\frac{1}{2}")

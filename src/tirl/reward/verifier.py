@@ -53,6 +53,8 @@ from tirl.sandbox.types import CodeExecutor, ExecutionRequest, ExecutionResult
 T = TypeVar("T")
 
 _DEFAULT_STATS = VerifierStats()
+#: ``averify_batch`` runs extraction and the fast paths in a thread when the batch holds more characters.
+INLINE_PREPARE_CHARS = 1 << 18
 
 
 def default_stats() -> VerifierStats:
@@ -381,7 +383,14 @@ class Verifier:
         Raises:
             TypeError: an item has none of the accepted shapes.
         """
-        verdicts, pending = self._prepare(items)
+        coerced = [VerifyItem.coerce(item) for item in items]
+        size = sum(len(text) for it in coerced for text in (it.response, it.gold, it.answer) if isinstance(text, str))
+        if size > INLINE_PREPARE_CHARS:
+            # Extraction and fast paths are linear but not free (about 0.3 s per MiB of response): off the
+            # caller's loop, so that a server keeps answering health probes and other requests meanwhile.
+            verdicts, pending = await asyncio.to_thread(self._prepare, coerced)
+        else:
+            verdicts, pending = self._prepare(coerced)
         return await self._complete(verdicts, pending)
 
     async def averify(self, response_text: str | None, gold: str) -> Verdict:

@@ -285,6 +285,18 @@ async def test_deeply_nested_scratch_tree_is_removed_without_harming_the_worker(
     await check_host_unaffected(sb, pids)
 
 
+async def test_many_empty_files_hit_the_scratch_inode_bound(sb, layers):
+    # Empty files cost no tmpfs space, only unaccounted kernel memory: a call created ~1M files in 8 s.
+    if not layer_active(layers, "mount_namespace"):
+        pytest.skip("no private scratch tmpfs on this machine")
+    pids = sb.worker_pids()
+    code = ("import os\nn = 0\ntry:\n    for n in range(100_000):\n        os.close(os.open(f'f{n}', os.O_CREAT | os.O_WRONLY))\n"
+            "except OSError as exc:\n    print('stopped', exc.errno, n <= 65536)\nelse:\n    print('no bound')")
+    r = await run(sb, code, timeout_s=20)
+    assert (r.status, r.stdout) == ("ok", "stopped 28 True\n"), r.stderr
+    await check_host_unaffected(sb, pids)
+
+
 async def test_f17_parent_environment_is_absent(sb):
     r = await run(sb, f"import os\nprint(os.environ.get({SECRET_NAME!r}))\nprint(sorted(os.environ))")
     lines = r.stdout.splitlines()

@@ -195,10 +195,11 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
         _linux.unshare(_linux.CLONE_NEWNS)
         _linux.mount(None, "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
         _linux.mount("tmpfs", scratch_dir, "tmpfs", _linux.MS_NOSUID | _linux.MS_NODEV,
-                     f"size={int(cfg['scratch_mb'])}m,mode=0711")
+                     f"size={int(cfg['scratch_mb'])}m,nr_inodes={int(cfg.get('scratch_inodes', 65536))},mode=0711")
 
     ns_layer("mount_namespace", cfg["mount_namespace"], mount_private,
-             f"private mounts; scratch on a {cfg['scratch_mb']} MiB tmpfs that dies with the worker")
+             f"private mounts; scratch on a {cfg['scratch_mb']} MiB tmpfs ({cfg.get('scratch_inodes', 65536)} "
+             "files at most) that dies with the worker")
 
     self_ns_fd = None
     if not cfg["pid_namespace"]:

@@ -213,6 +213,21 @@ def test_sync_sandbox_runs_code_and_closes_idempotently():
         sb.close()
 
 
+def test_sync_sandbox_close_leaves_no_pending_task(caplog):
+    # aclose() cancelled its reader tasks without waiting for them; SyncSandbox then closed its loop and the
+    # garbage collector reported "Task was destroyed but it is pending!".
+    import gc
+
+    def use_and_close() -> str:
+        with SyncSandbox(workers=1, preload=()) as sb:
+            return sb.run_code("print(1)").stdout
+
+    with caplog.at_level("ERROR", logger="asyncio"):
+        assert use_and_close() == "1\n"
+        gc.collect()
+    assert "destroyed but it is pending" not in caplog.text
+
+
 def test_config_rejects_bad_values():
     with pytest.raises(ValueError, match="unknown layer"):
         SandboxConfig(required_layers=("firewall",))

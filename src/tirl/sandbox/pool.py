@@ -245,8 +245,12 @@ class LocalSandbox:
                         pass
                 w.kill()
                 self._fail_inflight(w, "tirl-sandbox: the sandbox was closed while the call ran")
-            for task in list(self._bg) + [t for w in self._pool for t in w.tasks]:
+            tasks = [t for t in list(self._bg) + [t for w in self._pool for t in w.tasks]
+                     if t is not asyncio.current_task()]
+            for task in tasks:
                 task.cancel()
+            if tasks:  # let them finish cancelling: a loop closed right after would drop them still pending
+                await asyncio.wait(tasks, timeout=3.0)
             for w in self._pool:
                 if w.proc is not None:
                     try:

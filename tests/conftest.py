@@ -15,9 +15,14 @@ These need the packaged models (``requirements-models.txt``) but not the Qwen we
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# OpenMP threads that spin while waiting slow torch down 10-20x when the 2 cores are shared with other processes
+# (see tirl.cli.train); must be set before torch is first imported.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture(scope="session")

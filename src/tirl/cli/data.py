@@ -7,6 +7,7 @@ times (the report's stage-3 set); re-running with the same ``--out`` resumes.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -61,6 +62,7 @@ def filter_hard_command(
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Write the problems the policy does not solve SAMPLES out of SAMPLES times (the stage-3 hard subset)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see tirl.cli.train: spinning OpenMP threads on shared CPUs
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -2,10 +2,17 @@
 
 ``tirl train rl --config FILE [key.sub=value ...]`` runs one stage; re-running the same command resumes from
 the newest checkpoint in the run's ``output_dir``. Under ``accelerate launch`` every process runs it.
+
+Unless the environment says otherwise, the command sets ``OMP_WAIT_POLICY=PASSIVE`` before torch is loaded:
+on a shared CPU machine OpenMP threads that spin while waiting made generation 10-20x slower (measured with
+SmolLM2-135M, 16 sequences: 3.3 tokens/s spinning vs 67 tokens/s passive, machine load about 5 on 2 cores).
 """
+
+PASSIVE_OMP = ("OMP_WAIT_POLICY", "PASSIVE")
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import List, Optional
 
@@ -30,6 +37,7 @@ def rl_command(
 ) -> None:
     """Run (or resume) one RL stage: sample 2G trajectories per problem with the Python tool, keep G with RoC,
     update the policy with TRL; checkpoints, metrics.jsonl and the final model go to the recipe's output_dir."""
+    os.environ.setdefault(*PASSIVE_OMP)
     import yaml
     from rich.console import Console
 

@@ -18,6 +18,8 @@ from typing import List, Optional
 
 import typer
 
+PASSIVE_OMP = ("OMP_WAIT_POLICY", "PASSIVE")
+
 app = typer.Typer(
     name="train",
     help="Train a policy with agentic RL (GRPO with Resample-on-Correct) on TRL.",

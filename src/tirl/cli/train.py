@@ -8,8 +8,6 @@ on a shared CPU machine OpenMP threads that spin while waiting made generation 1
 SmolLM2-135M, 16 sequences: 3.3 tokens/s spinning vs 67 tokens/s passive, machine load about 5 on 2 cores).
 """
 
-PASSIVE_OMP = ("OMP_WAIT_POLICY", "PASSIVE")
-
 from __future__ import annotations
 
 import os

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from types import SimpleNamespace
 from typing import Any
@@ -233,3 +234,13 @@ def test_passthrough_reward_returns_rewards_and_logs_metrics():
     assert logged == {"tirl/accuracy": 0.5}
     with pytest.raises(ValueError, match="tirl_reward"):
         passthrough_reward(["a"])
+
+
+def test_log_trajectories_writes_every_sampled_trajectory(tmp_path):
+    groups = _groups({"q0": [True, False] * 4})
+    cfg = _cfg(**{"logging.log_trajectories": "true", "output_dir": str(tmp_path)})
+    fn = RocRolloutFunc(cfg, PROBLEMS, ListSource(groups), AnswerScorer(), PAD)
+    fn(["problem 0"] * 4, _trainer(6))
+    rows = [json.loads(x) for x in (tmp_path / "trajectories" / "step_00007_rank0.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and sum(r["kept"] for r in rows) == 4
+    assert {r["reward"] for r in rows} == {0.0, 1.0} and all(r["problem_id"] == "q0" for r in rows)

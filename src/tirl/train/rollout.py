@@ -33,11 +33,13 @@ This module does not build the trainer or the dataset (:mod:`tirl.train.rl`).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from tirl.algo.advantages import group_advantages
@@ -303,9 +305,35 @@ class RocRolloutFunc:
             metrics[f"finish/{reason}"] = sum(t.finish_reason == reason for t in trajectories) / max(1, len(trajectories))
         self.last = RolloutStats(trajectories, selections, metrics, slot_sources)
         self.calls += 1
+        if cfg.logging.log_trajectories:
+            self._log_trajectories(step, process_index, problems, n, trajectories, scores, candidates, selections)
         result: dict[str, Any] = dict(out)
         result[METRICS_KEY] = metrics  # a non-list extra field: TRL copies it into every input row
         return result
+
+
+    def _log_trajectories(self, step: int, process_index: int, problems: Sequence[RLProblem], n: int,
+                          trajectories: Sequence[Trajectory], scores: Sequence[Score],
+                          candidates: Sequence[Candidate], selections: Sequence[Selection]) -> None:
+        """Append every sampled trajectory of this step (text, reward, penalties, kept flag) to
+        ``output_dir/trajectories/step_NNNNN_rankR.jsonl``."""
+        folder = Path(self.config.output_dir) / "trajectories"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"step_{step + 1:05d}_rank{process_index}.jsonl"
+        with open(path, "w", encoding="utf-8") as fh:
+            for gi, problem in enumerate(problems):
+                kept = set(selections[gi].indices)
+                for j in range(n):
+                    t, sc, c = trajectories[gi * n + j], scores[gi * n + j], candidates[gi * n + j]
+                    fh.write(json.dumps({
+                        "problem_id": problem.id, "answer": problem.answer, "sample": j, "kept": j in kept,
+                        "reward": sc.reward, "verify_status": sc.status, "final_answer": t.final_answer,
+                        "p_err": c.p_err, "p_format": c.p_format, "finish_reason": t.finish_reason,
+                        "model_tokens": t.num_model_tokens,
+                        "tool_calls": [rec.cls for rec in t.tool_call_records],
+                        "turns": [{"text": turn.text, "tool_responses": [r.response_text for r in turn.tool_calls]}
+                                  for turn in t.turns],
+                    }, ensure_ascii=False) + "\n")
 
 
 def passthrough_reward(completions: list[Any], **kwargs: Any) -> list[float | None]:

@@ -71,6 +71,9 @@ async def test_timeout_override_reaches_the_worker_request(scripted: tuple[httpx
         {"items": "not a list"},
         {"items": [], "timeout_s": 0},
         {"items": [], "timeout_s": 10_000},
+        {"items": [], "timeout_s": "5"},  # a string, not a number (pydantic's lax mode took it)
+        {"items": [], "timeout_s": True},  # a boolean, not 1 s
+        {"items": [{"answer": 2, "gold": "2"}]},  # answer not a string
     ],
 )
 async def test_malformed_requests_get_422_with_a_json_error(scripted: tuple[httpx.AsyncClient, ScriptedExecutor], body: dict) -> None:

@@ -176,6 +176,54 @@ async def test_malformed_batch_item_named_by_index():
     assert "body.requests[1].memory_mb" in r.json()["message"]
 
 
+@pytest.mark.parametrize(
+    "fields,fragment",
+    [
+        ({"timeout_s": "5"}, 'timeout_s: Input should be a valid number, got a string ("5")'),
+        ({"timeout_s": True}, "timeout_s: Input should be a valid number, got a boolean (true)"),
+        ({"timeout_s": None}, "timeout_s: Input should be a valid number, got null"),
+        ({"memory_mb": "512"}, 'memory_mb: Input should be a valid integer, got a string ("512")'),
+        ({"memory_mb": False}, "memory_mb: Input should be a valid integer, got a boolean (false)"),
+        ({"memory_mb": 512.5}, "memory_mb: Input should be a valid integer, got a number (512.5)"),
+        ({"request_id": 7}, "request_id: Input should be a valid string, got a number (7)"),
+        ({"stdin": ["a"]}, "stdin: Input should be a valid string, got an array"),
+        ({"code": {"src": "x"}}, "code: Input should be a valid string, got an object"),
+    ],
+)
+async def test_lax_types_are_422_and_never_run(fields, fragment):
+    # pydantic's lax mode took "5" and true as numbers (true ran with a 1 s deadline); docs/service.md: 422.
+    ex = ScriptedExecutor()
+    async with client_for(create_app(ex)) as c:
+        r = await c.post("/v1/execute", json={**item("echo 1", "a"), **fields})
+        rb = await c.post("/v1/execute/batch", json={"requests": [item("echo 1", "b"), {**item("echo 1", "c"), **fields}]})
+    assert r.status_code == 422 and rb.status_code == 422
+    assert fragment in r.json()["message"], r.json()["message"]
+    assert "body.requests[1]." + fragment in rb.json()["message"], rb.json()["message"]
+    assert sum(ex.runs.values()) == 0
+
+
+async def test_infinite_timeout_is_422():
+    async with client_for(create_app(ScriptedExecutor())) as c:
+        r = await c.post("/v1/execute", content=b'{"request_id": "a", "code": "echo 1", "timeout_s": Infinity}',
+                         headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "timeout_s: Input should be a finite number" in r.json()["message"]
+
+
+async def test_integers_are_accepted_for_float_fields():
+    seen: list[ExecutionRequest] = []
+
+    class Recording(ScriptedExecutor):
+        async def run(self, request: ExecutionRequest) -> ExecutionResult:
+            seen.append(request)
+            return await super().run(request)
+
+    async with client_for(create_app(Recording())) as c:
+        r = await c.post("/v1/execute", json=item("echo 1", "a", timeout_s=5, memory_mb=512))
+    assert r.status_code == 200 and r.json()["stdout"] == "1\n"
+    assert (seen[0].timeout_s, seen[0].memory_mb) == (5.0, 512)
+    assert type(seen[0].timeout_s) is float and type(seen[0].memory_mb) is int
+
+
 async def test_empty_batch_is_422():
     async with client_for(create_app(ScriptedExecutor())) as c:
         r = await c.post("/v1/execute/batch", json={"requests": []})

@@ -11,8 +11,9 @@ forked child (correct, about 10 times slower).
 Request: ``{"items": [{"response": str | null, "gold": str, "answer": str | null}, ...], "timeout_s": float?}``
 (``answer``: an already extracted answer, skips extraction). Response: ``{"verdicts": [Verdict.to_dict(), ...],
 "counts": {status: n}}`` in item order. Errors: malformed JSON or fields -> 422; more than ``max_items`` items
-or a string over ``max_chars`` characters -> 413; ``timeout_s`` outside (0, ``max_timeout_s``] -> 422. A
-verification failure is a verdict (``verifier_error``, ``timeout``), never an HTTP error.
+or a string over ``max_chars`` characters -> 413; ``timeout_s`` outside (0, ``max_timeout_s``] or not a JSON
+number (``"5"``, ``true``) -> 422. A verification failure is a verdict (``verifier_error``, ``timeout``), never
+an HTTP error.
 
 It does not start a server (``tirl.service.server``) and does not verify anything itself.
 """
@@ -38,7 +39,7 @@ DEFAULT_MAX_TIMEOUT_S = 60.0
 class VerifyItemModel(BaseModel):
     """One item: a response and its reference answer (or an already extracted answer)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "5"/true for a number: 422
 
     response: str | None = Field(default=None, description="model response text; ignored when answer is given")
     gold: str = Field(description="reference answer")
@@ -48,7 +49,7 @@ class VerifyItemModel(BaseModel):
 class VerifyBatchRequest(BaseModel):
     """A batch of items to verify."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "5"/true for a number: 422
 
     items: list[VerifyItemModel]
     timeout_s: float | None = Field(default=None, description="per-item deadline in seconds (default 5)")

@@ -8,9 +8,9 @@ Endpoints (OpenAPI at ``/openapi.json``, docs at ``/docs``):
 ``GET  /metrics``            Prometheus text (:mod:`tirl.service.metrics`)
 
 Errors never crash the server and always have a JSON body ``{"error", "message", "detail"}``:
-malformed JSON or fields -> 422 with a readable message naming the field; code/stdin over the configured size,
-too many items in a batch, or a body over ``max_body_bytes`` -> 413; ``timeout_s`` over ``max_timeout_s`` ->
-422. Anything the executor does wrong becomes an ``internal`` result inside a 200.
+malformed JSON or fields (wrong JSON types included: ``"5"`` or ``true`` for a number) -> 422 with a readable
+message naming the field; code/stdin over the configured size, too many items in a batch, or a body over
+``max_body_bytes`` -> 413; ``timeout_s`` over ``max_timeout_s`` -> 422. Anything the executor does wrong becomes an ``internal`` result inside a 200.
 
 Extending the app: pass extra ``fastapi.APIRouter`` objects as ``create_app(..., routers=[router])``. Their
 handlers reach the shared objects through ``request.app.state``: ``service`` (:class:`ExecutionService`:
@@ -154,6 +154,24 @@ def _loc(loc: Sequence[Any]) -> str:
     return out or "request"
 
 
+def _json_kind(value: Any) -> str:
+    """How a decoded JSON value reads in a message: ``a string ("5")``, ``a boolean (true)``, ``null``..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({'true' if value else 'false'})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value!r:.40})"
+    if isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+        return f"a string ({text if len(text) <= 40 else text[:37] + '...'})"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
 def readable_validation_message(errors: Sequence[dict[str, Any]]) -> str:
     """One line per pydantic/FastAPI validation error: ``body.requests[3].timeout_s: Input should be > 0``."""
     lines = []
@@ -165,7 +183,10 @@ def readable_validation_message(errors: Sequence[dict[str, Any]]) -> str:
         elif tuple(err.get("loc", ())) == ("body",) and err.get("type") in ("model_attributes_type", "dict_type"):
             lines.append("body must be a JSON object, sent with Content-Type: application/json")
         else:
-            lines.append(f"{_loc(err.get('loc', ()))}: {err.get('msg', 'invalid')}")
+            line = f"{_loc(err.get('loc', ()))}: {err.get('msg', 'invalid')}"
+            if str(err.get("type", "")).endswith("_type") and "input" in err:
+                line += f", got {_json_kind(err['input'])}"  # strict fields: say what was sent instead
+            lines.append(line)
     if len(errors) > 20:
         lines.append(f"... and {len(errors) - 20} more errors")
     return "; ".join(lines)

@@ -7,7 +7,10 @@ the server's limits (that is a 413, decided by the app) and does not run anythin
 The request and result models mirror :class:`~tirl.sandbox.types.ExecutionRequest` and
 :class:`~tirl.sandbox.types.ExecutionResult` field for field (a test keeps them in step). On the wire the
 ``request_id`` is required: it is the idempotency key, so a request without one could not be retried safely.
-Unknown fields are rejected (422) so that a misspelt field is never silently ignored.
+Unknown fields are rejected (422) so that a misspelt field is never silently ignored, and request fields are
+strict (422 otherwise): numbers must be JSON numbers (``"5"`` and ``true`` are not; an integer is accepted
+where a float is expected, ``memory_mb`` must be an integer, ``timeout_s`` finite), strings JSON strings, as
+:func:`tirl.sandbox.pool.validate_request` demands of the dataclass, so both executors refuse the same input.
 """
 
 from __future__ import annotations
@@ -27,10 +30,14 @@ from tirl.sandbox.types import (
 MAX_REQUEST_ID_CHARS = 256
 
 
+#: Request models: unknown fields and lax types (``"5"`` or ``true`` for a number, a number for a string) are 422s.
+STRICT_REQUEST = ConfigDict(extra="forbid", strict=True)
+
+
 class ExecuteRequest(BaseModel):
     """One piece of code to run (the body of ``POST /v1/execute``, an item of a batch)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT_REQUEST
 
     request_id: str = Field(
         min_length=1,
@@ -39,8 +46,11 @@ class ExecuteRequest(BaseModel):
     )
     code: str = Field(description="Python source, run as __main__ in a fresh process.")
     stdin: str = Field(default="", description="Standard input (UTF-8 text); empty means EOF.")
-    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, description="Wall-clock deadline in seconds.")
-    memory_mb: int = Field(default=DEFAULT_MEMORY_MB, gt=0, description="Address-space limit in MiB.")
+    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, allow_inf_nan=False,
+                             description="Wall-clock deadline in seconds (a JSON number; integers accepted).")
+    memory_mb: int = Field(default=DEFAULT_MEMORY_MB, gt=0,
+                           description="Memory limit in MiB (a JSON integer): address space per process, and "
+                                       "all processes of the call together where the sandbox has cgroups.")
 
     def to_request(self) -> ExecutionRequest:
         """The shared dataclass with the same fields."""
@@ -67,7 +77,7 @@ class ExecuteRequest(BaseModel):
 class BatchExecuteRequest(BaseModel):
     """The body of ``POST /v1/execute/batch``: requests answered in the same order."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT_REQUEST
 
     requests: list[ExecuteRequest] = Field(min_length=1)
 

@@ -10,7 +10,8 @@ Endpoints (OpenAPI at ``/openapi.json``, docs at ``/docs``):
 Errors never crash the server and always have a JSON body ``{"error", "message", "detail"}``:
 malformed JSON or fields (wrong JSON types included: ``"5"`` or ``true`` for a number) -> 422 with a readable
 message naming the field; code/stdin over the configured size, too many items in a batch, or a body over
-``max_body_bytes`` -> 413; ``timeout_s`` over ``max_timeout_s`` -> 422. Anything the executor does wrong becomes an ``internal`` result inside a 200.
+``max_body_bytes`` -> 413; ``timeout_s`` over ``max_timeout_s`` -> 422. Anything the executor does wrong
+becomes an ``internal`` result inside a 200.
 
 Extending the app: pass extra ``fastapi.APIRouter`` objects as ``create_app(..., routers=[router])``. Their
 handlers reach the shared objects through ``request.app.state``: ``service`` (:class:`ExecutionService`:

@@ -35,6 +35,7 @@ Usage::
     .venv/bin/python benchmarks/sandbox_bench.py            # full run (about two minutes on 2 cores)
     .venv/bin/python benchmarks/sandbox_bench.py --quick    # small run
     .venv/bin/python benchmarks/sandbox_bench.py --json out.json
+    .venv/bin/python benchmarks/sandbox_bench.py --quick --no-cgroup   # without the per-call cgroup layer
 
 Prints a table and writes JSON (default ``benchmarks/results/sandbox_bench.json``) with the load average
 before and after, since timings on a shared machine depend on what else runs.
@@ -212,7 +213,7 @@ async def main_async(args: argparse.Namespace) -> dict:
     }
     load_before = os.getloadavg()
     results: list[PhaseResult] = []
-    async with LocalSandbox() as sb:
+    async with LocalSandbox(cgroup=not args.no_cgroup) as sb:
         k = sb.max_concurrency
         layers = await sb.layer_report()
         for _ in range(2 * k):  # warm the workers' first-call paths
@@ -275,6 +276,8 @@ def render(report: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a quarter of the calls")
+    parser.add_argument("--no-cgroup", action="store_true",
+                        help="switch the per-call cgroup layer off (to measure its cost)")
     parser.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "sandbox_bench.json")
     args = parser.parse_args()
     report = asyncio.run(main_async(args))

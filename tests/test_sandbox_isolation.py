@@ -132,8 +132,9 @@ async def test_all_layers_active_when_root_and_kernel_allow():
     async with LocalSandbox(workers=1, preload=()) as sb:
         info = await sb.worker_info()
     missing = {layer["name"]: layer["detail"] for layer in info["layers"] if not layer["active"]}
-    # On a root machine only a kernel without Landlock/seccomp/namespaces can explain a missing layer.
-    allowed = {"landlock", "seccomp", "network_namespace", "pid_namespace", "mount_namespace"}
+    # On a root machine only a kernel without Landlock/seccomp/namespaces, or cgroups that are absent or
+    # read-only (containers), can explain a missing layer (test_sandbox_cgroup checks the cgroup case).
+    allowed = {"landlock", "seccomp", "network_namespace", "pid_namespace", "mount_namespace", "cgroup"}
     assert set(missing) <= allowed, missing
 
 
@@ -179,12 +180,14 @@ def test_doctor_cli_reports_layers_and_probes_as_json():
     report = json.loads(result.output)
     assert [layer["name"] for layer in report["layers"]] == list(LAYER_NAMES)
     probes = {p["name"]: p for p in report["probes"]}
-    assert len(probes) == 4 and all(p["detail"] for p in probes.values())
+    assert len(probes) == 5 and all(p["detail"] for p in probes.values())
     active = {layer["name"] for layer in report["layers"] if layer["active"]}
     if "seccomp" in active or "network_namespace" in active:
         assert probes["tcp connect to 127.0.0.1"]["held"]
     assert probes["read a host environment variable"]["held"]
     if "pid_namespace" in active:
         assert probes["double-fork ignoring SIGTERM past the deadline"]["held"]
+    if "cgroup" in active:
+        assert probes["4 processes of 128 MiB under memory_mb=384"]["held"], probes
     assert report["all_active"] == (all(l["active"] for l in report["layers"]) and all(
         p["held"] for p in report["probes"]))

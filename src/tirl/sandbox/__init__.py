@@ -3,7 +3,8 @@
 - :mod:`tirl.sandbox.types`: ``ExecutionRequest``, ``ExecutionResult``, ``CodeExecutor`` (shared contract).
 - :mod:`tirl.sandbox.pool`: ``LocalSandbox`` (async pool of warm, isolated workers) and ``SyncSandbox``.
 - :mod:`tirl.sandbox.config`: ``SandboxConfig``.
-- :mod:`tirl.sandbox.isolation`, :mod:`~tirl.sandbox.landlock`, :mod:`~tirl.sandbox.seccomp`: the layers.
+- :mod:`tirl.sandbox.isolation`, :mod:`~tirl.sandbox.landlock`, :mod:`~tirl.sandbox.seccomp`,
+  :mod:`~tirl.sandbox.cgroup`: the layers.
 - :mod:`tirl.sandbox.doctor`: the layer report behind ``tirl sandbox doctor``.
 """
 

@@ -42,6 +42,7 @@ LAYER_NAMES: tuple[str, ...] = (
     "unprivileged_user",
     "capabilities_dropped",
     "rlimits",
+    "cgroup",
     "output_cap",
     "scratch_dir",
     "landlock",
@@ -98,7 +99,8 @@ class SandboxConfig:
         max_start_failures: consecutive worker start failures after which every call is answered
             ``internal`` with the start error (instead of retrying forever).
         sandbox_uid / sandbox_gid: identity the code runs as when the worker is root (default: nobody).
-        nproc_limit: RLIMIT_NPROC of the code (counted per user id, so shared by concurrent calls).
+        nproc_limit: RLIMIT_NPROC of the code (counted per user id, so shared by concurrent calls), and the
+            ``pids.max`` of each call's cgroup (its own processes only) when the cgroup layer is active.
         nofile_limit: RLIMIT_NOFILE of the code.
         fsize_mb: RLIMIT_FSIZE of the code in MiB (largest file it can write).
         scratch_mb: size of each worker's private tmpfs that holds the calls' scratch directories (when the
@@ -107,9 +109,15 @@ class SandboxConfig:
             memory that no rlimit counts: without this bound a call created about a million files in 8 s
             (close to 1 GB of kernel memory) and the worker then spent seconds deleting them.
         scratch_root: where the host creates the pool's scratch folder; None means the system temp dir.
-        network_namespace, pid_namespace, mount_namespace, unprivileged_user, landlock, seccomp,
-            user_namespace: switches of the isolation layers (``user_namespace``: when not started as root,
-            try an unprivileged user namespace so the network/pid/mount namespaces are still possible).
+        network_namespace, pid_namespace, mount_namespace, unprivileged_user, landlock, seccomp, cgroup,
+            user_namespace: switches of the isolation layers (``cgroup``: each call in its own memory and pids
+            cgroup, memory limit = the request's ``memory_mb`` for all its processes together;
+            ``user_namespace``: when not started as root, try an unprivileged user namespace so the
+            network/pid/mount namespaces are still possible).
+        cgroup_parent: where the workers create their cgroups, as a path relative to the mount point of each
+            cgroup hierarchy (e.g. ``"tirl"`` for ``/sys/fs/cgroup/memory/tirl`` on v1); None (default) means
+            the worker's own cgroup. On cgroup v2 this must name a delegated cgroup without processes unless
+            the worker runs in the root cgroup (see docs/sandbox.md).
         required_layers: layer names (see ``LAYER_NAMES``) that must be active; a worker without one of
             them fails to start, and the pool answers ``internal``.
         env_passthrough: extra variable names copied from the host environment into the code's environment
@@ -144,6 +152,8 @@ class SandboxConfig:
     unprivileged_user: bool = True
     landlock: bool = True
     seccomp: bool = True
+    cgroup: bool = True
+    cgroup_parent: str | None = None
     user_namespace: bool = True
     required_layers: tuple[str, ...] = ()
     env_passthrough: tuple[str, ...] = ()
@@ -181,6 +191,6 @@ class SandboxConfig:
         keys = (
             "preload max_output_bytes kill_on_output_overflow drain_grace_s sandbox_uid sandbox_gid "
             "nproc_limit nofile_limit fsize_mb scratch_mb scratch_inodes network_namespace pid_namespace mount_namespace "
-            "unprivileged_user landlock seccomp user_namespace required_layers slots_per_worker"
+            "unprivileged_user landlock seccomp cgroup cgroup_parent user_namespace required_layers slots_per_worker"
         ).split()
         return {**{k: getattr(self, k) for k in keys}, "warmups": self.warmup_sources()}

@@ -3,7 +3,8 @@
 Starts a one-worker :class:`~tirl.sandbox.pool.LocalSandbox`, reads the layer report of its worker (each
 layer active, or why not), then runs a few hostile probes through it and checks the outcome: a TCP
 connect to 127.0.0.1, a write outside the scratch directory, reading a secret from the host environment,
-a double-forked child that ignores SIGTERM and outlives the deadline. It also times trivial calls. It does
+a double-forked child that ignores SIGTERM and outlives the deadline, four processes that together pass
+the call's memory limit (killed only by the ``cgroup`` layer). It also times trivial calls. It does
 not change any setting; it only reports.
 """
 
@@ -88,8 +89,13 @@ async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
         ExecutionRequest(f"open({outside!r}, 'w').write('x')", timeout_s=5),
         ExecutionRequest(f"import os\nprint(os.environ.get({secret_name!r}))", timeout_s=5),
         ExecutionRequest(escape, timeout_s=1.5),
+        # Four processes of 128 MiB each, 512 MiB together; each stays under its 384 MiB of address space
+        # (a worker with numpy, scipy and sympy preloaded has about 190 MiB).
+        ExecutionRequest("import os, time\nkids = []\nfor _ in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
+                         "        block = b'x' * (128 << 20)\n        time.sleep(0.5)\n        os._exit(0)\n"
+                         "    kids.append(pid)\nfor pid in kids:\n    os.waitpid(pid, 0)", timeout_s=10, memory_mb=384),
     ]
-    net, write, env, kill = await sb.run_batch(requests)
+    net, write, env, kill, memory = await sb.run_batch(requests)
     await asyncio.sleep(0.2)
     survivors = _process_with_marker(marker)
     written = os.path.exists(outside)
@@ -104,6 +110,9 @@ async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
                      f"{env.status}: printed {env.stdout.strip()!r}"),
         ProbeOutcome("double-fork ignoring SIGTERM past the deadline", kill.status == "timeout" and not survivors,
                      f"{kill.status}; processes left on the host: {survivors or 'none'}"),
+        ProbeOutcome("4 processes of 128 MiB under memory_mb=384",
+                     memory.status == "killed" and "memory cgroup" in memory.stderr,
+                     f"{memory.status}: {(memory.stderr.strip().splitlines() or [''])[-1]}"),
     ]
 
 

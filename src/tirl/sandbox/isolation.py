@@ -7,15 +7,17 @@ tmpfs for scratch directories. It then calls :func:`probe_plan`, which forks a t
 every per-call layer and checks that each works; a layer that fails is switched off with the reason, so
 a machine without (say) Landlock still runs code, and ``tirl sandbox doctor`` says what is missing.
 
-Each call's process then calls :func:`enter_call` with the resulting :class:`CallPlan`: new session,
-resource limits, scratch directory as cwd, allowlisted environment, no-new-privs, unprivileged user id
-(with all capabilities dropped), parent-death signal, Landlock, seccomp. A layer that the probe accepted but that
+Each call's process then calls :func:`enter_call` with the resulting :class:`CallPlan`: its own cgroup
+(memory and pids of all its processes together, see :mod:`tirl.sandbox.cgroup`), new session, resource
+limits, scratch directory as cwd, allowlisted environment, no-new-privs, unprivileged user id (with all
+capabilities dropped), parent-death signal, Landlock, seccomp. A layer that the probe accepted but that
 fails for a call raises :class:`LayerError` (fail closed: the call is answered ``internal``).
 
 PID namespaces are per call and handled by the worker (``setns`` back to its own namespace, then
 ``unshare(CLONE_NEWPID)`` before each fork), see :func:`new_pid_namespace_for_children`.
 
-It does not cover cgroups (memory is limited with RLIMIT_AS, processes with RLIMIT_NPROC).
+Where cgroups are absent or read-only, memory is limited only per process (RLIMIT_AS) and processes per
+user (RLIMIT_NPROC), and the ``cgroup`` layer is reported missing with the reason.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import socket
 import tempfile
 from dataclasses import asdict, dataclass, field
 
-from tirl.sandbox import _linux, landlock, seccomp
+from tirl.sandbox import _linux, cgroup, landlock, seccomp
 from tirl.sandbox.config import LAYER_NAMES, THREAD_ENV_VARS
 
 #: Environment variables copied from the worker's (already allowlisted) environment into each call.
@@ -66,6 +68,7 @@ class CallPlan:
         landlock_abi: Landlock ABI to use, 0 for off.
         seccomp: install the seccomp filter.
         rlimits: apply resource limits.
+        cgroup: put each call in its own cgroup (the worker's :class:`~tirl.sandbox.cgroup.CgroupLayer`).
         uid, gid: identity for ``drop`` modes.
         read_roots: directories readable under Landlock.
         nproc, nofile, fsize_mb: resource limits.
@@ -76,6 +79,7 @@ class CallPlan:
     landlock_abi: int = 0
     seccomp: bool = False
     rlimits: bool = True
+    cgroup: bool = False
     uid: int = 65534
     gid: int = 65534
     read_roots: list[str] = field(default_factory=list)
@@ -94,6 +98,7 @@ class WorkerIsolation:
     self_pid_ns_fd: int | None = None
     seccomp_filter: seccomp.PreparedFilter | None = None
     landlock_rules: landlock.PreparedRules | None = None
+    cgroups: cgroup.CgroupLayer | None = None
 
     def report(self) -> list[dict]:
         """Layer statuses as dicts, in :data:`LAYER_NAMES` order."""
@@ -263,8 +268,20 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
     else:
         layers["landlock"] = LayerStatus("landlock", False, "switched off in the configuration")
 
-    return WorkerIsolation(layers=layers, plan=plan, scratch_dir=scratch_dir,
-                           self_pid_ns_fd=self_ns_fd, seccomp_filter=seccomp_filter, landlock_rules=rules)
+    cgroups = None
+    if not cfg.get("cgroup", False):
+        layers["cgroup"] = LayerStatus("cgroup", False, "switched off in the configuration")
+    else:
+        try:
+            cgroups = cgroup.CgroupLayer.setup(cfg.get("cgroup_parent"), max_free=int(cfg["slots_per_worker"]))
+            plan.cgroup = True
+        except cgroup.CgroupError as exc:
+            layers["cgroup"] = LayerStatus("cgroup", False, f"{exc}{userns_note}")
+        except OSError as exc:  # pragma: no cover - /proc unreadable
+            layers["cgroup"] = LayerStatus("cgroup", False, f"cannot read the cgroup mounts: {exc}")
+
+    return WorkerIsolation(layers=layers, plan=plan, scratch_dir=scratch_dir, self_pid_ns_fd=self_ns_fd,
+                           seccomp_filter=seccomp_filter, landlock_rules=rules, cgroups=cgroups)
 
 
 def new_pid_namespace_for_children(self_pid_ns_fd: int) -> None:
@@ -302,11 +319,13 @@ def _python_readable_by(uid: int, gid: int) -> bool:
 
 def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s: float, memory_mb: int,
                seccomp_filter: seccomp.PreparedFilter | None = None,
-               landlock_rules: landlock.PreparedRules | None = None) -> None:
+               landlock_rules: landlock.PreparedRules | None = None,
+               call_cgroup: cgroup.CallCgroup | None = None) -> None:
     """Apply the per-call layers to the calling process (a freshly forked call process). Irreversible.
 
-    Order: new session; resource limits; cwd = scratch; environment; no-new-privs; user id and
-    capabilities; parent-death signal; Landlock; seccomp (last, so the set-up itself may use any call).
+    Order: the call's cgroup (first, so that everything after is counted in it); new session; resource
+    limits; cwd = scratch; environment; no-new-privs; user id and capabilities; parent-death signal;
+    Landlock; seccomp (last, so the set-up itself may use any call).
 
     Args:
         plan: the probed plan of the worker.
@@ -315,10 +334,18 @@ def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s:
         timeout_s: wall-clock limit of the call; the CPU limit is ``ceil(timeout_s) + 1`` seconds.
         memory_mb: address-space limit in MiB (whole process, including the preloaded modules).
         seccomp_filter, landlock_rules: the worker's prepared filter and rules (used when the plan says so).
+        call_cgroup: the cgroup the worker made for this call (required when ``plan.cgroup``).
 
     Raises:
         LayerError: a planned layer failed.
     """
+    if plan.cgroup:
+        if call_cgroup is None:
+            raise LayerError("cgroup", "no cgroup was made for the call")
+        try:
+            call_cgroup.enter()
+        except OSError as exc:
+            raise LayerError("cgroup", f"cannot enter the call's cgroup: {exc}") from exc
     os.setsid()
     if plan.rlimits:
         cpu = int(math.ceil(timeout_s)) + 1
@@ -378,18 +405,21 @@ def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s:
             raise LayerError("seccomp", str(exc)) from exc
 
 
-def _probe_child(iso: WorkerIsolation, scratch_dir: str, outside_dir: str, fd: int) -> None:
+def _probe_child(iso: WorkerIsolation, scratch_dir: str, outside_dir: str, fd: int,
+                 probe_cgroup: cgroup.CallCgroup | None = None) -> None:
     """Body of the probe process: apply the plan, test each layer, write a JSON report to ``fd``."""
     report: dict = {"failed": None, "checks": {}}
     try:
         enter_call(iso.plan, scratch_dir, call_env(dict(os.environ), scratch_dir), 5.0, 1 << 16,
-                   iso.seccomp_filter, iso.landlock_rules)
+                   iso.seccomp_filter, iso.landlock_rules, probe_cgroup)
     except LayerError as exc:
         report["failed"] = [exc.layer, str(exc)]
     else:
         checks = report["checks"]
         checks["uid"] = os.getuid()
         checks["pid"] = os.getpid()
+        if probe_cgroup is not None:
+            checks["cgroup_dirs"] = len(probe_cgroup.dirs)
         try:
             with open(os.path.join(scratch_dir, "probe"), "w") as fh:
                 fh.write("x")
@@ -438,12 +468,18 @@ def probe_plan(iso: WorkerIsolation) -> None:
             notes["unprivileged_user"] = (
                 f"the Python installation is not readable by uid {plan.uid} and Landlock/seccomp are not "
                 "both active; calls run as uid 0 with every capability dropped")
+        probe_cgroup = None
+        if plan.cgroup and iso.cgroups is not None:
+            try:
+                probe_cgroup = iso.cgroups.create(f"probe{_attempt}", 256 << 20, plan.nproc)
+            except OSError as exc:
+                _switch_cgroup_off(iso, f"cannot create a call's cgroup: {exc}")
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - child
             os.close(r)
             try:
-                _probe_child(iso, scratch, outside, w)
+                _probe_child(iso, scratch, outside, w, probe_cgroup)
             finally:
                 os._exit(0)
         os.close(w)
@@ -452,6 +488,9 @@ def probe_plan(iso: WorkerIsolation) -> None:
             chunks.append(chunk)
         os.close(r)
         os.waitpid(pid, 0)
+        if probe_cgroup is not None and not probe_cgroup.remove():
+            probe_cgroup.kill()
+            probe_cgroup.remove()
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(outside, ignore_errors=True)
         try:
@@ -472,11 +511,26 @@ def probe_plan(iso: WorkerIsolation) -> None:
             plan.uid_mode = "capless" if plan.uid_mode != "capless" else "none"
         elif layer == "rlimits":
             plan.rlimits = False
+        elif layer == "cgroup":
+            _switch_cgroup_off(iso, f"probe failed: {message}")
     raise RuntimeError(f"isolation probe kept failing: {notes}")  # pragma: no cover
+
+
+def _switch_cgroup_off(iso: WorkerIsolation, reason: str) -> None:
+    iso.plan.cgroup = False
+    if iso.cgroups is not None:
+        iso.cgroups.close()
+        iso.cgroups = None
+    iso.layers["cgroup"] = LayerStatus("cgroup", False, reason)
 
 
 def _record_plan_layers(iso: WorkerIsolation, checks: dict, notes: dict[str, str]) -> None:
     plan, layers = iso.plan, iso.layers
+    if plan.cgroup and iso.cgroups is not None:
+        if checks.get("cgroup_dirs"):
+            layers["cgroup"] = LayerStatus("cgroup", True, iso.cgroups.describe())
+        else:
+            _switch_cgroup_off(iso, f"probe: the call was not in its cgroup ({checks})")
     layers["rlimits"] = LayerStatus(
         "rlimits", plan.rlimits,
         f"CPU s = ceil(timeout)+1, address space = memory_mb, nproc {plan.nproc}, fsize {plan.fsize_mb} MiB, "

@@ -50,7 +50,8 @@ class ExecutionRequest:
         code: Python source, run as ``__main__`` in a fresh process.
         stdin: bytes of standard input, as text (UTF-8). Empty means stdin is at EOF.
         timeout_s: wall-clock deadline in seconds (also the CPU-seconds limit, rounded up).
-        memory_mb: address-space limit in MiB for the process (and its children).
+        memory_mb: memory limit in MiB: the address space of each of the call's processes and, where the
+            sandbox has the ``cgroup`` layer, the memory of all of them together.
         request_id: idempotency key; a service answers a retried id from its first execution.
     """
 

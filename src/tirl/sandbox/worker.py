@@ -7,15 +7,17 @@ imports the preload modules, probes the per-call layers, and answers ``ready`` w
 
 For each ``run`` frame it (single-threaded, with a ``selectors`` loop over all its calls):
 
-1. creates the call's scratch directory, an in-memory stdin file and pipes for stdout, stderr and the
-   runner's result record;
+1. creates the call's scratch directory, its cgroup (when the cgroup layer is active: memory and pids of all
+   the call's processes together, see :mod:`tirl.sandbox.cgroup`), an in-memory stdin file and pipes for
+   stdout, stderr and the runner's result record;
 2. with PID namespaces: points its children's PID namespace to a fresh one, so the call process it forks
    next is that namespace's init (PID 1): when it exits or is killed, the kernel kills every process the
    call started, and it can be reaped only once they are all gone;
 3. forks the call process, which applies the per-call layers and runs :func:`tirl.sandbox.runner.execute`;
 4. reads the outputs as they stream, storing at most ``max_output_bytes`` of each;
 5. when the call process exits (or at the deadline, when it is killed), kills the rest of the call's
-   processes, drains the pipes, removes the scratch directory and sends the result.
+   processes, drains the pipes, reads the OOM kills of its cgroup, removes the cgroup and the scratch
+   directory and sends the result.
 
 The worker is a child subreaper and reaps every child it gets, so no zombies accumulate. It does not
 queue requests (the pool never sends more than ``slots_per_worker`` at once) and keeps no state between
@@ -38,7 +40,7 @@ import traceback
 from dataclasses import asdict
 from typing import NoReturn
 
-from tirl.sandbox import _linux, isolation, runner, wire
+from tirl.sandbox import _linux, cgroup, isolation, runner, wire
 from tirl.sandbox.isolation import LayerError, WorkerIsolation
 
 _READ_CHUNK = 1 << 16
@@ -79,7 +81,8 @@ class _Stream:
 
 class _Call:
     __slots__ = ("id", "code", "timeout_s", "memory_mb", "pid", "scratch", "out", "err", "res",
-                 "started", "deadline", "exited_at", "wait_status", "kill_reason", "no_pid_namespace")
+                 "started", "deadline", "exited_at", "wait_status", "kill_reason", "no_pid_namespace", "cgroup",
+                 "oom_kills")
 
     def __init__(self, cid: int, msg: dict) -> None:
         self.id = cid
@@ -97,6 +100,8 @@ class _Call:
         self.wait_status: int | None = None
         self.kill_reason: str | None = None
         self.no_pid_namespace = False
+        self.cgroup: cgroup.CallCgroup | None = None
+        self.oom_kills = 0
 
     def streams(self) -> list[_Stream]:
         return [s for s in (self.out, self.err, self.res) if s is not None]
@@ -127,6 +132,7 @@ class Worker:
         self.closing = False
         self.max_out = int(cfg["max_output_bytes"])
         self.scan_orphans = not iso.plan.pid_namespace
+        self.stale_cgroups: list[cgroup.CallCgroup] = []  # not removable yet (processes left); retried
 
     # ----- messages ---------------------------------------------------------------------------------
     def send(self, message: dict) -> None:
@@ -167,6 +173,8 @@ class Worker:
         os.mkdir(call.scratch, 0o700)
         if plan.uid_mode.startswith("drop"):
             os.chown(call.scratch, plan.uid, plan.gid)
+        if plan.cgroup and self.iso.cgroups is not None:
+            call.cgroup = self.iso.cgroups.acquire(call.memory_mb * 1024 * 1024, plan.nproc)
         stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
         data = stdin.encode("utf-8", "replace")
         view = memoryview(data)
@@ -221,7 +229,8 @@ class Worker:
             os.dup2(err_w, 2)
             os.dup2(res_w, 3, inheritable=False)
             isolation.enter_call(self.iso.plan, call.scratch, isolation.call_env(self.env, call.scratch),
-                                 call.timeout_s, call.memory_mb, self.iso.seccomp_filter, self.iso.landlock_rules)
+                                 call.timeout_s, call.memory_mb, self.iso.seccomp_filter, self.iso.landlock_rules,
+                                 call.cgroup)
             os.closerange(4, 1 << 20)  # after Landlock, which uses the worker's prepared path descriptors
             # The first byte of the result pipe says whether set-up succeeded. It is written before the
             # user's code runs, so that code cannot pass its own failure off as tirl's (``internal``).
@@ -273,6 +282,8 @@ class Worker:
                 os.kill(call.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        if call.cgroup is not None and (call.no_pid_namespace or not self.iso.plan.pid_namespace):
+            call.cgroup.kill()  # processes that left the group (setsid) but not the cgroup
 
     def reap(self) -> None:
         """Collect every exited child: call processes and adopted orphans."""
@@ -342,12 +353,33 @@ class Worker:
                 pass
         if call.scratch:
             _remove_tree(call.scratch)
+        if call.cgroup is not None and self.iso.cgroups is not None:
+            cg, call.cgroup = call.cgroup, None
+            # With a PID namespace nothing of the call is left once its init was reaped (or never forked).
+            empty = call.pid == 0 or (call.wait_status is not None and self.iso.plan.pid_namespace
+                                      and not call.no_pid_namespace)
+            if not self.iso.cgroups.release(cg, empty):  # processes left: only without a PID namespace
+                cg.kill()
+                self.reap()
+                if not cg.remove():
+                    self.stale_cgroups.append(cg)
+
+    def _retry_stale_cgroups(self) -> None:
+        """Remove the cgroups of finished calls whose last processes were still exiting."""
+        left = []
+        for cg in self.stale_cgroups:
+            if not cg.remove():
+                cg.kill()
+                left.append(cg)
+        self.stale_cgroups = left
 
     def _finish(self, call: _Call) -> None:
         for stream in call.streams():
             if not stream.eof:
                 self._on_stream(call, stream, max_chunks=64)
         self.calls.pop(call.id, None)
+        if call.cgroup is not None:
+            call.oom_kills = call.cgroup.oom_kills()
         self._cleanup(call)
         if self.scan_orphans or call.no_pid_namespace:
             self._kill_orphans()
@@ -387,6 +419,16 @@ class Worker:
         elif setup_error is not None:
             result["status"] = "internal"
             note = setup_error
+        elif call.oom_kills:
+            # The memory cgroup's OOM killer ended the call or some of its processes: its processes together
+            # passed memory_mb. Reported even when the call itself finished (its children's work was lost).
+            if record.get("error_type"):
+                result["error_type"] = _sanitize(str(record["error_type"]))
+                result["traceback"] = _sanitize(str(record.get("traceback") or record["error_type"]))
+            result["status"] = "killed"
+            procs = "process" if call.oom_kills == 1 else "processes"
+            note = (f"killed: the call's processes together passed its memory limit ({call.memory_mb} MiB, "
+                    f"memory cgroup); the kernel's OOM killer ended {call.oom_kills} {procs} of the call")
         elif status_code is not None and status_code < 0:
             sig = -status_code
             name = _SIGNAL_NAMES.get(sig, f"signal {sig}")
@@ -440,6 +482,8 @@ class Worker:
             self._check_timers(time.monotonic())
             if self.scan_orphans and not self.calls:
                 self._kill_orphans()
+            if self.stale_cgroups:
+                self._retry_stale_cgroups()
         for call in list(self.calls.values()):
             self.kill_call(call, "shutdown")
         deadline = time.monotonic() + 2.0
@@ -448,6 +492,7 @@ class Worker:
             time.sleep(0.01)
         for call in list(self.calls.values()):
             self._cleanup(call)
+        self._retry_stale_cgroups()
 
 
 def _remove_tree(path: str) -> None:
@@ -537,6 +582,7 @@ def main() -> None:
         messages = frames.feed(data)
         if messages:
             cfg = messages[0]
+    iso: WorkerIsolation | None = None
     try:
         iso = isolation.setup_worker(cfg, cfg["scratch_dir"])
         preload = _preload(cfg["preload"])
@@ -555,6 +601,8 @@ def main() -> None:
             wire_msg = {"op": "fatal", "error": f"required isolation layers are not available: {detail}",
                         "layers": iso.report()}
             os.write(ctl_out, wire.encode(wire_msg))
+            if iso.cgroups is not None:
+                iso.cgroups.close()
             return
         import threading
 
@@ -569,11 +617,15 @@ def main() -> None:
         try:
             os.write(ctl_out, wire.encode({"op": "fatal", "error": traceback.format_exc()}))
         finally:
+            if iso is not None and iso.cgroups is not None:
+                iso.cgroups.close()
             raise
     try:
         worker.loop()
     finally:
         shutil.rmtree(iso.scratch_dir, ignore_errors=True)
+        if iso.cgroups is not None:
+            iso.cgroups.close()
 
 
 if __name__ == "__main__":

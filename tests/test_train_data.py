@@ -73,6 +73,10 @@ def _recompute(kind: str, text: str) -> int:
     if kind == "sum_of_powers":
         k = 2 if "squares" in text else 3
         return sum(i**k for i in range(1, nums[1] + 1))
+    if kind == "multiply_small":
+        return nums[0] * nums[1]
+    if kind == "add3":
+        return nums[0] + nums[1] - nums[2]
     if kind == "inclusion_exclusion":
         n, a, b = nums[1], nums[2], nums[3]
         return sum(1 for i in range(1, n + 1) if (i % a == 0) != (i % b == 0))
@@ -80,7 +84,7 @@ def _recompute(kind: str, text: str) -> int:
 
 
 def test_synthetic_answers_are_exact():
-    problems = synthetic_problems(28, seed=3)
+    problems = synthetic_problems(28, seed=3) + synthetic_problems(6, seed=3, kinds=["multiply_small", "add3"])
     assert {p.meta["kind"] for p in problems} == set(SYNTHETIC_KINDS)
     for p in problems:
         assert int(p.answer) == _recompute(p.meta["kind"], p.problem), p.problem
@@ -135,6 +139,8 @@ def test_write_then_load_round_trip(tmp_path):
 def test_mixture_dedups_caps_and_rejects_unknown(tmp_path):
     mix = load_training_problems(["champ:5", "champ:3", "synthetic:4"], seed=0)
     assert len(mix) == 9 and len({p.id for p in mix}) == 9
+    easy = load_training_problems(["synthetic:6:add3+multiply_small"], seed=0)
+    assert sorted({p.meta["kind"] for p in easy}) == ["add3", "multiply_small"]
     assert load_training_problems(["champ"], seed=1) != load_training_problems(["champ"], seed=2)
     assert len(load_training_problems(["champ"], limit=7)) == 7
     with pytest.raises(ValueError, match="neither"):

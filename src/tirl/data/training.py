@@ -229,6 +229,16 @@ def _gen_inclusion_exclusion(r: random.Random) -> tuple[str, int]:
     )
 
 
+def _gen_multiply_small(r: random.Random) -> tuple[str, int]:
+    a, b = r.randint(12, 99), r.randint(12, 99)
+    return f"What is ${a} \\times {b}$?", a * b
+
+
+def _gen_add3(r: random.Random) -> tuple[str, int]:
+    a, b, c = r.randint(100, 999), r.randint(100, 999), r.randint(10, 99)
+    return f"What is ${a} + {b} - {c}$?", a + b - c
+
+
 SYNTHETIC_KINDS: dict[str, Callable[[random.Random], tuple[str, int]]] = {
     "multiply": _gen_multiply,
     "modpow": _gen_modpow,
@@ -237,12 +247,23 @@ SYNTHETIC_KINDS: dict[str, Callable[[random.Random], tuple[str, int]]] = {
     "divisor_count": _gen_divisor_count,
     "sum_of_powers": _gen_sum_of_powers,
     "inclusion_exclusion": _gen_inclusion_exclusion,
+    "multiply_small": _gen_multiply_small,
+    "add3": _gen_add3,
 }
-"""Synthetic problem kinds: name -> generator returning (problem text, exact integer answer)."""
+"""Synthetic problem kinds: name -> generator returning (problem text, exact integer answer).
+
+The first seven need code to be reliable; ``multiply_small`` (two-digit products) and ``add3`` (three-term
+sums) are within reach of a small model without the tool, which gives a small policy some reward to learn from.
+"""
+
+HARD_SYNTHETIC_KINDS = ("multiply", "modpow", "digit_sum_power", "prime_count", "divisor_count", "sum_of_powers",
+                        "inclusion_exclusion")
+"""The default kinds of :func:`synthetic_problems`: the ones where running code clearly helps."""
 
 
 def synthetic_problems(n: int, seed: int = 0, kinds: Sequence[str] | None = None) -> list[RLProblem]:
-    """``n`` generated problems with exact integer answers, cycling over ``kinds`` (all by default).
+    """``n`` generated problems with exact integer answers, cycling over ``kinds`` (default
+    :data:`HARD_SYNTHETIC_KINDS`).
 
     The same ``(n, seed, kinds)`` always gives the same problems (ids ``synthetic-<kind>-<seed>-<i>``). Answers
     are computed exactly with Python integers; the problems are easy to solve with code and error-prone by hand.
@@ -252,7 +273,7 @@ def synthetic_problems(n: int, seed: int = 0, kinds: Sequence[str] | None = None
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
-    chosen = list(kinds) if kinds else list(SYNTHETIC_KINDS)
+    chosen = list(kinds) if kinds else list(HARD_SYNTHETIC_KINDS)
     unknown = [k for k in chosen if k not in SYNTHETIC_KINDS]
     if unknown:
         raise ValueError(f"unknown synthetic kinds {unknown}; known: {', '.join(SYNTHETIC_KINDS)}")
@@ -284,8 +305,8 @@ def load_training_problems(
 
     Args:
         sources: each a packaged set name (``gsm8k``, ``math``, ``aime``, ``champ``), optionally with a row cap
-            (``gsm8k:200`` = the first 200 rows), ``synthetic:N`` (N generated problems, seeded with ``seed``)
-            or a path to a JSONL file.
+            (``gsm8k:200`` = the first 200 rows), ``synthetic:N`` (N generated problems, seeded with ``seed``),
+            ``synthetic:N:kind1+kind2`` (only those kinds) or a path to a JSONL file.
         seed: shuffling and synthetic seed.
         limit: keep at most this many after shuffling.
         shuffle: shuffle the mixture (deterministic for a seed).
@@ -302,7 +323,9 @@ def load_training_problems(
     for src in sources:
         name, _, arg = src.partition(":")
         if name == "synthetic":
-            problems.extend(synthetic_problems(int(arg or 100), seed=seed))
+            count, _, kinds = arg.partition(":")
+            problems.extend(synthetic_problems(int(count or 100), seed=seed,
+                                               kinds=kinds.split("+") if kinds else None))
         elif name in RL_SETS:
             problems.extend(load_rl_set(name, int(arg) if arg else None))
         elif Path(src).exists():
@@ -339,6 +362,7 @@ __all__ = [
     "RLProblem",
     "RL_DATA_DIR",
     "RL_SETS",
+    "HARD_SYNTHETIC_KINDS",
     "SYNTHETIC_KINDS",
     "load_jsonl_problems",
     "load_rl_set",

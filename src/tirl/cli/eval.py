@@ -4,12 +4,17 @@ Thin wrappers: parse options into :class:`tirl.eval.runner.EvalConfig`, call :fu
 turn the expected failures (unknown model or benchmark, unusable sandbox, an output folder from another run)
 into a one-line message and exit code 2. ``demo`` is the README's main job: the packaged Qwen2.5-Coder-0.5B
 on 10 MATH-500 and 5 AIME25 problems, 2 samples each, with and without the Python tool.
+
+Both commands set ``OMP_WAIT_POLICY=PASSIVE`` (unless the environment sets it) before torch is loaded: on a
+shared CPU machine, spinning OpenMP threads make in-process generation many times slower (see
+``tirl.cli.train``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import re
 import shutil
 import time
@@ -21,6 +26,10 @@ import typer
 from rich.console import Console
 
 DEMO_MODEL = "qwen2.5-coder-0.5b-instruct"
+
+
+def _passive_openmp() -> None:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def _split(values: list[str]) -> list[str]:
@@ -111,6 +120,7 @@ def eval_command(
     Writes one JSONL line per trajectory, summary.json and run.json to --out, and prints a table per
     benchmark. Re-running with the same --out resumes: finished samples are not redone.
     """
+    _passive_openmp()
     from tirl.eval.runner import EvalConfig
     from tirl.rollout.scheduler import parse_kv_capacities
 
@@ -146,7 +156,7 @@ class DemoSettings:
     temperature: float = 0.6
     max_turns: int = 4
     max_tokens: int = 1024
-    concurrency: int = 8
+    concurrency: int = 30
     seed: int = 0
 
 
@@ -217,4 +227,5 @@ def demo_command(
 ) -> None:
     """The main job: Qwen2.5-Coder-0.5B on 10 MATH-500 + 5 AIME25 problems, 2 samples each, with and
     without the Python tool (local sandbox); prints the tables. About 30 minutes on 2 CPU cores."""
+    _passive_openmp()
     run_demo(out, fresh=fresh)

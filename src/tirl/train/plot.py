@@ -89,6 +89,7 @@ def plot_runs(paths: Sequence[str | Path], out_dir: str | Path, title: str | Non
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     records = load_runs(paths)
     if not records:
@@ -110,6 +111,7 @@ def plot_runs(paths: Sequence[str | Path], out_dir: str | Path, title: str | Non
         heading, ylabel = TITLES[name]
         ax.set_title(heading + suffix)
         ax.set_xlabel("RL step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend()
@@ -125,6 +127,7 @@ def plot_runs(paths: Sequence[str | Path], out_dir: str | Path, title: str | Non
             ax.plot(xs, ys, marker="o", markersize=3)
         ax.set_title(label)
         ax.set_xlabel("RL step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     fig.suptitle("Training overview" + suffix)
     fig.tight_layout()

@@ -85,6 +85,7 @@ def _config(tmp: Path, model_dir: Path, **extra: Any):
         "optim.weight_decay=0.0",  # so that only a non-zero policy gradient can move the weights
         "roc.min_per_class=1",
         "logging.console=false",
+        "logging.report_to=tensorboard",
     ] + [f"{k}={v}" for k, v in extra.items()]
     return load_config(None, overrides)
 
@@ -199,6 +200,11 @@ def test_every_logged_metric_is_finite(two_steps):
         bad = {k: v for k, v in rec.items() if k not in ("stage",) and not (isinstance(v, (int, float))
                                                                           and math.isfinite(v))}
         assert not bad
+
+
+def test_tensorboard_events_written(two_steps):
+    events = list(two_steps["dir"].rglob("events.out.tfevents.*"))
+    assert events and all(e.stat().st_size > 0 for e in events)
 
 
 def test_advantages_match_trl_grouping(two_steps):

@@ -163,3 +163,17 @@ def test_progress_file_format_is_jsonl(tmp_path):
     lines = (tmp_path / "hard.jsonl.progress.jsonl").read_text().splitlines()
     assert [json.loads(x) for x in lines] == [{"id": "h0", "correct": 1, "samples": 1},
                                               {"id": "h1", "correct": 0, "samples": 1}]
+
+
+@pytest.mark.slow
+def test_filter_hard_cli_end_to_end_on_tiny_model(tmp_path, tiny_smollm2_model_dir):
+    # a random model solves nothing: both problems are hard, and each got its progress line
+    out = tmp_path / "hard.jsonl"
+    result = runner.invoke(app, ["data", "filter-hard", "--model", str(tiny_smollm2_model_dir), "--samples", "2",
+                                 "--source", "synthetic:2:add3", "--out", str(out), "--max-turns", "1",
+                                 "--max-tokens", "16", "--workers", "1", "--chunk", "1", "--dtype", "float32"])
+    assert result.exit_code == 0, result.output
+    assert len(load_jsonl_problems(out)) == 2
+    progress = [json.loads(x) for x in (tmp_path / "hard.jsonl.progress.jsonl").read_text().splitlines()]
+    assert [p["correct"] for p in progress] == [0, 0]
+    assert "2 of 2 problems are hard" in result.output

@@ -244,3 +244,34 @@ def test_log_trajectories_writes_every_sampled_trajectory(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "trajectories" / "step_00007_rank0.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and sum(r["kept"] for r in rows) == 4
     assert {r["reward"] for r in rows} == {0.0, 1.0} and all(r["problem_id"] == "q0" for r in rows)
+
+
+def test_plain_grpo_groups_are_not_reported_undersized():
+    groups = _groups({"q0": [True, False] * 2})
+    fn = RocRolloutFunc(_cfg(**{"roc.enabled": "false", "rollout.oversample": 1}), PROBLEMS, ListSource(groups),
+                        AnswerScorer(), PAD)
+    out = fn(["problem 0"] * 4, _trainer())
+    assert out[METRICS_KEY]["groups/undersized"] == 0.0
+
+
+def test_vllm_source_does_not_unwrap_the_training_model():
+    from tirl.train.rollout import AgentLoopSource
+
+    class Boom:
+        def __getattr__(self, name):
+            raise AssertionError(f"the training model was touched ({name})")
+
+    engine_calls = []
+    src = AgentLoopSource(_cfg(), tokenizer=None)
+    src._make_engine = lambda model, trainer: engine_calls.append(model) or object()  # type: ignore[method-assign]
+    trainer = SimpleNamespace(args=SimpleNamespace(use_vllm=True), model_wrapped=Boom(), accelerator=Boom(),
+                              model=Boom())
+
+    class Loop:
+        def run(self, coro, timeout=None):
+            coro.close()
+            return []
+
+    src._loop, src._executor = Loop(), object()
+    assert src.generate([], 2, seed=0, trainer=trainer) == []
+    assert engine_calls == [None]

@@ -33,6 +33,7 @@ This module does not build the trainer or the dataset (:mod:`tirl.train.rl`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -254,8 +255,10 @@ class RocRolloutFunc:
             if cfg.roc.enabled:
                 sel = select_group(group, g, rng, cfg.roc.mode, min_per_class=cfg.roc.min_per_class,
                                    drop_all_equal=cfg.roc.drop_all_equal)
-            else:
+            else:  # plain GRPO: the G sampled are kept (an all-equal group may still be dropped)
                 sel = select_group(group, g, rng, "topk", min_per_class=0, drop_all_equal=cfg.roc.drop_all_equal)
+                if sel.status == "undersized" and len(sel.indices) == g:
+                    sel.status = "selected"
             selections.append(sel)
             kept = [base + i for i in sel.indices]
             adv = group_advantages([rewards[i] for i in kept], eps=cfg.optim.adv_eps, std_floor=cfg.optim.std_floor)
@@ -497,10 +500,14 @@ class AgentLoopSource:
         if self._executor is None:
             self._executor = self._loop.run(_construct(self._executor_factory))
         rows = [{"problem": p.problem, "id": p.id} for p in problems]
-        with _policy_for_generation(trainer) as model:
+        uses_vllm = self._engine_factory is None and getattr(getattr(trainer, "args", None), "use_vllm", False)
+        # vLLM already holds the current weights (TRL syncs them before the rollout): no unwrapping, in
+        # particular no ZeRO-3 parameter gather of the training model
+        context = contextlib.nullcontext(None) if uses_vllm else _policy_for_generation(trainer)
+        with context as model:
             if self._engine is None:
                 self._engine = self._make_engine(model, trainer)
-            elif hasattr(self._engine, "set_model"):
+            elif model is not None and hasattr(self._engine, "set_model"):
                 self._engine.set_model(model)
             check = not self._checked
             trajectories = self._loop.run(

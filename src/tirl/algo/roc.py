@@ -1,4 +1,4 @@
-"""Resample-on-Correct (RoC): trajectory penalties and per-group down-sampling (rStar2-Agent §2.2.2, Alg. 1).
+"""Resample-on-Correct (RoC): trajectory penalties and per-group down-sampling (rStar2-Agent's GRPO-RoC).
 
 For each problem the policy samples an oversized group (2G trajectories); RoC keeps G of them for the update.
 Negatives (reward <= 0) are kept uniformly at random, so diverse failures remain as negative signal; positives
@@ -69,7 +69,7 @@ ROC_MODES: tuple[str, ...] = ("paper", "topk")
 SelectionStatus = Literal["selected", "undersized", "dropped_equal", "empty"]
 
 NO_CALL_ERROR_PENALTY = 0.5
-"""``p_err`` of a trajectory that made no tool call (paper §2.2.2)."""
+"""``p_err`` of a trajectory that made no tool call (the paper's rule)."""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -325,7 +325,7 @@ def select_group(
     min_per_class: int = 2,
     drop_all_equal: bool = False,
 ) -> Selection:
-    """Down-sample one group to ``target_size`` with RoC (paper Alg. 1; rules in the module docstring).
+    """Down-sample one group to ``target_size`` with RoC (rules in the module docstring).
 
     Args:
         group: the oversampled trajectories of one problem, in rollout order, as objects with ``reward``

@@ -10,7 +10,7 @@ Covers what ``tirl train rl`` and ``tirl data filter-hard`` read: :class:`RLProb
   (multi-digit arithmetic, modular powers, digit sums of big powers, prime and divisor counts, sums of powers,
   inclusion-exclusion counts).
 
-The report trains on integer answers only (§4.1), so loaders reject a non-integer gold by default (a gold that
+The report trains on integer answers only, so loaders reject a non-integer gold by default (a gold that
 the verifier cannot parse would silently score every sample 0; field case F83). It does not load evaluation
 benchmarks (``tirl.data`` benchmarks module) or SFT data, and does not decontaminate (done upstream; see the
 provenance file).

@@ -1,4 +1,4 @@
-"""The stage-3 hard subset: problems the current policy does not solve k out of k times (report §4.1).
+"""The stage-3 hard subset: problems the current policy does not solve k out of k times (the report's stage 3).
 
 For each problem, sample ``samples`` trajectories with the policy and the Python tool (training temperature),
 verify them, and keep the problems with fewer than ``samples`` correct. Progress is appended to

@@ -99,7 +99,7 @@ UNSCORED_STATUSES = frozenset({"unparsable_gold", "verifier_error"})
 
 
 def outcome_reward(correct: bool, status: str) -> float | None:
-    """The binary outcome reward of rStar2-Agent (§2.2.1): 1 if correct else 0; None for :data:`UNSCORED_STATUSES`."""
+    """The binary outcome reward of rStar2-Agent: 1 if correct else 0; None for :data:`UNSCORED_STATUSES`."""
     if status in UNSCORED_STATUSES:
         return None
     return 1.0 if correct else 0.0

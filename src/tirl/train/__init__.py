@@ -1,4 +1,4 @@
-"""Training: GRPO-RoC agentic RL on TRL (configs, rollout function, trainer, metrics, plots).
+"""Training: the SFT stage and GRPO-RoC agentic RL on TRL (configs, rollout function, trainers, metrics, plots).
 
 Heavy imports (torch, transformers, trl) happen only in :mod:`tirl.train.rl` and when a trainer is built.
 """

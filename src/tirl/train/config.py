@@ -400,6 +400,12 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         ValueError: invalid YAML, an unknown key (the message lists the known ones), or a value of the wrong
             type.
     """
+    return load_dataclass_config(RLConfig, path, overrides)
+
+
+def load_dataclass_config(cls: type, path: str | Path | None = None, overrides: Sequence[str] = ()) -> Any:
+    """Read any configuration dataclass ``cls`` (:class:`RLConfig`, ``tirl.train.sft_config.SFTConfig``) from a
+    YAML file plus ``key.sub=value`` overrides, with the type checks and errors of :func:`load_config`."""
     data: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -413,10 +419,10 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
             raise ValueError(f"{path}: the top level must be a mapping")
         data = loaded or {}
     data = _merge(data, parse_overrides(overrides))
-    return _build(RLConfig, data)
+    return _build(cls, data)
 
 
-def dump_config(config: RLConfig, path: str | Path) -> None:
+def dump_config(config: Any, path: str | Path) -> None:
     """Write ``config`` as YAML (what the run used; read back by :func:`load_config`)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
@@ -432,5 +438,6 @@ __all__ = [
     "RolloutConfig",
     "dump_config",
     "load_config",
+    "load_dataclass_config",
     "parse_overrides",
 ]

@@ -1,0 +1,290 @@
+"""SFT conversations: the packaged cold-start sets converted into tirl's protocol turns.
+
+Covers what ``tirl train sft`` reads: :class:`SFTExample` records (a user message and the assistant turns as
+:class:`tirl.protocol.ConversationTurn`, ready for :func:`tirl.protocol.render_conversation_ids`) from the
+packaged sets (:data:`SFT_SETS`, gzip JSONL under ``tirl/data/sft_files/``; sources, licences and the unchanged bytes
+in ``PROVENANCE.md`` there), and their rendering to token ids with the loss mask (:func:`render_sft_example`).
+It does not train (:mod:`tirl.train.sft`) and does not load RL problems (:mod:`tirl.data.training`).
+
+Conversion rules (so the SFT targets obey the protocol the agent loop and the verifier use):
+
+* **gsm8k_tir** (OpenAI-style tool-calling conversations derived from GSM8K train): every assistant message
+  with ``tool_calls`` becomes one turn: its text content (when not empty), then each call written by
+  :func:`tirl.protocol.render_tool_call` (``<tool_call>\\n{"name": ..., "arguments": {"code", "input"}}\\n
+  </tool_call>``, the configured function name), joined by newlines; the following ``tool`` messages become
+  that turn's tool responses, rendered by :func:`tirl.protocol.render_tool_response` as the sandbox's stdout
+  would be. The final message's last line ``The answer is $\\boxed{N}$.`` becomes the answer block: the turn
+  text is ``{reasoning}</reason> <answer>The answer is \\boxed{N}.</answer>`` (the prefill ``<reason>`` opens
+  every turn; tool-call turns leave it open, as in the README's example). Each converted example is checked:
+  every call parses back to its code, and :func:`tirl.protocol.extract_answer` of the final turn is the row's
+  answer; a row that fails raises ``ValueError``.
+* **oasst** (human-ranked chat replies): the first user/assistant exchange only (the protocol has no second user
+  turn); the reply is given as the answer of an empty reasoning block: ``</reason> <answer>{reply}</answer>``,
+  so instruction following is learnt in the same frame (system prompt with the tool, ``<reason>`` prefill) the
+  model sees at RL and evaluation time.
+
+Sources are named like the RL sets: ``gsm8k_tir`` (all rows), ``gsm8k_tir:N`` (the first N rows) or
+``gsm8k_tir:A-B`` (rows A to B-1, e.g. to keep SFT problems apart from the ``gsm8k:150`` RL items).
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from tirl.protocol import (
+    ConversationTurn,
+    ProtocolConfig,
+    RenderedConversation,
+    extract_answer,
+    parse_tool_calls,
+    render_conversation_ids,
+    render_tool_call,
+    render_tool_response,
+)
+from tirl.protocol.config import resolve_config
+from tirl.protocol.types import ToolCall
+from tirl.sandbox.types import ExecutionResult
+
+SFT_DATA_DIR = Path(__file__).resolve().parent / "sft_files"
+
+SFT_SETS: dict[str, dict[str, str]] = {
+    "gsm8k_tir": {
+        "file": "tir_gsm8k_train_calc2py.jsonl.gz",
+        "kind": "tool",
+        "license": "MIT",
+        "upstream": "derived from openai/grade-school-math@3101c7d train (calculator annotations -> executed calls)",
+    },
+    "oasst": {
+        "file": "chat_oasst_en_top_path.jsonl.gz",
+        "kind": "chat",
+        "license": "Apache-2.0",
+        "upstream": "LAION-AI/Open-Assistant@f1e6ed9 model/model_eval/manual/data/en_100_tree.jsonl",
+    },
+}
+"""Packaged SFT sets: name -> file under :data:`SFT_DATA_DIR`, kind (``tool``/``chat``), licence, upstream."""
+
+_FINAL_LINE_RE = re.compile(r"^The answer is \$\\boxed\{(?P<box>.+)\}\$\.?\s*$")
+
+
+@dataclass
+class SFTExample:
+    """One SFT conversation in tirl's protocol.
+
+    Attributes:
+        id: unique id (``gsm8k-train-00000``, ``oasst-<uuid>``).
+        problem: the user message (the protocol's ``{problem}``).
+        turns: the assistant turns, each without the prefill and the end-of-turn token; every turn but the last
+            has tool responses.
+        kind: ``tool`` (calls the Python tool) or ``chat``.
+        source: upstream of the row.
+        answer: the reference final answer for ``tool`` examples, else None.
+    """
+
+    id: str
+    problem: str
+    turns: list[ConversationTurn] = field(default_factory=list)
+    kind: str = "tool"
+    source: str = ""
+    answer: str | None = None
+
+
+def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
+    opener: Callable[..., Any] = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
+                if not isinstance(row, dict):
+                    raise ValueError(f"{path}:{lineno}: expected a JSON object")
+                yield row
+
+
+def _call_arguments(call: dict[str, Any], where: str) -> tuple[str, str]:
+    fn = call.get("function", call)
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        args = json.loads(args)
+    if not isinstance(args, dict) or not isinstance(args.get("code"), str):
+        raise ValueError(f"{where}: a tool call without string arguments.code")
+    stdin = args.get("input", "")
+    return args["code"], stdin if isinstance(stdin, str) else str(stdin)
+
+
+def gsm8k_tir_example(row: dict[str, Any], config: ProtocolConfig | None = None) -> SFTExample:
+    """Convert one ``tir_gsm8k_train_calc2py`` row (see the module docstring for the rules).
+
+    Args:
+        row: ``{"id", "problem", "answer", "messages": [user, (assistant with tool_calls, tool...)..., assistant]}``.
+        config: protocol tags and function name.
+
+    Returns:
+        The example; ``answer`` is the row's answer.
+
+    Raises:
+        ValueError: an unexpected message layout, a final line that is not ``The answer is $\\boxed{N}$.``, a
+            call that does not parse back to its code, or an extracted answer that differs from the row's.
+    """
+    cfg = resolve_config(config)
+    where = str(row.get("id", "?"))
+    messages = row.get("messages") or []
+    if len(messages) < 2 or messages[0].get("role") != "user":
+        raise ValueError(f"{where}: expected a user message first")
+    problem = str(row.get("problem") or messages[0]["content"])
+    turns: list[ConversationTurn] = []
+    expected_calls: list[str] = []
+    pending: ConversationTurn | None = None
+    calls_left = 0
+    for i, msg in enumerate(messages[1:], 1):
+        role, content = msg.get("role"), (msg.get("content") or "").strip()
+        if role == "tool":
+            if pending is None or calls_left == 0:
+                raise ValueError(f"{where}: message {i} is a tool response without a pending call")
+            pending.tool_responses.append(render_tool_response(ExecutionResult(status="ok", stdout=content + "\n"),
+                                                               cfg))
+            calls_left -= 1
+            continue
+        if role != "assistant" or calls_left:
+            raise ValueError(f"{where}: message {i}: expected an assistant message after all tool responses")
+        calls = msg.get("tool_calls") or []
+        if calls:
+            blocks = []
+            for call in calls:
+                code, stdin = _call_arguments(call, f"{where}: message {i}")
+                expected_calls.append(code)
+                blocks.append(render_tool_call(code, stdin, cfg))
+            pending = ConversationTurn("\n".join(([content] if content else []) + blocks))
+            turns.append(pending)
+            calls_left = len(calls)
+            continue
+        if i != len(messages) - 1:
+            raise ValueError(f"{where}: an assistant message without tool calls before the end")
+        reasoning, _, last = content.rpartition("\n")
+        match = _FINAL_LINE_RE.match(last.strip())
+        if match is None:
+            raise ValueError(f"{where}: the final line is not 'The answer is $\\boxed{{N}}$.': {last!r}")
+        box = match.group("box")
+        reasoning = reasoning.strip()
+        turns.append(ConversationTurn(
+            f"{reasoning}{cfg.reason_close} {cfg.answer_open}The answer is \\boxed{{{box}}}.{cfg.answer_close}"
+        ))
+    if calls_left or not turns or turns[-1].tool_responses:
+        raise ValueError(f"{where}: the conversation does not end with a final assistant answer")
+    parsed = [c.arguments["code"] for t in turns for c in parse_tool_calls(t.text, cfg) if isinstance(c, ToolCall)]
+    if parsed != expected_calls:
+        raise ValueError(f"{where}: the written tool calls do not parse back to their code")
+    answer = str(row.get("answer", box)).strip()
+    if extract_answer(turns[-1].text, cfg) != answer:
+        raise ValueError(f"{where}: the final turn's answer {extract_answer(turns[-1].text, cfg)!r} != {answer!r}")
+    return SFTExample(id=where, problem=problem, turns=turns, kind="tool", source=str(row.get("source", "")),
+                      answer=answer)
+
+
+def chat_example(row: dict[str, Any], config: ProtocolConfig | None = None) -> SFTExample:
+    """Convert one chat row (``messages`` alternating user/assistant): the first exchange, the reply inside the
+    answer tags of an empty reasoning block (module docstring).
+
+    Raises:
+        ValueError: no user message followed by a non-empty assistant reply.
+    """
+    cfg = resolve_config(config)
+    where = str(row.get("id", "?"))
+    messages = row.get("messages") or []
+    if (len(messages) < 2 or messages[0].get("role") != "user" or messages[1].get("role") != "assistant"
+            or not (messages[1].get("content") or "").strip()):
+        raise ValueError(f"{where}: expected a user message and an assistant reply")
+    reply = messages[1]["content"].strip()
+    text = f"{cfg.reason_close} {cfg.answer_open}{reply}{cfg.answer_close}"
+    return SFTExample(id=where, problem=messages[0]["content"].strip(), turns=[ConversationTurn(text)],
+                      kind="chat", source=str(row.get("source", "")))
+
+
+_CONVERTERS: dict[str, Callable[[dict[str, Any], ProtocolConfig | None], SFTExample]] = {
+    "tool": gsm8k_tir_example,
+    "chat": chat_example,
+}
+
+
+def _row_range(arg: str, name: str) -> slice:
+    try:
+        if "-" in arg:
+            start, _, stop = arg.partition("-")
+            return slice(int(start), int(stop))
+        return slice(0, int(arg)) if arg else slice(None)
+    except ValueError:
+        raise ValueError(f"SFT source {name}:{arg}: expected {name}:N or {name}:START-STOP") from None
+
+
+def load_sft_set(name: str, rows: slice = slice(None), config: ProtocolConfig | None = None) -> list[SFTExample]:
+    """A packaged SFT set by name (:data:`SFT_SETS`), converted, rows ``rows`` in file order.
+
+    Raises:
+        KeyError: unknown name (the message lists the known ones).
+        ValueError: a row that cannot be converted (see :func:`gsm8k_tir_example`, :func:`chat_example`).
+    """
+    if name not in SFT_SETS:
+        raise KeyError(f"unknown SFT set {name!r}; known: {', '.join(sorted(SFT_SETS))}")
+    spec = SFT_SETS[name]
+    rows_read = _read_jsonl(SFT_DATA_DIR / spec["file"])
+    if rows.stop is not None and (rows.start or 0) >= 0 and rows.stop >= 0:  # stop reading early
+        rows_read = itertools.islice(rows_read, rows.stop)
+    raw = list(rows_read)[rows]
+    return [_CONVERTERS[spec["kind"]](row, config) for row in raw]
+
+
+def load_sft_examples(sources: Sequence[str], *, seed: int = 0, limit: int | None = None, shuffle: bool = True,
+                      config: ProtocolConfig | None = None) -> list[SFTExample]:
+    """Examples from several packaged sets, de-duplicated by id, optionally shuffled (seeded) and capped.
+
+    Args:
+        sources: ``name``, ``name:N`` (first N rows) or ``name:START-STOP`` (rows START..STOP-1).
+        seed: shuffling seed.
+        limit: keep at most this many after shuffling.
+        shuffle: shuffle the mixture.
+        config: protocol configuration for the conversion.
+
+    Raises:
+        ValueError: no sources, an unknown set or a malformed range.
+    """
+    if not sources:
+        raise ValueError("no SFT data sources given")
+    examples: list[SFTExample] = []
+    for src in sources:
+        name, _, arg = src.partition(":")
+        if name not in SFT_SETS:
+            raise ValueError(f"SFT source {src!r} is not a packaged set ({', '.join(SFT_SETS)})")
+        examples.extend(load_sft_set(name, _row_range(arg, name), config))
+    seen: set[str] = set()
+    unique = [e for e in examples if not (e.id in seen or seen.add(e.id))]  # type: ignore[func-returns-value]
+    if shuffle:
+        random.Random(seed).shuffle(unique)
+    return unique[:limit] if limit is not None else unique
+
+
+def render_sft_example(tokenizer: Any, example: SFTExample,
+                       config: ProtocolConfig | None = None) -> RenderedConversation:
+    """The example as token ids with its loss mask, exactly as the agent loop would build the same conversation
+    (:func:`tirl.protocol.render_conversation_ids`: system prompt with the tool, ``<reason>`` prefill and
+    tool-response segments masked 0, model turns and their end-of-turn tokens masked 1)."""
+    return render_conversation_ids(tokenizer, example.problem, example.turns, config)
+
+
+__all__ = [
+    "SFTExample",
+    "SFT_DATA_DIR",
+    "SFT_SETS",
+    "chat_example",
+    "gsm8k_tir_example",
+    "load_sft_examples",
+    "load_sft_set",
+    "render_sft_example",
+]

@@ -1,0 +1,267 @@
+"""The SFT stage: data conversion, the loss mask against an independent reconstruction, TRL's labels, training
+steps on the tiny random model, the merged final folder in the agent loop, resume, and the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tirl.cli.main import app
+from tirl.data.sft import (
+    SFT_DATA_DIR,
+    SFT_SETS,
+    chat_example,
+    gsm8k_tir_example,
+    load_sft_examples,
+    load_sft_set,
+    render_sft_example,
+)
+from tirl.protocol import (
+    ProtocolConfig,
+    ToolCall,
+    conversation_messages,
+    count_answer_blocks,
+    extract_answer,
+    format_penalty,
+    parse_tool_calls,
+    tool_schema,
+    uses_tokenizer_template,
+)
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+# A short system prompt and tool descriptions keep the tiny model's sequences (and its 151,936-way logits) small.
+SHORT = ProtocolConfig(system_prompt="Solve it.", function_description="Run Python.", code_description="Code.",
+                       input_description="Stdin.")
+
+
+@pytest.fixture(scope="module")
+def gsm_rows():
+    return load_sft_set("gsm8k_tir", slice(0, 6))
+
+
+# ---------------------------------------------------------------------------------------------------------- data
+
+
+def test_gsm8k_conversion_follows_the_protocol(gsm_rows):
+    assert gsm_rows[0].id == "gsm8k-train-00000" and gsm_rows[0].answer == "72"
+    for ex in gsm_rows:
+        *calls, final = ex.turns
+        assert calls and all(t.tool_responses for t in calls) and not final.tool_responses
+        for turn in calls:  # every call parses, one tool response per call
+            parsed = parse_tool_calls(turn.text)
+            assert len(parsed) == len(turn.tool_responses) and all(isinstance(p, ToolCall) for p in parsed)
+            assert "</reason>" not in turn.text and "<answer>" not in turn.text
+        assert final.text.count("</reason>") == 1 and final.text.endswith("</answer>")
+        assert extract_answer(final.text) == ex.answer
+        blocks = sum(count_answer_blocks(t.text) for t in ex.turns)
+        assert blocks == 1 and format_penalty(blocks, len(ex.turns)) == 0.0
+
+
+def test_gsm8k_conversion_rejects_a_wrong_answer_and_a_dangling_call():
+    row = {"id": "x", "problem": "1+1?", "answer": "3", "messages": [
+        {"role": "user", "content": "1+1?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "f", "arguments": {"code": "print(1+1)", "input": ""}}}]},
+        {"role": "tool", "content": "2"},
+        {"role": "assistant", "content": "So 2.\nThe answer is $\\boxed{2}$."}]}
+    with pytest.raises(ValueError, match="answer"):
+        gsm8k_tir_example(row)
+    assert gsm8k_tir_example(dict(row, answer="2")).turns[-1].text.endswith("\\boxed{2}.</answer>")
+    with pytest.raises(ValueError):
+        gsm8k_tir_example(dict(row, messages=row["messages"][:3]))  # ends on a tool response
+
+
+def test_chat_conversion_uses_the_first_exchange_inside_answer_tags():
+    ex = chat_example({"id": "c", "messages": [{"role": "user", "content": "Hi?"},
+                                                {"role": "assistant", "content": " Hello. "},
+                                                {"role": "user", "content": "More"},
+                                                {"role": "assistant", "content": "Later"}]})
+    assert ex.problem == "Hi?" and [t.text for t in ex.turns] == ["</reason> <answer>Hello.</answer>"]
+    with pytest.raises(ValueError):
+        chat_example({"id": "d", "messages": [{"role": "user", "content": "Hi?"}]})
+
+
+def test_sources_ranges_and_errors():
+    picked = load_sft_examples(["gsm8k_tir:5-8"], shuffle=False)
+    with gzip.open(SFT_DATA_DIR / SFT_SETS["gsm8k_tir"]["file"], "rt") as fh:
+        rows = [json.loads(line) for _, line in zip(range(8), fh)][5:8]
+    assert [e.id for e in picked] == [r["id"] for r in rows]
+    assert len(load_sft_examples(["oasst:3", "oasst:3"], shuffle=False)) == 3  # de-duplicated
+    assert len(load_sft_set("oasst")) == 95
+    with pytest.raises(ValueError, match="packaged"):
+        load_sft_examples(["alpaca"])
+    with pytest.raises(ValueError, match="START-STOP"):
+        load_sft_examples(["oasst:a-b"])
+
+
+# ------------------------------------------------------------------------------------------------ the loss mask
+
+
+def _expected_mask(tokenizer, example, config=None):
+    """Independent reconstruction: render the conversation with the tokenizer's own chat template
+    (``apply_chat_template``), mark the characters the model wrote (each assistant message after the prefill,
+    through its end-of-turn token) and map them onto the tokens by decoding each token on its own."""
+    native = uses_tokenizer_template(tokenizer, config)
+    messages = conversation_messages(example.problem, example.turns, config, native_tools=native)
+    text = tokenizer.apply_chat_template(messages, tools=[tool_schema(config)] if native else None, tokenize=False)
+    spans = [m.span(1) for m in re.finditer(r"<\|im_start\|>assistant\n<reason>(.*?<\|im_end\|>)", text, re.S)]
+    assert len(spans) == len(example.turns)
+    return text, spans
+
+
+@pytest.mark.parametrize("tok_fixture", ["qwen_tokenizer", "smollm2_tokenizer"])
+@pytest.mark.parametrize("which", ["tool", "chat"])
+def test_loss_mask_is_one_exactly_on_model_tokens(request, tok_fixture, which, gsm_rows):
+    tokenizer = request.getfixturevalue(tok_fixture)
+    example = gsm_rows[0] if which == "tool" else load_sft_set("oasst", slice(0, 1))[0]
+    rendered = render_sft_example(tokenizer, example)
+    ids, mask = rendered.input_ids, rendered.labels_mask
+    assert len(ids) == len(mask)
+    text, spans = _expected_mask(tokenizer, example)
+    pieces = [tokenizer.decode([i]) for i in ids]
+    assert text.startswith("".join(pieces))  # the template adds "\n" after the last end-of-turn token
+    expected, pos = [], 0
+    for piece in pieces:
+        start, end = pos, pos + len(piece)
+        inside = [s <= start and end <= e for s, e in spans]
+        straddles = [start < s < end or start < e < end for s, e in spans]
+        assert not any(straddles), f"token {piece!r} crosses a model/injected boundary"
+        expected.append(int(any(inside)))
+        pos = end
+    assert mask == expected
+    # and spelled out: nothing injected is trained on, every turn's end-of-turn token is
+    for piece, m in zip(pieces, mask):
+        if piece in ("<|im_start|>", "<reason>", "<tool_response>", "</tool_response>", "system", "user"):
+            assert m == 0, piece
+    assert sum(1 for p, m in zip(pieces, mask) if p == "<|im_end|>" and m) == len(example.turns)
+    runs = sum(1 for a, b in zip([0] + mask, mask) if a == 0 and b == 1)
+    assert runs == len(example.turns)
+
+
+# ---------------------------------------------------------------------------------------------- training (tiny)
+
+
+def _config(tmp_path, model_dir, *overrides):
+    from tirl.train.sft_config import load_sft_config
+
+    return load_sft_config(None, [f"model.name_or_path={model_dir}", "model.dtype=float32",
+                                  f"output_dir={tmp_path / 'run'}", "data.max_length=400", "optim.batch_size=2",
+                                  "optim.per_device_train_batch_size=1", "optim.warmup_ratio=0",
+                                  "optim.lr_scheduler_type=constant", "logging.console=false", *overrides])
+
+
+def _fixed_batch_loss(trainer):
+    import torch
+
+    model = trainer.model
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(trainer.train_dataset))])
+    model.eval()
+    with torch.no_grad():
+        loss = model(**{k: v.to(model.device) for k, v in batch.items()}).loss.item()
+    model.train()
+    return loss
+
+
+@pytest.mark.slow
+def test_sft_steps_lower_the_loss_change_the_weights_and_trl_masks_labels(tmp_path, tiny_model_dir, gsm_rows):
+    import torch
+
+    from tirl.train.sft import build_sft_trainer
+
+    examples = [load_sft_set("gsm8k_tir", slice(0, 2), SHORT)[i] for i in range(2)]
+    cfg = _config(tmp_path, tiny_model_dir, "optim.max_steps=4", "optim.learning_rate=3e-3", "save_steps=100")
+    built = build_sft_trainer(cfg, examples=examples, protocol=SHORT)
+    trainer = built.trainer
+    # TRL turned the mask into labels: -100 exactly where the mask is 0, the token id elsewhere
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    for ex, row in zip(examples, trainer.train_dataset):
+        r = render_sft_example(tok, ex, SHORT)
+        assert row["input_ids"] == r.input_ids
+        assert row["labels"] == [i if m else -100 for i, m in zip(r.input_ids, r.labels_mask)]
+    before_params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    before = _fixed_batch_loss(trainer)
+    trainer.train()
+    after = _fixed_batch_loss(trainer)
+    assert trainer.state.global_step == 4
+    assert after < before - 0.5, (before, after)
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), before_params[n])]
+    assert changed and any("lm_head" in n or "embed" in n for n in changed)
+
+
+@pytest.mark.slow
+def test_lora_final_folder_is_merged_loads_runs_in_the_agent_loop_and_resumes(tmp_path, tiny_model_dir):
+    import torch
+
+    from tirl.models import load, stop_token_ids
+    from tirl.rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutRequest
+    from tirl.rollout.engine import SingleEngineRouter
+    from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
+    from tirl.sandbox.types import ExecutionResult
+    from tirl.train.metrics import read_metrics
+    from tirl.train.sft import build_sft_trainer, train_sft
+
+    examples = load_sft_set("gsm8k_tir", slice(0, 4), SHORT)
+    cfg = _config(tmp_path, tiny_model_dir, "optim.max_steps=2", "optim.learning_rate=1e-2", "save_steps=1",
+                  "model.lora.enabled=true", "model.lora.r=4")
+    final = train_sft(cfg, examples=examples, protocol=SHORT)
+    assert (final / "config.json").is_file() and not (final / "adapter_config.json").exists()
+    model, tok = load(final, dtype="float32")
+    base, _ = load(tiny_model_dir, dtype="float32")
+    assert stop_token_ids(tok) == stop_token_ids(str(tiny_model_dir))
+    base_sd = base.state_dict()
+    assert any(not torch.equal(v, base_sd[k]) for k, v in model.state_dict().items())  # the adapter was merged
+    assert not any("lora" in k for k in model.state_dict())
+
+    class OkExecutor:
+        async def run(self, request):
+            return ExecutionResult(status="ok", stdout="1\n")
+
+        async def run_batch(self, requests):
+            return [ExecutionResult(status="ok", stdout="1\n") for _ in requests]
+
+        async def aclose(self):
+            pass
+
+    loop = AgentLoop(SingleEngineRouter(HFEngine(model, HFEngineConfig(seed=0))), OkExecutor(), tok,
+                     AgentLoopConfig(max_response_tokens=16, max_turns=2, temperature=1.0))
+    [traj] = asyncio.run(loop.run_many([RolloutRequest("What is 1 + 1?", sample_index=0, seed=0)]))
+    assert traj.finish_reason != "error" and 0 < len(traj.response_ids) <= 16
+
+    # resume: the same run with more steps continues from checkpoint-2, and no step is logged twice
+    more = _config(tmp_path, tiny_model_dir, "optim.max_steps=3", "optim.learning_rate=1e-2", "save_steps=1",
+                   "model.lora.enabled=true", "model.lora.r=4")
+    built = build_sft_trainer(more, examples=examples, protocol=SHORT)
+    assert built.resume_from is not None and built.resume_from.name == "checkpoint-2"
+    built.trainer.train(resume_from_checkpoint=str(built.resume_from))
+    assert built.trainer.state.global_step == 3
+    steps = [r["step"] for r in read_metrics(tmp_path / "run") if "loss" in r]
+    assert steps == [1, 2, 3]
+    assert all(r.get("tirl/time/step_s", 0) > 0 for r in read_metrics(tmp_path / "run") if "loss" in r)
+
+
+# ------------------------------------------------------------------------------------------------- config / CLI
+
+
+def test_cli_prints_the_cpu_recipe_and_rejects_bad_keys(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(app, ["train", "sft", "--config", str(CONFIGS / "sft-cpu-qwen0.5b.yaml"),
+                                 "--print-config", "optim.max_steps=7"])
+    assert result.exit_code == 0, result.output
+    import yaml
+
+    printed = yaml.safe_load(result.stdout)
+    assert printed["optim"]["max_steps"] == 7 and printed["model"]["lora"]["enabled"] is True
+    assert printed["merge_lora"] is True
+    bad = runner.invoke(app, ["train", "sft", "--config", str(CONFIGS / "sft-cpu-qwen0.5b.yaml"), "optim.lr=1"])
+    assert bad.exit_code == 2 and "unknown key" in bad.output
+    odd = runner.invoke(app, ["train", "sft", "--config", str(CONFIGS / "sft-cpu-qwen0.5b.yaml"),
+                              "optim.batch_size=3", "optim.per_device_train_batch_size=2"])
+    assert odd.exit_code == 2 and "multiple" in odd.output

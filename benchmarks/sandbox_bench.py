@@ -36,6 +36,7 @@ Usage::
     .venv/bin/python benchmarks/sandbox_bench.py --quick    # small run
     .venv/bin/python benchmarks/sandbox_bench.py --json out.json
     .venv/bin/python benchmarks/sandbox_bench.py --quick --no-cgroup   # without the per-call cgroup layer
+    .venv/bin/python benchmarks/sandbox_bench.py --quick --no-ipc-namespace   # without the per-call IPC namespace
 
 Prints a table and writes JSON (default ``benchmarks/results/sandbox_bench.json``) with the load average
 before and after, since timings on a shared machine depend on what else runs.
@@ -213,7 +214,7 @@ async def main_async(args: argparse.Namespace) -> dict:
     }
     load_before = os.getloadavg()
     results: list[PhaseResult] = []
-    async with LocalSandbox(cgroup=not args.no_cgroup) as sb:
+    async with LocalSandbox(cgroup=not args.no_cgroup, ipc_namespace=not args.no_ipc_namespace) as sb:
         k = sb.max_concurrency
         layers = await sb.layer_report()
         for _ in range(2 * k):  # warm the workers' first-call paths
@@ -278,6 +279,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a quarter of the calls")
     parser.add_argument("--no-cgroup", action="store_true",
                         help="switch the per-call cgroup layer off (to measure its cost)")
+    parser.add_argument("--no-ipc-namespace", action="store_true",
+                        help="switch the per-call IPC namespace layer off (to measure its cost)")
     parser.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "sandbox_bench.json")
     args = parser.parse_args()
     report = asyncio.run(main_async(args))

@@ -75,3 +75,29 @@ async def assert_follow_up_ok(sb: LocalSandbox) -> None:
 def layer_active(layers: list[dict], name: str) -> bool:
     """Whether layer ``name`` is active in a ``layer_report()``."""
     return any(layer["name"] == name and layer["active"] for layer in layers)
+
+
+#: The System V IPC kinds listed under /proc/sysvipc/, with the column of their id.
+SYSV_IPC_KINDS: dict[str, int] = {"shm": 1, "sem": 1, "msg": 1}
+
+
+def host_sysv_ipc(key: int) -> dict[str, list[int]]:
+    """Ids of this process's System V IPC objects (shm, sem, msg) with ``key``, by kind (empty lists: none)."""
+    found: dict[str, list[int]] = {}
+    for kind, id_col in SYSV_IPC_KINDS.items():
+        with open(f"/proc/sysvipc/{kind}") as fh:
+            rows = [line.split() for line in fh.readlines()[1:]]
+        found[kind] = [int(row[id_col]) for row in rows if row and int(row[0]) == key]
+    return found
+
+
+def remove_host_sysv_ipc(found: dict[str, list[int]]) -> None:
+    """Delete the objects :func:`host_sysv_ipc` found (``IPC_RMID``), so a failed test leaves the host clean."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ctl = {"shm": lambda i: libc.shmctl(i, 0, None), "sem": lambda i: libc.semctl(i, 0, 0),
+           "msg": lambda i: libc.msgctl(i, 0, None)}
+    for kind, ids in found.items():
+        for ident in ids:
+            ctl[kind](ident)

@@ -19,7 +19,9 @@ from sandbox_helpers import (
     assert_follow_up_ok,
     host_pids_with_marker,
     layer_active,
+    host_sysv_ipc,
     no_descendants_soon,
+    remove_host_sysv_ipc,
     unique_marker,
 )
 from tirl.sandbox import ExecutionRequest, LocalSandbox
@@ -295,6 +297,51 @@ async def test_many_empty_files_hit_the_scratch_inode_bound(sb, layers):
     r = await run(sb, code, timeout_s=20)
     assert (r.status, r.stdout) == ("ok", "stopped 28 True\n"), r.stderr
     await check_host_unaffected(sb, pids)
+
+
+SYSV_IPC_CODE = """\
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+libc.shmat.restype = ctypes.c_void_p
+KEY, SIZE, FLAGS = {key}, {size}, {flags}
+shm = libc.shmget(KEY, SIZE, FLAGS)
+if shm >= 0 and {attach}:
+    addr = libc.shmat(shm, None, 0)
+    ctypes.memset(addr, 1, SIZE)  # pages charged, and kept by the segment after the call
+sem = libc.semget(KEY, 1, FLAGS)
+msg = libc.msgget(KEY, FLAGS)
+print([os.strerror(ctypes.get_errno()) if i < 0 else 'exists' for i in (shm, sem, msg)])
+"""
+
+
+async def test_sysv_ipc_objects_do_not_outlive_the_call(sb, layers):
+    # A red-team call left a 32 MiB shm segment on the host: calls shared the host's IPC namespace.
+    ipc = next((layer for layer in layers if layer["name"] == "ipc_namespace"), None)
+    if ipc is not None and not ipc["active"]:
+        pytest.skip(f"no IPC namespace on this machine: {ipc['detail']}")
+    key = 0x72000000 + uuid.uuid4().int % 0x00FFFFFF
+    pids = sb.worker_pids()
+    try:
+        made = await run(sb, SYSV_IPC_CODE.format(key=key, size=32 << 20, flags=0o1000 | 0o666, attach=True))
+        assert (made.status, made.stdout) == ("ok", "['exists', 'exists', 'exists']\n"), made.stderr
+        await check_host_unaffected(sb, pids)
+        assert host_sysv_ipc(key) == {"shm": [], "sem": [], "msg": []}
+        # Later calls (on either worker) cannot find them either: lookups without IPC_CREAT fail.
+        later = await sb.run_batch([ExecutionRequest(SYSV_IPC_CODE.format(key=key, size=0, flags=0, attach=False))
+                                    for _ in range(4)])
+        for r in later:
+            assert (r.status, r.stdout) == ("ok", f"{[os.strerror(2)] * 3}\n"), r.stderr
+        if layer_active(layers, "seccomp"):  # nor can the code leave its namespace or make another one
+            escape = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                      "fd = os.open('/proc/self/ns/ipc', 0)\n"
+                      "print([ctypes.get_errno() if call() < 0 else 0 for call in (lambda: libc.unshare(0x08000000), "
+                      "lambda: libc.setns(fd, 0x08000000))])")
+            r = await run(sb, escape)
+            assert (r.status, r.stdout) == ("ok", "[1, 1]\n"), r.stderr
+    finally:
+        remove_host_sysv_ipc(host_sysv_ipc(key))
 
 
 async def test_f17_parent_environment_is_absent(sb):

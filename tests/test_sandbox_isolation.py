@@ -14,7 +14,7 @@ import traceback
 import pytest
 from typer.testing import CliRunner
 
-from tirl.sandbox import LAYER_NAMES, LocalSandbox, _linux, landlock, runner, seccomp
+from tirl.sandbox import LAYER_NAMES, LocalSandbox, _linux, isolation, landlock, runner, seccomp
 
 
 def run_in_child(body) -> dict:
@@ -74,6 +74,7 @@ def test_seccomp_filter_policy_in_a_child():
             "inet6": errno_of(lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)),
             "unix": errno_of(lambda: socket.socket(socket.AF_UNIX).close()),
             "unshare": errno_of(lambda: _linux.unshare(_linux.CLONE_NEWUSER)),
+            "unshare_ipc": errno_of(lambda: _linux.unshare(_linux.CLONE_NEWIPC)),
             "mount": errno_of(lambda: _linux.mount("tmpfs", "/mnt", "tmpfs", 0)),
             "subprocess": subprocess.run(["true"]).returncode,  # clone3 falls back to a plain clone
         }
@@ -81,6 +82,7 @@ def test_seccomp_filter_policy_in_a_child():
     out = run_in_child(body)
     assert "crash" not in out, out
     assert out == {"inet": errno.EPERM, "inet6": errno.EPERM, "unix": 0, "unshare": errno.EPERM,
+                   "unshare_ipc": errno.EPERM,
                    "mount": errno.EPERM, "subprocess": 0}
 
 
@@ -110,6 +112,29 @@ def test_landlock_confines_writes_and_reads_in_a_child():
         assert out == {"write_other": errno.EACCES, "read_other": errno.EACCES, "read_scratch": "fine",
                        "devnull": 0}
         assert not os.path.exists(os.path.join(other, "new"))
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_ipc_namespace_probe_degrades_with_the_reason(tmp_path, monkeypatch, refused):
+    real_unshare = _linux.unshare
+
+    def unshare(flags: int) -> None:
+        if refused and flags & _linux.CLONE_NEWIPC:
+            raise OSError(errno.EPERM, "unshare: Operation not permitted")
+        real_unshare(flags)
+
+    monkeypatch.setattr(_linux, "unshare", unshare)  # inherited by the probe's fork
+    iso = isolation.WorkerIsolation(layers={}, plan=isolation.CallPlan(ipc_namespace=True), scratch_dir=str(tmp_path))
+    isolation.probe_plan(iso)  # applies the plan in a forked probe process, as a worker does
+    layer = iso.layers["ipc_namespace"]
+    if refused:
+        assert (iso.plan.ipc_namespace, layer.active) == (False, False)
+        assert "probe failed" in layer.detail and "unshare refused" in layer.detail, layer
+    elif os.geteuid() != 0:
+        pytest.skip("unshare(CLONE_NEWIPC) needs CAP_SYS_ADMIN")
+    else:
+        assert (iso.plan.ipc_namespace, layer.active) == (True, True), layer
+    assert iso.layers["rlimits"].active  # the other layers are unaffected
 
 
 async def test_layer_report_names_every_layer_with_a_reason():
@@ -180,7 +205,7 @@ def test_doctor_cli_reports_layers_and_probes_as_json():
     report = json.loads(result.output)
     assert [layer["name"] for layer in report["layers"]] == list(LAYER_NAMES)
     probes = {p["name"]: p for p in report["probes"]}
-    assert len(probes) == 5 and all(p["detail"] for p in probes.values())
+    assert len(probes) == 6 and all(p["detail"] for p in probes.values())
     active = {layer["name"] for layer in report["layers"] if layer["active"]}
     if "seccomp" in active or "network_namespace" in active:
         assert probes["tcp connect to 127.0.0.1"]["held"]
@@ -189,5 +214,7 @@ def test_doctor_cli_reports_layers_and_probes_as_json():
         assert probes["double-fork ignoring SIGTERM past the deadline"]["held"]
     if "cgroup" in active:
         assert probes["4 processes of 128 MiB under memory_mb=384"]["held"], probes
+    if "ipc_namespace" in active:
+        assert probes["System V shm segment left by a call"]["held"], probes
     assert report["all_active"] == (all(l["active"] for l in report["layers"]) and all(
         p["held"] for p in report["probes"]))

@@ -183,7 +183,8 @@ async def test_output_overflow_can_kill_the_call():
 
 
 async def test_degraded_mode_without_any_optional_layer_still_isolates_calls():
-    off = dict(network_namespace=False, pid_namespace=False, mount_namespace=False, unprivileged_user=False,
+    off = dict(network_namespace=False, pid_namespace=False, mount_namespace=False, ipc_namespace=False,
+               unprivileged_user=False,
                landlock=False, seccomp=False, cgroup=False)
     async with LocalSandbox(workers=1, **off, **LIGHT) as sb:
         layers = {layer["name"]: layer for layer in await sb.layer_report()}

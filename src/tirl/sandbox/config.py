@@ -39,6 +39,7 @@ LAYER_NAMES: tuple[str, ...] = (
     "network_namespace",
     "pid_namespace",
     "mount_namespace",
+    "ipc_namespace",
     "unprivileged_user",
     "capabilities_dropped",
     "rlimits",
@@ -109,9 +110,12 @@ class SandboxConfig:
             memory that no rlimit counts: without this bound a call created about a million files in 8 s
             (close to 1 GB of kernel memory) and the worker then spent seconds deleting them.
         scratch_root: where the host creates the pool's scratch folder; None means the system temp dir.
-        network_namespace, pid_namespace, mount_namespace, unprivileged_user, landlock, seccomp, cgroup,
-            user_namespace: switches of the isolation layers (``cgroup``: each call in its own memory and pids
-            cgroup, memory limit = the request's ``memory_mb`` for all its processes together;
+        network_namespace, pid_namespace, mount_namespace, ipc_namespace, unprivileged_user, landlock, seccomp,
+            cgroup, user_namespace: switches of the isolation layers (``ipc_namespace``: each call in a fresh
+            IPC namespace, so the System V shared memory, semaphores and message queues and the POSIX message
+            queues it creates die with its last process instead of staying on the host; ``cgroup``: each call
+            in its own memory and pids cgroup, memory limit = the request's ``memory_mb`` for all its
+            processes together;
             ``user_namespace``: when not started as root, try an unprivileged user namespace so the
             network/pid/mount namespaces are still possible).
         cgroup_parent: where the workers create their cgroups, as a path relative to the mount point of each
@@ -149,6 +153,7 @@ class SandboxConfig:
     network_namespace: bool = True
     pid_namespace: bool = True
     mount_namespace: bool = True
+    ipc_namespace: bool = True
     unprivileged_user: bool = True
     landlock: bool = True
     seccomp: bool = True
@@ -191,6 +196,7 @@ class SandboxConfig:
         keys = (
             "preload max_output_bytes kill_on_output_overflow drain_grace_s sandbox_uid sandbox_gid "
             "nproc_limit nofile_limit fsize_mb scratch_mb scratch_inodes network_namespace pid_namespace mount_namespace "
-            "unprivileged_user landlock seccomp cgroup cgroup_parent user_namespace required_layers slots_per_worker"
+            "ipc_namespace unprivileged_user landlock seccomp cgroup cgroup_parent user_namespace required_layers "
+            "slots_per_worker"
         ).split()
         return {**{k: getattr(self, k) for k in keys}, "warmups": self.warmup_sources()}

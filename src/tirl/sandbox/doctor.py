@@ -4,13 +4,15 @@ Starts a one-worker :class:`~tirl.sandbox.pool.LocalSandbox`, reads the layer re
 layer active, or why not), then runs a few hostile probes through it and checks the outcome: a TCP
 connect to 127.0.0.1, a write outside the scratch directory, reading a secret from the host environment,
 a double-forked child that ignores SIGTERM and outlives the deadline, four processes that together pass
-the call's memory limit (killed only by the ``cgroup`` layer). It also times trivial calls. It does
-not change any setting; it only reports.
+the call's memory limit (killed only by the ``cgroup`` layer), a System V shared memory segment that must
+not outlive the call (gone only with the ``ipc_namespace`` layer; a leftover is reported, then removed).
+It also times trivial calls. It does not change any setting; it only reports.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import statistics
 import time
@@ -70,9 +72,35 @@ def _process_with_marker(marker: str) -> list[int]:
     return found
 
 
+def host_shm_ids(key: int) -> list[int]:
+    """Ids of the System V shared memory segments with ``key`` in this process's IPC namespace."""
+    try:
+        with open("/proc/sysvipc/shm") as fh:
+            rows = [line.split() for line in fh.readlines()[1:]]
+    except OSError:
+        return []
+    return [int(row[1]) for row in rows if len(row) > 1 and int(row[0]) == key]
+
+
+def _remove_shm(shmid: int) -> None:
+    """``shmctl(shmid, IPC_RMID)``: delete a segment a call left behind (best effort)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmctl(ctypes.c_int(shmid), ctypes.c_int(0), None)
+
+
+#: Code of the IPC probe: a 1 MiB System V shared memory segment with key ``{key}``, created and left.
+SHM_PROBE = (
+    "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]\n"
+    "shmid = libc.shmget({key}, 1 << 20, 0o1000 | 0o600)\n"
+    "print('created' if shmid >= 0 else 'refused', ctypes.get_errno())"
+)
+
+
 async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
     outside = f"/tmp/tirl-doctor-{uuid.uuid4().hex}"
     marker = str(900_000_000 + uuid.uuid4().int % 99_999_999)
+    shm_key = 0x71000000 + uuid.uuid4().int % 0x00FFFFFF
     escape = (
         "import os, signal, time, subprocess\n"
         "if os.fork() == 0:\n"
@@ -94,10 +122,14 @@ async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
         ExecutionRequest("import os, time\nkids = []\nfor _ in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
                          "        block = b'x' * (128 << 20)\n        time.sleep(0.5)\n        os._exit(0)\n"
                          "    kids.append(pid)\nfor pid in kids:\n    os.waitpid(pid, 0)", timeout_s=10, memory_mb=384),
+        ExecutionRequest(SHM_PROBE.format(key=shm_key), timeout_s=5),
     ]
-    net, write, env, kill, memory = await sb.run_batch(requests)
+    net, write, env, kill, memory, shm = await sb.run_batch(requests)
     await asyncio.sleep(0.2)
     survivors = _process_with_marker(marker)
+    shm_left = host_shm_ids(shm_key)
+    for shmid in shm_left:
+        _remove_shm(shmid)
     written = os.path.exists(outside)
     if written:
         os.unlink(outside)
@@ -113,6 +145,9 @@ async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
         ProbeOutcome("4 processes of 128 MiB under memory_mb=384",
                      memory.status == "killed" and "memory cgroup" in memory.stderr,
                      f"{memory.status}: {(memory.stderr.strip().splitlines() or [''])[-1]}"),
+        ProbeOutcome("System V shm segment left by a call", shm.status == "ok" and not shm_left,
+                     f"{shm.status}: {shm.stdout.strip() or shm.stderr.strip()[-200:]}; segments left on the host: "
+                     f"{len(shm_left) or 'none'}" + (" (removed)" if shm_left else "")),
     ]
 
 

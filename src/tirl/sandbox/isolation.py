@@ -8,7 +8,9 @@ every per-call layer and checks that each works; a layer that fails is switched 
 a machine without (say) Landlock still runs code, and ``tirl sandbox doctor`` says what is missing.
 
 Each call's process then calls :func:`enter_call` with the resulting :class:`CallPlan`: its own cgroup
-(memory and pids of all its processes together, see :mod:`tirl.sandbox.cgroup`), new session, resource
+(memory and pids of all its processes together, see :mod:`tirl.sandbox.cgroup`), a fresh IPC namespace
+(System V shared memory, semaphores, message queues and POSIX message queues die with the call's last
+process instead of outliving it in the host's namespace), new session, resource
 limits, scratch directory as cwd, allowlisted environment, no-new-privs, unprivileged user id (with all
 capabilities dropped), parent-death signal, Landlock, seccomp. A layer that the probe accepted but that
 fails for a call raises :class:`LayerError` (fail closed: the call is answered ``internal``).
@@ -62,6 +64,7 @@ class CallPlan:
 
     Attributes:
         pid_namespace: fork each call as PID 2 of a fresh PID namespace (the worker must keep its caps).
+        ipc_namespace: the call process unshares a fresh IPC namespace (before dropping its capabilities).
         uid_mode: ``drop`` (run as ``uid``/``gid``), ``drop_keep_read`` (run as ``uid`` but keep
             CAP_DAC_READ_SEARCH, confined by Landlock, because the Python installation is not readable by
             that uid), ``capless`` (stay uid 0 with no capabilities) or ``none``.
@@ -75,6 +78,7 @@ class CallPlan:
     """
 
     pid_namespace: bool = False
+    ipc_namespace: bool = False
     uid_mode: str = "none"
     landlock_abi: int = 0
     seccomp: bool = False
@@ -227,6 +231,11 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
 
     plan = CallPlan(pid_namespace=self_ns_fd is not None, uid=int(cfg["sandbox_uid"]), gid=int(cfg["sandbox_gid"]),
                     nproc=int(cfg["nproc_limit"]), nofile=int(cfg["nofile_limit"]), fsize_mb=int(cfg["fsize_mb"]))
+    # Per call, applied by the call process itself (unshare(CLONE_NEWIPC) takes effect at once, unlike
+    # CLONE_NEWPID); whether the kernel allows it is decided by the probe (see probe_plan).
+    plan.ipc_namespace = bool(cfg.get("ipc_namespace", False))
+    if not plan.ipc_namespace:
+        layers["ipc_namespace"] = LayerStatus("ipc_namespace", False, "switched off in the configuration")
     if not cfg["unprivileged_user"]:
         layers["unprivileged_user"] = LayerStatus("unprivileged_user", False, "switched off in the configuration")
         plan.uid_mode = "capless" if (is_root or in_userns) else "none"
@@ -323,9 +332,11 @@ def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s:
                call_cgroup: cgroup.CallCgroup | None = None) -> None:
     """Apply the per-call layers to the calling process (a freshly forked call process). Irreversible.
 
-    Order: the call's cgroup (first, so that everything after is counted in it); new session; resource
-    limits; cwd = scratch; environment; no-new-privs; user id and capabilities; parent-death signal;
-    Landlock; seccomp (last, so the set-up itself may use any call).
+    Order: the call's cgroup (first, so that everything after is counted in it); a fresh IPC namespace
+    (needs CAP_SYS_ADMIN, so before the capabilities are dropped; its kernel objects are charged to the
+    call's cgroup); new session; resource limits; cwd = scratch; environment; no-new-privs; user id and
+    capabilities; parent-death signal; Landlock; seccomp (last, so the set-up itself may use any call, and
+    the code may not: it denies ``unshare`` and ``setns``).
 
     Args:
         plan: the probed plan of the worker.
@@ -346,6 +357,11 @@ def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s:
             call_cgroup.enter()
         except OSError as exc:
             raise LayerError("cgroup", f"cannot enter the call's cgroup: {exc}") from exc
+    if plan.ipc_namespace:
+        try:
+            _linux.unshare(_linux.CLONE_NEWIPC)
+        except OSError as exc:
+            raise LayerError("ipc_namespace", f"unshare refused: {exc.strerror or exc}") from exc
     os.setsid()
     if plan.rlimits:
         cpu = int(math.ceil(timeout_s)) + 1
@@ -418,6 +434,7 @@ def _probe_child(iso: WorkerIsolation, scratch_dir: str, outside_dir: str, fd: i
         checks = report["checks"]
         checks["uid"] = os.getuid()
         checks["pid"] = os.getpid()
+        checks["ipc_ns"] = _ns_inode("ipc")
         if probe_cgroup is not None:
             checks["cgroup_dirs"] = len(probe_cgroup.dirs)
         try:
@@ -445,6 +462,14 @@ def _probe_child(iso: WorkerIsolation, scratch_dir: str, outside_dir: str, fd: i
     os.write(fd, json.dumps(report).encode())
 
 
+def _ns_inode(kind: str) -> int | None:
+    """Inode of this process's namespace of ``kind`` (``/proc/self/ns/<kind>``), None when unreadable."""
+    try:
+        return os.stat(f"/proc/self/ns/{kind}").st_ino
+    except OSError:
+        return None
+
+
 def probe_plan(iso: WorkerIsolation) -> None:
     """Fork test processes that apply the plan; switch off each layer that fails, and record statuses.
 
@@ -454,7 +479,7 @@ def probe_plan(iso: WorkerIsolation) -> None:
     if plan.uid_mode == "drop" and not _python_readable_by(plan.uid, plan.gid):
         plan.uid_mode = "drop_keep_read"
     notes: dict[str, str] = {}
-    for _attempt in range(6):
+    for _attempt in range(8):
         scratch = tempfile.mkdtemp(prefix="probe-", dir=iso.scratch_dir)
         outside = tempfile.mkdtemp(prefix="outside-", dir=iso.scratch_dir)
         os.chmod(outside, 0o777)  # so that only Landlock, not file permissions, can deny the write
@@ -513,6 +538,8 @@ def probe_plan(iso: WorkerIsolation) -> None:
             plan.rlimits = False
         elif layer == "cgroup":
             _switch_cgroup_off(iso, f"probe failed: {message}")
+        elif layer == "ipc_namespace":
+            plan.ipc_namespace = False
     raise RuntimeError(f"isolation probe kept failing: {notes}")  # pragma: no cover
 
 
@@ -531,6 +558,19 @@ def _record_plan_layers(iso: WorkerIsolation, checks: dict, notes: dict[str, str
             layers["cgroup"] = LayerStatus("cgroup", True, iso.cgroups.describe())
         else:
             _switch_cgroup_off(iso, f"probe: the call was not in its cgroup ({checks})")
+    if plan.ipc_namespace:
+        own, the_calls = _ns_inode("ipc"), checks.get("ipc_ns")
+        if own is not None and own == the_calls:
+            plan.ipc_namespace = False
+            layers["ipc_namespace"] = LayerStatus("ipc_namespace", False,
+                                                  "probe: the call stayed in the worker's IPC namespace")
+        else:
+            layers["ipc_namespace"] = LayerStatus(
+                "ipc_namespace", True,
+                "fresh IPC namespace per call: System V shared memory, semaphores and message queues and POSIX "
+                "message queues it creates die with its last process")
+    elif "ipc_namespace" not in layers:
+        layers["ipc_namespace"] = LayerStatus("ipc_namespace", False, notes.get("ipc_namespace", "off"))
     layers["rlimits"] = LayerStatus(
         "rlimits", plan.rlimits,
         f"CPU s = ceil(timeout)+1, address space = memory_mb, nproc {plan.nproc}, fsize {plan.fsize_mb} MiB, "

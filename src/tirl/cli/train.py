@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 
@@ -40,28 +40,14 @@ def rl_command(
     """Run (or resume) one RL stage: sample 2G trajectories per problem with the Python tool, keep G with RoC,
     update the policy with TRL; checkpoints, metrics.jsonl and the final model go to the recipe's output_dir."""
     os.environ.setdefault(*PASSIVE_OMP)
-    import yaml
-    from rich.console import Console
-
     from tirl.train.config import load_config
 
-    console = Console(stderr=True)
-    try:
-        cfg = load_config(config, overrides or [])
-    except (ValueError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
-    if print_config:
-        typer.echo(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-        return
-    from tirl.train.rl import train
+    def run(cfg: object) -> Path:
+        from tirl.train.rl import train
 
-    try:
-        final = train(cfg)
-    except (ValueError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
-    console.print(f"[green]done:[/] final weights in {final}; metrics in {Path(cfg.output_dir) / 'metrics.jsonl'}")
+        return train(cfg)  # type: ignore[arg-type]
+
+    _run_stage(lambda: load_config(config, overrides or []), run, print_config, "final weights")
 
 
 @app.command("sft")
@@ -75,30 +61,46 @@ def sft_command(
     """Run (or resume) the SFT stage: tool-calling and chat conversations in tirl's format, loss on the model's
     tokens only; checkpoints, metrics.jsonl and the final (LoRA-merged) model go to the recipe's output_dir."""
     os.environ.setdefault(*PASSIVE_OMP)
-    import logging
+    from tirl.train.sft_config import load_sft_config
 
+    def load() -> object:
+        cfg = load_sft_config(config, overrides or [])
+        cfg.validate()
+        return cfg
+
+    def run(cfg: object) -> Path:
+        import logging
+
+        from tirl.train.sft import train_sft
+
+        logging.basicConfig(level=logging.WARNING, format="%(message)s")
+        logging.getLogger("tirl.train.sft").setLevel(logging.INFO)  # data counts, resume, duration
+        return train_sft(cfg)  # type: ignore[arg-type]
+
+    _run_stage(load, run, print_config, "final model")
+
+
+def _run_stage(load: Callable[[], Any], run: Callable[[Any], Path], print_config: bool, what: str) -> None:
+    """Load a stage's configuration, print it or run the stage, and turn bad input into exit code 2.
+
+    ``load`` returns the resolved config (it raises ValueError/FileNotFoundError on a bad file or override);
+    ``run`` trains and returns the final folder (ValueError/FileNotFoundError/KeyError on bad data or paths).
+    """
     import yaml
     from rich.console import Console
 
-    from tirl.train.sft_config import load_sft_config
-
     console = Console(stderr=True)
     try:
-        cfg = load_sft_config(config, overrides or [])
-        cfg.validate()
+        cfg = load()
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
     if print_config:
         typer.echo(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         return
-    from tirl.train.sft import train_sft
-
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    logging.getLogger("tirl.train.sft").setLevel(logging.INFO)  # data counts, resume, duration
     try:
-        final = train_sft(cfg)
+        final = run(cfg)
     except (ValueError, FileNotFoundError, KeyError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
-    console.print(f"[green]done:[/] final model in {final}; metrics in {Path(cfg.output_dir) / 'metrics.jsonl'}")
+    console.print(f"[green]done:[/] {what} in {final}; metrics in {Path(cfg.output_dir) / 'metrics.jsonl'}")

@@ -52,6 +52,12 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(data[lo] + (data[hi] - data[lo]) * (pos - lo))
 
 
+def log_value(logs: dict[str, Any], key: str) -> float:
+    """``logs[key]`` as a float for console lines; NaN when it is missing, not a number, or not finite."""
+    value = logs.get(key)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else float("nan")
+
+
 def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else 0.0
 

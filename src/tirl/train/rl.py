@@ -23,7 +23,6 @@ Not covered here: vLLM server mode for multi-turn rollouts (TRL's ``server`` mod
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from typing import Any, Sequence
 
 from tirl.data.training import RLProblem, load_training_problems
 from tirl.train.config import RLConfig, dump_config
-from tirl.train.metrics import MetricsLog
+from tirl.train.metrics import MetricsLog, log_value
 from tirl.train.rollout import (
     ADVANTAGE_KEY,
     AgentLoopSource,
@@ -167,8 +166,7 @@ def _callbacks(config: RLConfig, timing: dict[str, float], metrics_log: MetricsL
             from rich.console import Console
 
             def g(key: str) -> float:
-                value = logs.get(key)
-                return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else float("nan")
+                return log_value(logs, key)
 
             Console(stderr=True).print(
                 f"[bold]{config.stage}[/] step {state.global_step}/{state.max_steps}  "

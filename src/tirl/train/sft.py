@@ -25,7 +25,6 @@ that an interrupted run wrote after it. The final model goes to ``output_dir/fin
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from typing import Any, Sequence
 
 from tirl.data.sft import SFTExample, load_sft_examples, render_sft_example
 from tirl.protocol import ProtocolConfig
-from tirl.train.metrics import MetricsLog
+from tirl.train.metrics import MetricsLog, log_value
 from tirl.train.rl import _callbacks, _checkpoint_step, last_checkpoint, load_policy
 from tirl.train.sft_config import SFTConfig
 
@@ -158,8 +157,7 @@ def _progress_callback(config: SFTConfig, timing: dict[str, float]) -> Any:
             left = (state.max_steps - state.global_step) * mean
 
             def g(key: str) -> float:
-                value = logs.get(key)
-                return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else float("nan")
+                return log_value(logs, key)
 
             Console(stderr=True).print(
                 f"[bold]{config.stage}[/] step {state.global_step}/{state.max_steps}  loss {g('loss'):.4f}  "

@@ -88,7 +88,8 @@ def test_validate_rejects(override, match):
 
 
 @pytest.mark.parametrize("name,processes", [("stage1", 64), ("stage2", 64), ("stage3", 64), ("cpu-tiny", 1),
-                                            ("cpu-smollm2", 1), ("cpu-qwen0.5b", 1)])
+                                            ("cpu-smollm2", 1), ("cpu-qwen0.5b", 1),
+                                            ("cpu-qwen0.5b-sft", 1)])
 def test_shipped_recipes_load_and_validate(name, processes):
     c = load_config(CONFIGS / f"{name}.yaml")
     c.validate(processes)

@@ -247,6 +247,30 @@ def test_lora_final_folder_is_merged_loads_runs_in_the_agent_loop_and_resumes(tm
     assert all(r.get("tirl/time/step_s", 0) > 0 for r in read_metrics(tmp_path / "run") if "loss" in r)
 
 
+def test_init_token_rows_reach_the_merged_final_model(tmp_path, tiny_model_dir):
+    """The SFT recipe's model.init_token_rows: the call-tag rows of the final (LoRA-merged) folder are the
+    spelling means set at load time, other rows are the base model's."""
+    import torch
+
+    from tirl.models import load
+    from tirl.models.token_rows import spelling_ids
+    from tirl.train.sft import train_sft
+
+    examples = load_sft_set("gsm8k_tir", slice(0, 2), SHORT)
+    cfg = _config(tmp_path, tiny_model_dir, "optim.max_steps=1", "save_steps=100", "model.lora.enabled=true",
+                  "model.lora.r=4", "model.init_token_rows=[<tool_call>, </tool_call>]")
+    final = train_sft(cfg, examples=examples, protocol=SHORT)
+    base, tok = load(tiny_model_dir, dtype="float32")
+    model, _ = load(final, dtype="float32")
+    vocab = tok.get_vocab()
+    before, after = base.get_input_embeddings().weight, model.get_input_embeddings().weight
+    for tag in ("<tool_call>", "</tool_call>"):
+        expected = before[spelling_ids(tok, tag)].mean(dim=0)
+        assert torch.allclose(after[vocab[tag]], expected, atol=1e-6), tag
+    assert not torch.allclose(after[vocab["<tool_call>"]], after[vocab["</tool_call>"]])
+    assert torch.equal(before[vocab["<|box_start|>"]], after[vocab["<|box_start|>"]])
+
+
 # ------------------------------------------------------------------------------------------------- config / CLI
 
 

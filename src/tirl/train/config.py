@@ -56,12 +56,16 @@ class ModelConfig:
         dtype: ``float32``, ``bfloat16`` or ``float16`` (bf16 is 1.5-1.8x faster than fp32 on the CPUs here).
         gradient_checkpointing: recompute activations in the backward pass (saves memory on long sequences).
         lora: LoRA settings.
+        init_token_rows: tokens (each one vocabulary entry) whose never-trained embedding rows are set to the
+            mean of the rows of their spelling when the model is loaded (:mod:`tirl.models.token_rows`); the SFT
+            recipe for Qwen2.5-Coder-0.5B names ``<tool_call>`` and ``</tool_call>``.
     """
 
     name_or_path: str = "qwen2.5-coder-0.5b-instruct"
     dtype: str = "bfloat16"
     gradient_checkpointing: bool = False
     lora: LoraSettings = field(default_factory=LoraSettings)
+    init_token_rows: list[str] = field(default_factory=list)
 
 
 @dataclass

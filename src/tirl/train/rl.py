@@ -217,6 +217,11 @@ def load_policy(config: RLConfig, init_from: Path | None = None) -> tuple[Any, A
 
     With ``init_from`` the weights come from that folder: a full model folder is loaded as the model; a LoRA
     adapter folder is loaded on top of ``model.name_or_path`` and kept trainable (no new adapter is added).
+    ``model.init_token_rows`` is applied whenever the weights come from ``model.name_or_path`` (so a resumed
+    LoRA run sees the same rows).
+
+    Raises:
+        ValueError: a name in ``model.init_token_rows`` is not one token of the tokenizer.
 
     Returns:
         ``(model, tokenizer, peft_config)``; ``peft_config`` is None when LoRA is off or the model already is a
@@ -229,6 +234,11 @@ def load_policy(config: RLConfig, init_from: Path | None = None) -> tuple[Any, A
         model, tokenizer = load(str(init_from), dtype=dtype)
     else:
         model, tokenizer = load(model_reference(config.model.name_or_path), dtype=dtype)
+        if config.model.init_token_rows:
+            from tirl.models.token_rows import init_token_rows
+
+            done = init_token_rows(model, tokenizer, config.model.init_token_rows)
+            logger.info("re-initialised token rows from their spelling: %s", done)
     peft_config = None
     if init_from is not None and _is_adapter(init_from):
         from peft import PeftModel

@@ -271,6 +271,63 @@ def test_init_token_rows_reach_the_merged_final_model(tmp_path, tiny_model_dir):
     assert torch.equal(before[vocab["<|box_start|>"]], after[vocab["<|box_start|>"]])
 
 
+def _untied_copy(tiny_model_dir, out):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    m = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    m.config.tie_word_embeddings = False
+    m.lm_head.weight = torch.nn.Parameter(m.get_input_embeddings().weight.detach().clone())
+    m.save_pretrained(str(out))
+    AutoTokenizer.from_pretrained(str(tiny_model_dir)).save_pretrained(str(out))
+    return out
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_train_token_rows_move_only_those_rows_and_survive_checkpoints(tmp_path, tiny_model_dir, tied):
+    import torch
+
+    from tirl.models import load
+    from tirl.train.sft import build_sft_trainer, train_sft
+    from tirl.train.token_rows import ROWS_FILE
+
+    model_dir = tiny_model_dir if tied else _untied_copy(tiny_model_dir, tmp_path / "untied")
+    examples = load_sft_set("gsm8k_tir", slice(0, 2), SHORT)
+    rows = ["model.lora.enabled=true", "model.lora.r=4", "model.train_token_rows=[<tool_call>, </tool_call>]",
+            "optim.learning_rate=5e-2", "save_steps=1"]
+    final = train_sft(_config(tmp_path, model_dir, "optim.max_steps=2", *rows), examples=examples, protocol=SHORT)
+    base, tok = load(model_dir, dtype="float32")
+    model, _ = load(final, dtype="float32")
+    vocab = tok.get_vocab()
+    tags = [vocab["<tool_call>"], vocab["</tool_call>"]]
+    others = [i for i in range(base.get_input_embeddings().weight.shape[0]) if i not in tags]
+    for get in ("get_input_embeddings", "get_output_embeddings"):
+        before, after = getattr(base, get)().weight, getattr(model, get)().weight
+        assert all(not torch.equal(before[i], after[i]) for i in tags), get
+        assert torch.equal(before[others], after[others]), get
+    ckpt = tmp_path / "run" / "checkpoint-2"
+    assert (ckpt / ROWS_FILE).is_file()
+
+    # resume to step 3: the saved rows are put back before training continues
+    built = build_sft_trainer(_config(tmp_path, model_dir, "optim.max_steps=3", *rows), examples=examples,
+                              protocol=SHORT)
+    assert built.resume_from == ckpt
+    emb = built.trainer.model.get_input_embeddings().weight
+    assert all(torch.allclose(emb[i].float(), model.get_input_embeddings().weight[i]) for i in tags)
+
+
+def test_train_token_rows_config_errors(tmp_path, tiny_model_dir):
+    from tirl.train.config import load_config
+
+    with pytest.raises(ValueError, match="lora"):
+        _config(tmp_path, tiny_model_dir, "model.train_token_rows=[<tool_call>]").validate()
+    with pytest.raises(ValueError, match="weight_decay"):
+        _config(tmp_path, tiny_model_dir, "model.train_token_rows=[<tool_call>]", "model.lora.enabled=true",
+                "optim.weight_decay=0.1").validate()
+    with pytest.raises(ValueError, match="SFT stage"):
+        load_config(None, ["model.train_token_rows=[<tool_call>]"]).validate(1)
+
+
 # ------------------------------------------------------------------------------------------------- config / CLI
 
 

@@ -59,6 +59,8 @@ class ModelConfig:
         init_token_rows: tokens (each one vocabulary entry) whose never-trained embedding rows are set to the
             mean of the rows of their spelling when the model is loaded (:mod:`tirl.models.token_rows`); the SFT
             recipe for Qwen2.5-Coder-0.5B names ``<tool_call>`` and ``</tool_call>``.
+        train_token_rows: tokens whose input-embedding and LM-head rows are trained in full next to a LoRA
+            adapter (:mod:`tirl.train.token_rows`; SFT stage only, an RL recipe that sets it is rejected).
     """
 
     name_or_path: str = "qwen2.5-coder-0.5b-instruct"
@@ -66,6 +68,7 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     lora: LoraSettings = field(default_factory=LoraSettings)
     init_token_rows: list[str] = field(default_factory=list)
+    train_token_rows: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -235,6 +238,8 @@ class RLConfig:
             ValueError: with the offending field(s) named.
         """
         r, o = self.rollout, self.optim
+        if self.model.train_token_rows:
+            raise ValueError("model.train_token_rows is supported by the SFT stage (tirl train sft) only")
         if r.group_size < 2:
             raise ValueError("rollout.group_size must be >= 2 (GRPO needs a group)")
         if r.oversample < 1:

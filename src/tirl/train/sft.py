@@ -236,6 +236,14 @@ def build_sft_trainer(config: SFTConfig, *, examples: Sequence[SFTExample] | Non
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)
+    if config.model.train_token_rows:
+        from tirl.train import token_rows
+
+        ids = token_rows.token_row_ids(tokenizer, config.model.train_token_rows)
+        token_rows.make_rows_trainable(trainer.model, ids)
+        if resume_from is not None and token_rows.load_token_rows(trainer.model, resume_from):
+            logger.info("trained token rows restored from %s", resume_from)
+        trainer.add_callback(token_rows.checkpoint_callback(ids))
     return BuiltSFT(trainer, tokenizer, stats, resume_from, metrics_log)
 
 

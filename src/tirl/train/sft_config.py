@@ -122,6 +122,10 @@ class SFTConfig:
             ValueError: with the offending field(s) named.
         """
         o = self.optim
+        if self.model.train_token_rows and not self.model.lora.enabled:
+            raise ValueError("model.train_token_rows needs model.lora.enabled (without LoRA every row trains)")
+        if self.model.train_token_rows and o.weight_decay:
+            raise ValueError("model.train_token_rows needs optim.weight_decay 0 (decay would move every row)")
         if o.batch_size < 1 or o.per_device_train_batch_size < 1:
             raise ValueError("optim.batch_size and optim.per_device_train_batch_size must be >= 1")
         if o.batch_size % (o.per_device_train_batch_size * num_processes):

@@ -1,0 +1,109 @@
+"""Train a few embedding rows in full next to a LoRA adapter (``model.train_token_rows``).
+
+Why: the packaged Qwen2.5-Coder-0.5B never trained the rows of ``<tool_call>``/``</tool_call>``
+(:mod:`tirl.models.token_rows`). Re-initialising them from their spelling is not enough for a LoRA-only SFT to
+make the model emit the single tag token (measured: it wrote the spelling's pieces instead), so the rows must
+learn. peft's ``trainable_token_indices`` is bypassed by TRL 1.16's fused LM head (it multiplies by
+``lm_head.weight`` itself), so tirl makes the input-embedding and LM-head weights trainable and zeroes, with a
+gradient hook, every row's gradient but the named ones. With weight decay 0 (the SFT default) AdamW then leaves
+the other rows exactly as they were (zero gradient, zero moments, zero update).
+
+With LoRA, Trainer checkpoints hold only the adapter, so :class:`TokenRowsCheckpoint` writes the trained rows
+next to it (``tirl_token_rows.pt``) and :func:`load_token_rows` puts them back on resume. The merged final
+folder carries them as ordinary weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+ROWS_FILE = "tirl_token_rows.pt"
+
+
+def _weights(model: Any) -> list[Any]:
+    """The input-embedding weight and, when not tied to it, the LM-head weight."""
+    embed = model.get_input_embeddings().weight
+    head_module = model.get_output_embeddings()
+    head = head_module.weight if head_module is not None else None
+    return [embed] if head is None or head is embed else [embed, head]
+
+
+def token_row_ids(tokenizer: Any, tokens: Sequence[str]) -> list[int]:
+    """Vocabulary ids of ``tokens``.
+
+    Raises:
+        ValueError: a string is not one vocabulary entry.
+    """
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in tokens if t not in vocab]
+    if missing:
+        raise ValueError(f"model.train_token_rows: {missing} are not single tokens of this tokenizer")
+    return [int(vocab[t]) for t in tokens]
+
+
+def make_rows_trainable(model: Any, ids: Sequence[int]) -> list[Any]:
+    """Mark the embedding (and untied LM-head) weights trainable with only rows ``ids`` receiving gradient.
+
+    Call after peft wrapping and before the optimizer is built. Returns the hook handles.
+
+    Raises:
+        ValueError: ``ids`` is empty or out of the vocabulary range.
+    """
+    import torch
+
+    if not ids:
+        raise ValueError("make_rows_trainable needs at least one token id")
+    handles = []
+    for weight in _weights(model):
+        if min(ids) < 0 or max(ids) >= weight.shape[0]:
+            raise ValueError(f"token ids {list(ids)} outside the {weight.shape[0]} rows")
+        mask = torch.zeros(weight.shape[0], 1, dtype=weight.dtype, device=weight.device)
+        mask[list(ids)] = 1
+        weight.requires_grad_(True)
+        handles.append(weight.register_hook(lambda grad, mask=mask: grad * mask))
+    return handles
+
+
+def save_token_rows(model: Any, ids: Sequence[int], folder: str | Path) -> Path:
+    """Write rows ``ids`` of each trainable weight to ``folder/tirl_token_rows.pt``; returns the file."""
+    import torch
+
+    path = Path(folder) / ROWS_FILE
+    torch.save({"ids": list(ids), "rows": [w.detach()[list(ids)].cpu().clone() for w in _weights(model)]}, path)
+    return path
+
+
+def load_token_rows(model: Any, folder: str | Path) -> bool:
+    """Copy the rows saved by :func:`save_token_rows` in ``folder`` back into ``model``; False when none.
+
+    Raises:
+        ValueError: the file was written for a model with tied/untied weights other than this one's.
+    """
+    import torch
+
+    path = Path(folder) / ROWS_FILE
+    if not path.is_file():
+        return False
+    saved = torch.load(path, map_location="cpu")
+    weights = _weights(model)
+    if len(saved["rows"]) != len(weights):
+        raise ValueError(f"{path}: {len(saved['rows'])} saved weights, the model has {len(weights)}")
+    with torch.no_grad():
+        for weight, rows in zip(weights, saved["rows"]):
+            weight[saved["ids"]] = rows.to(weight.dtype)
+    return True
+
+
+def checkpoint_callback(ids: Sequence[int]) -> Any:
+    """A transformers ``TrainerCallback`` that saves the trained rows into every ``checkpoint-N`` folder."""
+    from transformers import TrainerCallback
+
+    class TokenRowsCheckpoint(TrainerCallback):
+        def on_save(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
+            if model is not None and state.is_world_process_zero:
+                folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                if folder.is_dir():
+                    save_token_rows(model, ids, folder)
+
+    return TokenRowsCheckpoint()

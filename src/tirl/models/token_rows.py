@@ -36,6 +36,19 @@ def spelling_ids(tokenizer: Any, token: str) -> list[int]:
     return ids
 
 
+def vocab_ids(tokenizer: Any, tokens: Sequence[str], what: str) -> list[int]:
+    """Vocabulary ids of ``tokens`` (each must be one entry).
+
+    Raises:
+        ValueError: naming ``what`` (the config key) and the strings that are not single tokens.
+    """
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in tokens if t not in vocab]
+    if missing:
+        raise ValueError(f"{what}: {missing} are not single tokens of this tokenizer")
+    return [int(vocab[t]) for t in tokens]
+
+
 def init_token_rows(model: Any, tokenizer: Any, tokens: Sequence[str]) -> dict[str, list[int]]:
     """Set the input-embedding row (and the LM-head row, if untied) of each token in ``tokens`` to the mean of
     the rows of its spelling (:func:`spelling_ids`), in place and without gradient.
@@ -53,17 +66,13 @@ def init_token_rows(model: Any, tokenizer: Any, tokens: Sequence[str]) -> dict[s
     """
     import torch
 
-    vocab = tokenizer.get_vocab()
-    missing = [t for t in tokens if t not in vocab]
-    if missing:
-        raise ValueError(f"model.init_token_rows: {missing} are not single tokens of this tokenizer")
+    ids = vocab_ids(tokenizer, tokens, "model.init_token_rows")
     embed = model.get_input_embeddings().weight
     head_module = model.get_output_embeddings()
     head = head_module.weight if head_module is not None and head_module.weight is not embed else None
     done: dict[str, list[int]] = {}
     with torch.no_grad():
-        for token in tokens:
-            token_id = int(vocab[token])
+        for token, token_id in zip(tokens, ids):
             pieces = spelling_ids(tokenizer, token)
             if pieces == [token_id]:
                 raise ValueError(f"{token!r} spells to itself; nothing to initialise from")

@@ -35,11 +35,9 @@ def token_row_ids(tokenizer: Any, tokens: Sequence[str]) -> list[int]:
     Raises:
         ValueError: a string is not one vocabulary entry.
     """
-    vocab = tokenizer.get_vocab()
-    missing = [t for t in tokens if t not in vocab]
-    if missing:
-        raise ValueError(f"model.train_token_rows: {missing} are not single tokens of this tokenizer")
-    return [int(vocab[t]) for t in tokens]
+    from tirl.models.token_rows import vocab_ids
+
+    return vocab_ids(tokenizer, tokens, "model.train_token_rows")
 
 
 def make_rows_trainable(model: Any, ids: Sequence[int]) -> list[Any]:

@@ -29,7 +29,6 @@ Sources are named like the RL sets: ``gsm8k_tir`` (all rows), ``gsm8k_tir:N`` (t
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import json
 import random
@@ -96,17 +95,11 @@ class SFTExample:
 
 
 def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
-    opener: Callable[..., Any] = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
-                if not isinstance(row, dict):
-                    raise ValueError(f"{path}:{lineno}: expected a JSON object")
-                yield row
+    """Rows of a (gzipped) JSONL file; ValueError with file and line on a bad line (tirl.data.training's reader)."""
+    from tirl.data.training import _read_jsonl as read_numbered
+
+    for _, row in read_numbered(path):
+        yield row
 
 
 def _call_arguments(call: dict[str, Any], where: str) -> tuple[str, str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from tirl.sandbox.uids import DEFAULT_FIRST_UID, DEFAULT_LOCK_DIR, DEFAULT_UID_COUNT
+
 DEFAULT_PRELOAD: tuple[str, ...] = ("numpy", "scipy", "sympy")
 
 #: Warm-up source run once in each worker for each preloaded module (when ``SandboxConfig.warmup`` is None):
@@ -40,7 +42,10 @@ LAYER_NAMES: tuple[str, ...] = (
     "pid_namespace",
     "mount_namespace",
     "ipc_namespace",
+    "private_proc",
+    "private_shm",
     "unprivileged_user",
+    "uid_per_call",
     "capabilities_dropped",
     "rlimits",
     "cgroup",
@@ -99,9 +104,29 @@ class SandboxConfig:
         start_timeout_s: how long a worker may take to import the preload modules and report ready.
         max_start_failures: consecutive worker start failures after which every call is answered
             ``internal`` with the start error (instead of retrying forever).
-        sandbox_uid / sandbox_gid: identity the code runs as when the worker is root (default: nobody).
-        nproc_limit: RLIMIT_NPROC of the code (counted per user id, so shared by concurrent calls), and the
-            ``pids.max`` of each call's cgroup (its own processes only) when the cgroup layer is active.
+        sandbox_uid / sandbox_gid: identity the code runs as when the worker is root and the ``uid_per_call``
+            layer is off or unavailable (default: nobody); every call then shares it.
+        uid_per_call: give each running call its own uid/gid (= uid) from ``call_uid_first ..
+            call_uid_first + call_uid_count - 1``, claimed with a lock file in ``uid_lock_dir`` (safe across
+            pools and processes, released by the kernel when a worker dies; see :mod:`tirl.sandbox.uids`), so
+            RLIMIT_NPROC, signals and file ownership are per call. Needs root.
+        call_uid_first, call_uid_count: the per-call uid range (default: 4096 uids from 1900000000, in the
+            range systemd leaves unassigned).
+        uid_lock_dir: root-owned directory (mode 0700) of the uid lock files, shared by every pool on the
+            machine that uses the same range.
+        private_proc: each call mounts a fresh ``/proc`` of its own PID namespace (in a mount namespace of its
+            own): it sees its own processes only. Needs the PID namespace layer.
+        private_shm: each call mounts a fresh tmpfs of ``shm_mb`` MiB and ``shm_inodes`` files on
+            ``/dev/shm``, writable by it alone and gone with its last process, so ``multiprocessing``'s
+            ``Pool``, ``Lock``, ``Queue`` and ``Semaphore`` and ``ProcessPoolExecutor`` work (its pages are
+            charged to the call's memory cgroup).
+        extra_read_paths: directories calls may read besides the Python installation (its prefixes and the
+            ``sys.path`` entries inside them) and the system directories. Other ``sys.path`` entries of the
+            worker (the project's source tree, the current directory) are neither readable nor on the call's
+            ``sys.path`` when Landlock is active.
+        nproc_limit: RLIMIT_NPROC of the code (counted per user id: per call with ``uid_per_call``, else shared
+            by concurrent calls), and the ``pids.max`` of each call's cgroup (its own processes only) when the
+            cgroup layer is active.
         nofile_limit: RLIMIT_NOFILE of the code.
         fsize_mb: RLIMIT_FSIZE of the code in MiB (largest file it can write).
         scratch_mb: size of each worker's private tmpfs that holds the calls' scratch directories (when the
@@ -144,6 +169,15 @@ class SandboxConfig:
     max_start_failures: int = 3
     sandbox_uid: int = 65534
     sandbox_gid: int = 65534
+    uid_per_call: bool = True
+    call_uid_first: int = DEFAULT_FIRST_UID
+    call_uid_count: int = DEFAULT_UID_COUNT
+    uid_lock_dir: str = DEFAULT_LOCK_DIR
+    private_proc: bool = True
+    private_shm: bool = True
+    shm_mb: int = 64
+    shm_inodes: int = 4096
+    extra_read_paths: tuple[str, ...] = ()
     nproc_limit: int = 256
     nofile_limit: int = 256
     fsize_mb: int = 64
@@ -169,6 +203,9 @@ class SandboxConfig:
         self.preload = tuple(self.preload)
         self.required_layers = tuple(self.required_layers)
         self.env_passthrough = tuple(self.env_passthrough)
+        self.extra_read_paths = tuple(self.extra_read_paths)
+        if self.call_uid_count < 1 or self.call_uid_first < 1 or self.call_uid_first + self.call_uid_count > 0xFFFF_FFFF:
+            raise ValueError(f"bad per-call uid range: first={self.call_uid_first}, count={self.call_uid_count}")
         if self.workers is not None and self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.slots_per_worker < 1:
@@ -197,6 +234,7 @@ class SandboxConfig:
             "preload max_output_bytes kill_on_output_overflow drain_grace_s sandbox_uid sandbox_gid "
             "nproc_limit nofile_limit fsize_mb scratch_mb scratch_inodes network_namespace pid_namespace mount_namespace "
             "ipc_namespace unprivileged_user landlock seccomp cgroup cgroup_parent user_namespace required_layers "
-            "slots_per_worker"
+            "slots_per_worker uid_per_call call_uid_first call_uid_count uid_lock_dir private_proc private_shm shm_mb "
+            "shm_inodes extra_read_paths"
         ).split()
         return {**{k: getattr(self, k) for k in keys}, "warmups": self.warmup_sources()}

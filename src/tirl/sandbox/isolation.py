@@ -34,7 +34,7 @@ import socket
 import tempfile
 from dataclasses import asdict, dataclass, field
 
-from tirl.sandbox import _linux, cgroup, landlock, seccomp
+from tirl.sandbox import _linux, cgroup, landlock, seccomp, uids
 from tirl.sandbox.config import LAYER_NAMES, THREAD_ENV_VARS
 
 #: Environment variables copied from the worker's (already allowlisted) environment into each call.
@@ -72,7 +72,10 @@ class CallPlan:
         seccomp: install the seccomp filter.
         rlimits: apply resource limits.
         cgroup: put each call in its own cgroup (the worker's :class:`~tirl.sandbox.cgroup.CgroupLayer`).
-        uid, gid: identity for ``drop`` modes.
+        uid_per_call: each call runs as a uid claimed for it (the worker's :class:`~tirl.sandbox.uids.UidAllocator`).
+        private_proc: the call mounts a fresh ``/proc`` of its PID namespace (in its own mount namespace).
+        private_shm: the call mounts a fresh tmpfs of ``shm_mb`` MiB / ``shm_inodes`` files on ``/dev/shm``.
+        uid, gid: identity for ``drop`` modes (the shared one, and the one probed, without ``uid_per_call``).
         read_roots: directories readable under Landlock.
         nproc, nofile, fsize_mb: resource limits.
     """
@@ -84,6 +87,11 @@ class CallPlan:
     seccomp: bool = False
     rlimits: bool = True
     cgroup: bool = False
+    uid_per_call: bool = False
+    private_proc: bool = False
+    private_shm: bool = False
+    shm_mb: int = 64
+    shm_inodes: int = 4096
     uid: int = 65534
     gid: int = 65534
     read_roots: list[str] = field(default_factory=list)
@@ -103,6 +111,8 @@ class WorkerIsolation:
     seccomp_filter: seccomp.PreparedFilter | None = None
     landlock_rules: landlock.PreparedRules | None = None
     cgroups: cgroup.CgroupLayer | None = None
+    uid_allocator: uids.UidAllocator | None = None
+    shared_uid: tuple[int, int] = (65534, 65534)
 
     def report(self) -> list[dict]:
         """Layer statuses as dicts, in :data:`LAYER_NAMES` order."""
@@ -250,10 +260,46 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
         layers["unprivileged_user"] = LayerStatus(
             "unprivileged_user", False, f"not started as root: calls run as the invoking user (uid {host_uid})")
 
+    allocator = None
+    if not cfg.get("uid_per_call", False):
+        layers["uid_per_call"] = LayerStatus("uid_per_call", False, "switched off in the configuration")
+    elif plan.uid_mode != "drop":
+        layers["uid_per_call"] = LayerStatus(
+            "uid_per_call", False, "needs root (calls do not change user id); RLIMIT_NPROC, signals and files "
+            "are shared by concurrent calls")
+    else:
+        try:
+            uids.prepare_lock_dir(cfg["uid_lock_dir"])
+            allocator = uids.UidAllocator(int(cfg["call_uid_first"]), int(cfg["call_uid_count"]), cfg["uid_lock_dir"])
+            plan.uid_per_call = True
+            plan.uid = plan.gid = int(cfg["call_uid_first"])  # what the probe checks (readability of Python)
+        except (uids.UidRangeError, ValueError) as exc:
+            layers["uid_per_call"] = LayerStatus(
+                "uid_per_call", False, f"{exc}; calls share uid {plan.uid} (RLIMIT_NPROC, signals, files)")
+
+    # Per-call mounts need a mount namespace per call (CAP_SYS_ADMIN, checked by the probe); a private /proc
+    # also needs the call to be the init of its own PID namespace.
+    plan.shm_mb, plan.shm_inodes = int(cfg.get("shm_mb", 64)), int(cfg.get("shm_inodes", 4096))
+    if not cfg.get("private_proc", False):
+        layers["private_proc"] = LayerStatus("private_proc", False, "switched off in the configuration")
+    elif self_ns_fd is None:
+        layers["private_proc"] = LayerStatus(
+            "private_proc", False, "needs the pid_namespace layer; calls see the host's /proc")
+    else:
+        plan.private_proc = True
+    if not cfg.get("private_shm", False):
+        layers["private_shm"] = LayerStatus("private_shm", False, "switched off in the configuration")
+    elif plan.uid_mode == "none":
+        layers["private_shm"] = LayerStatus("private_shm", False, "needs root or a user namespace")
+    else:
+        plan.private_shm = True
+
     # A call that runs as the host's own (non-root) user could read /proc/<pid>/environ of that user's
-    # processes, the pool's included; Landlock then keeps /proc out of its readable trees.
+    # processes, the pool's included; Landlock then keeps the host's /proc out of its readable trees (a
+    # private /proc is granted by the call itself, see enter_call).
     same_user_as_host = plan.uid_mode == "none" or in_userns
     plan.read_roots = landlock.python_read_roots() + [
+        os.path.realpath(p) for p in cfg.get("extra_read_paths", ()) if os.path.isdir(p)] + [
         p for p in landlock.SYSTEM_READ_ROOTS if os.path.isdir(p) and not (same_user_as_host and p == "/proc")]
 
     seccomp_filter = None
@@ -290,7 +336,8 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
             layers["cgroup"] = LayerStatus("cgroup", False, f"cannot read the cgroup mounts: {exc}")
 
     return WorkerIsolation(layers=layers, plan=plan, scratch_dir=scratch_dir, self_pid_ns_fd=self_ns_fd,
-                           seccomp_filter=seccomp_filter, landlock_rules=rules, cgroups=cgroups)
+                           seccomp_filter=seccomp_filter, landlock_rules=rules, cgroups=cgroups,
+                           uid_allocator=allocator, shared_uid=(int(cfg["sandbox_uid"]), int(cfg["sandbox_gid"])))
 
 
 def new_pid_namespace_for_children(self_pid_ns_fd: int) -> None:
@@ -329,14 +376,15 @@ def _python_readable_by(uid: int, gid: int) -> bool:
 def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s: float, memory_mb: int,
                seccomp_filter: seccomp.PreparedFilter | None = None,
                landlock_rules: landlock.PreparedRules | None = None,
-               call_cgroup: cgroup.CallCgroup | None = None) -> None:
+               call_cgroup: cgroup.CallCgroup | None = None, uid: int | None = None) -> None:
     """Apply the per-call layers to the calling process (a freshly forked call process). Irreversible.
 
-    Order: the call's cgroup (first, so that everything after is counted in it); a fresh IPC namespace
-    (needs CAP_SYS_ADMIN, so before the capabilities are dropped; its kernel objects are charged to the
-    call's cgroup); new session; resource limits; cwd = scratch; environment; no-new-privs; user id and
-    capabilities; parent-death signal; Landlock; seccomp (last, so the set-up itself may use any call, and
-    the code may not: it denies ``unshare`` and ``setns``).
+    Order: the call's cgroup (first, so that everything after is counted in it); a fresh IPC namespace and,
+    for the private ``/proc`` and ``/dev/shm``, a fresh mount namespace with those two mounts (all need
+    CAP_SYS_ADMIN, so before the capabilities are dropped; the kernel objects and the tmpfs pages are
+    charged to the call's cgroup); new session; resource limits; cwd = scratch; environment; no-new-privs;
+    user id and capabilities; parent-death signal; Landlock; seccomp (last, so the set-up itself may use any
+    call, and the code may not: it denies ``mount``, ``unshare`` and ``setns``).
 
     Args:
         plan: the probed plan of the worker.
@@ -346,6 +394,7 @@ def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s:
         memory_mb: address-space limit in MiB (whole process, including the preloaded modules).
         seccomp_filter, landlock_rules: the worker's prepared filter and rules (used when the plan says so).
         call_cgroup: the cgroup the worker made for this call (required when ``plan.cgroup``).
+        uid: the uid (and gid) claimed for this call (``plan.uid_per_call``); None means ``plan.uid``.
 
     Raises:
         LayerError: a planned layer failed.
@@ -362,6 +411,8 @@ def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s:
             _linux.unshare(_linux.CLONE_NEWIPC)
         except OSError as exc:
             raise LayerError("ipc_namespace", f"unshare refused: {exc.strerror or exc}") from exc
+    if plan.private_proc or plan.private_shm:
+        _private_mounts(plan)
     os.setsid()
     if plan.rlimits:
         cpu = int(math.ceil(timeout_s)) + 1
@@ -392,11 +443,12 @@ def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s:
         # binary) can gain a capability, which makes dropping the bounding set unnecessary.
         _linux.set_no_new_privs()
         if plan.uid_mode in ("drop", "drop_keep_read"):
+            call_uid, call_gid = (uid, uid) if uid is not None else (plan.uid, plan.gid)
             os.setgroups([])
             if plan.uid_mode == "drop_keep_read":
                 _linux.prctl(_linux.PR_SET_KEEPCAPS, 1)
-            os.setresgid(plan.gid, plan.gid, plan.gid)
-            os.setresuid(plan.uid, plan.uid, plan.uid)  # clears every capability (unless keep-caps)
+            os.setresgid(call_gid, call_gid, call_gid)
+            os.setresuid(call_uid, call_uid, call_uid)  # clears every capability (unless keep-caps)
             if plan.uid_mode == "drop_keep_read":
                 _linux.capset((_linux.CAP_DAC_READ_SEARCH,))
         elif plan.uid_mode == "capless":
@@ -409,7 +461,8 @@ def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s:
         if landlock_rules is None:
             raise LayerError("landlock", "no prepared rules")
         try:
-            landlock_rules.restrict(scratch_dir)
+            landlock_rules.restrict(scratch_dir, writable_dirs=("/dev/shm",) if plan.private_shm else (),
+                                    readable_dirs=("/proc",) if plan.private_proc else ())
         except OSError as exc:
             raise LayerError("landlock", str(exc)) from exc
     if plan.seccomp:
@@ -421,13 +474,43 @@ def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s:
             raise LayerError("seccomp", str(exc)) from exc
 
 
+def _private_mounts(plan: CallPlan) -> None:
+    """In a fresh mount namespace (private propagation, inherited from the worker's), mount a ``/proc`` of
+    the calling process's PID namespace and a bounded tmpfs on ``/dev/shm``. Both vanish with the call's
+    last process (its mount namespace dies with it).
+
+    Raises:
+        LayerError: ``private_proc`` or ``private_shm``, whichever step failed.
+    """
+    first = "private_proc" if plan.private_proc else "private_shm"
+    try:
+        _linux.unshare(_linux.CLONE_NEWNS)
+    except OSError as exc:
+        raise LayerError(first, f"unshare(CLONE_NEWNS) refused: {exc.strerror or exc}") from exc
+    if plan.private_proc:
+        try:
+            _linux.mount("proc", "/proc", "proc", _linux.MS_NOSUID | _linux.MS_NODEV | _linux.MS_NOEXEC)
+        except OSError as exc:
+            raise LayerError("private_proc", f"mount proc: {exc.strerror or exc}") from exc
+    if plan.private_shm:
+        try:
+            _linux.mount("tmpfs", "/dev/shm", "tmpfs", _linux.MS_NOSUID | _linux.MS_NODEV,
+                         f"size={plan.shm_mb}m,nr_inodes={plan.shm_inodes},mode=1777")
+        except OSError as exc:
+            raise LayerError("private_shm", f"mount tmpfs on /dev/shm: {exc.strerror or exc}") from exc
+
+
+#: The project's source tree that the worker put on its ``sys.path`` (calls must not read it).
+SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def _probe_child(iso: WorkerIsolation, scratch_dir: str, outside_dir: str, fd: int,
-                 probe_cgroup: cgroup.CallCgroup | None = None) -> None:
+                 probe_cgroup: cgroup.CallCgroup | None = None, uid: int | None = None) -> None:
     """Body of the probe process: apply the plan, test each layer, write a JSON report to ``fd``."""
     report: dict = {"failed": None, "checks": {}}
     try:
         enter_call(iso.plan, scratch_dir, call_env(dict(os.environ), scratch_dir), 5.0, 1 << 16,
-                   iso.seccomp_filter, iso.landlock_rules, probe_cgroup)
+                   iso.seccomp_filter, iso.landlock_rules, probe_cgroup, uid)
     except LayerError as exc:
         report["failed"] = [exc.layer, str(exc)]
     else:
@@ -435,6 +518,21 @@ def _probe_child(iso: WorkerIsolation, scratch_dir: str, outside_dir: str, fd: i
         checks["uid"] = os.getuid()
         checks["pid"] = os.getpid()
         checks["ipc_ns"] = _ns_inode("ipc")
+        try:
+            checks["proc_pids"] = sorted(int(e) for e in os.listdir("/proc") if e.isdigit())
+        except OSError as exc:
+            checks["proc_pids"] = str(exc)
+        try:
+            with open("/dev/shm/probe", "w") as fh:
+                fh.write("x")
+            checks["shm_write"] = True
+        except OSError:
+            checks["shm_write"] = False
+        try:
+            os.listdir(SOURCE_ROOT)
+            checks["source_denied"] = False
+        except OSError:
+            checks["source_denied"] = True
         if probe_cgroup is not None:
             checks["cgroup_dirs"] = len(probe_cgroup.dirs)
         try:
@@ -499,20 +597,40 @@ def probe_plan(iso: WorkerIsolation) -> None:
                 probe_cgroup = iso.cgroups.create(f"probe{_attempt}", 256 << 20, plan.nproc)
             except OSError as exc:
                 _switch_cgroup_off(iso, f"cannot create a call's cgroup: {exc}")
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - child
-            os.close(r)
+        probe_uid = None
+        if plan.uid_per_call and iso.uid_allocator is not None and plan.uid_mode.startswith("drop"):
             try:
-                _probe_child(iso, scratch, outside, w, probe_cgroup)
-            finally:
-                os._exit(0)
+                probe_uid = iso.uid_allocator.claim()
+                os.chown(scratch, probe_uid, probe_uid)
+            except (uids.UidRangeError, OSError) as exc:
+                _switch_uid_per_call_off(iso, f"cannot claim a uid: {exc}")
+        r, w = os.pipe()
+        in_new_pid_ns = False
+        if plan.pid_namespace and iso.self_pid_ns_fd is not None:
+            try:  # like a call: the init of a fresh PID namespace (for the private /proc check)
+                new_pid_namespace_for_children(iso.self_pid_ns_fd)
+                in_new_pid_ns = True
+            except OSError:
+                pass
+        try:
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - child
+                os.close(r)
+                try:
+                    _probe_child(iso, scratch, outside, w, probe_cgroup, probe_uid)
+                finally:
+                    os._exit(0)
+        finally:
+            if in_new_pid_ns:
+                _linux.setns(iso.self_pid_ns_fd, _linux.CLONE_NEWPID)
         os.close(w)
         chunks = []
         while chunk := os.read(r, 65536):
             chunks.append(chunk)
         os.close(r)
         os.waitpid(pid, 0)
+        if probe_uid is not None and iso.uid_allocator is not None:
+            iso.uid_allocator.release(probe_uid)
         if probe_cgroup is not None and not probe_cgroup.remove():
             probe_cgroup.kill()
             probe_cgroup.remove()
@@ -540,6 +658,12 @@ def probe_plan(iso: WorkerIsolation) -> None:
             _switch_cgroup_off(iso, f"probe failed: {message}")
         elif layer == "ipc_namespace":
             plan.ipc_namespace = False
+        elif layer == "private_proc":
+            plan.private_proc = False
+            iso.layers["private_proc"] = LayerStatus("private_proc", False, f"probe failed: {message}")
+        elif layer == "private_shm":
+            plan.private_shm = False
+            iso.layers["private_shm"] = LayerStatus("private_shm", False, f"probe failed: {message}")
     raise RuntimeError(f"isolation probe kept failing: {notes}")  # pragma: no cover
 
 
@@ -551,8 +675,42 @@ def _switch_cgroup_off(iso: WorkerIsolation, reason: str) -> None:
     iso.layers["cgroup"] = LayerStatus("cgroup", False, reason)
 
 
+def _switch_uid_per_call_off(iso: WorkerIsolation, reason: str) -> None:
+    iso.plan.uid_per_call = False
+    iso.plan.uid, iso.plan.gid = iso.shared_uid
+    if iso.uid_allocator is not None:
+        iso.uid_allocator.close()
+        iso.uid_allocator = None
+    iso.layers["uid_per_call"] = LayerStatus("uid_per_call", False, reason)
+
+
 def _record_plan_layers(iso: WorkerIsolation, checks: dict, notes: dict[str, str]) -> None:
     plan, layers = iso.plan, iso.layers
+    if plan.uid_per_call:
+        if plan.uid_mode.startswith("drop") and iso.uid_allocator is not None:
+            layers["uid_per_call"] = LayerStatus(
+                "uid_per_call", True,
+                f"each running call has its own uid/gid from {iso.uid_allocator.first} to "
+                f"{iso.uid_allocator.first + iso.uid_allocator.count - 1} (lock files in "
+                f"{iso.uid_allocator.lock_dir}): RLIMIT_NPROC, signals and files are per call")
+        else:
+            _switch_uid_per_call_off(iso, f"calls do not change user id (mode {plan.uid_mode})")
+    if plan.private_proc:
+        pids = checks.get("proc_pids")
+        if pids == [checks.get("pid")]:
+            layers["private_proc"] = LayerStatus(
+                "private_proc", True, "fresh /proc per call (its own PID namespace): it sees its own processes only")
+        else:
+            plan.private_proc = False
+            layers["private_proc"] = LayerStatus("private_proc", False, f"probe: /proc showed {str(pids)[:200]}")
+    if plan.private_shm:
+        if checks.get("shm_write"):
+            layers["private_shm"] = LayerStatus(
+                "private_shm", True, f"fresh tmpfs on /dev/shm per call ({plan.shm_mb} MiB, {plan.shm_inodes} files, "
+                "charged to its cgroup), gone with its last process: multiprocessing works")
+        else:
+            plan.private_shm = False
+            layers["private_shm"] = LayerStatus("private_shm", False, "probe: /dev/shm was not writable")
     if plan.cgroup and iso.cgroups is not None:
         if checks.get("cgroup_dirs"):
             layers["cgroup"] = LayerStatus("cgroup", True, iso.cgroups.describe())
@@ -576,12 +734,13 @@ def _record_plan_layers(iso: WorkerIsolation, checks: dict, notes: dict[str, str
         f"CPU s = ceil(timeout)+1, address space = memory_mb, nproc {plan.nproc}, fsize {plan.fsize_mb} MiB, "
         f"nofile {plan.nofile}, no core files" if plan.rlimits else notes.get("rlimits", "off"))
     if "unprivileged_user" not in layers or plan.uid_mode.startswith("drop"):
+        who = "a uid of their own (see uid_per_call)" if plan.uid_per_call else f"uid {plan.uid}"
         if plan.uid_mode == "drop":
-            layers["unprivileged_user"] = LayerStatus("unprivileged_user", True, f"calls run as uid {plan.uid}")
+            layers["unprivileged_user"] = LayerStatus("unprivileged_user", True, f"calls run as {who}")
         elif plan.uid_mode == "drop_keep_read":
             layers["unprivileged_user"] = LayerStatus(
                 "unprivileged_user", True,
-                f"calls run as uid {plan.uid}; the Python installation is not readable by that uid, so reads "
+                f"calls run as {who}; the Python installation is not readable by that uid, so reads "
                 "use CAP_DAC_READ_SEARCH confined by Landlock to the Python and system directories")
         else:
             layers["unprivileged_user"] = LayerStatus(
@@ -597,7 +756,9 @@ def _record_plan_layers(iso: WorkerIsolation, checks: dict, notes: dict[str, str
         if ok:
             layers["landlock"] = LayerStatus(
                 "landlock", True,
-                f"ABI {plan.landlock_abi}: writes only in the scratch dir, reads only Python and system dirs"
+                f"ABI {plan.landlock_abi}: writes only in the scratch dir"
+                + (" and /dev/shm" if plan.private_shm else "") + ", reads only Python and system dirs"
+                + (f" (not the project's source tree {SOURCE_ROOT})" if checks.get("source_denied") else "")
                 + ("; TCP denied" if plan.landlock_abi >= 4 else "")
                 + ("; signals and abstract sockets scoped to the call" if plan.landlock_abi >= 6 else ""))
         else:

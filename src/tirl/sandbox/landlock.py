@@ -10,7 +10,7 @@ Policy of :func:`restrict`:
 - *handled* rights: every write right (write, truncate, create, remove, rename across directories, make
   nodes), read-file, read-dir and execute. A handled right is denied everywhere except beneath the rules;
 - the scratch directory gets all handled rights;
-- the read roots (the Python installation, ``sys.path``, ``/usr``, ``/lib*``, ``/bin``, ``/proc``, ``/sys``,
+- the read roots (the Python installation and the ``sys.path`` entries inside it, ``/usr``, ``/lib*``, ``/bin``, ``/proc``, ``/sys``,
   a few files of ``/etc`` and ``/dev``) get read and execute; ``/dev/null`` also write;
 - ABI 4+: TCP bind and connect are denied (a second network barrier);
 - ABI 6+: abstract unix sockets and signals are scoped: the call cannot signal processes outside it.
@@ -78,15 +78,35 @@ def abi_version() -> int:
 
 
 def python_read_roots() -> list[str]:
-    """Directories the interpreter reads from: prefixes and existing ``sys.path`` folders, deduplicated."""
-    roots: list[str] = []
-    for path in (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-                 *sys.path):
+    """Directories of the Python installation: its prefixes, the interpreter's directory, and the ``sys.path``
+    entries inside one of them (real paths, deduplicated, ``/`` never).
+
+    ``sys.path`` entries outside the installation (the project's source tree that the worker or an editable
+    install put there, the current directory) are left out: calls must not read them (issue 13).
+    """
+    prefixes: list[str] = []
+    for path in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                 os.path.dirname(os.path.realpath(sys.executable))):
         if path and os.path.isdir(path):
             real = os.path.realpath(path)
-            if real not in roots and real != "/":
+            if real not in prefixes and real != "/":
+                prefixes.append(real)
+    roots = list(prefixes)
+    for path in sys.path:
+        if path and os.path.isdir(path):
+            real = os.path.realpath(path)
+            if real not in roots and real != "/" and any(_beneath(real, p) for p in prefixes):
                 roots.append(real)
     return roots
+
+
+def _beneath(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def readable(path: str, roots: Iterable[str]) -> bool:
+    """Whether ``path`` (a real path) lies beneath one of ``roots`` (what :func:`restrict` lets a call read)."""
+    return any(_beneath(os.path.realpath(path), root) for root in roots)
 
 
 def _handled_fs(abi: int) -> int:
@@ -138,8 +158,12 @@ class PreparedRules:
             packed = struct.pack("<Qi", access & self.handled, fd)
             self._rules.append(ctypes.create_string_buffer(packed, len(packed)))
 
-    def restrict(self, scratch_dir: str) -> None:
-        """Restrict the calling process to the prepared rules plus full access beneath ``scratch_dir``.
+    def restrict(self, scratch_dir: str, writable_dirs: Iterable[str] = (), readable_dirs: Iterable[str] = ()) -> None:
+        """Restrict the calling process to the prepared rules plus full access beneath ``scratch_dir`` and
+        ``writable_dirs``, and read access beneath ``readable_dirs``.
+
+        The extra directories are opened here, in the calling process, so they may be mounts it made itself
+        (a call's private ``/dev/shm`` and ``/proc``: Landlock rules hold on inodes, and a new mount has new ones).
 
         Raises:
             OSError: the kernel refused; the process is unchanged unless the final step succeeded.
@@ -147,13 +171,16 @@ class PreparedRules:
         ruleset_fd = _linux.syscall(_NR_CREATE, self._ruleset_attr, ctypes.c_size_t(len(self._ruleset_attr)),
                                     ctypes.c_uint32(0))
         try:
-            scratch_fd = os.open(scratch_dir, os.O_PATH | os.O_CLOEXEC)
-            try:
-                packed = struct.pack("<Qi", self.handled, scratch_fd)
-                _linux.syscall(_NR_ADD_RULE, ctypes.c_int(ruleset_fd), ctypes.c_int(_RULE_PATH_BENEATH),
-                               ctypes.create_string_buffer(packed, len(packed)), ctypes.c_uint32(0))
-            finally:
-                os.close(scratch_fd)
+            grants = [(scratch_dir, self.handled)] + [(d, self.handled) for d in writable_dirs] + [
+                (d, (READ_FILE | READ_DIR | EXECUTE) & self.handled) for d in readable_dirs]
+            for path, access in grants:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                try:
+                    packed = struct.pack("<Qi", access, fd)
+                    _linux.syscall(_NR_ADD_RULE, ctypes.c_int(ruleset_fd), ctypes.c_int(_RULE_PATH_BENEATH),
+                                   ctypes.create_string_buffer(packed, len(packed)), ctypes.c_uint32(0))
+                finally:
+                    os.close(fd)
             rs = ctypes.c_int(ruleset_fd)
             kind = ctypes.c_int(_RULE_PATH_BENEATH)
             flags = ctypes.c_uint32(0)

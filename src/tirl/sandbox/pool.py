@@ -45,7 +45,9 @@ _RESULT_FIELDS = {f.name for f in dataclasses.fields(ExecutionResult)} - {"reque
 
 def _worker_command(python: str) -> list[str]:
     src_root = os.path.dirname(os.path.dirname(os.path.abspath(tirl.__file__)))
-    bootstrap = (f"import sys\nif {src_root!r} not in sys.path: sys.path.append({src_root!r})\n"
+    # First on sys.path: the worker must run the same tirl as the pool, even where another copy (an editable
+    # install of another checkout) is on the path too.
+    bootstrap = (f"import sys\nsys.path.insert(0, {src_root!r})\n"
                  "from tirl.sandbox.worker import main\nmain()")
     return [python, "-I", "-c", bootstrap]
 

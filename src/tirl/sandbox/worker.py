@@ -40,7 +40,7 @@ import traceback
 from dataclasses import asdict
 from typing import NoReturn
 
-from tirl.sandbox import _linux, cgroup, isolation, runner, wire
+from tirl.sandbox import _linux, cgroup, isolation, landlock, runner, wire
 from tirl.sandbox.isolation import LayerError, WorkerIsolation
 
 _READ_CHUNK = 1 << 16
@@ -82,7 +82,7 @@ class _Stream:
 class _Call:
     __slots__ = ("id", "code", "timeout_s", "memory_mb", "pid", "scratch", "out", "err", "res",
                  "started", "deadline", "exited_at", "wait_status", "kill_reason", "no_pid_namespace", "cgroup",
-                 "oom_kills")
+                 "oom_kills", "uid")
 
     def __init__(self, cid: int, msg: dict) -> None:
         self.id = cid
@@ -102,6 +102,7 @@ class _Call:
         self.no_pid_namespace = False
         self.cgroup: cgroup.CallCgroup | None = None
         self.oom_kills = 0
+        self.uid: int | None = None  # claimed for this call (uid_per_call), released in Worker._cleanup
 
     def streams(self) -> list[_Stream]:
         return [s for s in (self.out, self.err, self.res) if s is not None]
@@ -133,6 +134,10 @@ class Worker:
         self.max_out = int(cfg["max_output_bytes"])
         self.scan_orphans = not iso.plan.pid_namespace
         self.stale_cgroups: list[cgroup.CallCgroup] = []  # not removable yet (processes left); retried
+        # The call's sys.path under Landlock: only entries it may read (not the project's source tree).
+        plan = iso.plan
+        self.call_sys_path = [p for p in sys.path if p and landlock.readable(p, plan.read_roots)] \
+            if plan.landlock_abi else None
 
     # ----- messages ---------------------------------------------------------------------------------
     def send(self, message: dict) -> None:
@@ -171,7 +176,10 @@ class Worker:
         plan = self.iso.plan
         call.scratch = os.path.join(self.iso.scratch_dir, f"c{call.id}")
         os.mkdir(call.scratch, 0o700)
-        if plan.uid_mode.startswith("drop"):
+        if plan.uid_per_call and self.iso.uid_allocator is not None:
+            call.uid = self.iso.uid_allocator.claim()
+            os.chown(call.scratch, call.uid, call.uid)
+        elif plan.uid_mode.startswith("drop"):
             os.chown(call.scratch, plan.uid, plan.gid)
         if plan.cgroup and self.iso.cgroups is not None:
             call.cgroup = self.iso.cgroups.acquire(call.memory_mb * 1024 * 1024, plan.nproc)
@@ -230,7 +238,9 @@ class Worker:
             os.dup2(res_w, 3, inheritable=False)
             isolation.enter_call(self.iso.plan, call.scratch, isolation.call_env(self.env, call.scratch),
                                  call.timeout_s, call.memory_mb, self.iso.seccomp_filter, self.iso.landlock_rules,
-                                 call.cgroup)
+                                 call.cgroup, call.uid)
+            if self.call_sys_path is not None:
+                sys.path[:] = self.call_sys_path  # without the worker's own entries (the source tree)
             os.closerange(4, 1 << 20)  # after Landlock, which uses the worker's prepared path descriptors
             # The first byte of the result pipe says whether set-up succeeded. It is written before the
             # user's code runs, so that code cannot pass its own failure off as tirl's (``internal``).
@@ -353,11 +363,15 @@ class Worker:
                 pass
         if call.scratch:
             _remove_tree(call.scratch)
+        # With a PID namespace nothing of the call is left once its init was reaped (or never forked).
+        empty = call.pid == 0 or (call.wait_status is not None and self.iso.plan.pid_namespace
+                                  and not call.no_pid_namespace)
+        if call.uid is not None and self.iso.uid_allocator is not None:
+            # Not empty: processes of the call may still run as its uid; the next claimer checks first.
+            self.iso.uid_allocator.release(call.uid, clean=empty)
+            call.uid = None
         if call.cgroup is not None and self.iso.cgroups is not None:
             cg, call.cgroup = call.cgroup, None
-            # With a PID namespace nothing of the call is left once its init was reaped (or never forked).
-            empty = call.pid == 0 or (call.wait_status is not None and self.iso.plan.pid_namespace
-                                      and not call.no_pid_namespace)
             if not self.iso.cgroups.release(cg, empty):  # processes left: only without a PID namespace
                 cg.kill()
                 self.reap()
@@ -626,6 +640,8 @@ def main() -> None:
         shutil.rmtree(iso.scratch_dir, ignore_errors=True)
         if iso.cgroups is not None:
             iso.cgroups.close()
+        if iso.uid_allocator is not None:
+            iso.uid_allocator.close()  # each call's uid was released by its clean-up; this closes the files
 
 
 if __name__ == "__main__":

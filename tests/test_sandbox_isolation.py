@@ -205,7 +205,7 @@ def test_doctor_cli_reports_layers_and_probes_as_json():
     report = json.loads(result.output)
     assert [layer["name"] for layer in report["layers"]] == list(LAYER_NAMES)
     probes = {p["name"]: p for p in report["probes"]}
-    assert len(probes) == 6 and all(p["detail"] for p in probes.values())
+    assert len(probes) == 10 and all(p["detail"] for p in probes.values())
     active = {layer["name"] for layer in report["layers"] if layer["active"]}
     if "seccomp" in active or "network_namespace" in active:
         assert probes["tcp connect to 127.0.0.1"]["held"]
@@ -216,5 +216,11 @@ def test_doctor_cli_reports_layers_and_probes_as_json():
         assert probes["4 processes of 128 MiB under memory_mb=384"]["held"], probes
     if "ipc_namespace" in active:
         assert probes["System V shm segment left by a call"]["held"], probes
+    for layer, probe in (("private_proc", "list /proc (only the call's own pids)"),
+                         ("landlock", "read the project's source"),
+                         ("private_shm", "ProcessPoolExecutor (needs /dev/shm)"),
+                         ("uid_per_call", "two concurrent calls run as different uids")):
+        if layer in active:
+            assert probes[probe]["held"], (probe, probes[probe])
     assert report["all_active"] == (all(l["active"] for l in report["layers"]) and all(
         p["held"] for p in report["probes"]))

@@ -5,7 +5,10 @@ layer active, or why not), then runs a few hostile probes through it and checks 
 connect to 127.0.0.1, a write outside the scratch directory, reading a secret from the host environment,
 a double-forked child that ignores SIGTERM and outlives the deadline, four processes that together pass
 the call's memory limit (killed only by the ``cgroup`` layer), a System V shared memory segment that must
-not outlive the call (gone only with the ``ipc_namespace`` layer; a leftover is reported, then removed).
+not outlive the call (gone only with the ``ipc_namespace`` layer; a leftover is reported, then removed),
+a listing of ``/proc`` (only the call's own pid with ``private_proc``), a read of tirl's own source (denied
+by Landlock), ``ProcessPoolExecutor`` (needs ``private_shm``) and two concurrent calls' uids (different with
+``uid_per_call``).
 It also times trivial calls. It does not change any setting; it only reports.
 """
 
@@ -19,6 +22,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 
+from tirl.sandbox import isolation
 from tirl.sandbox.config import SandboxConfig
 from tirl.sandbox.pool import LocalSandbox
 from tirl.sandbox.types import ExecutionRequest
@@ -97,6 +101,14 @@ SHM_PROBE = (
 )
 
 
+#: The process-pool snippet of issue 13 (fails with PermissionError without a writable /dev/shm).
+PROCESS_POOL_PROBE = (
+    "from concurrent.futures import ProcessPoolExecutor\ndef inc(v): return v + 1\n"
+    "if __name__ == '__main__':\n    with ProcessPoolExecutor(max_workers=2) as ex:\n"
+    "        print(list(ex.map(inc, [10, 20, 30])))"
+)
+
+
 async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
     outside = f"/tmp/tirl-doctor-{uuid.uuid4().hex}"
     marker = str(900_000_000 + uuid.uuid4().int % 99_999_999)
@@ -133,6 +145,15 @@ async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
     written = os.path.exists(outside)
     if written:
         os.unlink(outside)
+    source = os.path.abspath(isolation.__file__)
+    uid_code = "import os, time\ntime.sleep(0.3)\nprint(os.getuid())"
+    proc, src, pool = await sb.run_batch([
+        ExecutionRequest("import os\nprint(sorted(int(e) for e in os.listdir('/proc') if e.isdigit()))", timeout_s=5),
+        ExecutionRequest(f"print(open({source!r}).read(40))", timeout_s=5),
+        ExecutionRequest(PROCESS_POOL_PROBE, timeout_s=30),
+    ])
+    # Alone in the pool, so that both run at once (a worker runs at least 2 calls at a time by default).
+    uid_a, uid_b = await sb.run_batch([ExecutionRequest(uid_code, timeout_s=5)] * 2)
     return [
         ProbeOutcome("tcp connect to 127.0.0.1", net.status == "error",
                      f"{net.status}: {net.error_type or ''} {(net.traceback or '').strip().splitlines()[-1:]}"),
@@ -148,6 +169,15 @@ async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
         ProbeOutcome("System V shm segment left by a call", shm.status == "ok" and not shm_left,
                      f"{shm.status}: {shm.stdout.strip() or shm.stderr.strip()[-200:]}; segments left on the host: "
                      f"{len(shm_left) or 'none'}" + (" (removed)" if shm_left else "")),
+        ProbeOutcome("list /proc (only the call's own pids)", proc.status == "ok" and proc.stdout == "[1]\n",
+                     f"{proc.status}: {proc.stdout.strip()[:120] or proc.stderr.strip()[-120:]}"),
+        ProbeOutcome("read the project's source", src.status == "error" and src.error_type == "PermissionError",
+                     f"{src.status}: {src.error_type or src.stdout.strip()[:60]}"),
+        ProbeOutcome("ProcessPoolExecutor (needs /dev/shm)", pool.status == "ok" and pool.stdout == "[11, 21, 31]\n",
+                     f"{pool.status}: {pool.stdout.strip() or (pool.error_type or '') + ' ' + pool.stderr.strip()[-120:]}"),
+        ProbeOutcome("two concurrent calls run as different uids",
+                     uid_a.status == uid_b.status == "ok" and uid_a.stdout != uid_b.stdout,
+                     f"uids {uid_a.stdout.strip() or uid_a.status} and {uid_b.stdout.strip() or uid_b.status}"),
     ]
 
 

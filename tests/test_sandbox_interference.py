@@ -321,3 +321,19 @@ async def test_dev_shm_is_bounded(sb, layers):
             "                n += 1\nexcept OSError as exc:\n    print(errno.errorcode[exc.errno], n <= {mb})")
     r = await sb.run(ExecutionRequest(code.format(mb=sb.config.shm_mb), timeout_s=30, memory_mb=1024))
     assert (r.status, r.stdout) == ("ok", "ENOSPC True\n"), r
+
+
+async def test_getpass_works_for_a_uid_without_a_passwd_entry(sb):
+    r = await sb.run(ExecutionRequest("import getpass, os, pathlib\nprint(getpass.getuser(), pathlib.Path.home() == "
+                                      "pathlib.Path(os.getcwd()))", timeout_s=30))
+    assert (r.status, r.stdout) == ("ok", f"{isolation.CALL_USER_NAME} True\n"), r
+
+
+async def test_the_answer_checker_still_imports_in_a_pool_that_did_not_preload_it(sb, layers):
+    """``readable_packages`` (default tirl.reward, tirl.protocol) stay importable; the rest of tirl does not."""
+    if not layer_active(layers, "landlock"):
+        pytest.skip("the landlock layer is missing here")
+    code = ("from tirl.reward.worker import main\nprint('imported', callable(main))\n"
+            "import tirl.sandbox.pool as p\ntry:\n    open(p.__file__).read(1)\nexcept PermissionError:\n    print('denied')")
+    r = await sb.run(ExecutionRequest(code, timeout_s=ORDINARY_TIMEOUT_S))
+    assert (r.status, r.stdout) == ("ok", "imported True\ndenied\n"), r

@@ -124,6 +124,10 @@ class SandboxConfig:
             ``sys.path`` entries inside them) and the system directories. Other ``sys.path`` entries of the
             worker (the project's source tree, the current directory) are neither readable nor on the call's
             ``sys.path`` when Landlock is active.
+        readable_packages: packages whose directories calls may read (and import from) although they lie
+            outside the Python installation. Default: ``tirl.reward`` and ``tirl.protocol``, what the answer
+            checker's program (:data:`tirl.reward.payload.PROGRAM`) imports in a call when the pool did not
+            preload it; () hides all of tirl's source.
         nproc_limit: RLIMIT_NPROC of the code (counted per user id: per call with ``uid_per_call``, else shared
             by concurrent calls), and the ``pids.max`` of each call's cgroup (its own processes only) when the
             cgroup layer is active.
@@ -178,6 +182,7 @@ class SandboxConfig:
     shm_mb: int = 64
     shm_inodes: int = 4096
     extra_read_paths: tuple[str, ...] = ()
+    readable_packages: tuple[str, ...] = ("tirl.reward", "tirl.protocol")
     nproc_limit: int = 256
     nofile_limit: int = 256
     fsize_mb: int = 64
@@ -204,6 +209,7 @@ class SandboxConfig:
         self.required_layers = tuple(self.required_layers)
         self.env_passthrough = tuple(self.env_passthrough)
         self.extra_read_paths = tuple(self.extra_read_paths)
+        self.readable_packages = tuple(self.readable_packages)
         if self.call_uid_count < 1 or self.call_uid_first < 1 or self.call_uid_first + self.call_uid_count > 0xFFFF_FFFF:
             raise ValueError(f"bad per-call uid range: first={self.call_uid_first}, count={self.call_uid_count}")
         if self.workers is not None and self.workers < 1:
@@ -235,6 +241,6 @@ class SandboxConfig:
             "nproc_limit nofile_limit fsize_mb scratch_mb scratch_inodes network_namespace pid_namespace mount_namespace "
             "ipc_namespace unprivileged_user landlock seccomp cgroup cgroup_parent user_namespace required_layers "
             "slots_per_worker uid_per_call call_uid_first call_uid_count uid_lock_dir private_proc private_shm shm_mb "
-            "shm_inodes extra_read_paths"
+            "shm_inodes extra_read_paths readable_packages"
         ).split()
         return {**{k: getattr(self, k) for k in keys}, "warmups": self.warmup_sources()}

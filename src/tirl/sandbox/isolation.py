@@ -136,11 +136,18 @@ def scrubbed_env(passthrough: tuple[str, ...] = (), source: dict[str, str] | Non
     return env
 
 
+#: ``USER`` and ``LOGNAME`` of every call: per-call uids have no ``/etc/passwd`` entry, and
+#: ``getpass.getuser()`` (used by some libraries for cache paths) reads these first.
+CALL_USER_NAME = "sandbox"
+
+
 def call_env(worker_env: dict[str, str], scratch_dir: str) -> dict[str, str]:
-    """The environment of one call: the worker's allowlisted variables with HOME and TMPDIR = scratch."""
+    """The environment of one call: the worker's allowlisted variables with HOME and TMPDIR = scratch, and
+    USER = LOGNAME = :data:`CALL_USER_NAME`."""
     env = dict(worker_env)
     for key in ("HOME", "TMPDIR", "TMP", "TEMP", "MPLCONFIGDIR"):
         env[key] = scratch_dir
+    env["USER"] = env["LOGNAME"] = CALL_USER_NAME
     return env
 
 
@@ -299,7 +306,8 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
     # private /proc is granted by the call itself, see enter_call).
     same_user_as_host = plan.uid_mode == "none" or in_userns
     plan.read_roots = landlock.python_read_roots() + [
-        os.path.realpath(p) for p in cfg.get("extra_read_paths", ()) if os.path.isdir(p)] + [
+        os.path.realpath(p) for p in cfg.get("extra_read_paths", ()) if os.path.isdir(p)] + package_dirs(
+        cfg.get("readable_packages", ())) + [
         p for p in landlock.SYSTEM_READ_ROOTS if os.path.isdir(p) and not (same_user_as_host and p == "/proc")]
 
     seccomp_filter = None
@@ -338,6 +346,23 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
     return WorkerIsolation(layers=layers, plan=plan, scratch_dir=scratch_dir, self_pid_ns_fd=self_ns_fd,
                            seccomp_filter=seccomp_filter, landlock_rules=rules, cgroups=cgroups,
                            uid_allocator=allocator, shared_uid=(int(cfg["sandbox_uid"]), int(cfg["sandbox_gid"])))
+
+
+def package_dirs(names) -> list[str]:
+    """Real paths of the directories of the packages ``names`` (found without importing them; a name that
+    is not a package on this ``sys.path`` is skipped)."""
+    import importlib.util
+
+    dirs: list[str] = []
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for path in (spec.submodule_search_locations or []) if spec is not None else []:
+            if os.path.isdir(path) and os.path.realpath(path) not in dirs:
+                dirs.append(os.path.realpath(path))
+    return dirs
 
 
 def new_pid_namespace_for_children(self_pid_ns_fd: int) -> None:

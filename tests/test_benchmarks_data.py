@@ -15,7 +15,7 @@ from tirl.data import BENCHMARKS, BenchmarkError, list_benchmarks, load_benchmar
 from tirl.data.benchmarks import BENCHMARK_DIR, gsm8k_answer
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGED = ["aime24", "aime25", "amc23", "hmmt25_feb", "math500"]
+PACKAGED = ["aime24", "aime25", "amc23", "hmmt25_feb", "math500", "toolmath"]
 
 
 def _provenance_table() -> dict[str, tuple[int, int, str]]:

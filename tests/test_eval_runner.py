@@ -199,3 +199,15 @@ async def test_no_tools_run_never_touches_the_executor(tmp_path, smollm2_tokeniz
     assert result.summaries[0].tool_calls_per_trajectory == 0.0
     rec = json.loads((tmp_path / "out" / TRAJECTORIES_FILE).read_text().splitlines()[0])
     assert "<tools>" not in rec["prompt_text"]
+
+
+def test_eval_protocol_reaches_the_agent_loop_and_the_resume_record(tmp_path):
+    from tirl.eval.runner import EvalConfig
+    from tirl.protocol import ProtocolConfig
+
+    plain = EvalConfig(model="m", benchmarks=["toolmath"], out_dir=tmp_path)
+    compact = EvalConfig(model="m", benchmarks=["toolmath"], out_dir=tmp_path,
+                         protocol=ProtocolConfig(prompt_style="compact"))
+    assert compact.loop_config(None).protocol.prompt_style == "compact"
+    assert "protocol" not in plain.resume_settings()  # folders written before the field still resume
+    assert compact.resume_settings()["protocol"]["prompt_style"] == "compact"

@@ -226,3 +226,51 @@ def test_rendering_never_raises_on_arbitrary_text(qwen_tokenizer, smollm2_tokeni
 def test_config_replace_keeps_other_fields():
     cfg = dataclasses.replace(ProtocolConfig(), prefill="")
     assert cfg.prefill == "" and cfg.function_name == FN
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# prompt styles
+
+
+def test_compact_prompt_is_far_shorter_and_declares_the_call_format(qwen_tokenizer):
+    from tirl.protocol import ProtocolConfig, render_prompt_ids, render_prompt_text
+
+    full = render_prompt_ids(qwen_tokenizer, "What is 2+2?", ProtocolConfig())
+    compact_cfg = ProtocolConfig(prompt_style="compact")
+    compact = render_prompt_ids(qwen_tokenizer, "What is 2+2?", compact_cfg)
+    assert len(compact) * 3 < len(full)
+    text = render_prompt_text(qwen_tokenizer, "What is 2+2?", compact_cfg)
+    assert '"name": "execute_python_code_with_standard_io"' in text and "<tool_call>" in text
+    assert "<tools>" not in text and '"parameters"' not in text  # no JSON schema
+    assert text.endswith("<|im_start|>assistant\n<reason>")
+
+
+def test_compact_prompt_keeps_the_tool_response_segment_of_the_full_style(qwen_tokenizer):
+    from tirl.protocol import ProtocolConfig, tool_response_segment_ids
+
+    full = tool_response_segment_ids(qwen_tokenizer, ["42", "7"], ProtocolConfig())
+    compact = tool_response_segment_ids(qwen_tokenizer, ["42", "7"], ProtocolConfig(prompt_style="compact"))
+    assert full == compact
+
+
+def test_compact_conversation_ids_equal_the_pieces_the_rollout_appends(qwen_tokenizer):
+    from tirl.protocol import (ConversationTurn, ProtocolConfig, render_conversation_ids, render_prompt_ids,
+                               tool_response_segment_ids)
+
+    cfg = ProtocolConfig(prompt_style="compact")
+    turns = [ConversationTurn(text="x <tool_call>{}</tool_call>", tool_responses=["1"]),
+             ConversationTurn(text="done</reason><answer>\\boxed{1}</answer>")]
+    conv = render_conversation_ids(qwen_tokenizer, "p", turns, cfg)
+    assert conv.prompt_ids == render_prompt_ids(qwen_tokenizer, "p", cfg)
+    seg = tool_response_segment_ids(qwen_tokenizer, ["1"], cfg)
+    first = qwen_tokenizer.encode(turns[0].text + "<|im_end|>", add_special_tokens=False)
+    assert conv.response_ids[: len(first) + len(seg)] == first + seg
+
+
+def test_unknown_prompt_style_is_rejected():
+    import pytest
+
+    from tirl.protocol import ProtocolConfig
+
+    with pytest.raises(ValueError, match="prompt_style"):
+        ProtocolConfig(prompt_style="tiny")  # type: ignore[arg-type]

@@ -89,7 +89,7 @@ def test_validate_rejects(override, match):
 
 @pytest.mark.parametrize("name,processes", [("stage1", 64), ("stage2", 64), ("stage3", 64), ("cpu-tiny", 1),
                                             ("cpu-smollm2", 1), ("cpu-qwen0.5b", 1),
-                                            ("cpu-qwen0.5b-sft", 1)])
+                                            ("cpu-toolmath-roc", 1), ("cpu-toolmath-grpo", 1)])
 def test_shipped_recipes_load_and_validate(name, processes):
     c = load_config(CONFIGS / f"{name}.yaml")
     c.validate(processes)
@@ -102,3 +102,49 @@ def test_stage_recipes_follow_the_report():
     assert [s.max_steps for s in (s1, s2, s3)] == [300, 85, 125]
     assert s2.init_from == "auto:runs/stage1" and s3.init_from == "auto:runs/stage2"
     assert all(s.problems_per_step == 512 and s.rollout.samples_per_problem == 32 for s in (s1, s2, s3))
+
+
+def test_a_protocol_setting_in_an_rl_recipe_reaches_the_agent_loop(tmp_path):
+    from tirl.protocol import ProtocolConfig
+    from tirl.train.config import load_config
+    from tirl.train.rollout import AgentLoopSource
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("protocol:\n  prompt_style: compact\n  function_aliases: [python_code_with_standard_io]\n"
+                      "rollout:\n  context_window: 900\n")
+    config = load_config(recipe, ["protocol.lenient=true"])
+    loop_cfg = AgentLoopSource(config, tokenizer=None)._agent_config()
+    assert loop_cfg.protocol == ProtocolConfig(prompt_style="compact", lenient=True,
+                                               function_aliases=("python_code_with_standard_io",))
+    assert loop_cfg.context_window == 900
+
+
+def test_protocol_settings_are_type_checked():
+    import pytest
+
+    from tirl.train.config import load_config
+
+    with pytest.raises(ValueError, match="prompt_style"):
+        load_config(None, ["protocol.prompt_style=huge"])
+
+
+def test_a_resolved_config_with_a_protocol_round_trips_through_yaml(tmp_path):
+    from tirl.train.config import dump_config, load_config
+
+    config = load_config(None, ["protocol.prompt_style=compact", "protocol.box_commands=boxed"])
+    dump_config(config, tmp_path / "c.yaml")
+    again = load_config(tmp_path / "c.yaml")
+    assert again.protocol == config.protocol and again.protocol.box_commands == ("boxed",)
+
+
+def test_the_sft_recipe_and_the_cpu_rl_recipe_share_one_protocol():
+    from pathlib import Path
+
+    from tirl.train.config import load_config
+    from tirl.train.sft_config import load_sft_config
+
+    root = Path(__file__).resolve().parent.parent / "configs"
+    sft = load_sft_config(root / "sft-cpu-qwen0.5b.yaml")
+    rl = load_config(root / "cpu-toolmath-roc.yaml")
+    assert sft.protocol == rl.protocol
+    assert rl.protocol.prompt_style == "compact"

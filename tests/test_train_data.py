@@ -80,11 +80,20 @@ def _recompute(kind: str, text: str) -> int:
     if kind == "inclusion_exclusion":
         n, a, b = nums[1], nums[2], nums[3]
         return sum(1 for i in range(1, n + 1) if (i % a == 0) != (i % b == 0))
+    if kind == "add_big":
+        return nums[0] + nums[1] - nums[2] + nums[3]
+    if kind == "gcd":
+        import math
+
+        return math.gcd(nums[0], nums[1])
+    if kind == "count_digit":
+        return "".join(str(i) for i in range(1, nums[2] + 1)).count(str(nums[0]))
     raise AssertionError(kind)
 
 
 def test_synthetic_answers_are_exact():
-    problems = synthetic_problems(28, seed=3) + synthetic_problems(6, seed=3, kinds=["multiply_small", "add3"])
+    problems = (synthetic_problems(28, seed=3) + synthetic_problems(6, seed=3, kinds=["multiply_small", "add3"])
+                + synthetic_problems(9, seed=3, kinds=["add_big", "gcd", "count_digit"]))
     assert {p.meta["kind"] for p in problems} == set(SYNTHETIC_KINDS)
     for p in problems:
         assert int(p.answer) == _recompute(p.meta["kind"], p.problem), p.problem

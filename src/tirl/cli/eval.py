@@ -81,7 +81,7 @@ def eval_command(
     model: str = typer.Option(..., "--model", "-m", help="Built-in model name, HF folder or .gguf file."),
     benchmark: list[str] = typer.Option(
         ..., "--benchmark", "-b",
-        help="Benchmark name (aime24, aime25, amc23, hmmt25_feb, math500, gsm8k) or JSONL path; repeat or "
+        help="Benchmark name (aime24, aime25, amc23, hmmt25_feb, math500, gsm8k, toolmath) or JSONL path; repeat or "
              "separate with commas; NAME:N takes its first N problems.",
     ),
     subset: Optional[int] = typer.Option(None, "--subset", min=1, help="First N problems of each benchmark."),
@@ -113,6 +113,11 @@ def eval_command(
         None, "--concurrency", min=1, help="Trajectories in flight (default 8 for hf, 64 for openai)."
     ),
     tool_timeout: float = typer.Option(10.0, "--tool-timeout", min=0.1, help="Seconds per tool call."),
+    prompt_style: str = typer.Option(
+        "full", "--prompt-style", help="full (tool declared with its JSON schema) or compact (short prompt, one "
+                                       "example call; what the CPU recipes train with)."),
+    dtype: str = typer.Option("float32", "--dtype", help="Weights of the in-process engine: float32, bfloat16 "
+                                                         "or float16 (float32 is fastest on CPUs without bf16)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Evaluate a model on math benchmarks with the Python tool: average pass@1 over K samples and more.
@@ -122,6 +127,7 @@ def eval_command(
     """
     _passive_openmp()
     from tirl.eval.runner import EvalConfig
+    from tirl.protocol import ProtocolConfig
     from tirl.rollout.scheduler import parse_kv_capacities
 
     console = Console()
@@ -136,6 +142,7 @@ def eval_command(
             max_tokens=max_tokens, use_tools=not no_tools, engine=engine, servers=_split(server),
             scheduler=scheduler, kv_capacities=parse_kv_capacities(kv_capacity, len(_split(server))),
             admission_coef=admission_coef, sandbox=sandbox, seed=seed, concurrency=concurrency, tool_timeout_s=tool_timeout,
+            dtype=dtype, protocol=ProtocolConfig(prompt_style=prompt_style),
         )
     except ValueError as exc:
         typer.secho(f"tirl eval: {exc}", fg="red", err=True)

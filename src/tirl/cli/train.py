@@ -84,7 +84,8 @@ def _run_stage(load: Callable[[], Any], run: Callable[[Any], Path], print_config
     """Load a stage's configuration, print it or run the stage, and turn bad input into exit code 2.
 
     ``load`` returns the resolved config (it raises ValueError/FileNotFoundError on a bad file or override);
-    ``run`` trains and returns the final folder (ValueError/FileNotFoundError/KeyError on bad data or paths).
+    ``run`` trains and returns the final folder (ValueError/FileNotFoundError/KeyError on bad data or paths);
+    a run stopped by the watch-dog exits with code 3.
     """
     import yaml
     from rich.console import Console
@@ -98,8 +99,13 @@ def _run_stage(load: Callable[[], Any], run: Callable[[Any], Path], print_config
     if print_config:
         typer.echo(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         return
+    from tirl.train.watchdog import RunStopped
+
     try:
         final = run(cfg)
+    except RunStopped as exc:
+        console.print(f"[red]watchdog:[/] {exc}; the last step's checkpoint is in {cfg.output_dir}")
+        raise typer.Exit(3) from None
     except (ValueError, FileNotFoundError, KeyError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None

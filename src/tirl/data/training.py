@@ -229,6 +229,23 @@ def _gen_inclusion_exclusion(r: random.Random) -> tuple[str, int]:
     )
 
 
+def _gen_add_big(r: random.Random) -> tuple[str, int]:
+    a, b, c, d = (r.randint(10**4, 10**6) for _ in range(4))
+    return f"Compute ${a} + {b} - {c} + {d}$.", a + b - c + d
+
+
+def _gen_gcd(r: random.Random) -> tuple[str, int]:
+    g = r.randint(12, 999)
+    a, b = g * r.randint(100, 9999), g * r.randint(100, 9999)
+    return f"What is the greatest common divisor of ${a}$ and ${b}$?", math.gcd(a, b)
+
+
+def _gen_count_digit(r: random.Random) -> tuple[str, int]:
+    n, d = r.randint(500, 20000), r.randint(1, 9)
+    count = sum(str(i).count(str(d)) for i in range(1, n + 1))
+    return f"How many times does the digit ${d}$ appear when all the integers from $1$ to ${n}$ are written out?", count
+
+
 def _gen_multiply_small(r: random.Random) -> tuple[str, int]:
     a, b = r.randint(12, 99), r.randint(12, 99)
     return f"What is ${a} \\times {b}$?", a * b
@@ -247,12 +264,16 @@ SYNTHETIC_KINDS: dict[str, Callable[[random.Random], tuple[str, int]]] = {
     "divisor_count": _gen_divisor_count,
     "sum_of_powers": _gen_sum_of_powers,
     "inclusion_exclusion": _gen_inclusion_exclusion,
+    "add_big": _gen_add_big,
+    "gcd": _gen_gcd,
+    "count_digit": _gen_count_digit,
     "multiply_small": _gen_multiply_small,
     "add3": _gen_add3,
 }
 """Synthetic problem kinds: name -> generator returning (problem text, exact integer answer).
 
-The first seven need code to be reliable; ``multiply_small`` (two-digit products) and ``add3`` (three-term
+The first ten need code to be reliable (``add_big``: four 5-7 digit terms; ``gcd`` of two numbers up to
+eight digits; ``count_digit``: occurrences of a digit in 1..N); ``multiply_small`` (two-digit products) and ``add3`` (three-term
 sums) are within reach of a small model without the tool, which gives a small policy some reward to learn from.
 """
 
@@ -306,7 +327,11 @@ def load_training_problems(
     Args:
         sources: each a packaged set name (``gsm8k``, ``math``, ``aime``, ``champ``), optionally with a row cap
             (``gsm8k:200`` = the first 200 rows), ``synthetic:N`` (N generated problems, seeded with ``seed``),
-            ``synthetic:N:kind1+kind2`` (only those kinds) or a path to a JSONL file.
+            ``synthetic:N:kind1+kind2`` (only those kinds), ``toolmath:N`` (N generated problems of the
+            toolmath task's kinds, :data:`tirl.data.toolmath.TOOLMATH_KINDS`) or a path to a JSONL file.
+            Generated problems whose
+            text is in the held-out evaluation split (:func:`tirl.data.toolmath.heldout_texts`) are left out,
+            so a synthetic source may yield a few fewer than N.
         seed: shuffling and synthetic seed.
         limit: keep at most this many after shuffling.
         shuffle: shuffle the mixture (deterministic for a seed).
@@ -322,17 +347,21 @@ def load_training_problems(
     problems: list[RLProblem] = []
     for src in sources:
         name, _, arg = src.partition(":")
-        if name == "synthetic":
+        if name in ("synthetic", "toolmath"):
+            from tirl.data.toolmath import TOOLMATH_KINDS, heldout_texts
+
             count, _, kinds = arg.partition(":")
-            problems.extend(synthetic_problems(int(count or 100), seed=seed,
-                                               kinds=kinds.split("+") if kinds else None))
+            chosen = kinds.split("+") if kinds else (list(TOOLMATH_KINDS) if name == "toolmath" else None)
+            reserved = heldout_texts()
+            problems.extend(p for p in synthetic_problems(int(count or 100), seed=seed, kinds=chosen)
+                            if p.problem not in reserved)
         elif name in RL_SETS:
             problems.extend(load_rl_set(name, int(arg) if arg else None))
         elif Path(src).exists():
             problems.extend(load_jsonl_problems(src))
         else:
             raise ValueError(
-                f"data source {src!r} is neither a packaged set ({', '.join(RL_SETS)}), 'synthetic:N', "
+                f"data source {src!r} is neither a packaged set ({', '.join(RL_SETS)}), 'synthetic:N', 'toolmath:N', "
                 "nor an existing JSONL file"
             )
     seen: set[str] = set()

@@ -109,7 +109,7 @@ async def build_default_components(config: "EvalConfig") -> "EvalComponents":
     closers.append(close_executor)
     try:
         if config.engine == "hf":
-            model, tokenizer = load(config.model)
+            model, tokenizer = load(config.model, dtype=config.dtype)
             router, close_router, context = build_router(config, (model, tokenizer))
         else:
             tokenizer = load_tokenizer(config.model)

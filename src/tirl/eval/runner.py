@@ -35,6 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tirl.eval.metrics import BenchmarkSummary, SampleOutcome, summarize
 from tirl.eval.report import summary_table
 from tirl.eval.store import RunStore
+from tirl.protocol.config import ProtocolConfig
 from tirl.protocol.types import Trajectory
 from tirl.rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutRequest, derive_seed
 from tirl.rollout.engine import EngineRouter
@@ -71,6 +72,10 @@ class EvalConfig:
         concurrency: trajectories in flight; None picks 8 for ``hf`` and 64 for ``openai``.
         tool_timeout_s: deadline of one tool call, seconds.
         context_window: the model's context in tokens; None reads it from the engine when it can.
+        dtype: weights of the in-process engine (``float32`` is 2-3x faster than ``bfloat16`` on CPUs
+            without bf16 instructions; see docs/benchmarks.md).
+        protocol: the conversation format (use the one the model was trained with; the CPU recipes use
+            ``ProtocolConfig(prompt_style="compact")``).
     """
 
     model: str
@@ -94,6 +99,8 @@ class EvalConfig:
     concurrency: int | None = None
     tool_timeout_s: float = 10.0
     context_window: int | None = None
+    dtype: str = "float32"
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -123,6 +130,8 @@ class EvalConfig:
             "use_tools": self.use_tools,
             "seed": self.seed,
             "tool_timeout_s": self.tool_timeout_s,
+            # only a non-default protocol is recorded, so folders written before the field existed still resume
+            **({"protocol": dataclasses.asdict(self.protocol)} if self.protocol != ProtocolConfig() else {}),
         }
 
     def loop_config(self, context_window: int | None) -> AgentLoopConfig:
@@ -136,6 +145,7 @@ class EvalConfig:
             context_window=self.context_window or context_window,
             tool_timeout_s=self.tool_timeout_s,
             max_concurrency=self.concurrency or (8 if self.engine == "hf" else 64),
+            protocol=self.protocol,
         )
 
 

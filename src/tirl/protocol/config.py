@@ -34,6 +34,7 @@ RELEASE_FUNCTION_NAME = "python_code_with_standard_io"
 MultiCallPolicy = Literal["first", "all"]
 AnswerFallback = Literal["last_box_final_turn", "none"]
 ChatTemplateChoice = Literal["auto", "tokenizer", "chatml"]
+PromptStyle = Literal["full", "compact"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ class ProtocolConfig:
             built-in ChatML; ``"tokenizer"`` forces the tokenizer's; ``"chatml"`` forces the built-in one.
         keep_newline_after_eot: keep the template's text between the model's end-of-turn token and the next
             header in the tool-response segment.
+        prompt_style: ``"full"`` declares the tool with its JSON schema (through the chat template's own tools
+            block when it has one: 448 prompt tokens for Qwen2.5); ``"compact"`` writes a short system prompt
+            with one example call and no schema (about 110 tokens), for CPU recipes where prefill dominates a
+            step. The call format, tags and tool-response turns are the same in both.
     """
 
     function_name: str = DEFAULT_FUNCTION_NAME
@@ -105,6 +110,7 @@ class ProtocolConfig:
     box_commands: tuple[str, ...] = ("boxed", "fbox")
     chat_template: ChatTemplateChoice = "auto"
     keep_newline_after_eot: bool = True
+    prompt_style: PromptStyle = "full"
 
     def __post_init__(self) -> None:
         if self.multi_call not in ("first", "all"):
@@ -113,6 +119,8 @@ class ProtocolConfig:
             raise ValueError(f"answer_fallback must be 'last_box_final_turn' or 'none', got {self.answer_fallback!r}")
         if self.chat_template not in ("auto", "tokenizer", "chatml"):
             raise ValueError(f"chat_template must be 'auto', 'tokenizer' or 'chatml', got {self.chat_template!r}")
+        if self.prompt_style not in ("full", "compact"):
+            raise ValueError(f"prompt_style must be 'full' or 'compact', got {self.prompt_style!r}")
         if not self.function_name:
             raise ValueError("function_name must not be empty")
         for name in ("tool_call_open", "tool_call_close", "answer_open", "answer_close"):

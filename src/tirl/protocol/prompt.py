@@ -27,6 +27,12 @@ def default_system_prompt(config: ProtocolConfig | None = None) -> str:
     """
     cfg = resolve_config(config)
     ro, rc, ao, ac = cfg.reason_open, cfg.reason_close, cfg.answer_open, cfg.answer_close
+    if cfg.prompt_style == "compact":
+        return (
+            f"Solve the problem. Think step by step inside {ro} {rc}. Use Python for any calculation: the "
+            f"output comes back in {cfg.tool_response_open}. Then close {rc} and write the final answer as "
+            f"{ao}The answer is \\boxed{{N}}.{ac}"
+        )
     return (
         "You are a careful problem solver. Work out the problem step by step inside "
         f"{ro} {rc} tags. While reasoning you can run Python code with the tool "
@@ -73,10 +79,13 @@ def tool_schema(config: ProtocolConfig | None = None) -> dict[str, Any]:
 
 def tools_block(config: ProtocolConfig | None = None) -> str:
     """The tools section appended to the system prompt when the chat template cannot render tools itself
-    (the built-in ChatML template): the schema as JSON inside ``<tools>`` and how to write a call."""
+    (the built-in ChatML template) or ``prompt_style="compact"``: the schema as JSON inside ``<tools>`` and how
+    to write a call; for the compact style only the example call."""
     cfg = resolve_config(config)
-    schema = json.dumps(tool_schema(cfg), ensure_ascii=False)
     example = json.dumps({"name": cfg.function_name, "arguments": {"code": "print(2 + 2)", "input": ""}})
+    if cfg.prompt_style == "compact":
+        return f"To run Python, write:\n{cfg.tool_call_open}\n{example}\n{cfg.tool_call_close}"
+    schema = json.dumps(tool_schema(cfg), ensure_ascii=False)
     return (
         "# Tools\n\nYou can call the function described inside <tools></tools>:\n"
         f"<tools>\n{schema}\n</tools>\n\n"

@@ -102,6 +102,13 @@ def template_supports_tools(tokenizer: Any) -> bool:
     return "tools" in _template_string(tokenizer)
 
 
+def native_tools(tokenizer: Any, config: ProtocolConfig | None = None) -> bool:
+    """Whether the tool is declared through the tokenizer's chat template (its own tools block and ``tool``
+    messages): the template renders tools and ``config.prompt_style`` is ``"full"``. Otherwise tirl's tools
+    block goes into the system prompt and tool responses are user messages (the same text for Qwen2.5)."""
+    return template_supports_tools(tokenizer) and resolve_config(config).prompt_style == "full"
+
+
 def uses_tokenizer_template(tokenizer: Any, config: ProtocolConfig | None = None) -> bool:
     """Whether rendering uses the tokenizer's own chat template (else the built-in ChatML), per
     ``config.chat_template``.
@@ -171,7 +178,7 @@ def render_prompt_text(tokenizer: Any, problem: str, config: ProtocolConfig | No
     """The prompt as text: system (with the tools), user problem, assistant header, ``config.prefill``."""
     cfg = resolve_config(config)
     if uses_tokenizer_template(tokenizer, cfg):
-        native = template_supports_tools(tokenizer)
+        native = native_tools(tokenizer, cfg)
         messages = prompt_messages(problem, cfg, include_tools_block=not native)
         text = tokenizer.apply_chat_template(messages, tools=[tool_schema(cfg)] if native else None,
                                              tokenize=False, add_generation_prompt=True)
@@ -211,7 +218,7 @@ def tool_response_segment_text(tokenizer: Any, response_texts: Sequence[str],
     if not response_texts:
         raise ValueError("a tool-response segment needs at least one response text")
     if uses_tokenizer_template(tokenizer, cfg):
-        native = template_supports_tools(tokenizer)
+        native = native_tools(tokenizer, cfg)
         tools = [tool_schema(cfg)] if native else None
         before = tokenizer.apply_chat_template(_DUMMY, tools=tools, tokenize=False, add_generation_prompt=False)
         after = tokenizer.apply_chat_template(_DUMMY + tool_messages(response_texts, cfg, native=native),

@@ -23,6 +23,8 @@ from typing import Any, Sequence
 import yaml
 
 from tirl.algo.roc import RocConfig
+from tirl.protocol.config import ProtocolConfig
+from tirl.train.watchdog import WatchdogConfig
 
 
 @dataclass
@@ -98,6 +100,8 @@ class RolloutConfig:
         max_turns: assistant-turn limit (stage 1/2: 10, stage 3: 15).
         max_response_tokens: response budget, model and tool tokens together (8K, 12K, 12K).
         max_prompt_tokens: problems whose rendered prompt is longer are skipped at load time.
+        context_window: most prompt + response tokens of a trajectory (a turn that would not fit ends it with
+            finish reason ``context``); None: the model's ``max_position_embeddings``.
         temperature: sampling temperature (1.0 in training).
         top_p: nucleus mass.
         tool_timeout_s: wall-clock deadline of one tool call.
@@ -118,6 +122,7 @@ class RolloutConfig:
     max_turns: int = 10
     max_response_tokens: int = 8192
     max_prompt_tokens: int = 2048
+    context_window: int | None = None
     temperature: float = 1.0
     top_p: float = 1.0
     tool_timeout_s: float = 10.0
@@ -208,6 +213,9 @@ class RLConfig:
         seed: global seed.
         bf16: mixed precision on GPUs (CPU runs use ``model.dtype``).
         model, data, rollout, roc, optim, logging: the sections.
+        protocol: the conversation format (:class:`tirl.protocol.ProtocolConfig`) of the rollouts; the SFT
+            stage and evaluation of the same policy should use the same one.
+        watchdog: when an unattended run warns and stops (:mod:`tirl.train.watchdog`).
     """
 
     stage: str = "stage1"
@@ -226,6 +234,8 @@ class RLConfig:
     roc: RocConfig = field(default_factory=RocConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
 
     def validate(self, num_processes: int = 1) -> None:
         """Check the configuration and the batch arithmetic for ``num_processes`` training processes.
@@ -247,6 +257,9 @@ class RLConfig:
         if self.roc.enabled and r.oversample < 2:
             raise ValueError("roc.enabled needs rollout.oversample >= 2 (RoC keeps G of oversample * G)")
         self.roc.validate(r.group_size)
+        self.watchdog.validate()
+        if r.context_window is not None and r.context_window < 2:
+            raise ValueError("rollout.context_window must be >= 2 or null")
         if self.max_steps < 1 or self.problems_per_step < 1 or self.save_steps < 1:
             raise ValueError("max_steps, problems_per_step and save_steps must be >= 1")
         if self.problems_per_step % num_processes:
@@ -272,12 +285,17 @@ class RLConfig:
         return self.problems_per_step // num_processes * self.rollout.group_size // self.optim.per_device_train_batch_size
 
     def to_dict(self) -> dict[str, Any]:
-        """A plain nested dict (YAML/JSON-serialisable)."""
-        return dataclasses.asdict(self)
+        """A plain nested dict (YAML/JSON-serialisable; tuples become lists)."""
+        return dataclasses.asdict(self, dict_factory=plain_dict)
 
 
 # --------------------------------------------------------------------------------------------------------------
 # loading
+
+
+def plain_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``dataclasses.asdict`` factory that writes tuples as lists (``yaml.safe_dump`` refuses tuples)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in items}
 
 
 def _field_types(cls: type) -> dict[str, Any]:
@@ -305,6 +323,19 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise ValueError(f"{where}: expected a mapping, got {value!r}")
         return _build(tp, value, where)
+    if origin is typing.Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ValueError(f"{where}: expected one of {', '.join(map(repr, allowed))}, got {value!r}")
+        return value
+    if origin is tuple:
+        args = typing.get_args(tp)
+        item_tp = args[0] if args else Any
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{where}: expected a list, got {value!r}")
+        return tuple(_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value))
     if origin is list:
         (item_tp,) = typing.get_args(tp) or (Any,)
         if isinstance(value, str):

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 from tirl.data.training import RLProblem, load_training_problems
 from tirl.train.config import RLConfig, dump_config
 from tirl.train.metrics import MetricsLog, log_value
+from tirl.train.watchdog import RunStopped
 from tirl.train.rollout import (
     ADVANTAGE_KEY,
     AgentLoopSource,
@@ -138,8 +139,31 @@ def make_trainer_class() -> type:
     return RocGRPOTrainer
 
 
-def _callbacks(config: RLConfig, timing: dict[str, float], metrics_log: MetricsLog | None) -> list[Any]:
+def _callbacks(config: RLConfig, timing: dict[str, float], metrics_log: MetricsLog | None,
+               rollout: RocRolloutFunc | None = None) -> list[Any]:
     from transformers import TrainerCallback
+
+    class WatchdogStop(TrainerCallback):
+        """Stops training (after saving a checkpoint) when the rollout's watch-dog asks for it; with several
+        processes the flag is reduced with max so that every process stops at the same step."""
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if rollout is None:
+                return
+            flag = 1.0 if rollout.watchdog.stop_reason else 0.0
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                import torch
+
+                t = torch.tensor([flag])
+                dist.all_reduce(t, op=dist.ReduceOp.MAX)
+                flag = float(t.item())
+                if flag and not rollout.watchdog.stop_reason:
+                    rollout.watchdog.stop_reason = f"stopped at step {state.global_step}: another process's watchdog"
+            if flag:
+                control.should_training_stop = True
+                control.should_save = True
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
@@ -178,7 +202,7 @@ def _callbacks(config: RLConfig, timing: dict[str, float], metrics_log: MetricsL
                 f"(rollout {g('tirl/time/rollout_s'):.1f}s)"
             )
 
-    return [StepTimer(), JsonlMetrics(), RichConsole()]
+    return [StepTimer(), JsonlMetrics(), RichConsole(), WatchdogStop()]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -307,11 +331,13 @@ def grpo_args(config: RLConfig, num_processes: int = 1) -> Any:
     return trl.GRPOConfig(**kwargs)
 
 
-def filter_prompt_length(problems: Sequence[RLProblem], tokenizer: Any, max_tokens: int) -> list[RLProblem]:
-    """Problems whose rendered prompt (system, tools, user, generation prompt) has at most ``max_tokens`` tokens."""
+def filter_prompt_length(problems: Sequence[RLProblem], tokenizer: Any, max_tokens: int,
+                         protocol: Any = None) -> list[RLProblem]:
+    """Problems whose rendered prompt (system, tools, user, generation prompt; ``protocol``, a
+    :class:`tirl.protocol.ProtocolConfig`, None for the default) has at most ``max_tokens`` tokens."""
     from tirl.protocol import render_prompt_ids
 
-    kept = [p for p in problems if len(render_prompt_ids(tokenizer, p.problem)) <= max_tokens]
+    kept = [p for p in problems if len(render_prompt_ids(tokenizer, p.problem, protocol)) <= max_tokens]
     if len(kept) < len(problems):
         logger.info("skipped %d problems with prompts over %d tokens", len(problems) - len(kept), max_tokens)
     return kept
@@ -356,7 +382,7 @@ def build_trainer(
     model, tokenizer, peft_config = load_policy(config, init_from)
     if problems is None:
         problems = load_training_problems(config.data.sources, seed=config.data.seed, limit=config.data.limit)
-        problems = filter_prompt_length(problems, tokenizer, config.rollout.max_prompt_tokens)
+        problems = filter_prompt_length(problems, tokenizer, config.rollout.max_prompt_tokens, config.protocol)
     problems = list(problems)
     if not problems:
         raise ValueError("no training problems (check data.sources and rollout.max_prompt_tokens)")
@@ -366,6 +392,8 @@ def build_trainer(
 
     if source is None:
         source = AgentLoopSource(config, tokenizer)
+        if source.context_window is None:
+            source.context_window = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if scorer is None:
         scorer = VerifierScorer(tokenizer)
     from tirl.models import stop_token_ids
@@ -393,7 +421,7 @@ def build_trainer(
         processing_class=tokenizer,
         peft_config=peft_config,
         rollout_func=rollout,
-        callbacks=_callbacks(config, timing, metrics_log),
+        callbacks=_callbacks(config, timing, metrics_log, rollout),
     )
     trainer.tirl_timing = timing
     from transformers.trainer_callback import PrinterCallback
@@ -414,12 +442,18 @@ def train(config: RLConfig, **kwargs: Any) -> Path:
 
     Keyword arguments go to :func:`build_trainer`. The rollout's sandbox and event loop are released even when
     training fails.
+
+    Raises:
+        tirl.train.watchdog.RunStopped: the watch-dog stopped the run (a checkpoint of its last step is saved;
+            no ``final`` folder is written).
     """
     run = build_trainer(config, **kwargs)
     try:
         if run.resume_from is not None:
             logger.info("resuming from %s", run.resume_from)
         run.trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
+        if run.rollout.watchdog.stop_reason:
+            raise RunStopped(run.rollout.watchdog.stop_reason)
         final = Path(config.output_dir) / "final"
         run.trainer.save_model(str(final))
         if run.trainer.accelerator.is_main_process:

@@ -49,6 +49,7 @@ from tirl.data.training import RLProblem
 from tirl.protocol.types import Trajectory
 from tirl.train.config import RLConfig
 from tirl.train.metrics import step_metrics
+from tirl.train.watchdog import RunWatchdog
 
 logger = logging.getLogger(__name__)
 
@@ -192,6 +193,7 @@ class RocRolloutFunc:
             self.by_prompt.setdefault(p.problem, p)
         self.last = RolloutStats()
         self.calls = 0
+        self.watchdog = RunWatchdog(config.watchdog)
         self.__name__ = "tirl_roc_rollout"
 
     # -- helpers -----------------------------------------------------------------------------------------------
@@ -261,12 +263,14 @@ class RocRolloutFunc:
                     sel.status = "selected"
             selections.append(sel)
             kept = [base + i for i in sel.indices]
-            adv = group_advantages([rewards[i] for i in kept], eps=cfg.optim.adv_eps, std_floor=cfg.optim.std_floor)
+            # an empty response (no model token) carries no loss and must not move the group's mean and spread
+            adv = group_advantages([None if _empty(trajectories[i]) else rewards[i] for i in kept],
+                                   eps=cfg.optim.adv_eps, std_floor=cfg.optim.std_floor)
             prompt_ids = list(trajectories[base].prompt_ids)
             for slot in range(g):
                 idx = kept[slot] if slot < len(kept) else None
                 traj = trajectories[idx] if idx is not None else None
-                if traj is None or not traj.response_ids:
+                if traj is None or _empty(traj):
                     # placeholder: one masked token, no reward, no advantage (F80: nothing is placed on it)
                     out["prompt_ids"].append(traj.prompt_ids if traj is not None else prompt_ids)
                     out["completion_ids"].append([self.pad_token_id])
@@ -308,6 +312,7 @@ class RocRolloutFunc:
             metrics[f"finish/{reason}"] = sum(t.finish_reason == reason for t in trajectories) / max(1, len(trajectories))
         self.last = RolloutStats(trajectories, selections, metrics, slot_sources)
         self.calls += 1
+        self.watchdog.observe(step + 1, metrics)
         if cfg.logging.log_trajectories:
             self._log_trajectories(step, process_index, problems, n, trajectories, scores, candidates, selections)
         result: dict[str, Any] = dict(out)
@@ -337,6 +342,11 @@ class RocRolloutFunc:
                         "turns": [{"text": turn.text, "tool_responses": [r.response_text for r in turn.tool_calls]}
                                   for turn in t.turns],
                     }, ensure_ascii=False) + "\n")
+
+
+def _empty(traj: Trajectory) -> bool:
+    """A trajectory with no model-generated token (nothing to train on, nothing to judge)."""
+    return not traj.response_ids or not any(traj.loss_mask)
 
 
 def passthrough_reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
@@ -443,6 +453,10 @@ class AgentLoopSource:
         tokenizer: the policy's tokenizer.
         executor_factory: builds the code executor on first use (default from ``config.rollout.sandbox``).
         engine_factory: ``(model) -> Engine``; default ``HFEngine(model)``.
+
+    Attributes:
+        context_window: the trajectories' context window in tokens (``rollout.context_window``; the trainer
+            sets the model's ``max_position_embeddings`` when that is None).
     """
 
     def __init__(
@@ -460,6 +474,7 @@ class AgentLoopSource:
         self._executor: Any = None
         self._engine: Any = None
         self._checked = False
+        self.context_window: int | None = config.rollout.context_window
 
     def _agent_config(self) -> Any:
         from tirl.rollout.agent_loop import AgentLoopConfig
@@ -473,6 +488,8 @@ class AgentLoopSource:
             tool_timeout_s=r.tool_timeout_s,
             tool_memory_mb=r.tool_memory_mb,
             max_concurrency=r.max_concurrency,
+            context_window=self.context_window,
+            protocol=self.config.protocol,
         )
 
     def _make_engine(self, model: Any, trainer: Any) -> Any:

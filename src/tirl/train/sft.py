@@ -186,7 +186,7 @@ def build_sft_trainer(config: SFTConfig, *, examples: Sequence[SFTExample] | Non
     Args:
         config: the run.
         examples: conversations (default: from ``config.data``).
-        protocol: the conversation format (default: tirl's, the one RL and evaluation use).
+        protocol: the conversation format (default: ``config.protocol``).
         num_processes: training processes (default: the world size the training arguments see).
 
     Returns:
@@ -200,6 +200,8 @@ def build_sft_trainer(config: SFTConfig, *, examples: Sequence[SFTExample] | Non
     if num_processes is None:
         num_processes = int(sft_args(config, 1).world_size)
     config.validate(num_processes)
+    if protocol is None:
+        protocol = config.protocol
     resume_from = last_checkpoint(config.output_dir) if config.resume else None
     model, tokenizer, peft_config = load_policy(config, None)  # type: ignore[arg-type]  # uses config.model only
     if examples is None:

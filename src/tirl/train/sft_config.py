@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from tirl.train.config import ModelConfig, load_dataclass_config
+from tirl.protocol.config import ProtocolConfig
+from tirl.train.config import ModelConfig, plain_dict, load_dataclass_config
 
 
 @dataclass
@@ -100,6 +101,7 @@ class SFTConfig:
         seed: global seed.
         bf16: mixed precision on GPUs (CPU runs use ``model.dtype``).
         model, data, optim, logging: the sections.
+        protocol: the conversation format the conversations are rendered in (use the RL stage's).
     """
 
     stage: str = "sft"
@@ -114,6 +116,7 @@ class SFTConfig:
     data: SFTDataConfig = field(default_factory=SFTDataConfig)
     optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
     logging: SFTLoggingConfig = field(default_factory=SFTLoggingConfig)
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
 
     def validate(self, num_processes: int = 1) -> None:
         """Check the configuration and the batch arithmetic for ``num_processes`` training processes.
@@ -152,7 +155,7 @@ class SFTConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """A plain nested dict (YAML/JSON-serialisable)."""
-        return dataclasses.asdict(self)
+        return dataclasses.asdict(self, dict_factory=plain_dict)
 
 
 def load_sft_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> SFTConfig:

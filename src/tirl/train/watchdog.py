@@ -1,0 +1,125 @@
+"""A watch-dog for long unattended RL runs: warn, then stop cleanly, when a run has gone wrong.
+
+Covers :class:`WatchdogConfig` (the ``watchdog:`` section of an RL recipe) and :class:`RunWatchdog`, a pure
+object fed each step's rollout metrics (the names of :mod:`tirl.train.metrics`). Three conditions are watched:
+
+* ``tool_errors``: the share of failing tool calls (``tool_calls/error_rate``) is above
+  ``max_tool_error_rate``: the sandbox is down or misconfigured, so every trajectory's tool feedback is noise
+  (and RoC penalises trajectories for the infrastructure's faults);
+* ``no_tool_calls``: tool calls per trajectory (``tool_calls/per_traj``) fell to ``min_tool_calls_per_traj``
+  or below: tool use is collapsing;
+* ``context``: the share of trajectories ended by the context window (``finish/context``) is above
+  ``max_context_rate``: prompts plus responses do not fit the model.
+
+Each step a condition holds logs a warning; after ``patience`` consecutive such steps the watch-dog asks for a
+stop and :attr:`RunWatchdog.stop_reason` says why (``tirl train rl`` saves a checkpoint, prints the reason
+and exits with status 3). A step where the condition does not hold resets its count. Not covered: crashes
+(the trainer raises), throughput alarms.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Mapping
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class WatchdogConfig:
+    """When a run warns and stops (``watchdog:`` in an RL recipe).
+
+    Attributes:
+        enabled: watch at all.
+        patience: consecutive steps a condition must hold before the run stops (it warns from the first).
+        max_tool_error_rate: failing tool calls / all calls above this is an alarm (only steps with calls).
+        min_tool_calls_per_traj: tool calls per trajectory at or below this is an alarm (0 means "none at all").
+        max_context_rate: share of trajectories ended by the context window above this is an alarm.
+    """
+
+    enabled: bool = True
+    patience: int = 3
+    max_tool_error_rate: float = 0.9
+    min_tool_calls_per_traj: float = 0.0
+    max_context_rate: float = 0.5
+
+    def validate(self) -> None:
+        """Raises ValueError for a patience below 1 or rates outside [0, 1]."""
+        if self.patience < 1:
+            raise ValueError(f"watchdog.patience must be >= 1, got {self.patience}")
+        for name in ("max_tool_error_rate", "max_context_rate"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"watchdog.{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.min_tool_calls_per_traj < 0:
+            raise ValueError("watchdog.min_tool_calls_per_traj must be >= 0")
+
+
+@dataclass
+class Alarm:
+    """One condition that held at one step."""
+
+    kind: str
+    message: str
+
+
+@dataclass
+class RunWatchdog:
+    """Counts consecutive alarming steps per condition (see the module docstring).
+
+    Args:
+        config: thresholds and patience.
+
+    Attributes:
+        streaks: consecutive alarming steps per condition kind.
+        stop_reason: None while the run may go on; else the message of the condition that ran out of patience.
+    """
+
+    config: WatchdogConfig = field(default_factory=WatchdogConfig)
+    streaks: dict[str, int] = field(default_factory=dict)
+    stop_reason: str | None = None
+
+    def check(self, metrics: Mapping[str, float]) -> list[Alarm]:
+        """The alarms of one step's metrics (no state change)."""
+        c = self.config
+        alarms: list[Alarm] = []
+        per_traj = metrics.get("tool_calls/per_traj")
+        err = metrics.get("tool_calls/error_rate")
+        if err is not None and per_traj and err > c.max_tool_error_rate:
+            alarms.append(Alarm("tool_errors", f"{err:.0%} of tool calls failed (limit {c.max_tool_error_rate:.0%}): "
+                                               "is the sandbox down or misconfigured?"))
+        if per_traj is not None and per_traj <= c.min_tool_calls_per_traj:
+            alarms.append(Alarm("no_tool_calls", f"{per_traj:.2f} tool calls per trajectory (limit "
+                                                 f"{c.min_tool_calls_per_traj:.2f}): tool use is collapsing"))
+        ctx = metrics.get("finish/context")
+        if ctx is not None and ctx > c.max_context_rate:
+            alarms.append(Alarm("context", f"{ctx:.0%} of trajectories hit the context window (limit "
+                                           f"{c.max_context_rate:.0%}): raise rollout.context_window or lower the budget"))
+        return alarms
+
+    def observe(self, step: int, metrics: Mapping[str, float]) -> list[Alarm]:
+        """Record one step: warn for each alarm, update the streaks, set :attr:`stop_reason` when a streak
+        reaches ``patience``. Returns the step's alarms. Does nothing when disabled."""
+        if not self.config.enabled:
+            return []
+        alarms = self.check(metrics)
+        kinds = {a.kind for a in alarms}
+        for kind in list(self.streaks):
+            if kind not in kinds:
+                self.streaks[kind] = 0
+        for alarm in alarms:
+            self.streaks[alarm.kind] = self.streaks.get(alarm.kind, 0) + 1
+            n = self.streaks[alarm.kind]
+            logger.warning("watchdog, step %d: %s (%d of %d consecutive steps)", step, alarm.message, n,
+                           self.config.patience)
+            if n >= self.config.patience and self.stop_reason is None:
+                self.stop_reason = (f"stopped at step {step}: {alarm.message}, for {n} consecutive steps "
+                                    f"(watchdog.{alarm.kind})")
+        return alarms
+
+
+class RunStopped(RuntimeError):
+    """The watch-dog stopped the run; the message says why (a checkpoint of the last step was saved)."""
+
+
+__all__ = ["Alarm", "RunStopped", "RunWatchdog", "WatchdogConfig"]

@@ -15,7 +15,7 @@ from typing import Iterator, NamedTuple
 
 import pytest
 
-from tirl.reward import Verdict, VerifierConfig, VerifierStats, close_default_executor, verify, verify_batch
+from tirl.reward import Verdict, VerifierConfig, VerifierStats, VerifyItem, close_default_executor, verify, verify_batch
 
 
 class Row(NamedTuple):
@@ -24,6 +24,7 @@ class Row(NamedTuple):
     response: str | None
     reward: float
     status: str | None = None  # expected status when it is not "ok"
+    question: str | None = None  # the problem text, when the row's policy reads it (subscript bases)
 
 
 def b(answer: str) -> str:
@@ -156,6 +157,89 @@ ROWS: list[Row] = [
     Row("complex-reordered", "1+2i", b("2i+1"), 1),
     Row("complex-conjugate", "1+2i", b("1-2i"), 0),
     Row("unparsable-gold", "}{", b("5"), 0, "unparsable_gold"),
+    # ---- issue 14: forms a mathematician grades differently ------------------------------------------
+    # numbers separated by whitespace: mixed numbers are whole + fraction, two bare numbers are not one
+    Row("mixed-not-half", "\\frac{1}{2}", b("1 1/4"), 0),
+    Row("mixed-five-quarters", "\\frac{5}{4}", b("1 1/4"), 1),
+    Row("mixed-frac", "\\frac{9}{5}", b("1\\frac{4}{5}"), 1),
+    Row("mixed-frac-not-product", "\\frac{4}{5}", b("1\\frac{4}{5}"), 0),
+    Row("mixed-negative", "-\\frac{5}{4}", b("-1\\frac{1}{4}"), 1),
+    Row("mixed-negative-not-minus-three-quarters", "-\\frac{3}{4}", b("-1\\frac{1}{4}"), 0),
+    Row("mixed-decimal", "2.5", b("2\\,\\tfrac{1}{2}"), 1),
+    Row("mixed-gold", "1\\frac{1}{4}", b("\\frac{5}{4}"), 1),
+    Row("mixed-gold-wrong", "1\\frac{1}{4}", b("\\frac{1}{4}"), 0),
+    Row("separated-not-sum", "5", b("2 3"), 0),
+    Row("separated-not-product", "6", b("2 3"), 0),
+    Row("separated-not-concatenation", "23", b("2 3"), 0),
+    Row("separated-three", "6", b("1 2 3"), 0),
+    Row("separated-spacing-command", "5", b("2\\;3"), 0),
+    Row("separated-improper", "\\frac{7}{2}", b("2 3/2"), 0),
+    Row("separated-thousands-still-integer", "1000", b("1 000"), 1),
+    # solution sets: a relation equals the interval or union of the same set, in both directions
+    Row("set-relation-pred", "(-\\infty, 3)", b("x<3"), 1),
+    Row("set-relation-gold", "x<3", b("(-\\infty, 3)"), 1),
+    Row("set-chained", "[2,5)", b("2\\le x<5"), 1),
+    Row("set-geq", "[1,\\infty)", b("x \\geq 1"), 1),
+    Row("set-or", "(-\\infty,2)\\cup(3,\\infty)", b("x<2 \\text{ or } x>3"), 1),
+    Row("set-lor", "(-\\infty,2)\\cup(3,\\infty)", b("x<2 \\lor x>3"), 1),
+    Row("set-and", "(1,3)", b("x > 1 \\text{ and } x < 3"), 1),
+    Row("set-other-variable", "(1,3)", b("1<t<3"), 1),
+    Row("set-neq", "(-\\infty, 2) \\cup (2, \\infty)", b("x \\neq 2"), 1),
+    Row("set-closed-end-differs", "(-\\infty, 3)", b("x \\le 3"), 0),
+    Row("set-closed-end-differs-gold", "x<3", b("(-\\infty,3]"), 0),
+    Row("set-and-is-not-or", "(-\\infty,2)\\cup(3,\\infty)", b("x<2 \\text{ and } x>3"), 0),
+    Row("set-other-end", "[2,5)", b("2\\le x<6"), 0),
+    # drafts: a closed <think> never supplies the final answer
+    Row("draft-box-not-answer", "12", "<think>Try 12: \\boxed{12}? No, it fails.</think> The final answer is 15.", 0, "no_answer"),
+    Row("draft-box-then-real-box", "15", "<think>Try 12: \\boxed{12}? No.</think> So the answer is \\boxed{15}.", 1),
+    Row("draft-answer-block", "12", "<think><answer>\\boxed{12}</answer> wait, no.</think> <answer>\\boxed{15}</answer>", 0),
+    Row("draft-unclosed-counts", "12", "<think>so it is \\boxed{12}", 1),
+    # constants in references parse in every spelling
+    Row("const-mathrm-e", "1 - \\frac{1}{\\mathrm{e}}", b("1 - e^{-1}"), 1),
+    Row("const-mathrm-e-wrong", "1 - \\frac{1}{\\mathrm{e}}", b("1 + e^{-1}"), 0),
+    Row("const-operatorname-e", "\\operatorname{e}^{2}", b("e^2"), 1),
+    Row("const-mathrm-i", "3 + 2\\mathrm{i}", b("2i+3"), 1),
+    Row("const-uppi", "\\frac{\\uppi}{3}", b("\\frac{\\pi}{3}"), 1),
+    Row("const-unicode-pi", "2\\pi", b("2π"), 1),
+    # subscript bases: the value in that base, never the digits read as decimal
+    Row("base-digits-not-decimal", "123_8", b("123"), 0),
+    Row("base-value", "123_8", b("83"), 1),
+    Row("base-written", "123_8", b("123_{8}"), 1),
+    Row("base-binary", "1011_2", b("11"), 1),
+    Row("base-binary-digits", "1011_2", b("1011"), 0),
+    Row("base-question-fixes-it", "123_8", b("123"), 1, None, "Express your answer in base 8."),
+    Row("base-question-decimal-value", "123_8", b("83"), 0, None, "Express your answer in base 8."),
+    Row("base-question-word", "4343_6", b("4343"), 1, None, "What is the base six equivalent of $999_{10}$?"),
+    Row("base-question-other-base", "123_8", b("123"), 0, None, "Express your answer in base 9."),
+    Row("base-invalid-digits", "129_8", b("129"), 0, "unparsable_gold"),
+    # units are dropped, constants are values
+    Row("const-not-unit", "2\\mathrm{e}", b("2"), 0),
+    Row("const-not-unit-same", "2\\mathrm{e}", b("2e"), 1),
+    Row("const-i-not-unit", "2\\mathrm{i}", b("2"), 0),
+    Row("const-pi-not-unit", "2\\pi", b("2 pi"), 0),
+    Row("const-pi-text-not-unit", "2", b("2\\text{ pi}"), 0),
+    Row("unit-still-dropped", "2", b("2\\text{ m}"), 1),
+    # undefined expressions equal nothing
+    Row("undefined-4", "0", b("4 \\cdot 0/0"), 0),
+    Row("undefined-5", "0", b("5 \\cdot 0/0"), 0),
+    Row("undefined-inf-minus-inf", "0", b("\\infty - \\infty"), 0),
+    Row("undefined-zero-times-inf", "0", b("0 \\cdot \\infty"), 0),
+    Row("undefined-zero-denominator", "5", b("\\frac{1}{1-1}"), 0),
+    Row("undefined-in-tuple", "(0, 1)", b("(0/0, 1)"), 0),
+    Row("undefined-gold", "\\frac{0}{0}", b("0"), 0, "unparsable_gold"),
+    Row("infinity-still-infinity", "\\infty", b("+\\infty"), 1),
+    # trailing punctuation never changes the reward, on any path
+    Row("punct-symbolic", "\\frac{\\sqrt{2}}{2}", b("\\frac{1}{\\sqrt{2}}."), 1),
+    Row("punct-symbolic-semicolon", "\\frac{\\sqrt{2}}{2}", b("\\frac{1}{\\sqrt{2}};"), 1),
+    Row("punct-symbolic-comma", "\\frac{\\sqrt{2}}{2}", b("\\frac{1}{\\sqrt{2}},"), 1),
+    Row("punct-string", "\\frac{3}{4}", b("\\frac{3}{4}."), 1),
+    Row("punct-wrong-stays-wrong", "\\frac{3}{4}", b("\\frac{1}{\\sqrt{2}}."), 0),
+    Row("punct-integer-semicolon", "42", b("42;"), 1),
+    Row("punct-integer-comma", "42", b("42,"), 1),
+    Row("punct-inside-math", "\\frac{1}{2}", b("$0.5$."), 1),
+    Row("punct-after-box", "\\frac{\\sqrt{2}}{2}", "so \\boxed{\\frac{1}{\\sqrt{2}}}.", 1),
+    Row("punct-braceless-box", "7", "so \\boxed 7.", 1),
+    Row("punct-ellipsis-kept", "1, 2, 3", b("1, 2, 3, ..."), 0),
 ]
 
 # The per-item deadline of the issue (field case F74: budget 5 s).
@@ -165,7 +249,8 @@ DEADLINE_S = 5.0
 @pytest.fixture(scope="module")
 def table() -> Iterator[dict[str, Verdict]]:
     """Every row verified in one batch through the shared default ``LocalSandbox`` (the production path)."""
-    verdicts = verify_batch([(row.response, row.gold) for row in ROWS], config=VerifierConfig(timeout_s=DEADLINE_S), stats=VerifierStats())
+    items = [VerifyItem(row.response, row.gold, question=row.question) for row in ROWS]
+    verdicts = verify_batch(items, config=VerifierConfig(timeout_s=DEADLINE_S), stats=VerifierStats())
     yield {row.id: verdict for row, verdict in zip(ROWS, verdicts)}
     close_default_executor()
 

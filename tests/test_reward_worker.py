@@ -232,3 +232,59 @@ def test_two_stage_parsing_is_enabled_and_keeps_results() -> None:
     assert latex2sympy("[2, 5)") == sympy.Interval.Ropen(2, 5)
     with pytest.raises(Exception):
         latex2sympy("\\frac{1}{")  # a real syntax error still fails after the LL retry
+
+
+DETERMINISM_PAIRS = [
+    ("0", "4 \\cdot 0/0"), ("0", "5 \\cdot 0/0"), ("0", "\\infty - \\infty"), ("5", "\\frac{0}{0}"), ("1", "0/0 + 1"),
+    ("(0, 1)", "(0/0, 1)"), ("\\{0\\}", "\\{0/0\\}"), ("(-\\infty, 3)", "x<3"), ("\\frac{1}{2}", "1 1/4"),
+    ("1 - \\frac{1}{\\mathrm{e}}", "1 - e^{-1}"), ("(-\\infty,2)\\cup(3,\\infty)", "x<2 \\text{ or } x>3"),
+]
+DETERMINISM_SCRIPT = """
+import json, sys
+from tirl.reward.worker import check
+pairs = json.loads(sys.stdin.read())
+print(json.dumps([check(g, p) for g, p in pairs]))
+"""
+
+
+def test_verdicts_do_not_depend_on_the_hash_seed() -> None:
+    import os
+    import subprocess
+
+    outputs = set()
+    for seed in ("0", "1", "2", "4242"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-c", DETERMINISM_SCRIPT], input=json.dumps(DETERMINISM_PAIRS),
+                              capture_output=True, text=True, env=env, timeout=300, check=True)
+        outputs.add(done.stdout.strip().splitlines()[-1])
+    assert len(outputs) == 1, outputs
+    verdicts = json.loads(outputs.pop())
+    assert [v["correct"] for v in verdicts[:7]] == [False] * 7  # undefined answers equal nothing
+    assert [v["correct"] for v in verdicts[7:]] == [True, False, True, True]
+
+
+@pytest.mark.parametrize(
+    "expr, undefined",
+    [
+        (sympy.nan, True), (sympy.zoo, True), (sympy.Mul(sympy.Integer(0), sympy.oo, evaluate=False), True),
+        (sympy.Add(sympy.oo, -sympy.oo, evaluate=False), True), (sympy.sin(sympy.oo), True),
+        (sympy.Pow(sympy.Integer(0), -1, evaluate=False), True), (sympy.Tuple(1, sympy.nan), True),
+        (sympy.oo, False), (sympy.Integer(0), False), (sympy.Rational(1, 2), False), (sympy.Symbol("x") / 0, True),
+        (sympy.Pow(10, sympy.Pow(10, 8, evaluate=False), evaluate=False), False),  # too large to evaluate: left alone
+        (sympy.Interval(0, sympy.oo), False),
+    ],
+)
+def test_is_undefined(expr: sympy.Basic, undefined: bool) -> None:
+    assert guards.is_undefined(expr) is undefined
+
+
+def test_solution_sets_of_conditions() -> None:
+    x = sympy.Symbol("x", real=True)
+    assert guards.solution_set(x < 3) == sympy.Interval.open(-sympy.oo, 3)
+    assert guards.solution_set(sympy.And(2 <= x, x < 5)) == sympy.Interval.Ropen(2, 5)
+    assert guards.solution_set(sympy.Eq(x, sympy.Interval(0, 1), evaluate=False)) == sympy.Interval(0, 1)
+    assert guards.solution_set(sympy.Eq(x, 3)) is None  # an assignment is left to math-verify
+    assert guards.solution_set(x < sympy.Symbol("y", real=True)) is None  # two variables: not a set of reals
+    assert guards.same_set(guards.solution_set(sympy.Or(x < 2, x > 3)),
+                           sympy.Union(sympy.Interval.open(-sympy.oo, 2), sympy.Interval.open(3, sympy.oo)))
+    assert not guards.same_set(guards.solution_set(x <= 3), sympy.Interval.open(-sympy.oo, 3))

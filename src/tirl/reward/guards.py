@@ -387,3 +387,100 @@ def equal_assuming_positive(gold: Any, pred: Any) -> bool:
         return difference == 0
     except (TypeError, ValueError, ArithmeticError, RecursionError, AttributeError):
         return False
+
+
+# ------------------------------------------------------------------------------------- undefined values
+# Evaluating a number is skipped when a power or factorial in it is this large (it could not finish in time;
+# such numbers are never undefined by these forms anyway).
+_EVALUATE_MAX_EXPONENT = 10_000.0
+
+
+def _safe_to_evaluate(expr: Basic) -> bool:
+    """True when no power, exponential or factorial in ``expr`` has an exponent/argument beyond the limit."""
+    for node in sympy.preorder_traversal(expr):
+        if isinstance(node, Pow):
+            value = _value(node.exp, 0)
+        elif isinstance(node, (factorial, exp)):
+            value = _value(node.args[0], 0)
+        else:
+            continue
+        if value is None or abs(value) > _EVALUATE_MAX_EXPONENT:
+            return False
+    return True
+
+
+def _undefined_value(value: Any) -> bool:
+    return isinstance(value, Basic) and (
+        value.has(sympy.nan, sympy.zoo) or bool(value.atoms(sympy.AccumBounds))
+    )
+
+
+def is_undefined(expr: Any, depth: int = 0) -> bool:
+    """True when ``expr`` (or a number inside a tuple, set, interval, matrix or equation) is undefined.
+
+    Undefined: NaN, complex infinity (division by zero, ``\\log 0``, ``\\tan\\frac{\\pi}{2}``) or an
+    accumulation bound (``\\sin\\infty``), also when it only appears once the unevaluated form math-verify
+    parses is evaluated (``4 \\cdot 0/0``, ``\\infty - \\infty``, ``0 \\cdot \\infty``). Evaluated only for
+    numbers whose powers and factorials stay small (:data:`_EVALUATE_MAX_EXPONENT`). Never raises for sympy
+    input; the same expression always gives the same answer (no hash-order dependence).
+    """
+    try:
+        return _is_undefined(expr, depth)
+    except (TypeError, ValueError, ArithmeticError, RecursionError, AttributeError, NotImplementedError):
+        return False
+
+
+def _is_undefined(expr: Any, depth: int) -> bool:
+    if depth > _MAX_DEPTH or not isinstance(expr, Basic):
+        return False
+    if _undefined_value(expr):
+        return True
+    if isinstance(expr, (Tuple, Set, Relational, MatrixBase)) or not isinstance(expr, sympy.Expr):
+        return any(_is_undefined(arg, depth + 1) for arg in expr.args)
+    if expr.free_symbols or not _safe_to_evaluate(expr):
+        return False
+    return _undefined_value(expr.doit())
+
+
+# ----------------------------------------------------------------------------------------- solution sets
+def solution_set(expr: Any) -> Any:
+    """The set of real values a condition in one variable describes, or None when ``expr`` is not one.
+
+    ``x < 3`` is ``(-oo, 3)``, ``(2 <= x) & (x < 5)`` is ``[2, 5)``, ``Or`` gives unions, ``x \\ne 2`` the
+    reals without 2, ``x \\in S`` (math-verify's ``Eq(x, S)``) is ``S``; ``x = 3`` is left to math-verify
+    (None). Needs exactly one free symbol. Never raises for sympy input.
+    """
+    try:
+        if isinstance(expr, sympy.Eq):
+            if isinstance(expr.lhs, Symbol) and isinstance(expr.rhs, Set):
+                return expr.rhs
+            return None
+        if isinstance(expr, Relational) or isinstance(expr, (sympy.And, sympy.Or)):
+            if len(expr.free_symbols) != 1:
+                return None
+            return expr.as_set()
+    except (TypeError, ValueError, ArithmeticError, RecursionError, AttributeError, NotImplementedError):
+        return None
+    return None
+
+
+def as_real_set(expr: Any) -> Any:
+    """``expr`` as a set of reals when it is one (interval, union, finite set of real numbers, the reals),
+    else its :func:`solution_set`, else None."""
+    if isinstance(expr, Set):
+        if isinstance(expr, sympy.FiniteSet) and not all(
+            isinstance(x, sympy.Expr) and x.is_number and x.is_real for x in expr
+        ):
+            return None
+        return expr
+    return solution_set(expr)
+
+
+def same_set(a: Any, b: Any) -> bool:
+    """True when the sets ``a`` and ``b`` are equal (structurally or with an empty symmetric difference)."""
+    try:
+        if a == b:
+            return True
+        return a.symmetric_difference(b) is sympy.S.EmptySet
+    except (TypeError, ValueError, ArithmeticError, RecursionError, AttributeError, NotImplementedError):
+        return False

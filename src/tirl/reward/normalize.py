@@ -17,11 +17,12 @@ Integer policy (``canonical_integer``), applied in this order:
    ``\\boxed{..}`` that is the whole answer is unwrapped;
 2. a trailing unit in a text command is dropped (``35\\text{ cm}``, ``7 \\mbox{dollars}``, ``3\\mathrm{kg}``),
    then ``\\text{..}``-like wrappers are unwrapped (``\\text{13}`` is 13); ``\\left``/``\\right`` are dropped;
+   constants are never units: ``2\\mathrm{e}``, ``2\\text{ i}``, ``2\\mathrm{\\pi}`` and ``2 pi`` are not 2;
 3. currency and percent signs are dropped (``\\$18``, ``$18``, ``10\\%``, ``10%``): a percent sign is given the
    benefit of the doubt against an integer reference, as math-verify does (``10\\%`` matches 10);
 4. degree signs are dropped (``30^\\circ``, ``30^{\\circ}``, ``30°``, ``30\\degree``);
 5. a trailing plain-text unit of two or more letters is dropped (``35 cm``, ``12 square feet``, ``5 cm^2``);
-   single letters are not units (``5x`` is not 5);
+   single letters are not units (``5x`` is not 5), nor is ``pi``;
 6. a single-variable assignment prefix is dropped (``x = 5``, ``n_1=5``), as is a final period;
 7. a sign (``+``, ``-``, Unicode minus) and then the digits: thousands separators only in groups of three after a
    first group of one to three digits (``1,000``, ``1{,}000``, ``1\\,000``, ``1 000``, ``1,300,400``; so ``1,2``
@@ -43,13 +44,17 @@ MAX_DECORATED_CHARS = 256
 _DELIMITERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
 _TEXT_COMMANDS = r"(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox|hbox)"
 _TEXT_GROUP = re.compile(r"\\" + _TEXT_COMMANDS + r"\s*\{([^{}]*)\}")
-_TRAILING_TEXT_UNIT = re.compile(r"(?<=[0-9.}])\s*\\" + _TEXT_COMMANDS + r"\s*\{\s*[A-Za-z][A-Za-z .^23]*\}\s*$")
+# Constants are values, never units: e, i and pi in any spelling (``2\\mathrm{e}`` is not 2).
+_CONSTANT_WORD = r"(?:e|i|pi|\\pi)"
+_TRAILING_TEXT_UNIT = re.compile(
+    r"(?<=[0-9.}])\s*\\" + _TEXT_COMMANDS + r"\s*\{(?!\s*" + _CONSTANT_WORD + r"\s*\})\s*[A-Za-z][A-Za-z .^23]*\}\s*$"
+)
 _LEFT_RIGHT = re.compile(r"\\(?:left|right)(?![A-Za-z])\s*")
 _SPACING = re.compile(r"\\[,;:! ]|\\q?quad(?![A-Za-z])|~|[\u2009\u202f\u00a0]")
 _DEGREES = re.compile(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ(?![A-Za-z])|\\circ(?![A-Za-z])|°|\\degree(?![A-Za-z])")
 _CURRENCY = re.compile(r"\\\$|\$|\\textdollar(?![A-Za-z])")
 _PERCENT = re.compile(r"\\%|%")
-_PLAIN_UNIT = re.compile(r"(?<=[0-9.])\s*[A-Za-z]{2,}(?:\s+[A-Za-z]{2,})*(?:\s*\^\s*\{?[23]\}?)?\s*$")
+_PLAIN_UNIT = re.compile(r"(?<=[0-9.])\s*(?!pi\b)[A-Za-z]{2,}(?:\s+[A-Za-z]{2,})*(?:\s*\^\s*\{?[23]\}?)?\s*$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?\s*=\s*")
 _SIGN = re.compile(r"^([+\-\u2212])\s*")
 _PLAIN_DIGITS = re.compile(r"^(\d+)(?:\.0*)?$")

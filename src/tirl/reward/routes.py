@@ -8,8 +8,9 @@ the app has none, its ``executor``. For fast symbolic verification the server's 
 preload :data:`tirl.reward.payload.PRELOAD_MODULES`; without it each comparison imports math-verify in its
 forked child (correct, about 10 times slower).
 
-Request: ``{"items": [{"response": str | null, "gold": str, "answer": str | null}, ...], "timeout_s": float?}``
-(``answer``: an already extracted answer, skips extraction). Response: ``{"verdicts": [Verdict.to_dict(), ...],
+Request: ``{"items": [{"response": str | null, "gold": str, "answer": str | null, "question": str | null}, ...],
+"timeout_s": float?}`` (``answer``: an already extracted answer, skips extraction; ``question``: the problem
+text, read only for the base an answer is asked in). Response: ``{"verdicts": [Verdict.to_dict(), ...],
 "counts": {status: n}}`` in item order. Errors: malformed JSON or fields -> 422; more than ``max_items`` items
 or a string over ``max_chars`` characters -> 413; ``timeout_s`` outside (0, ``max_timeout_s``] or not a JSON
 number (``"5"``, ``true``) -> 422. A verification failure is a verdict (``verifier_error``, ``timeout``), never
@@ -44,6 +45,7 @@ class VerifyItemModel(BaseModel):
     response: str | None = Field(default=None, description="model response text; ignored when answer is given")
     gold: str = Field(description="reference answer")
     answer: str | None = Field(default=None, description="already extracted answer (skips extraction)")
+    question: str | None = Field(default=None, description="problem text (read for the base an answer is asked in)")
 
 
 class VerifyBatchRequest(BaseModel):
@@ -114,7 +116,7 @@ def create_verify_router(
         stats: counters the router records into (a fresh :class:`VerifierStats` when None); served by
             ``GET /v1/verify/stats``.
         max_items: most items per batch (more: 413).
-        max_chars: longest ``response``/``gold``/``answer`` in characters (longer: 413).
+        max_chars: longest ``response``/``gold``/``answer``/``question`` in characters (longer: 413).
         max_timeout_s: largest accepted ``timeout_s``.
 
     Raises:
@@ -132,7 +134,7 @@ def create_verify_router(
         if len(body.items) > max_items:
             raise HTTPException(413, f"batch has {len(body.items)} items, over the limit of {max_items}")
         for i, item in enumerate(body.items):
-            for name in ("response", "gold", "answer"):
+            for name in ("response", "gold", "answer", "question"):
                 value = getattr(item, name)
                 if value is not None and len(value) > max_chars:
                     raise HTTPException(413, f"item {i}: {name} has {len(value)} characters, over {max_chars}")
@@ -145,7 +147,8 @@ def create_verify_router(
         if executor is None:
             raise HTTPException(503, "this server has no executor for symbolic verification")
         verifier = Verifier(executor=executor, config=cfg, stats=counters)
-        items = [VerifyItem(response=it.response, gold=it.gold, answer=it.answer) for it in body.items]
+        items = [VerifyItem(response=it.response, gold=it.gold, answer=it.answer, question=it.question)
+                 for it in body.items]
         verdicts = await verifier.averify_batch(items)
         counts = {status: 0 for status in VERIFY_STATUSES}
         for verdict in verdicts:

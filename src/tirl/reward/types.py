@@ -88,15 +88,20 @@ class VerifyItem:
             by the extractor). Ignored when ``answer`` is given.
         gold: the reference answer (``"42"``, ``"\\frac{1}{2}"``, ``"$[2,5)$"``).
         answer: an already extracted answer; when given, no extraction is done.
+        question: the problem text, or None. Used only for the subscript-base policy: when the reference is
+            written in base b (``123_8``) and the question asks for base b, a bare numeral answer is read in
+            base b (:func:`tirl.reward.forms.question_base`).
     """
 
     response: str | None
     gold: str
     answer: str | None = None
+    question: str | None = None
 
     @classmethod
     def coerce(cls, item: Any) -> "VerifyItem":
-        """A :class:`VerifyItem` from an item, a ``(response, gold)`` pair or a dict with those keys.
+        """A :class:`VerifyItem` from an item, a ``(response, gold)`` pair or a dict with those keys (and
+        optionally ``answer`` and ``question``).
 
         Raises:
             TypeError: ``item`` is none of these shapes.
@@ -104,7 +109,8 @@ class VerifyItem:
         if isinstance(item, VerifyItem):
             return item
         if isinstance(item, dict):
-            return cls(response=item.get("response"), gold=item.get("gold", ""), answer=item.get("answer"))
+            return cls(response=item.get("response"), gold=item.get("gold", ""), answer=item.get("answer"),
+                       question=item.get("question"))
         if isinstance(item, (tuple, list)) and len(item) == 2:
             return cls(response=item[0], gold=item[1])
         raise TypeError(f"cannot make a VerifyItem from {type(item).__name__}; pass (response, gold) pairs")

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import functools
 import math
 import os
 import threading
@@ -45,6 +46,7 @@ from typing import Any, Awaitable, Iterable, Sequence, TypeVar
 
 from tirl.protocol import extract_answer
 from tirl.protocol.config import ProtocolConfig
+from tirl.reward.forms import Reading, question_base, read_answer
 from tirl.reward.normalize import canonical_integer, normalize_text
 from tirl.reward.payload import PRELOAD_MODULES, PROGRAM, encode_payload, parse_worker_output
 from tirl.reward.types import Verdict, VerifierConfig, VerifierStats, VerifyItem
@@ -155,6 +157,8 @@ atexit.register(close_default_executor)
 
 
 Outcome = tuple[str, bool, "str | None", float]  # (status, correct, detail, seconds in the worker)
+# (index, gold, extracted, seconds so far, read gold, read answer): an item waiting for the symbolic path
+Pending = tuple[int, str, str, float, str, str]
 
 _DEFAULT_PARALLELISM = 8
 
@@ -172,6 +176,20 @@ def _solo_outcome(result: ExecutionResult) -> Outcome:
         return "verifier_error", False, "executor internal error: " + (result.stderr or "")[-300:], result.duration_s
     tail = (result.traceback or result.stderr or result.stdout or "")[-300:]
     return "verifier_error", False, f"worker gave no verdict (status {result.status}): {tail}", result.duration_s
+
+
+@functools.lru_cache(maxsize=4096)
+def _gold_view(gold: str, question: str | None) -> tuple[Reading, str | None, int | None]:
+    """The reference as the fast paths see it (cached: a reference is verified against many samples).
+
+    Returns:
+        ``(reading, canonical integer or None, base)``: ``base`` is the base in which bare-numeral answers
+        are read (the reference is written in base b and the question asks for base b), else None.
+    """
+    reading = read_answer(gold)
+    integer = canonical_integer(reading.text) if reading.problem is None else None
+    base = reading.base if reading.base is not None and question_base(question) == reading.base else None
+    return reading, integer, base
 
 
 def _parallelism(executor: CodeExecutor) -> int:
@@ -203,13 +221,18 @@ class Verifier:
         self.protocol_config = protocol_config
 
     # ----------------------------------------------------------------------------------- in-process part
-    def _fast(self, item: VerifyItem) -> tuple[Verdict | None, str | None, str]:
-        """Extraction and fast paths. Returns (verdict or None when symbolic is needed, extracted, gold)."""
+    def _fast(self, item: VerifyItem) -> tuple[Verdict | None, str | None, str, tuple[str, str] | None]:
+        """Extraction, reading (:func:`tirl.reward.forms.read_answer`) and fast paths.
+
+        Returns:
+            ``(verdict, extracted, gold, pair)``: the verdict, or None when the symbolic path is needed, and
+            then ``pair`` holds the read ``(gold, answer)`` texts the worker compares.
+        """
         gold = item.gold
         if isinstance(gold, (int,)) and not isinstance(gold, bool):
             gold = str(gold)
         if not isinstance(gold, str) or not gold.strip():
-            return Verdict(False, "unparsable_gold", None, str(gold or ""), "none", 0.0, "empty or non-string reference"), None, ""
+            return Verdict(False, "unparsable_gold", None, str(gold or ""), "none", 0.0, "empty or non-string reference"), None, "", None
         if item.answer is not None:
             extracted = item.answer if isinstance(item.answer, str) else None
         else:
@@ -220,21 +243,37 @@ class Verifier:
                     Verdict(False, "verifier_error", None, gold, "none", 0.0, f"extract_answer raised {exc!r}"[:300]),
                     None,
                     gold,
+                    None,
                 )
         if extracted is None or not extracted.strip():
-            return Verdict(False, "no_answer", None, gold, "none"), None, gold
+            return Verdict(False, "no_answer", None, gold, "none"), None, gold, None
         cfg = self.config
         if cfg.string_fast_path:
             norm_pred = normalize_text(extracted)
             if norm_pred and norm_pred == normalize_text(gold):
-                return Verdict(True, "ok", extracted, gold, "string"), extracted, gold
-        if cfg.integer_fast_path:
-            gold_int = canonical_integer(gold)
-            if gold_int is not None:
-                pred_int = canonical_integer(extracted)
-                if pred_int is not None:
-                    return Verdict(gold_int == pred_int, "ok", extracted, gold, "integer"), extracted, gold
-        return None, extracted, gold
+                return Verdict(True, "ok", extracted, gold, "string"), extracted, gold, None
+        gold_reading, gold_int, pred_base = _gold_view(gold, item.question)
+        if gold_reading.problem is not None:
+            return (Verdict(False, "unparsable_gold", extracted, gold, "none", 0.0, gold_reading.problem),
+                    None, gold, None)
+        if cfg.integer_fast_path and gold_int is not None and pred_base is None:
+            # Reading the answer never turns an integer of the integer policy into another integer, so an
+            # answer that already is one is decided before the (slower) reading.
+            pred_int = canonical_integer(extracted)
+            if pred_int is not None:
+                return Verdict(gold_int == pred_int, "ok", extracted, gold, "integer"), extracted, gold, None
+        pred_reading = read_answer(extracted, pred_base)
+        if pred_reading.problem is not None:
+            return Verdict(False, "ok", extracted, gold, "string", 0.0, pred_reading.problem), extracted, gold, None
+        if cfg.string_fast_path:
+            norm_pred = normalize_text(pred_reading.text)
+            if norm_pred and norm_pred == normalize_text(gold_reading.text):
+                return Verdict(True, "ok", extracted, gold, "string"), extracted, gold, None
+        if cfg.integer_fast_path and gold_int is not None:
+            pred_int = canonical_integer(pred_reading.text)
+            if pred_int is not None:
+                return Verdict(gold_int == pred_int, "ok", extracted, gold, "integer"), extracted, gold, None
+        return None, extracted, gold, (gold_reading.text, pred_reading.text)
 
     def _request(self, pairs: Sequence[tuple[str, str]]) -> ExecutionRequest:
         """One worker request for a chunk of ``(gold, extracted)`` pairs, under the per-item deadline."""
@@ -331,30 +370,29 @@ class Verifier:
         return await asyncio.wrap_future(background.submit(on_background()))
 
     # ------------------------------------------------------------------------------------------- API
-    def _prepare(self, items: Iterable[Any]) -> tuple[list[Verdict | None], list[tuple[int, str, str, float]]]:
+    def _prepare(self, items: Iterable[Any]) -> tuple[list[Verdict | None], list[Pending]]:
         """Extraction and fast paths for every item: decided verdicts, and (index, gold, extracted, seconds
-        spent) of the items that need the symbolic path."""
+        spent, read gold, read answer) of the items that need the symbolic path."""
         coerced = [VerifyItem.coerce(item) for item in items]
         verdicts: list[Verdict | None] = [None] * len(coerced)
-        pending: list[tuple[int, str, str, float]] = []
+        pending: list[Pending] = []
         for i, item in enumerate(coerced):
             start = time.perf_counter()
-            verdict, extracted, gold = self._fast(item)
+            verdict, extracted, gold, pair = self._fast(item)
             elapsed = time.perf_counter() - start
             if verdict is not None:
                 verdict.duration_s = elapsed
                 verdicts[i] = verdict
             else:
-                pending.append((i, gold, extracted or "", elapsed))
+                read_gold, read_pred = pair or (gold, extracted or "")
+                pending.append((i, gold, extracted or "", elapsed, read_gold, read_pred))
         return verdicts, pending
 
-    async def _complete(
-        self, verdicts: list[Verdict | None], pending: list[tuple[int, str, str, float]]
-    ) -> list[Verdict]:
+    async def _complete(self, verdicts: list[Verdict | None], pending: list[Pending]) -> list[Verdict]:
         """Run the symbolic items, fill in their verdicts and record every verdict in ``stats``."""
         if pending:
-            outcomes = await self._symbolic([(gold, extracted) for _, gold, extracted, _ in pending])
-            for (i, gold, extracted, elapsed), (status, correct, detail, seconds) in zip(pending, outcomes):
+            outcomes = await self._symbolic([(read_gold, read_pred) for *_, read_gold, read_pred in pending])
+            for (i, gold, extracted, elapsed, _, _), (status, correct, detail, seconds) in zip(pending, outcomes):
                 verdicts[i] = Verdict(
                     correct=correct,
                     status=status,  # type: ignore[arg-type]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from typing import Any, Iterator
@@ -33,6 +34,7 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, veri
 from sympy import Basic, MatrixBase, nan, zoo
 
 from tirl.reward import guards
+from tirl.reward.forms import read_answer
 from tirl.reward.normalize import latex_for_math_verify
 from tirl.reward.payload import format_worker_output
 
@@ -133,14 +135,25 @@ def check(gold: str, pred: str, options: dict[str, Any] | None = None) -> dict[s
     """
     opts = dict(DEFAULT_OPTIONS)
     opts.update(options or {})
+    gold_reading, pred_reading = read_answer(gold), read_answer(pred)
+    if gold_reading.problem is not None:
+        return _result("unparsable_gold", detail=gold_reading.problem)
+    if pred_reading.problem is not None:
+        return _result("ok", detail=pred_reading.problem)
+    gold, pred = gold_reading.text, pred_reading.text
     gold_parsed = parse(latex_for_math_verify(gold), list(GOLD_EXTRACTION), parsing_timeout=None)
     gold_exprs = [g for g in gold_parsed if isinstance(g, (Basic, MatrixBase))]
     if not gold_exprs or all(_is_garbage(g) for g in gold_exprs):
         return _result("unparsable_gold", detail="math-verify found no finite expression in the reference")
+    if all(guards.is_undefined(g) for g in gold_exprs):
+        return _result("unparsable_gold", detail="the reference is undefined (NaN or a division by zero)")
     pred_parsed = parse(latex_for_math_verify(pred), list(PRED_EXTRACTION), parsing_timeout=None)
     pred_exprs = [p for p in pred_parsed if isinstance(p, (Basic, MatrixBase))]
     if not pred_exprs:
         return _result("ok", detail="math-verify found no expression in the answer")
+    if any(guards.is_undefined(p) for p in pred_exprs):
+        # Decided before math-verify: its comparison of NaN forms depends on the hash seed.
+        return _result("ok", detail="the answer is undefined (NaN or a division by zero): equals nothing")
 
     limit = int(opts["magnitude_guard_digits"])
     if limit > 0 and guards.magnitude_mismatch(gold_exprs[0], pred_exprs[0], limit):
@@ -170,6 +183,10 @@ def check(gold: str, pred: str, options: dict[str, Any] | None = None) -> dict[s
             return _result("ok", correct=True)
 
     g0, p0 = gold_exprs[0], pred_exprs[0]
+    if not guard_fired and (_RELATION_HINT.search(gold) or _RELATION_HINT.search(pred)):
+        gold_set, pred_set = _condition_set(gold, g0), _condition_set(pred, p0)
+        if gold_set is not None and pred_set is not None and guards.same_set(gold_set, pred_set):
+            return _result("ok", correct=True, detail="the same solution set")
     if opts["decimal_gold_rounding"] and guards.matches_rounded_decimal(gold, p0):
         return _result("ok", correct=True, detail="reference taken as rounded to its decimal places")
     if opts["assume_positive"] and not guard_fired and guards.equal_assuming_positive(g0, p0):
@@ -179,6 +196,42 @@ def check(gold: str, pred: str, options: dict[str, Any] | None = None) -> dict[s
     if errors:
         return _result("verifier_error", detail="math-verify raised: " + errors[0])
     return _result("ok")
+
+
+_RELATION_HINT = re.compile(r"<|>|≤|≥|≠|\\(?:[lg]eq?|[lg]eqslant|[lg]t|neq?|in)(?![A-Za-z])")
+_CONNECTOR = re.compile(
+    r"\\(?:text|textrm|mathrm|mbox)\s*\{\s*(or|and)\s*\}|\\(lor|vee|land|wedge)(?![A-Za-z])|(?<![A-Za-z\\])(or|and)(?![A-Za-z])"
+)
+_CONNECTOR_KIND = {"or": "or", "lor": "or", "vee": "or", "and": "and", "land": "and", "wedge": "and"}
+
+
+def _condition_set(text: str, parsed: Any) -> Any:
+    """The set of reals an answer describes (solution-set policy of docs/reward.md), or None.
+
+    An interval, union or finite set of real numbers is itself; a condition in one variable (``x<3``,
+    ``2\\le x<5``, ``x \\in [2,5)``) is its solution set. Conditions joined by one kind of connector
+    (``\\text{ or }``, ``\\lor``, ``\\vee``, or ``and``, ``\\land``, ``\\wedge``) are parsed one by one and
+    joined by union or intersection (math-verify reads both kinds as a list); mixed connectors give None.
+    """
+    pieces = _CONNECTOR.split(text)
+    if len(pieces) == 1:
+        return guards.as_real_set(parsed)
+    parts, kinds = pieces[0::4], {_CONNECTOR_KIND[k] for i in range(1, len(pieces), 4)
+                                   for k in pieces[i:i + 3] if k}
+    if len(kinds) != 1:
+        return None
+    sets = []
+    for part in parts:
+        exprs = [e for e in parse(latex_for_math_verify(part), list(GOLD_EXTRACTION), parsing_timeout=None)
+                 if isinstance(e, Basic)]
+        found = guards.solution_set(exprs[0]) if exprs else None
+        if found is None:
+            return None
+        sets.append(found)
+    joined = sets[0]
+    for other in sets[1:]:
+        joined = joined.union(other) if kinds == {"or"} else joined.intersect(other)
+    return joined
 
 
 def run_item(gold: Any, pred: Any, options: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -1,0 +1,225 @@
+"""Reading answer forms before comparison: punctuation, constants, base numerals, mixed and separated numbers.
+
+Covers :func:`read_answer`, which turns an answer string (a box content or a reference answer) into the text
+the fast paths and math-verify compare, or says why the string is not one value. Standard library only: it
+runs in the caller's process (before the fast paths) and again in the sandbox worker (before math-verify), and
+reading an already read text changes nothing.
+
+Policies, applied in this order (docs/reward.md, "Answer forms"):
+
+1. **Trailing punctuation**: a final ``.``, ``;`` or ``,`` (also after spacing commands, and inside or
+   outside enclosing ``$..$``) is dropped: ``\\frac{1}{\\sqrt{2}}.`` is ``\\frac{1}{\\sqrt{2}}``. An ellipsis
+   (``1, 2, 3, ...``) and an escaped character (``\\;``, ``\\,``) are kept.
+2. **Constants**: ``\\mathrm{e}``, ``\\operatorname{e}``, ``\\textrm{e}``, ``\\mathit{e}``, ``\\mathup{e}``,
+   ``\\rm e`` are Euler's number ``e``; the same spellings of ``i`` are the imaginary unit ``i``;
+   ``\\mathrm{\\pi}``, ``\\uppi``, ``\\mathrm{pi}`` and ``π`` are ``\\pi``; after a number, ``\\text{e}``,
+   ``\\text{ i}`` and ``\\text{pi}`` are the constants too (math-verify would drop them as units).
+   math-verify 0.9 cannot parse ``\\operatorname{e}`` and cuts ``\\frac{1}{\\mathrm{e}}`` short, so such
+   references scored 0 for every answer.
+3. **Subscript bases**: an answer that is one numeral with a base subscript (``123_8``, ``4210_{5}``,
+   ``(1011)_2``, ``A3_{16}``; bases 2 to 36, at least one decimal digit) is its value, written in decimal
+   (``123_8`` is ``83``): it is compared by value, never by its digits read as decimal. Digits that are not
+   valid in the base (``129_8``) make the answer "not a number" (see 6). When the reference is written in
+   base b and the *question* asks for the answer in base b (``"Express your answer in base 8"``, ``"base
+   eight"``; :func:`question_base`), a bare numeral answer is read in base b too: ``123`` is ``123_8`` there,
+   and ``83`` (the value in decimal, not what was asked) is not a base-8 numeral. Without the question (or
+   when it names no base) a bare numeral is decimal: ``123`` is not ``123_8``.
+4. **Logical connectives**: ``\\lor``/``\\vee`` are written ``\\text{ or }`` and ``\\land``/``\\wedge``
+   ``\\text{ and }``, the words math-verify reads (it cannot parse ``x<2 \\lor x>3``); the worker joins the
+   conditions into one solution set (docs/reward.md, "Solution sets").
+5. **Mixed numbers** (the MATH-500 convention): a whole number then a proper fraction, separated by
+   whitespace or a spacing command or written next to a ``\\frac`` (``1 1/4``, ``1\\frac{4}{5}``,
+   ``-2\\,\\tfrac{1}{3}``), is whole + fraction with the sign on both: ``1 1/4`` is ``\\frac{5}{4}``,
+   ``-1\\frac{1}{4}`` is ``-\\frac{5}{4}``. An improper fraction after a whole number (``2 3/2``) is not a
+   mixed number (see 6).
+6. **Separated numbers**: two or more numbers separated only by whitespace (``2 3``, ``1\\;5``, ``2 3/2``) are
+   not one number and are never summed or multiplied; :attr:`Reading.problem` says so. A gold answer like that
+   is ``unparsable_gold``; an answer like that scores 0. Digit groups of three (``1 000``) are the integer
+   policy's thousands separators, not separate numbers.
+
+It does not decide equality (the fast paths and :mod:`tirl.reward.worker` do).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tirl.reward.normalize import strip_math_delimiters
+
+_TRAILING_SPACING_COMMANDS = ("\\,", "\\;", "\\:", "\\!", "\\ ", "\\quad", "\\qquad", "~")
+_CONSTANT_COMMANDS = r"(?:mathrm|operatorname|textrm|mathit|mathup|mathnormal)"
+_CONSTANTS = (
+    (re.compile(r"\\" + _CONSTANT_COMMANDS + r"\s*\{\s*(e|i)\s*\}"), r"\1"),
+    (re.compile(r"\\rm\s+(e|i)(?![A-Za-z])"), r"\1"),
+    (re.compile(r"\\" + _CONSTANT_COMMANDS + r"\s*\{\s*(?:\\pi|pi)\s*\}"), r"\\pi "),
+    (re.compile(r"\\uppi(?![A-Za-z])|π"), r"\\pi "),
+    # after a number, a text command holding only a constant's name is that constant, not a unit to drop
+    (re.compile(r"(?<=[0-9}])\s*\\(?:text|mbox)\s*\{\s*(e|i)\s*\}"), r"\1"),
+    (re.compile(r"(?<=[0-9}])\s*\\(?:text|mbox)\s*\{\s*pi\s*\}"), r"\\pi "),
+)
+_LOGICAL = (
+    (re.compile(r"\\(?:lor|vee)(?![A-Za-z])"), r" \\text{ or } "),
+    (re.compile(r"\\(?:land|wedge)(?![A-Za-z])"), r" \\text{ and } "),
+)
+_LOGICAL_HINTS = ("\\lor", "\\vee", "\\land", "\\wedge")
+_CONSTANT_HINTS = ("\\math", "\\oper", "\\text", "\\rm", "\\uppi", "π")
+_SPACING = re.compile(r"\\[,;:! ]|\\q?quad(?![A-Za-z])|~|[\u2009\u202f\u00a0]")
+_BASE_NUMERAL = re.compile(
+    r"^\(?\s*(?:\\text(?:rm)?\s*\{\s*([0-9A-Za-z]+)\s*\}|\\mathrm\s*\{\s*([0-9A-Za-z]+)\s*\}|([0-9A-Za-z]+))\s*\)?"
+    r"\s*_\s*(?:\{\s*\(?\s*(\d+)\s*\)?\s*\}|(\d+))$"
+)
+_BARE_NUMERAL = re.compile(r"^[0-9A-Za-z]+$")
+_SIGNED = r"([+\-\u2212]?)\s*"
+_MIXED_SLASH = re.compile(r"^" + _SIGNED + r"(\d+)\s+(\d+)\s*/\s*(\d+)$")
+_MIXED_FRAC = re.compile(
+    r"^" + _SIGNED + r"(\d+)\s*\\[dt]?frac\s*(?:\{\s*(\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))$"
+)
+_NUMBER = r"[+\-\u2212]?\d+(?:\.\d+)?(?:\s*/\s*\d+)?"
+_SEPARATED = re.compile(r"^" + _NUMBER + r"(?:\s+" + _NUMBER + r")+$")
+_THOUSANDS = re.compile(r"^[+\-\u2212]?\d{1,3}(?: \d{3})+(?:\.\d+)?$")
+_BASE_WORDS = {
+    "two": 2, "binary": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "octal": 8,
+    "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15,
+    "sixteen": 16, "hexadecimal": 16,
+}
+_QUESTION_BASE = re.compile(
+    r"\bbase[\s$\\{(]*(\d+|" + "|".join(w for w in _BASE_WORDS if w not in ("binary", "octal", "hexadecimal")) + r")\b"
+    r"|\b(binary|octal|hexadecimal)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """An answer as the comparison sees it.
+
+    Attributes:
+        text: the text to compare (delimiters and trailing punctuation removed, constants, base numerals and
+            mixed numbers rewritten).
+        problem: None when ``text`` is one comparable answer; otherwise why it is not (``"numbers separated
+            by whitespace are not one number"``, ``"129 is not a base-8 numeral"``).
+        base: the base of a base-written numeral (``123_8``: 8), else None.
+    """
+
+    text: str
+    problem: str | None = None
+    base: int | None = None
+
+
+def strip_trailing_punctuation(text: str) -> str:
+    """``text`` without enclosing delimiters and a final ``.``/``;``/``,`` (repeatedly, also inside ``$..$``).
+
+    An ellipsis (two or more dots) and a punctuation character escaped by a backslash (``\\;``) are kept.
+    Never raises on a string.
+    """
+    for _ in range(4):
+        before = text
+        text = strip_math_delimiters(_strip_trailing_spacing(text))
+        if text and text[-1] in ".;," and not text.endswith("..") and not text.endswith("\\" + text[-1]):
+            text = text[:-1]
+        if text == before:
+            break
+    return text
+
+
+def _strip_trailing_spacing(text: str) -> str:
+    """``text`` without trailing whitespace and spacing commands (a loop, linear in what it removes)."""
+    text = text.rstrip()
+    if text.endswith("\\") and not text.endswith("\\\\"):  # "\\ " lost its space to rstrip
+        text = text[:-1].rstrip()
+    while text.endswith(_TRAILING_SPACING_COMMANDS):
+        for command in _TRAILING_SPACING_COMMANDS:
+            if text.endswith(command) and not text.endswith("\\" + command):
+                text = text[: -len(command)].rstrip()
+                break
+        else:
+            break
+    return text
+
+
+def question_base(question: str | None) -> int | None:
+    """The base a question asks the answer in: the one base it names (``"in base 8"``, ``"base eight"``,
+    ``"base $5$"``, ``"binary"``), base 10 not counted when another is named (``"from base 10 to base 8"``);
+    None when it names none or several. The verifier uses it only when the reference is written in that base.
+    """
+    if not isinstance(question, str) or "base" not in question.lower() and not re.search(
+        r"binary|octal|hexadecimal", question, re.IGNORECASE
+    ):
+        return None
+    bases = set()
+    for match in _QUESTION_BASE.finditer(question):
+        word = (match.group(1) or match.group(2)).lower()
+        bases.add(int(word) if word.isdigit() else _BASE_WORDS[word])
+    if len(bases) > 1:
+        bases.discard(10)
+    return bases.pop() if len(bases) == 1 else None
+
+
+def _base_value(digits: str, base: int) -> str | None:
+    """``digits`` read in ``base`` as a decimal string, or None when they are not a numeral of that base."""
+    if not 2 <= base <= 36 or not any(c.isdigit() for c in digits):
+        return None
+    try:
+        return str(int(digits, base))
+    except ValueError:
+        return None
+
+
+def read_answer(answer: str, question_base_: int | None = None) -> Reading:
+    """Read ``answer`` under the policies of the module docstring.
+
+    Args:
+        answer: a box content or a reference answer.
+        question_base_: read a bare numeral in this base (the question asks for it and the reference is
+            written in it; see :func:`question_base`), or None. Digits invalid in that base are a problem.
+
+    Returns:
+        The :class:`Reading`. Never raises on a string; reading ``Reading.text`` again gives the same text.
+    """
+    text = strip_trailing_punctuation(answer)
+    if any(hint in text for hint in _CONSTANT_HINTS):
+        for pattern, replacement in _CONSTANTS:
+            text = pattern.sub(replacement, text)
+        text = text.strip()
+    if any(hint in text for hint in _LOGICAL_HINTS):
+        for pattern, replacement in _LOGICAL:
+            text = pattern.sub(replacement, text)
+        text = " ".join(text.split())
+    if "_" in text:
+        match = _BASE_NUMERAL.match(text)
+        if match:
+            digits = match.group(1) or match.group(2) or match.group(3)
+            base = int(match.group(4) or match.group(5))
+            value = _base_value(digits, base)
+            if value is not None:
+                return Reading(value, base=base)
+            if any(c.isdigit() for c in digits):
+                return Reading(text, f"{digits} is not a base-{base} numeral", base=base)
+    elif question_base_ is not None and question_base_ != 10 and _BARE_NUMERAL.match(text):
+        value = _base_value(text, question_base_)
+        if value is None:
+            return Reading(text, f"{text} is not a base-{question_base_} numeral", base=question_base_)
+        return Reading(value, base=question_base_)
+    spaced = _SPACING.sub(" ", text) if ("\\" in text or "~" in text or not text.isascii()) else text
+    if "frac" in spaced:
+        match = _MIXED_FRAC.match(spaced)
+        if match:
+            return _mixed(match.group(1), match.group(2), match.group(3) or match.group(4),
+                          match.group(5) or match.group(6), text)
+    elif " " in spaced:
+        match = _MIXED_SLASH.match(spaced)
+        if match:
+            return _mixed(*match.groups(), text)
+        if _SEPARATED.match(spaced) and not _THOUSANDS.match(spaced):
+            return Reading(text, "numbers separated by whitespace are not one number")
+    return Reading(text)
+
+
+def _mixed(sign: str, whole: str, numerator: str, denominator: str, text: str) -> Reading:
+    """whole + numerator/denominator as ``\\frac{p}{q}`` (sign on both parts), when the fraction is proper."""
+    w, n, d = int(whole), int(numerator), int(denominator)
+    if d == 0 or n >= d:
+        return Reading(text, "numbers separated by whitespace are not one number")
+    minus = "-" if sign in ("-", "\u2212") else ""
+    return Reading(f"{minus}\\frac{{{w * d + n}}}{{{d}}}")

@@ -1,0 +1,179 @@
+"""Reading answer forms (tirl.reward.forms): punctuation, constants, base numerals, mixed and separated numbers.
+
+Each policy is checked with several inputs, in both the accepting and the rejecting direction; the end-to-end
+rewards of the same forms are rows of tests/test_reward_table.py.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tirl.reward.forms import question_base, read_answer, strip_trailing_punctuation
+from tirl.reward.normalize import canonical_integer
+
+
+def frac_value(text: str) -> Fraction:
+    """The value of a ``[-]\\frac{p}{q}`` text."""
+    sign = -1 if text.startswith("-") else 1
+    p, q = text.lstrip("-")[len("\\frac{"):-1].split("}{")
+    return sign * Fraction(int(p), int(q))
+
+
+@pytest.mark.parametrize(
+    "answer, value",
+    [
+        ("1 1/4", Fraction(5, 4)),
+        ("1\\frac{4}{5}", Fraction(9, 5)),
+        ("1 \\frac{4}{5}", Fraction(9, 5)),
+        ("2\\,\\dfrac{1}{3}", Fraction(7, 3)),
+        ("-1\\frac{1}{4}", Fraction(-5, 4)),
+        ("-2 3/7", Fraction(-17, 7)),
+        ("10\\tfrac12", Fraction(21, 2)),
+        ("$3~1/2$", Fraction(7, 2)),
+        ("12 5/12.", Fraction(149, 12)),
+    ],
+)
+def test_mixed_numbers_are_whole_plus_fraction(answer: str, value: Fraction) -> None:
+    reading = read_answer(answer)
+    assert reading.problem is None
+    assert frac_value(reading.text) == value
+
+
+@pytest.mark.parametrize("answer", ["2 3", "1 2 3", "2\\;3", "2\\quad 3", "1.5 2", "2 3/2", "-1 -2", "7 0/0"])
+def test_numbers_separated_by_whitespace_are_not_one_number(answer: str) -> None:
+    reading = read_answer(answer)
+    assert reading.problem is not None and "separated" in reading.problem
+
+
+@pytest.mark.parametrize("answer", ["1 000", "1\\,000", "12 345 678", "2x + 3", "(2, 3)", "2, 3", "x = 2"])
+def test_grouped_digits_and_other_spaced_forms_are_not_separated_numbers(answer: str) -> None:
+    assert read_answer(answer).problem is None
+
+
+@pytest.mark.parametrize(
+    "answer, read",
+    [
+        ("1 - \\frac{1}{\\mathrm{e}}", "1 - \\frac{1}{e}"),
+        ("\\operatorname{e}^{2}", "e^{2}"),
+        ("\\mathrm{e}", "e"),
+        ("2 \\textrm{ e }", "2 e"),
+        ("3\\mathrm{i}", "3i"),
+        ("1+\\operatorname{i}", "1+i"),
+        ("\\rm e^x", "e^x"),
+        ("\\frac{\\uppi}{2}", "\\frac{\\pi }{2}"),
+        ("2π", "2\\pi"),
+        ("2\\text{ pi}", "2\\pi"),
+        ("2\\text{e}", "2e"),
+        ("\\text{e}", "\\text{e}"),  # alone it may be a letter answer
+        ("\\mathrm{\\pi}", "\\pi"),
+    ],
+)
+def test_constants_in_any_spelling_are_read_as_constants(answer: str, read: str) -> None:
+    assert read_answer(answer).text == read
+
+
+@pytest.mark.parametrize(
+    "answer, value, base",
+    [("123_8", "83", 8), ("123_{8}", "83", 8), ("1011_2", "11", 2), ("(1011)_2", "11", 2), ("4210_{5}", "555", 5),
+     ("A3_{16}", "163", 16), ("\\text{a3}_{16}", "163", 16), ("999_{10}", "999", 10)],
+)
+def test_base_numerals_are_their_value(answer: str, value: str, base: int) -> None:
+    reading = read_answer(answer)
+    assert (reading.text, reading.problem, reading.base) == (value, None, base)
+
+
+@pytest.mark.parametrize("answer", ["129_8", "12_1", "2_2", "19_{9}"])
+def test_digits_invalid_in_the_base_are_not_a_number(answer: str) -> None:
+    assert "numeral" in (read_answer(answer).problem or "")
+
+
+@pytest.mark.parametrize("answer", ["x_1", "a_{2}", "a_n", "F_{10}"])
+def test_subscripted_variables_are_not_base_numerals(answer: str) -> None:
+    reading = read_answer(answer)
+    assert reading.problem is None and reading.base is None and reading.text == answer
+
+
+def test_a_bare_numeral_is_read_in_the_base_the_question_asks_for() -> None:
+    assert read_answer("123", 8).text == "83"
+    assert read_answer("1011", 2).text == "11"
+    assert "not a base-8 numeral" in (read_answer("83", 8).problem or "")  # the decimal value is not what was asked
+    assert read_answer("123").text == "123"  # no question: decimal
+
+
+@pytest.mark.parametrize(
+    "question, base",
+    [
+        ("Express your answer in base 8.", 8),
+        ("Find $218_9 \\cdot 5_9$. Express your answer in base $9$.", 9),
+        ("What is the base six equivalent of $999_{10}$?", 6),
+        ("Convert $2516$ from base 10 to base eight.", 8),
+        ("Write 17 in binary.", 2),
+        ("What is $1+1$?", None),
+        ("Compare base 5 and base 7 numerals.", None),
+        (None, None),
+    ],
+)
+def test_question_base(question: str | None, base: int | None) -> None:
+    assert question_base(question) == base
+
+
+@pytest.mark.parametrize(
+    "answer, stripped",
+    [
+        ("\\frac{1}{\\sqrt{2}}.", "\\frac{1}{\\sqrt{2}}"),
+        ("\\frac{3}{4};", "\\frac{3}{4}"),
+        ("5,", "5"),
+        ("$\\frac{1}{2}$.", "\\frac{1}{2}"),
+        ("$\\frac{1}{2}.$", "\\frac{1}{2}"),
+        ("7.\\,", "7"),
+        ("x = 5 .", "x = 5"),
+        ("1, 2, 3, ...", "1, 2, 3, ..."),
+        ("5\\;", "5"),
+        ("0.5", "0.5"),
+    ],
+)
+def test_trailing_punctuation_is_dropped(answer: str, stripped: str) -> None:
+    assert strip_trailing_punctuation(answer) == stripped
+
+
+@pytest.mark.parametrize(
+    "answer, integer",
+    [("2\\mathrm{e}", None), ("2\\text{ e}", None), ("2\\mathrm{i}", None), ("2\\mathrm{\\pi}", None), ("2 pi", None),
+     ("35\\text{ cm}", "35"), ("3\\mathrm{kg}", "3"), ("5 cm", "5"), ("30^\\circ", "30"), ("10\\%", "10"),
+     ("2\\mathrm{m}", "2")],
+)
+def test_units_are_dropped_but_constants_are_values(answer: str, integer: str | None) -> None:
+    assert canonical_integer(answer) == integer
+
+
+def test_logical_connectives_become_words_math_verify_reads() -> None:
+    assert read_answer("x<2 \\lor x>3").text == "x<2 \\text{ or } x>3"
+    assert read_answer("x>1\\wedge x<3").text == "x>1 \\text{ and } x<3"
+
+
+ANSWER_PIECES = ["1", "2", "0", "12", " ", "\\,", "/", "\\frac{", "}{", "}", "_", "8", "{", "\\mathrm{e}", ".", ";",
+                 ",", "-", "$", "x", "<", "\\lor", "π", "A"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(ANSWER_PIECES), max_size=10))
+def test_reading_is_idempotent_and_never_raises(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    first = read_answer(text)
+    if first.problem is None:
+        again = read_answer(first.text)
+        assert again.text == first.text and again.problem is None
+
+
+def test_reading_a_long_answer_is_linear() -> None:
+    import time
+
+    text = " " * 200_000 + "x" + "1 " * 100_000
+    start = time.process_time()
+    read_answer(text)
+    # A quadratic scan of 300K characters would take minutes; this bounds CPU time very loosely.
+    assert time.process_time() - start < 30

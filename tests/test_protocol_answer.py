@@ -223,3 +223,38 @@ def test_boxed_value_round_trips(value):
     text = f"<reason>work</reason><answer>The answer is \\boxed{{{value}}}.</answer>"
     assert extract_answer(text) == value.strip()
 
+
+
+# Drafts: text inside a closed <think>...</think> never supplies the final answer (the tool-call parser's rule).
+DRAFT_CASES = [
+    ("draft-box-then-plain-text", "<think>Try 12: \\boxed{12}? No, it fails.</think> The final answer is 15.", None),
+    ("draft-box-then-box", "<think>Try \\boxed{12}.</think> So \\boxed{15}.", "15"),
+    ("draft-answer-block", "<think><answer>\\boxed{12}</answer></think> <answer>\\boxed{15}</answer>", "15"),
+    ("draft-answer-block-only", "<think><answer>\\boxed{12}</answer></think> I am not sure.", None),
+    ("draft-answer-in-block-later", "<answer>\\boxed{15} <think>or \\boxed{12}</think></answer>", "15"),
+    ("two-drafts", "<think>\\boxed{1}</think> \\boxed{2} <think>\\boxed{3}</think>", "2"),
+    ("unclosed-draft-is-text", "<think>so it is \\boxed{12}", "12"),
+    ("think-in-tool-call-is-not-a-tag",
+     '<tool_call>{"name": "f", "arguments": {"code": "print(\'<think>\')"}}</tool_call> \\boxed{7} </think>', "7"),
+    ("draft-across-tool-response", "<think>\\boxed{1}<tool_response>\\boxed{9}</tool_response> x</think> \\boxed{4}", "4"),
+]
+
+
+@pytest.mark.parametrize("case_id,text,expected", DRAFT_CASES, ids=[c[0] for c in DRAFT_CASES])
+def test_drafts_never_supply_the_answer(case_id, text, expected):
+    assert extract_answer(text) == expected
+
+
+def test_drafts_count_when_draft_handling_is_off():
+    cfg = ProtocolConfig(ignore_think_drafts=False)
+    assert extract_answer("<think>\\boxed{12}</think> no box here", cfg) == "12"
+
+
+def test_prefill_that_opens_a_draft_starts_the_text_inside_it():
+    cfg = ProtocolConfig(prefill="<think>")
+    assert extract_answer("try \\boxed{12}</think> so \\boxed{15}", cfg) == "15"
+    assert extract_answer("try \\boxed{12}</think> no box", cfg) is None
+
+
+def test_answer_blocks_inside_drafts_are_not_counted():
+    assert count_answer_blocks("<think><answer>\\boxed{1}</answer></think><answer>\\boxed{2}</answer>") == 1

@@ -10,6 +10,10 @@ Extraction policy (rStar2-Agent, arXiv 2508.20722, section 2.2: "the final answe
 
 1. Tool responses never count: every ``<tool_response>...</tool_response>`` span (and an unclosed one up to the
    end of the text) is removed first, so a program that prints ``\\boxed{5}`` cannot supply the answer.
+   Drafts never count either: text inside a *closed* ``<think>...</think>`` (boxes and ``<answer>`` blocks
+   alike) is removed with :func:`tirl.protocol.parse.strip_drafts`, the rule the tool-call parser applies to
+   drafted calls (``config.ignore_think_drafts``; an unclosed ``<think>`` is plain text; a prefill that
+   opens ``<think>`` starts the text inside a draft).
 2. If the text has an ``<answer>`` tag, the answer is the last box inside the *last* ``<answer>`` block. The
    block runs to its ``</answer>`` or, when unclosed (the model stopped without closing it), to the end of the
    text. A last block without a complete box gives None: boxes outside that block are not consulted.
@@ -39,6 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tirl.protocol.config import ProtocolConfig, resolve_config
+from tirl.protocol.parse import strip_drafts
 
 if TYPE_CHECKING:
     from tirl.protocol.types import Trajectory
@@ -218,7 +223,7 @@ def extract_answer(text: str, config: ProtocolConfig | None = None) -> str | Non
     if not isinstance(text, str):
         return None
     cfg = resolve_config(config)
-    model_text = strip_tool_responses(text, cfg)
+    model_text = strip_drafts(strip_tool_responses(text, cfg), cfg)
     start = model_text.rfind(cfg.answer_open)
     if start >= 0:
         body_start = start + len(cfg.answer_open)
@@ -227,11 +232,14 @@ def extract_answer(text: str, config: ProtocolConfig | None = None) -> str | Non
         return last_boxed(block, cfg)
     if cfg.answer_fallback == "none":
         return None
-    return last_boxed(final_assistant_turn(text, cfg), cfg)
+    # After a tool response the final turn starts with the injected prefill text itself, not inside it.
+    inside = None if cfg.tool_response_close not in text else False
+    return last_boxed(strip_drafts(final_assistant_turn(text, cfg), cfg, starts_inside=inside), cfg)
 
 
 def count_answer_blocks(text: str, config: ProtocolConfig | None = None) -> int:
-    """Number of closed ``<answer>...</answer>`` blocks in the model text of ``text`` (tool responses removed).
+    """Number of closed ``<answer>...</answer>`` blocks in the model text of ``text`` (tool responses and closed
+    ``<think>`` drafts removed, as for :func:`extract_answer`).
 
     Each ``<answer>`` pairs with the first ``</answer>`` after it; an ``<answer>`` before that close does not
     open another block; unclosed blocks and stray ``</answer>`` tags do not count. Never raises.
@@ -239,7 +247,7 @@ def count_answer_blocks(text: str, config: ProtocolConfig | None = None) -> int:
     if not isinstance(text, str):
         return 0
     cfg = resolve_config(config)
-    model_text = strip_tool_responses(text, cfg)
+    model_text = strip_drafts(strip_tool_responses(text, cfg), cfg)
     count = 0
     pos = 0
     while True:

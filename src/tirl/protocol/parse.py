@@ -400,6 +400,64 @@ def _prefill_opens_draft(cfg: ProtocolConfig) -> bool:
     return prefill.rfind(cfg.think_open) > prefill.rfind(cfg.think_close) if cfg.think_open in prefill else False
 
 
+def draft_spans(text: str, config: ProtocolConfig | None = None, *,
+                starts_inside: bool | None = None) -> list[tuple[int, int]]:
+    """The ``(start, end)`` offsets of the closed ``<think>...</think>`` drafts of ``text``, in order.
+
+    The same rule :func:`parse_tool_calls` applies to tool calls: a draft is closed by the first
+    ``</think>`` after it that is not inside a tool-call block; an unclosed ``<think>`` is plain text (and no
+    later draft can close either); a ``<think>`` inside a tool-call block is not a tag. Empty when
+    ``config.think_drafts_active`` is off.
+
+    Args:
+        text: model text (one turn, or a trajectory's model text).
+        config: tags and ``ignore_think_drafts``.
+        starts_inside: the text starts inside a draft (the generation prompt's prefill opened it); None
+            decides from ``config.prefill``.
+
+    Returns:
+        Non-overlapping spans; ``end`` is just after ``</think>``. Never raises on a string.
+    """
+    cfg = resolve_config(config)
+    if not isinstance(text, str) or not cfg.think_drafts_active:
+        return []
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    if _prefill_opens_draft(cfg) if starts_inside is None else starts_inside:
+        close = _draft_close(text, 0, cfg)
+        if close < 0:
+            return spans
+        pos = close + len(cfg.think_close)
+        spans.append((0, pos))
+    while True:
+        think = text.find(cfg.think_open, pos)
+        if think < 0:
+            return spans
+        call = text.find(cfg.tool_call_open, pos, think)
+        if call >= 0:  # a tool-call block first: a <think> inside its JSON is not a tag
+            pos = max(_block_end(text, call, cfg), call + 1)
+            continue
+        close = _draft_close(text, think + len(cfg.think_open), cfg)
+        if close < 0:
+            return spans
+        pos = close + len(cfg.think_close)
+        spans.append((think, pos))
+
+
+def strip_drafts(text: str, config: ProtocolConfig | None = None, *, starts_inside: bool | None = None) -> str:
+    """``text`` with every closed draft (:func:`draft_spans`) replaced by one newline."""
+    spans = draft_spans(text, config, starts_inside=starts_inside)
+    if not spans:
+        return text
+    parts, pos = [], 0
+    for start, end in spans:
+        parts.append(text[pos:start])
+        parts.append("\n")
+        pos = end
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
 def parse_tool_calls(text: str, config: ProtocolConfig | None = None, *,
                      lenient: bool | None = None) -> list[ToolCall | ToolCallError]:
     """Every tool call of one assistant turn, in order, as decoded calls or structured errors.

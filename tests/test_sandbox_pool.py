@@ -282,3 +282,12 @@ def test_killing_the_host_process_leaves_no_worker_or_call_process():
     assert host_pids_with_marker(marker) == []
     assert all(not os.path.exists(f"/proc/{p}") or open(f"/proc/{p}/stat").read().split()[2] == "Z"
                for p in worker_pids)
+
+
+async def test_workers_run_the_same_tirl_as_their_parent():
+    # A checkout on PYTHONPATH next to an editable install elsewhere: the workers must import this copy.
+    import tirl
+
+    async with LocalSandbox(workers=1, **LIGHT) as sb:
+        result = await sb.run(ExecutionRequest("import tirl\nprint(tirl.__file__)"))
+    assert (result.status, result.stdout.strip()) == ("ok", os.path.abspath(tirl.__file__))

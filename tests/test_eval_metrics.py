@@ -38,9 +38,34 @@ def test_pass_at_k_rejects_bad_arguments(n, c, k):
 
 
 def test_majority_unique_winner_and_whitespace_insensitive_votes():
-    # "1 0" and "10" are one answer (3 votes) and it is wrong, though the single "9" is right
-    assert majority_correct(["9", "10", "10", "1 0"], [True, False, False, False]) == 0.0
+    # "x + 1" and "x+1" are one answer (3 votes) and it is wrong, though the single "x" is right
+    assert majority_correct(["x", "x+1", "x+1", "x + 1"], [True, False, False, False]) == 0.0
     assert majority_correct(["1", "2", "1", None], [True, False, True, False]) == 1.0
+
+
+def test_majority_votes_by_value_not_by_string():
+    # the example: 1/2 has three of five votes in three notations
+    assert majority_correct(["\\frac{1}{2}", "0.5", "\\dfrac{1}{2}", "3", "3"], [True, True, True, False, False]) == 1.0
+    # the same grouping among wrong answers: 0.25 (three notations) beats the right 1/2 (two votes)
+    assert majority_correct(["\\frac{1}{4}", "0.25", "1/4", "\\frac{1}{2}", "0.5"],
+                            [False, False, False, True, True]) == 0.0
+    # thousands separators, assignments, \\$ and trailing punctuation are one value
+    assert majority_correct(["1,000", "1000", "x = 1000", "999", "999", "999"], [False] * 3 + [True] * 3) == 0.5
+    assert majority_correct(["x = 5", "5.", "6", "6"], [False, False, True, True]) == 0.5
+    assert majority_correct(["x = 5", "5.", "\\$5", "6", "6"], [False, False, False, True, True]) == 0.0
+
+
+def test_majority_separated_numbers_are_not_their_concatenation():
+    assert majority_correct(["9", "10", "10", "1 0"], [True, False, False, False]) == 0.0  # 10 has 2 votes
+    assert majority_correct(["9", "9", "10", "1 0"], [True, True, False, False]) == 1.0
+
+
+def test_majority_correct_answers_form_one_group():
+    # forms only the symbolic verifier matches: both were judged correct, so they vote together
+    assert majority_correct(["\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}", "1", None], [True, True, False, False]) == 1.0
+    # a group of equal values with one judged correct joins the correct group whole
+    assert majority_correct(["7", "7", "8", "8", "8"], [True, False, False, False, False]) == 0.0
+    assert majority_correct(["7", "7", "7.0", "8", "8"], [True, False, False, False, False]) == 1.0
 
 
 def test_majority_tie_scores_expected_value_and_no_answers_score_zero():

@@ -177,3 +177,26 @@ def test_reading_a_long_answer_is_linear() -> None:
     read_answer(text)
     # A quadratic scan of 300K characters would take minutes; this bounds CPU time very loosely.
     assert time.process_time() - start < 30
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [("\\frac{1}{2}", "0.5"), ("\\dfrac{1}{2}", "1/2"), ("x = \\frac12", "\\tfrac{3}{6}"), ("1,000", "1000"),
+     ("\\$1{,}000", "1 000"), ("x = 5", "5."), ("-\\frac{3}{4}", "\\frac{-3}{4}"), ("-0.75", "-\\frac{3}{4}"),
+     ("123_8", "83"), ("1 1/4", "\\frac{5}{4}"), ("x + 1", "x+1"), ("5.0", "5")],
+)
+def test_value_key_joins_equal_values(a: str, b: str) -> None:
+    from tirl.reward.forms import value_key
+
+    assert value_key(a) == value_key(b)
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [("2 3", "23"), ("2 3", "5"), ("\\frac{1}{2}", "\\frac{1}{3}"), ("0.5", "0.55"), ("x+1", "x-1"), ("1,2", "12"),
+     ("123", "123_8"), ("1 1/4", "\\frac{1}{2}")],
+)
+def test_value_key_keeps_different_values_apart(a: str, b: str) -> None:
+    from tirl.reward.forms import value_key
+
+    assert value_key(a) != value_key(b)

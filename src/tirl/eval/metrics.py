@@ -11,10 +11,10 @@ Trained on Code", eq. 1 for pass@k):
 - **pass@k**: mean over problems of ``1 - C(n - c, k) / C(n, k)`` (n samples, c correct), the unbiased
   estimator of the chance that at least one of k samples is correct. Reported for k = 1, 2, 4, ... up to the
   smallest per-problem sample count.
-- **maj@k**: majority vote over the extracted answers of the first k samples of a problem (answers compared as
-  strings after removing whitespace; samples without an answer do not vote). The problem scores the correctness
-  of the winning answer; when several answers tie, it scores their mean correctness (the expected value of a
-  random tie-break). No answer at all scores 0.
+- **maj@k**: majority vote over the extracted answers of the first k samples of a problem, votes grouped *by
+  value* (see :func:`majority_correct`; samples without an answer do not vote). The problem scores the
+  correctness of the winning group; when several groups tie, it scores their mean correctness (the expected
+  value of a random tie-break). No answer at all scores 0.
 - **response length**: model-generated tokens only (loss mask 1), mean and 90th percentile (linear
   interpolation, ``numpy.percentile``).
 - **truncation rate**: share of trajectories whose finish reason is ``length`` or ``context``.
@@ -54,15 +54,21 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
 
 
-def _vote_key(answer: str | None) -> str | None:
-    if answer is None:
-        return None
-    key = "".join(answer.split())
-    return key or None
-
-
 def majority_correct(answers: Sequence[str | None], correct: Sequence[bool]) -> float:
-    """maj@len(answers) for one problem: the correctness of the most frequent answer (see module docstring).
+    """maj@len(answers) for one problem: the correctness of the answer most samples agree on, by value.
+
+    Grouping rule (votes count for a *value*, not a string):
+
+    1. answers with the same key of the verifier's normal form (:func:`tirl.reward.forms.value_key`) are one
+       group: equal numbers in any notation (``\\frac{1}{2}``, ``\\dfrac{1}{2}``, ``0.5``, ``1/2``), thousands
+       separators (``1,000`` and ``1000``), an assignment and its value (``x = 5`` and ``5``), mixed numbers,
+       base numerals, trailing punctuation, whitespace;
+    2. every answer the verifier judged correct is in one group with every other correct answer (each equals
+       the reference, so they equal one another), which also joins forms only the symbolic verifier matches
+       (``\\frac{\\sqrt{2}}{2}`` and ``\\frac{1}{\\sqrt{2}}``). Wrong answers are grouped by rule 1 only.
+
+    A group is correct when any of its answers was judged correct (so a group of rule 1 holding one correct
+    answer joins the correct group whole).
 
     Args:
         answers: extracted answers, one per sample (None when a sample has none).
@@ -74,16 +80,20 @@ def majority_correct(answers: Sequence[str | None], correct: Sequence[bool]) -> 
     Raises:
         ValueError: when the lengths differ.
     """
+    from tirl.reward.forms import value_key
+
     if len(answers) != len(correct):
         raise ValueError(f"{len(answers)} answers but {len(correct)} verdicts")
+    keys = [value_key(answer) for answer in answers]
+    judged_right = {key for key, ok in zip(keys, correct) if key is not None and ok}
     votes: Counter[str] = Counter()
     right: dict[str, bool] = {}
-    for answer, ok in zip(answers, correct):
-        key = _vote_key(answer)
+    for key in keys:
         if key is None:
             continue
-        votes[key] += 1
-        right[key] = right.get(key, False) or bool(ok)
+        group = "correct" if key in judged_right else "value:" + key
+        votes[group] += 1
+        right[group] = key in judged_right
     if not votes:
         return 0.0
     top = max(votes.values())

@@ -223,3 +223,54 @@ def _mixed(sign: str, whole: str, numerator: str, denominator: str, text: str) -
         return Reading(text, "numbers separated by whitespace are not one number")
     minus = "-" if sign in ("-", "\u2212") else ""
     return Reading(f"{minus}\\frac{{{w * d + n}}}{{{d}}}")
+
+
+_ASSIGNMENT = re.compile(r"^[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?\s*=\s*(?=\S)")
+_DECIMAL = re.compile(r"^([+\-\u2212]?)(\d*)\.(\d+)$")
+_FRACTION = re.compile(
+    r"^([+\-\u2212]?)\s*(?:\\frac\s*(?:\{\s*([+\-\u2212]?\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))"
+    r"|([+\-\u2212]?\d+)\s*/\s*(\d+))$"
+)
+_MAX_KEY_DIGITS = 1000
+
+
+def value_key(answer: str | None) -> str | None:
+    """A key under which equal answers meet (the vote key of maj@k), or None for no answer.
+
+    The answer is read (:func:`read_answer`: punctuation, constants, base numerals, mixed numbers), a
+    single-variable assignment prefix is dropped (``x = 5`` is ``5``), then: a number of the integer policy
+    (``1,000``, ``\\$18``, ``5.0``), a decimal or a fraction of integers (``0.5``, ``\\dfrac{1}{2}``, ``1/2``,
+    ``\\frac{-3}{4}``) becomes its exact value (``"=1/2"``); anything else its normal text
+    (:func:`tirl.reward.normalize.normalize_text` without whitespace). Equal keys mean equal answers; different
+    keys may still be equal answers that only the symbolic verifier can match (``\\frac{\\sqrt{2}}{2}`` and
+    ``\\frac{1}{\\sqrt{2}}``). Never raises on a string.
+    """
+    from fractions import Fraction
+
+    from tirl.reward.normalize import canonical_integer, normalize_text
+
+    if not isinstance(answer, str) or not answer.strip():
+        return None
+    reading = read_answer(answer)
+    text = _ASSIGNMENT.sub("", reading.text) if reading.problem is None else reading.text
+    if reading.problem is None:
+        integer = canonical_integer(text)
+        if integer is not None:
+            return "=" + integer if len(integer) > _MAX_KEY_DIGITS else "=" + str(Fraction(int(integer)))
+        plain = normalize_text(text) or ""
+        decimal = _DECIMAL.match(plain)
+        fraction = _FRACTION.match(plain)
+        if decimal and len(plain) <= _MAX_KEY_DIGITS:
+            value = Fraction(int(decimal.group(2) or "0") * 10 ** len(decimal.group(3)) + int(decimal.group(3)),
+                             10 ** len(decimal.group(3)))
+            return "=" + str(-value if decimal.group(1) else value)
+        if fraction and len(plain) <= _MAX_KEY_DIGITS:
+            numerator = int((fraction.group(2) or fraction.group(3) or fraction.group(6)).replace("\u2212", "-"))
+            denominator = int(fraction.group(4) or fraction.group(5) or fraction.group(7))
+            if denominator:
+                value = Fraction(numerator, denominator)
+                return "=" + str(-value if fraction.group(1) else value)
+    if reading.problem is not None:  # "2 3" is not "23": keep the separation
+        return "!" + " ".join((normalize_text(text) or "").split())
+    key = "".join((normalize_text(text) or "").split())
+    return key or None

@@ -137,6 +137,7 @@ class VerifierScorer:
                 response=self.tokenizer.decode(t.response_ids, skip_special_tokens=False),
                 gold=p.answer,
                 answer=t.final_answer,
+                question=p.problem,  # read only for the base a base-written reference asks for
             )
             for t, p in zip(trajectories, problems, strict=True)
         ]

@@ -128,3 +128,8 @@ def filter_hard_command(
 
 async def _make(factory: Any) -> Any:
     return factory()
+
+
+from tirl.cli.curate import curate_command as _curate_command  # noqa: E402
+
+app.command("curate")(_curate_command)

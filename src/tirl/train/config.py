@@ -78,7 +78,7 @@ class DataConfig:
     """Training problems (:func:`tirl.data.training.load_training_problems`).
 
     Attributes:
-        sources: packaged sets (``gsm8k``, ``math``, ``aime``, ``champ``, optionally ``name:N``),
+        sources: packaged sets (``gsm8k``, ``math``, ``aime``, ``champ``, ``curated``, optionally ``name:N``),
             ``synthetic:N``, or JSONL paths (the stage-3 hard subset written by ``tirl data filter-hard``).
         limit: cap on the number of problems after shuffling (None = all).
         seed: shuffling and synthetic seed.

@@ -110,6 +110,10 @@ def test_cli_answers_bad_input_with_exit_code_2(tmp_path: Path, collection: Path
     res = CliRunner().invoke(app, ["data", "curate", str(collection), "--out", str(tmp_path / "z"),
                                    "--benchmark", "nope"])
     assert res.exit_code == 2 and "unknown benchmark" in res.output
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"problem": "What is 2+2?", "answer": "4"}\n{"problem": "cut off\n')
+    res = CliRunner().invoke(app, ["data", "curate", str(broken), "--out", str(tmp_path / "w")])
+    assert res.exit_code == 2 and "broken.jsonl:2: invalid JSON" in " ".join(res.output.split())  # rich wraps
 
 
 @pytest.mark.slow

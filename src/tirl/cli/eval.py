@@ -111,6 +111,10 @@ def eval_command(
                                        "example call; what the CPU recipes train with)."),
     dtype: str = typer.Option("float32", "--dtype", help="Weights of the in-process engine: float32, bfloat16 "
                                                          "or float16 (float32 is fastest on CPUs without bf16)."),
+    answer_fallback: bool = typer.Option(
+        False, "--answer-fallback",
+        help="For models that do not box: take an answer stated in plain text ('The final answer is $10$.') "
+             "when there is no box. Off by default (and never in training); the table counts its answers."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Evaluate a model on math benchmarks with the Python tool: average pass@1 over K samples and more.
@@ -135,7 +139,7 @@ def eval_command(
             max_tokens=max_tokens, use_tools=not no_tools, engine=engine, servers=_split(server),
             scheduler=scheduler, kv_capacities=parse_kv_capacities(kv_capacity, len(_split(server))),
             admission_coef=admission_coef, sandbox=sandbox, seed=seed, concurrency=concurrency, tool_timeout_s=tool_timeout,
-            dtype=dtype, protocol=ProtocolConfig(prompt_style=prompt_style),
+            dtype=dtype, protocol=ProtocolConfig(prompt_style=prompt_style), answer_fallback=answer_fallback,
         )
     except ValueError as exc:
         typer.secho(f"tirl eval: {exc}", fg="red", err=True)

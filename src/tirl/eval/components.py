@@ -81,17 +81,46 @@ def build_router(config: "EvalConfig", model_and_tokenizer: tuple[Any, Any] | No
     return SingleEngineRouter(engine), getattr(engine, "aclose", None), None
 
 
-def make_verifier(executor: CodeExecutor) -> "Verifier":
+def make_verifier(executor: CodeExecutor, *, answer_fallback: bool = False) -> "Verifier":
     """The runner's verifier over ``tirl.reward``: the response text (tool responses are ignored by the
-    answer extraction) against the gold answer, symbolic checks on ``executor``; returns ``Verdict.to_dict()``."""
+    answer extraction) against the gold answer, symbolic checks on ``executor``; returns ``Verdict.to_dict()``.
+
+    The problem text (``traj.metadata["problem"]``) goes along as the question (read only for the base a
+    base-written reference asks for). With ``answer_fallback``, a response without a boxed answer is verified
+    with the answer :func:`tirl.protocol.answer.extract_answer_fallback` finds in its text, and the verdict
+    says so (``answer_source: "fallback"``).
+    """
+    from tirl.protocol.answer import extract_answer_fallback
     from tirl.reward import Verifier as RewardVerifier
+    from tirl.reward import VerifyItem
 
     verifier = RewardVerifier(executor=executor)
 
     async def verify(traj: Trajectory, response_text: str, gold: str) -> dict[str, Any]:
-        return (await verifier.averify(response_text, gold)).to_dict()
+        question = traj.metadata.get("problem")
+        question = question if isinstance(question, str) else None
+        verdict = (await verifier.averify_batch([VerifyItem(response_text, gold, question=question)]))[0]
+        if answer_fallback and verdict.status == "no_answer":
+            answer = extract_answer_fallback(response_text)
+            if answer is not None:
+                item = VerifyItem(None, gold, answer=answer, question=question)
+                return {**(await verifier.averify_batch([item]))[0].to_dict(), "answer_source": "fallback"}
+        return verdict.to_dict()
 
     return verify
+
+
+def make_gold_checker(executor: CodeExecutor) -> Any:
+    """``references -> why each cannot be parsed (None when it can)`` over ``tirl.reward``
+    (:meth:`tirl.reward.Verifier.acheck_references`), symbolic checks on ``executor``."""
+    from tirl.reward import Verifier as RewardVerifier
+
+    verifier = RewardVerifier(executor=executor)
+
+    async def check_golds(golds: list[str]) -> list[str | None]:
+        return await verifier.acheck_references(golds)
+
+    return check_golds
 
 
 async def build_default_components(config: "EvalConfig") -> "EvalComponents":
@@ -123,7 +152,8 @@ async def build_default_components(config: "EvalConfig") -> "EvalComponents":
         router=router,
         tokenizer=tokenizer,
         executor=executor if config.use_tools else None,
-        verifier=make_verifier(executor),
+        verifier=make_verifier(executor, answer_fallback=config.answer_fallback),
+        check_golds=make_gold_checker(executor),
         context_window=context,
         closers=closers,
     )

@@ -19,6 +19,9 @@ Trained on Code", eq. 1 for pass@k):
   interpolation, ``numpy.percentile``).
 - **truncation rate**: share of trajectories whose finish reason is ``length`` or ``context``.
 - **no-answer rate**: share of trajectories without an extracted final answer.
+- **unparsable references**: problems whose reference answer cannot be parsed are counted per benchmark
+  (every sample of one scores 0, whatever it answered: fix the data).
+- **fallback answers**: with the opt-in evaluation fallback, how many answers it supplied.
 """
 
 from __future__ import annotations
@@ -115,6 +118,8 @@ class SampleOutcome:
         finish_reason: the trajectory's finish reason.
         tool_internal_errors: tool calls whose execution failed inside tirl (status ``internal``).
         verdict_status: the verifier's status (``ok``, ``no_answer``, ``timeout``, ...).
+        answer_source: ``"box"`` (the extraction policy), ``"fallback"`` (the opt-in evaluation fallback of
+            :func:`tirl.protocol.answer.extract_answer_fallback` supplied it) or ``"none"``.
     """
 
     problem_id: str
@@ -126,6 +131,7 @@ class SampleOutcome:
     finish_reason: str = "answer"
     tool_internal_errors: int = 0
     verdict_status: str = "ok"
+    answer_source: str = "box"
 
 
 @dataclass
@@ -146,6 +152,12 @@ class BenchmarkSummary:
         tool_internal_errors: tool calls that failed inside tirl (sandbox ``internal``), also counted as ``error``.
         truncation_rate / no_answer_rate: shares of trajectories in [0, 1].
         finish_reasons / verdict_statuses: counts by value.
+        unparsable_gold_problems: problems whose reference answer cannot be parsed (found by a check of every
+            reference before the run, or by a sample's ``unparsable_gold`` verdict): every sample of such a
+            problem scores 0, so they are counted here rather than hidden in the rates.
+        unparsable_gold_ids: their ids, sorted.
+        fallback_answers: samples whose answer the opt-in evaluation fallback supplied; None when the
+            fallback was off.
     """
 
     benchmark: str
@@ -164,6 +176,9 @@ class BenchmarkSummary:
     no_answer_rate: float
     finish_reasons: dict[str, int]
     verdict_statuses: dict[str, int]
+    unparsable_gold_problems: int = 0
+    unparsable_gold_ids: list[str] = field(default_factory=list)
+    fallback_answers: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (pass@k keys as strings ``"1"``, ``"2"``, ...)."""
@@ -182,12 +197,16 @@ def _k_values(n: int) -> list[int]:
     return ks
 
 
-def summarize(benchmark: str, outcomes: Iterable[SampleOutcome]) -> BenchmarkSummary:
+def summarize(benchmark: str, outcomes: Iterable[SampleOutcome], *, unparsable_gold: Iterable[str] = (),
+              answer_fallback: bool = False) -> BenchmarkSummary:
     """Aggregate the outcomes of one benchmark into its table row.
 
     Args:
         benchmark: the benchmark's name (copied into the result).
         outcomes: every evaluated sample of the benchmark, any order.
+        unparsable_gold: ids of problems whose reference answer is known to be unparsable (only those with
+            samples here are counted; problems with an ``unparsable_gold`` verdict are added).
+        answer_fallback: the run used the evaluation answer fallback (``fallback_answers`` is then a count).
 
     Raises:
         ValueError: when ``outcomes`` is empty, or a problem holds the same sample index twice.
@@ -212,6 +231,9 @@ def summarize(benchmark: str, outcomes: Iterable[SampleOutcome]) -> BenchmarkSum
     avg_pass1 = float(np.mean([np.mean([o.correct for o in g]) for g in groups]))
     maj = float(np.mean([majority_correct([o.answer for o in g[:n_min]], [o.correct for o in g[:n_min]])
                          for g in groups]))
+    known_bad = set(unparsable_gold)
+    bad_gold = {pid for pid, samples in by_problem.items()
+                if pid in known_bad or any(o.verdict_status == "unparsable_gold" for o in samples.values())}
     lengths = np.array([o.model_tokens for o in all_outcomes], dtype=float)
     classes = Counter({c: 0 for c in TOOL_CALL_CLASSES})
     for o in all_outcomes:
@@ -234,4 +256,7 @@ def summarize(benchmark: str, outcomes: Iterable[SampleOutcome]) -> BenchmarkSum
         no_answer_rate=sum(o.answer is None for o in all_outcomes) / n,
         finish_reasons=dict(Counter(o.finish_reason for o in all_outcomes)),
         verdict_statuses=dict(Counter(o.verdict_status for o in all_outcomes)),
+        unparsable_gold_problems=len(bad_gold),
+        unparsable_gold_ids=sorted(bad_gold),
+        fallback_answers=sum(o.answer_source == "fallback" for o in all_outcomes) if answer_fallback else None,
     )

@@ -34,17 +34,29 @@ ROWS: tuple[tuple[str, Callable[[BenchmarkSummary], str]], ...] = (
     ("tool calls ok/error/timeout/parse", _classes),
     ("truncated (%)", lambda s: _pct(s.truncation_rate)),
     ("no answer (%)", lambda s: _pct(s.no_answer_rate)),
+    ("unparsable gold (problems)", lambda s: str(s.unparsable_gold_problems)),
 )
 """The table's rows: label and cell formatter. Lengths count model-generated tokens only."""
 
+FALLBACK_ROW: tuple[str, Callable[[BenchmarkSummary], str]] = (
+    "answers by fallback", lambda s: "-" if s.fallback_answers is None else str(s.fallback_answers))
+"""Shown when a run used the evaluation answer fallback (``tirl eval --answer-fallback``)."""
+
+
+def _rows(summaries: Sequence[BenchmarkSummary]) -> tuple[tuple[str, Callable[[BenchmarkSummary], str]], ...]:
+    if any(s.fallback_answers is not None for s in summaries):
+        return ROWS + (FALLBACK_ROW,)
+    return ROWS
+
 
 def summary_table(summaries: Sequence[BenchmarkSummary], title: str | None = None) -> Table:
-    """A rich table: one column per benchmark, one row per metric of :data:`ROWS`."""
+    """A rich table: one column per benchmark, one row per metric of :data:`ROWS` (and :data:`FALLBACK_ROW`
+    when a summary used the answer fallback)."""
     table = Table(title=title, title_justify="left")
     table.add_column("metric", justify="left")
     for s in summaries:
         table.add_column(s.benchmark, justify="right")
-    for label, cell in ROWS:
+    for label, cell in _rows(summaries):
         table.add_row(label, *(cell(s) for s in summaries))
     return table
 
@@ -53,5 +65,5 @@ def summary_markdown(summaries: Sequence[BenchmarkSummary]) -> str:
     """The same table as GitHub Markdown (for the README and docs)."""
     lines = ["| metric | " + " | ".join(s.benchmark for s in summaries) + " |",
              "|---|" + "---:|" * len(summaries)]
-    lines += [f"| {label} | " + " | ".join(cell(s) for s in summaries) + " |" for label, cell in ROWS]
+    lines += [f"| {label} | " + " | ".join(cell(s) for s in summaries) + " |" for label, cell in _rows(summaries)]
     return "\n".join(lines)

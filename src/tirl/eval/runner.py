@@ -77,6 +77,10 @@ class EvalConfig:
             without bf16 instructions; see docs/benchmarks.md).
         protocol: the conversation format (use the one the model was trained with; the CPU recipes use
             ``ProtocolConfig(prompt_style="compact")``).
+        answer_fallback: when a response has no boxed answer, take one stated in plain text ("The final
+            answer is $10$.", :func:`tirl.protocol.answer.extract_answer_fallback`). Off by default and never
+            used in training: for comparing third-party models that do not box; the summary counts the answers
+            it supplied.
     """
 
     model: str
@@ -102,6 +106,7 @@ class EvalConfig:
     context_window: int | None = None
     dtype: str = "float32"
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+    answer_fallback: bool = False
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -133,6 +138,7 @@ class EvalConfig:
             "tool_timeout_s": self.tool_timeout_s,
             # only a non-default protocol is recorded, so folders written before the field existed still resume
             **({"protocol": dataclasses.asdict(self.protocol)} if self.protocol != ProtocolConfig() else {}),
+            **({"answer_fallback": True} if self.answer_fallback else {}),
         }
 
     def loop_config(self, context_window: int | None) -> AgentLoopConfig:
@@ -160,6 +166,8 @@ class EvalComponents:
         executor: code executor (None with ``use_tools=False``).
         verifier: see :data:`Verifier`.
         load_problems: ``name -> list of {"id", "problem", "answer"}`` (defaults to ``tirl.data.load_benchmark``).
+        check_golds: ``references -> why each cannot be parsed (None when it can)``; None skips the check
+            (problems are then found unparsable only through their samples' verdicts).
         context_window: the model's context window in tokens, when known.
         closers: called (and awaited when needed) at the end of the run, in order.
     """
@@ -169,6 +177,7 @@ class EvalComponents:
     executor: CodeExecutor | None
     verifier: Verifier
     load_problems: Callable[[str], list[dict[str, Any]]] | None = None
+    check_golds: Callable[[list[str]], Awaitable[list[str | None]]] | None = None
     context_window: int | None = None
     closers: list[Callable[[], Any]] = field(default_factory=list)
 
@@ -240,17 +249,22 @@ def trajectory_record(traj: Trajectory, tokenizer: Any, verdict: dict[str, Any],
 
 
 def outcome_from_record(record: dict[str, Any]) -> SampleOutcome:
-    """The metrics' view of one stored record."""
+    """The metrics' view of one stored record (an answer the evaluation fallback supplied counts as the
+    sample's answer)."""
+    verdict = record.get("verdict") or {}
+    fallback = verdict.get("answer_source") == "fallback"
+    answer = verdict.get("extracted") if fallback else record.get("final_answer")
     return SampleOutcome(
         problem_id=str(record["problem_id"]),
         sample_index=int(record["sample_index"]),
         correct=bool(record.get("correct", False)),
-        answer=record.get("final_answer"),
+        answer=answer,
+        answer_source="fallback" if fallback else ("box" if answer is not None else "none"),
         model_tokens=int(record.get("model_tokens", 0)),
         tool_classes=list(record.get("tool_classes", [])),
         finish_reason=str(record.get("finish_reason", "answer")),
         tool_internal_errors=int(record.get("tool_internal_errors", 0)),
-        verdict_status=str((record.get("verdict") or {}).get("status", "ok")),
+        verdict_status=str(verdict.get("status", "ok")),
     )
 
 
@@ -305,6 +319,14 @@ async def run_eval(
                          config.loop_config(components.context_window))
         if todo:
             await loop.check_tools()
+        bad_gold: dict[str, list[str]] = {}
+        if components.check_golds is not None:
+            for name in config.benchmarks:
+                reasons = await components.check_golds([row["answer"] for row in problems[name]])
+                bad_gold[name] = [row["id"] for row, why in zip(problems[name], reasons) if why is not None]
+                if bad_gold[name]:
+                    console.print(f"[yellow]{name}: {len(bad_gold[name])} reference answer(s) cannot be parsed "
+                                  f"(their samples all score 0): {', '.join(map(str, bad_gold[name][:10]))}")
         counters = {"new": 0, "errors": 0, "correct": 0, "done": 0}
         for b, row, j in wanted:
             rec = store.records.get((b, row["id"], j))
@@ -317,7 +339,7 @@ async def run_eval(
                 group_id=f"{b}/{row['id']}",
                 sample_index=j,
                 seed=derive_seed(config.seed, b, row["id"], j),
-                metadata={"benchmark": b, "problem_id": row["id"], "gold": row["answer"]},
+                metadata={"benchmark": b, "problem_id": row["id"], "gold": row["answer"], "problem": row["problem"]},
             )
             for b, row, j in todo
         ]
@@ -373,7 +395,8 @@ async def run_eval(
             keys = [(name, row["id"], j) for row in problems[name] for j in range(config.samples)]
             outcomes = [outcome_from_record(store.records[k]) for k in keys if k in store]
             if outcomes:
-                summaries.append(summarize(name, outcomes))
+                summaries.append(summarize(name, outcomes, unparsable_gold=bad_gold.get(name, ()),
+                                           answer_fallback=config.answer_fallback))
         elapsed = time.perf_counter() - started
         summary = {
             "settings": config.resume_settings(),

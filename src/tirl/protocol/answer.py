@@ -289,3 +289,62 @@ def trajectory_format_penalty(trajectory: "Trajectory") -> float:
     turns). A trajectory without turns has no answer block and gets 1.0."""
     blocks = sum(turn.answer_blocks for turn in trajectory.turns)
     return format_penalty(blocks, len(trajectory.turns))
+
+
+# The opt-in evaluation fallback (never used in training): phrases that introduce a final answer in plain text.
+_FALLBACK_MARKER = re.compile(
+    r"(?:final\s+answer|the\s+answer|answer)\s*(?:is|:|=)?\s*:?|####",
+    re.IGNORECASE,
+)
+_MATH_SPANS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
+_FALLBACK_MAX_CHARS = 200
+
+
+def extract_answer_fallback(text: str, config: ProtocolConfig | None = None) -> str | None:
+    """An answer stated without a box, for evaluating models that do not box (opt-in; ``tirl eval
+    --answer-fallback``). Never used in training, where an unboxed answer is no answer.
+
+    Looks at the final assistant turn (tool responses and closed drafts removed) for the *last* phrase
+    ``final answer``/``the answer``/``answer`` (optionally followed by ``is``, ``:`` or ``=``) or ``####``, and
+    takes what follows it: the content of a math span that starts right there (``$10$``, ``\\(10\\)``,
+    ``\\[10\\]``, ``$$10$$``), else the rest of the line up to a sentence end (``. `` or a final ``.``) or the
+    end of an enclosing math span, without Markdown bold and trailing punctuation. A box there (``The answer is \\boxed{5}``) is its content.
+
+    Args:
+        text: a response text (as for :func:`extract_answer`).
+        config: tags and box commands.
+
+    Returns:
+        The answer text, or None when no marker is followed by an answer (or it is longer than 200
+        characters). Never raises; non-string input gives None.
+    """
+    if not isinstance(text, str):
+        return None
+    cfg = resolve_config(config)
+    inside = None if cfg.tool_response_close not in text else False
+    turn = strip_drafts(final_assistant_turn(text, cfg), cfg, starts_inside=inside)
+    for marker in reversed(list(_FALLBACK_MARKER.finditer(turn))):
+        answer = _answer_after(turn, marker.end(), cfg)
+        if answer:
+            return answer
+    return None
+
+
+def _answer_after(text: str, pos: int, cfg: ProtocolConfig) -> str | None:
+    rest = text[pos:].lstrip(" \t*")
+    for open_, close in _MATH_SPANS:
+        if rest.startswith(open_):
+            end = rest.find(close, len(open_))
+            if end < 0:
+                return None
+            rest = rest[len(open_):end]
+            break
+    else:
+        line = rest.split("\n", 1)[0]
+        sentence = re.split(r"\.\s", line, maxsplit=1)[0]
+        rest = re.split(r"\\\]|\\\)|\$", sentence, maxsplit=1)[0]  # the end of an enclosing math span
+    boxed = last_boxed(rest, cfg)
+    answer = (boxed if boxed is not None else rest).strip().strip("*").strip().rstrip(".,;:").strip()
+    if not answer or len(answer) > _FALLBACK_MAX_CHARS:
+        return None
+    return answer

@@ -449,6 +449,35 @@ class Verifier:
         """Sync verification of one response. See :meth:`averify_batch`."""
         return self.verify_batch([VerifyItem(response_text, gold)])[0]
 
+    async def acheck_references(self, golds: Sequence[str]) -> list[str | None]:
+        """Why each reference answer cannot be parsed, or None when it can (for reporting bad data up front).
+
+        A reference the integer policy reads is parsable; the others are compared, through the normal path,
+        with an answer that matches no reference (:data:`REFERENCE_PROBE`), so a reference that reads as no
+        single value or that math-verify cannot parse comes back ``unparsable_gold``. The verdicts go to a
+        private :class:`VerifierStats` (unparsable ones are still logged).
+
+        Returns:
+            One entry per reference, in order: the ``detail`` of its ``unparsable_gold`` verdict, else None.
+        """
+        results: list[str | None] = [None] * len(golds)
+        todo = []
+        for i, gold in enumerate(golds):
+            if not isinstance(gold, str) or not gold.strip():
+                results[i] = "empty or non-string reference"
+            elif _gold_view(gold, None)[1] is None:
+                todo.append(i)
+        probe = Verifier(self.executor, self.config, VerifierStats(), self.protocol_config)
+        verdicts = await probe.averify_batch([VerifyItem(None, golds[i], answer=REFERENCE_PROBE) for i in todo])
+        for i, verdict in zip(todo, verdicts):
+            if verdict.status == "unparsable_gold":
+                results[i] = verdict.detail or "unparsable"
+        return results
+
+
+#: An answer no reference equals (``Verifier.acheck_references`` compares every reference with it).
+REFERENCE_PROBE = "\\text{tirl: no reference equals this answer}"
+
 
 def _run_inline(coro: Any) -> Any:
     """Drive a coroutine that never suspends (no symbolic items) to completion in the calling thread."""

@@ -260,3 +260,22 @@ async def test_prompt_ids_are_used_as_given_token_in_token_out(model, qwen_token
                          do_sample=False, max_new_tokens=5, eos_token_id=None, pad_token_id=0)
     assert out.token_ids == ref[0, 3:].tolist()
     assert torch.allclose(torch.tensor(out.logprobs), _teacher_forced(model, prompt, out.token_ids), atol=1e-4)
+
+
+async def test_rows_sharing_a_prompt_are_prefilled_once_and_sample_as_if_alone(model):
+    engine = HFEngine(model, HFEngineConfig(max_batch_size=8, batch_wait_s=0.05))
+    p, q = [5, 9, 11, 13, 17, 19, 23, 29], [7, 8, 9]
+    seeded = [SamplingParams(max_new_tokens=6, temperature=1.0, seed=100 + i) for i in range(4)]
+    outs = await _gen_all(engine, [p, p, p, p, q], seeded + [SamplingParams(max_new_tokens=6, temperature=0.0)])
+    assert engine.batches_run == 1
+    assert engine.stats.prefill_tokens == len(p) + len(q)
+    assert engine.stats.prompt_tokens_requested == 4 * len(p) + len(q)
+    assert engine.stats.decode_tokens > 0 and engine.stats.prefill_s > 0 and engine.stats.decode_s > 0
+    # each shared-prompt row samples exactly what it samples alone with its seed (its own copy of the cache)
+    for i, params in enumerate(seeded):
+        alone = HFEngine(model, HFEngineConfig(max_batch_size=1))
+        ref = await alone.generate(p, params)
+        assert outs[i].token_ids == ref.token_ids
+        assert outs[i].logprobs == pytest.approx(ref.logprobs, abs=1e-4)
+        await alone.aclose()
+    await engine.aclose()

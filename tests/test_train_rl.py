@@ -34,7 +34,7 @@ PROBLEMS = [RLProblem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", a
 class ScriptedToolEngine:
     """Forces turn 1 to a tool call and every other turn 2 to the right answer; otherwise samples the policy.
 
-    Records every call as ``tuple(full prompt ids) -> generated ids`` so a test can rebuild, independently of
+    Records every call as ``tuple(full prompt ids) -> [generated ids, ...]`` so a test can rebuild, independently of
     the agent loop, which completion positions the model generated.
     """
 
@@ -43,7 +43,7 @@ class ScriptedToolEngine:
         self.tokenizer = tokenizer
         self.tool_ids = tokenizer.encode(TOOL_TURN, add_special_tokens=False)
         self.answer_ids = tokenizer.encode(ANSWER_TURN, add_special_tokens=False)
-        self.generated: dict[tuple[int, ...], list[int]] = {}
+        self.generated: dict[tuple[int, ...], list[list[int]]] = {}
         self.second_turns = 0
 
     def set_model(self, model: Any) -> None:
@@ -60,7 +60,8 @@ class ScriptedToolEngine:
                 out = GenerationOutput(token_ids=list(self.answer_ids), logprobs=[0.0] * len(self.answer_ids))
             else:
                 out = await self.inner.generate(prompt_ids, params)
-        self.generated[tuple(prompt_ids)] = list(out.token_ids[: params.max_new_tokens])
+        # samples of one problem can share a prompt (identical scripted first turns): keep every output
+        self.generated.setdefault(tuple(prompt_ids), []).append(list(out.token_ids[: params.max_new_tokens]))
         return out
 
     async def aclose(self) -> None:
@@ -166,7 +167,8 @@ def test_tool_output_tokens_have_loss_mask_zero(two_steps):
                 continue  # a placeholder slot
             expected = [0] * len(completion)
             for k in range(len(completion)):
-                out = engine.generated.get(tuple(prompt_ids + completion[:k]))
+                outs = engine.generated.get(tuple(prompt_ids + completion[:k]), [])
+                out = next((o for o in outs if completion[k : k + len(o)] == o[: len(completion) - k]), None)
                 if out:
                     for j in range(k, min(len(completion), k + len(out))):
                         expected[j] = 1

@@ -23,8 +23,10 @@ The model can be one being trained (RL): construct the engine from the model obj
 :meth:`HFEngine.load_state_dict` swap or refresh weights between batches. Do not run an optimizer step on the
 same model while a batch is generating (the engine holds a lock during a batch; use :meth:`HFEngine.hold`).
 
-Not covered: continuous batching (a request arriving during a batch waits for the next one), prefix caching
-(every call prefills its whole prompt, so turn k of a trajectory re-reads turns 1..k-1), speculative decoding,
+Rows of one batch with the same prompt (the samples of a problem in their first turn) are prefilled once and
+share copies of that KV cache. :attr:`HFEngine.stats` (:class:`EngineStats`) sums prefill and decode time and
+tokens. Not covered: continuous batching (a request arriving during a batch waits for the next one), prefix
+caching across calls (turn k of a trajectory re-reads turns 1..k-1), speculative decoding,
 paged KV memory, GPU-specific tuning. Batch composition can change sampled tokens slightly (padding
 changes float rounding), so a per-request ``seed`` reproduces a sample only for the same batch layout.
 """
@@ -33,13 +35,50 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
 from tirl.rollout.engine import GenerationOutput, SamplingParams
+
+
+@dataclass
+class EngineStats:
+    """Where an engine's time went, summed since it was created (read deltas around a rollout).
+
+    Attributes:
+        prefill_s: seconds in prompt forward passes (one per batch, distinct prompts only).
+        prefill_tokens: prompt tokens actually computed (a prompt shared by several rows counts once).
+        prompt_tokens_requested: prompt tokens of all rows (``prefill_tokens`` plus those served from a shared
+            prefill).
+        decode_s: seconds in the one-token decoding passes.
+        decode_tokens: tokens produced by decoding passes (rows x passes).
+    """
+
+    prefill_s: float = 0.0
+    prefill_tokens: int = 0
+    prompt_tokens_requested: int = 0
+    decode_s: float = 0.0
+    decode_tokens: int = 0
+
+    def add_prefill(self, seconds: float, computed_tokens: int, requested_tokens: int) -> None:
+        """Count one batch's prefill."""
+        self.prefill_s += seconds
+        self.prefill_tokens += computed_tokens
+        self.prompt_tokens_requested += requested_tokens
+
+    def add_decode(self, seconds: float, tokens: int) -> None:
+        """Count one batch's decoding passes."""
+        self.decode_s += seconds
+        self.decode_tokens += tokens
+
+    def snapshot(self) -> dict[str, float]:
+        """The counters as a dict."""
+        return dataclasses.asdict(self)
 
 
 @dataclass
@@ -105,6 +144,7 @@ class HFEngine:
         self._queues: dict[asyncio.AbstractEventLoop, tuple[asyncio.Queue, asyncio.Task]] = {}
         self.batches_run = 0  # number of batches executed (for tests and stats)
         self.max_batch_seen = 0
+        self.stats = EngineStats()
 
     # ------------------------------------------------------------------ construction and weights
 
@@ -284,9 +324,29 @@ class HFEngine:
         cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         step_ids, step_mask, step_pos = input_ids.to(device), mask.to(device), positions.to(device)
         full_mask = step_mask
+        # prefill each distinct prompt once (the 2G samples of a problem share their first-turn prompt) and
+        # give every row a copy of its prompt's KV cache
+        firsts: dict[tuple[int, ...], int] = {}
+        owner = [firsts.setdefault(tuple(prompt), i) for i, (prompt, _) in enumerate(rows)]
+        unique = sorted(set(owner))
+        t0 = time.perf_counter()
+        u_idx = torch.tensor(unique, device=device)
+        logits = model(input_ids=step_ids[u_idx], attention_mask=full_mask[u_idx], position_ids=step_pos[u_idx],
+                       use_cache=True, logits_to_keep=1, **{cache_kw: cache}).logits[:, -1, :]
+        if len(unique) < n:
+            expand = torch.tensor([unique.index(o) for o in owner], device=device)
+            cache.batch_select_indices(expand)
+            logits = logits[expand]
+        self.stats.add_prefill(time.perf_counter() - t0, sum(len(rows[i][0]) for i in unique),
+                               sum(len(p) for p, _ in rows))
+        t_decode, decoded = time.perf_counter(), 0
+        first = True
         while active:
-            logits = model(input_ids=step_ids, attention_mask=full_mask, position_ids=step_pos,
-                           use_cache=True, logits_to_keep=1, **{cache_kw: cache}).logits[:, -1, :]
+            if not first:
+                logits = model(input_ids=step_ids, attention_mask=full_mask, position_ids=step_pos,
+                               use_cache=True, logits_to_keep=1, **{cache_kw: cache}).logits[:, -1, :]
+                decoded += len(active)
+            first = False
             tokens, lps = self._sample(logits.float().cpu(), [rows[i][1] for i in active],
                                        [generators[i] for i in active])
             keep = []
@@ -312,6 +372,7 @@ class HFEngine:
             step_ids = torch.tensor(tokens, device=device).unsqueeze(1)
             full_mask = torch.cat([full_mask, torch.ones((len(active), 1), dtype=full_mask.dtype, device=device)], 1)
             step_pos = step_pos[:, -1:] + 1
+        self.stats.add_decode(time.perf_counter() - t_decode, decoded)
         return [GenerationOutput(token_ids=out_ids[i], logprobs=out_lps[i], finish_reason=reasons[i])
                 for i in range(n)]
 

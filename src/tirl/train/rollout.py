@@ -300,6 +300,10 @@ class RocRolloutFunc:
         status_counts: dict[str, int] = {}
         for s in scores:
             status_counts[s.status] = status_counts.get(s.status, 0) + 1
+        engine_stats = getattr(self.source, "last_engine_stats", None) or {}
+        for key in ("prefill_s", "decode_s", "prefill_tokens", "decode_tokens"):
+            if key in engine_stats:
+                metrics[f"time/{key}" if key.endswith("_s") else f"engine/{key}"] = engine_stats[key]
         metrics.update({
             "time/rollout_s": t_rollout,
             "time/tool_exec_s": float(tool_time),
@@ -458,6 +462,8 @@ class AgentLoopSource:
     Attributes:
         context_window: the trajectories' context window in tokens (``rollout.context_window``; the trainer
             sets the model's ``max_position_embeddings`` when that is None).
+        last_engine_stats: the engine's :class:`tirl.rollout.hf_engine.EngineStats` counters over the last
+            :meth:`generate` (prefill and decode seconds and tokens), when the engine keeps them.
     """
 
     def __init__(
@@ -476,6 +482,7 @@ class AgentLoopSource:
         self._engine: Any = None
         self._checked = False
         self.context_window: int | None = config.rollout.context_window
+        self.last_engine_stats: dict[str, float] = {}
 
     def _agent_config(self) -> Any:
         from tirl.rollout.agent_loop import AgentLoopConfig
@@ -528,6 +535,8 @@ class AgentLoopSource:
             elif model is not None and hasattr(self._engine, "set_model"):
                 self._engine.set_model(model)
             check = not self._checked
+            stats = getattr(self._engine, "stats", None)
+            before = stats.snapshot() if stats is not None else None
             trajectories = self._loop.run(
                 run_trajectories(
                     rows,
@@ -541,6 +550,9 @@ class AgentLoopSource:
                 )
             )
             self._checked = True
+        if before is not None:
+            after = stats.snapshot()
+            self.last_engine_stats = {k: float(after[k] - before[k]) for k in after}
         return trajectories
 
     def close(self) -> None:

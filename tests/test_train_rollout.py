@@ -246,6 +246,21 @@ def test_log_trajectories_writes_every_sampled_trajectory(tmp_path):
     assert {r["reward"] for r in rows} == {0.0, 1.0} and all(r["problem_id"] == "q0" for r in rows)
 
 
+def test_logged_trajectories_carry_the_exact_tokens_and_the_roc_decision(tmp_path):
+    groups = _groups({"q0": [True, False] * 4})
+    cfg = _cfg(**{"logging.log_trajectories": "true", "output_dir": str(tmp_path)})
+    fn = RocRolloutFunc(cfg, PROBLEMS, ListSource(groups), AnswerScorer(), PAD)
+    fn(["problem 0"] * 4, _trainer(6))
+    rows = [json.loads(x) for x in (tmp_path / "trajectories" / "step_00007_rank0.jsonl").read_text().splitlines()]
+    sampled = fn.last.trajectories
+    for row, traj in zip(rows, sampled, strict=True):
+        assert row["response_ids"] == list(traj.response_ids) and row["loss_mask"] == list(traj.loss_mask)
+        assert row["prompt_ids"] == list(traj.prompt_ids)
+        assert row["step"] == 7 and row["group"] == 0 and row["problem"] == "problem 0"
+        assert row["selection"] == fn.last.selections[0].status and row["roc_mode"] == cfg.roc.mode
+        assert [t["text"] for t in row["turns"]] == [t.text for t in traj.turns]
+
+
 def test_plain_grpo_groups_are_not_reported_undersized():
     groups = _groups({"q0": [True, False] * 2})
     fn = RocRolloutFunc(_cfg(**{"roc.enabled": "false", "rollout.oversample": 1}), PROBLEMS, ListSource(groups),

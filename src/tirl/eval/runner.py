@@ -37,7 +37,7 @@ from tirl.eval.progress import LineProgress
 from tirl.eval.report import summary_table
 from tirl.eval.store import RunStore
 from tirl.protocol.config import ProtocolConfig
-from tirl.protocol.types import Trajectory
+from tirl.protocol.types import Trajectory, token_fields
 from tirl.rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutRequest, derive_seed
 from tirl.rollout.engine import EngineRouter
 from tirl.sandbox.types import CodeExecutor
@@ -225,8 +225,10 @@ def trajectory_record(traj: Trajectory, tokenizer: Any, verdict: dict[str, Any],
                       **keys: Any) -> dict[str, Any]:
     """The JSONL line of one evaluated trajectory: keys, verdict, texts, per-turn tool calls and results.
 
-    Token ids and log-probs are not stored (the texts and per-turn token counts are); ``keys`` (benchmark,
-    problem_id, sample_index, ...) come first.
+    ``keys`` (benchmark, problem_id, sample_index, ...) come first. The exact token ids (``prompt_ids``,
+    ``response_ids``) and the loss mask (``loss_mask``, 1 = model token, 0 = injected) are stored as plain
+    lists so that ``tirl analyze entropy`` can re-score the very tokens sampled (no re-tokenisation);
+    log-probs are not stored. Records written before these fields existed simply lack them.
     """
     turns = [dataclasses.asdict(t) for t in traj.turns]
     return {
@@ -245,6 +247,7 @@ def trajectory_record(traj: Trajectory, tokenizer: Any, verdict: dict[str, Any],
         "response_text": response_text,
         "turns": turns,
         "metadata": {k: v for k, v in traj.metadata.items() if k not in keys},
+        **token_fields(traj),
     }
 
 

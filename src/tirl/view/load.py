@@ -1,0 +1,142 @@
+"""Reading a run folder into the viewer's records: one compact dict per trajectory, eval and training alike.
+
+Covers the two kinds of run tirl writes:
+
+- an **evaluation run** (``tirl eval``/``tirl demo``): ``RUN_DIR/trajectories.jsonl`` (schema:
+  :func:`tirl.eval.runner.trajectory_record`), optionally ``summary.json``;
+- a **training run** with ``logging.log_trajectories``: ``RUN_DIR/trajectories/step_NNNNN_rankR.jsonl``
+  (schema: :meth:`tirl.train.rollout.RocRolloutFunc._log_trajectories`); ``RUN_DIR`` may also be that
+  ``trajectories`` folder itself.
+
+and the per-token entropies written by ``tirl analyze entropy`` (``RUN_DIR/entropy/<label>.jsonl``, see
+:mod:`tirl.analysis.entropy`), matched to trajectories by :func:`record_id`.
+
+Malformed lines are skipped and counted, never fatal; records of older tirl versions (no token ids, training
+logs with only ``tool_responses`` per turn) are read with what they have. It does not render anything
+(:mod:`tirl.view.render`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+EVAL_FILE = "trajectories.jsonl"
+TRAIN_DIR = "trajectories"
+ENTROPY_DIR = "entropy"
+_STEP_FILE = re.compile(r"step_(\d+)_rank(\d+)\.jsonl$")
+
+
+@dataclass
+class RunRecords:
+    """The raw records of one run folder.
+
+    Attributes:
+        kind: ``eval`` or ``train``.
+        root: the run folder (for a training run, the folder holding ``trajectories/``).
+        records: the parsed JSON objects, in file order (training: by step, then rank, then line).
+        skipped_lines: lines that were not JSON objects.
+        summary: ``summary.json`` of an eval run, when present.
+    """
+
+    kind: str
+    root: Path
+    records: list[dict[str, Any]] = field(default_factory=list)
+    skipped_lines: int = 0
+    summary: dict[str, Any] | None = None
+
+
+def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
+    rows: list[dict[str, Any]] = []
+    skipped = 0
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                skipped += 1
+                continue
+            if isinstance(obj, dict):
+                rows.append(obj)
+            else:
+                skipped += 1
+    return rows, skipped
+
+
+def read_run(run_dir: str | Path) -> RunRecords:
+    """Read every trajectory record of an eval or training run folder.
+
+    Raises:
+        FileNotFoundError: the folder holds neither ``trajectories.jsonl`` nor ``trajectories/step_*.jsonl``.
+    """
+    root = Path(run_dir)
+    if (root / EVAL_FILE).is_file():
+        rows, skipped = _read_jsonl(root / EVAL_FILE)
+        summary = None
+        try:
+            summary = json.loads((root / "summary.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass
+        return RunRecords("eval", root, rows, skipped, summary if isinstance(summary, dict) else None)
+    folder = root / TRAIN_DIR if (root / TRAIN_DIR).is_dir() else root
+    files = sorted(
+        (m for m in (_STEP_FILE.search(p.name) for p in folder.glob("step_*_rank*.jsonl")) if m),
+        key=lambda m: (int(m.group(1)), int(m.group(2))),
+    )
+    if not files:
+        raise FileNotFoundError(
+            f"{root} holds no trajectories: expected {EVAL_FILE} (tirl eval) or {TRAIN_DIR}/step_N_rankR.jsonl "
+            "(tirl train rl with logging.log_trajectories=true)"
+        )
+    out = RunRecords("train", folder.parent if folder.name == TRAIN_DIR else folder)
+    for m in files:
+        rows, skipped = _read_jsonl(folder / m.string)
+        out.skipped_lines += skipped
+        for i, row in enumerate(rows):
+            row.setdefault("step", int(m.group(1)))
+            row.setdefault("rank", int(m.group(2)))
+            row.setdefault("_line", i)
+        out.records.extend(rows)
+    return out
+
+
+def record_id(kind: str, record: dict[str, Any]) -> str:
+    """A stable id of one trajectory within its run (used to join entropy files to trajectories).
+
+    Eval: ``benchmark/problem_id#sample_index``; training: ``sSTEP/rRANK/problem_id#sample`` (plus the line
+    number when a step's file holds the same problem twice).
+    """
+    if kind == "eval":
+        return f"{record.get('benchmark', '')}/{record.get('problem_id', '')}#{record.get('sample_index', 0)}"
+    base = f"s{record.get('step', 0)}/r{record.get('rank', 0)}/{record.get('problem_id', '')}#{record.get('sample', 0)}"
+    group = record.get("group")
+    return base if group is None else f"{base}/g{group}"
+
+
+def iter_token_records(run: RunRecords) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(record_id, record)`` for every record that holds ``prompt_ids``, ``response_ids`` and ``loss_mask``."""
+    for rec in run.records:
+        ids, mask = rec.get("response_ids"), rec.get("loss_mask")
+        if isinstance(rec.get("prompt_ids"), list) and isinstance(ids, list) and isinstance(mask, list) \
+                and len(ids) == len(mask):
+            yield record_id(run.kind, rec), rec
+
+
+def read_entropy(root: str | Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """The entropy files of a run: ``{label: {record_id: row}}`` (empty when ``entropy/`` does not exist)."""
+    folder = Path(root) / ENTROPY_DIR
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    if not folder.is_dir():
+        return out
+    for path in sorted(folder.glob("*.jsonl")):
+        rows, _ = _read_jsonl(path)
+        out[path.stem] = {str(r.get("id")): r for r in rows if "id" in r}
+    return out
+
+
+__all__ = ["ENTROPY_DIR", "RunRecords", "iter_token_records", "read_entropy", "read_run", "record_id"]

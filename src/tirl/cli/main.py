@@ -55,6 +55,11 @@ app.add_typer(_data_app, name="data")
 app.command("plot")(_plot_command)
 
 
+from tirl.cli.view import view_command as _view_command  # noqa: E402
+
+app.command("view")(_view_command)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

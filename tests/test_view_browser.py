@@ -116,3 +116,22 @@ def test_ten_thousand_trajectories_stay_paginated(driver, tmp_path):
     assert _count(driver) == 1 and driver.find_element(By.ID, "page").text == "page 1 of 1"
     assert console_errors(driver) == []
     _shot(driver, "view-10k.png")
+
+
+def test_tokens_are_coloured_by_entropy_when_the_file_exists(driver, tmp_path, tiny_smollm2_model_dir):
+    from tirl.analysis.entropy import score_run
+    from tirl.models import load
+
+    model, tok = load(tiny_smollm2_model_dir, dtype="float32")
+    folder = write_eval_run(tmp_path / "run", 3, hostile_at=None)
+    score_run(folder, model, tok, "tiny")
+    _open(driver, write_view(folder))
+    item = _shown(driver)[1]
+    item.find_element(By.TAG_NAME, "summary").click()
+    pre = item.find_element(By.CSS_SELECTOR, "pre.entropy")
+    coloured = pre.find_elements(By.CSS_SELECTOR, "span[title$='nats']")
+    injected = pre.find_elements(By.CSS_SELECTOR, "span.tok-inj")
+    assert (len(coloured), len(injected)) == (11, 4)  # the fixture's 6 + 5 model tokens, 4 tool tokens
+    assert all(s.value_of_css_property("background-color") != "rgba(0, 0, 0, 0)" for s in coloured)
+    assert console_errors(driver) == []
+    _shot(driver, "view-entropy.png")

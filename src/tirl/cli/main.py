@@ -55,9 +55,11 @@ app.add_typer(_data_app, name="data")
 app.command("plot")(_plot_command)
 
 
+from tirl.cli.analyze import app as _analyze_app  # noqa: E402
 from tirl.cli.view import view_command as _view_command  # noqa: E402
 
 app.command("view")(_view_command)
+app.add_typer(_analyze_app, name="analyze")
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""Analyses of saved trajectories (``tirl analyze``): token entropy (:mod:`tirl.analysis.entropy`)."""

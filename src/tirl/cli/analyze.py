@@ -1,0 +1,96 @@
+"""``tirl analyze``: analyses of saved trajectories (``tirl analyze entropy``, :mod:`tirl.analysis.entropy`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(help="Analyse saved trajectories.", no_args_is_help=True)
+
+
+@app.command("entropy")
+def entropy_command(
+    run_dir: Path = typer.Argument(..., help="An eval run folder or a training run folder (with saved token ids)."),
+    models: List[str] = typer.Option(..., "--model", "-m", help="Model to re-score with (folder, .gguf, built-in "
+                                     "name, tiny:<tokenizer>); repeat to compare checkpoints on the same tokens."),
+    labels: Optional[List[str]] = typer.Option(None, "--label", help="A name per --model (default: the model's "
+                                               "folder name); the file is RUN_DIR/entropy/<label>.jsonl."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Score at most this many trajectories."),
+    first_k: int = typer.Option(10, "--first-k", min=1, help="Model tokens after a tool response counted as "
+                                "'post-tool'."),
+    top: int = typer.Option(30, "--top", min=1, help="High-entropy tokens listed."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32 (fastest on CPU), bfloat16 or float16."),
+) -> None:
+    """Re-score saved trajectories (exact token ids) for per-token entropy; report forking and post-tool tokens.
+
+    Writes RUN_DIR/entropy/<label>.jsonl per model, RUN_DIR/entropy/report.json and RUN_DIR/entropy/entropy.png,
+    and prints the tables. `tirl view RUN_DIR` then colours tokens by entropy.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from tirl.analysis.entropy import entropy_report, label_for, score_run
+    from tirl.analysis.entropy_plot import plot_entropy
+    from tirl.models import load
+    from tirl.train.rl import model_reference
+
+    console = Console(stderr=True)
+    if labels and len(labels) != len(models):
+        console.print(f"[red]error:[/] {len(labels)} --label for {len(models)} --model")
+        raise typer.Exit(2)
+    names = list(labels) if labels else [label_for(m) for m in models]
+    if len(set(names)) != len(names):
+        console.print(f"[red]error:[/] two models share the label {names}; give --label for each")
+        raise typer.Exit(2)
+    for model_ref, label in zip(models, names):
+        try:
+            model, tokenizer = load(model_reference(model_ref), dtype=dtype)
+        except (ValueError, OSError) as exc:
+            console.print(f"[red]error:[/] cannot load {model_ref}: {exc}")
+            raise typer.Exit(2) from None
+        with console.status(f"scoring with {label}") as status:
+            try:
+                path = score_run(run_dir, model, tokenizer, label, model_name=model_ref, limit=limit,
+                                 progress=lambda d, t: status.update(f"scoring with {label}: {d}/{t}"))
+            except (FileNotFoundError, ValueError) as exc:
+                console.print(f"[red]error:[/] {exc}")
+                raise typer.Exit(2) from None
+        console.print(f"wrote {path}")
+        del model
+    report = entropy_report(run_dir, names, first_k=first_k, top=top)
+    folder = Path(report["run"]) / "entropy"
+    (folder / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    png = plot_entropy(report, folder / "entropy.png")
+
+    out = Console()
+    table = Table(title=f"generated-token entropy (nats), {report['trajectories']} trajectories")
+    table.add_column("")
+    for st in report["labels"]:
+        table.add_column(st["label"], justify="right")
+    rows = [("tokens", lambda s: f"{s['tokens']}"), ("mean", lambda s: f"{s['mean']:.3f}")]
+    rows += [(q, (lambda q: lambda s: f"{s['quantiles'][q]:.3f}")(q)) for q in ("p50", "p80", "p90", "p95", "p99")]
+    rows += [
+        (f"mean, first {first_k} after a tool response", lambda s: _num(s["post_tool"]["mean_post"])),
+        ("  (tokens)", lambda s: f"{s['post_tool']['n_post']}"),
+        ("mean, all other generated tokens", lambda s: _num(s["post_tool"]["mean_other"])),
+        ("share >= p80, after a tool response", lambda s: _num(s["post_tool"]["high_share_post"])),
+        ("share >= p80, elsewhere", lambda s: _num(s["post_tool"]["high_share_other"])),
+    ]
+    for name, get in rows:
+        table.add_row(name, *[get(s) for s in report["labels"]])
+    out.print(table)
+    for st in report["labels"]:
+        ft = Table(title=f"top high-entropy tokens under {st['label']} (entropy >= p80 = {st['high_threshold']:.3f})")
+        for col in ("token", "count", "share of its uses >= p80", "mean entropy"):
+            ft.add_column(col, justify="left" if col == "token" else "right")
+        for f in st["forking"][:top]:
+            ft.add_row(repr(f["token"]), str(f["count"]), f"{f['share_high']:.2f}", f"{f['mean_entropy']:.2f}")
+        out.print(ft)
+    typer.echo(f"{folder / 'report.json'}\n{png}")
+
+
+def _num(x: Optional[float]) -> str:
+    return "n/a" if x is None else f"{x:.3f}"

@@ -161,6 +161,13 @@ class OptimConfig:
         per_device_train_batch_size: trajectories per forward/backward micro-batch on one process.
         std_floor: floor on the group reward std in the advantage (:mod:`tirl.algo.advantages`).
         adv_eps: epsilon added to the std.
+        retain_high_entropy_token_ratio: keep only this fraction of generated tokens, the highest-entropy
+            ones, in the policy loss (the release's option of the same name; 1.0 = off, the default; the
+            report trains with all tokens). Injected tool tokens never enter. See
+            :mod:`tirl.algo.entropy_mask`.
+        entropy_mask_scope: how tokens are ranked for that mask: ``sequence`` (top fraction of each
+            sequence, as the release does) or ``batch`` (TRL's ``top_entropy_quantile``: one threshold over
+            all completion tokens of the step, gathered over processes).
     """
 
     loss_type: str = "dapo"
@@ -176,6 +183,8 @@ class OptimConfig:
     per_device_train_batch_size: int = 4
     std_floor: float = 1e-2
     adv_eps: float = 1e-6
+    retain_high_entropy_token_ratio: float = 1.0
+    entropy_mask_scope: str = "sequence"
 
 
 @dataclass
@@ -275,6 +284,10 @@ class RLConfig:
             )
         if o.loss_type not in ("dapo", "grpo", "dr_grpo", "bnpo"):
             raise ValueError(f"optim.loss_type {o.loss_type!r} is not supported (dapo, grpo, dr_grpo, bnpo)")
+        if not 0.0 < o.retain_high_entropy_token_ratio <= 1.0:
+            raise ValueError("optim.retain_high_entropy_token_ratio must be in (0, 1] (1.0 = all tokens)")
+        if o.entropy_mask_scope not in ("sequence", "batch"):
+            raise ValueError(f"optim.entropy_mask_scope must be sequence or batch, got {o.entropy_mask_scope!r}")
         if self.model.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"model.dtype must be float32, bfloat16 or float16, got {self.model.dtype!r}")
         if r.vllm_mode not in ("colocate", "server"):

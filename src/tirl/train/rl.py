@@ -113,6 +113,7 @@ def make_trainer_class() -> type:
         """
 
         tirl_timing: dict[str, float]
+        tirl_entropy_mask_scope: str = "sequence"  # optim.entropy_mask_scope, set by build_run
 
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
             output = super()._generate_and_score_completions(inputs)
@@ -124,6 +125,16 @@ def make_trainer_class() -> type:
                 self._metrics[mode]["check/adv_diff_vs_trl"].append(float((mine - trl_adv).abs().max().item()))
                 output["advantages"] = mine
             return output
+
+        def get_high_entropy_mask(self, entropies: Any, mask: Any, threshold: float) -> Any:
+            """Per-sequence top fraction (``optim.entropy_mask_scope: sequence``, the release's ranking) or
+            TRL's batch-wide quantile (``batch``); see :mod:`tirl.algo.entropy_mask`. ``mask`` is TRL's
+            completion mask times the tool mask, so injected tokens never enter."""
+            if self.tirl_entropy_mask_scope == "batch":
+                return super().get_high_entropy_mask(entropies, mask, threshold)
+            from tirl.algo.entropy_mask import top_entropy_mask
+
+            return top_entropy_mask(entropies, mask, float(self.top_entropy_quantile))
 
         def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
             timing = getattr(self, "tirl_timing", None) or {}
@@ -306,6 +317,7 @@ def grpo_args(config: RLConfig, num_processes: int = 1) -> Any:
         epsilon_high=o.epsilon_high,
         beta=o.beta,
         entropy_coef=o.entropy_coef,
+        top_entropy_quantile=o.retain_high_entropy_token_ratio,  # ranking: RocGRPOTrainer.get_high_entropy_mask
         scale_rewards="group",
         mask_truncated_completions=False,
         logging_steps=1,
@@ -424,6 +436,7 @@ def build_trainer(
         callbacks=_callbacks(config, timing, metrics_log, rollout),
     )
     trainer.tirl_timing = timing
+    trainer.tirl_entropy_mask_scope = config.optim.entropy_mask_scope
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)

@@ -214,7 +214,7 @@ def label_stats(label: str, rows: Iterable[dict[str, Any]], masks: dict[str, Seq
     s = sorted(values)
     threshold = _quantile(s, HIGH_QUANTILE)
     for tok, e in per_token:
-        key = tok.strip() or repr(tok)
+        key = tok.strip() or tok  # whitespace-only tokens keep their whitespace (shown with repr)
         all_counts[key] += 1
         if e >= threshold:
             high_tokens.append((key, e))

@@ -35,11 +35,14 @@ def plot_entropy(report: dict[str, Any], out: str | Path) -> Path:
     width = 0.8 / max(1, len(labels))
     for n, st in enumerate(labels):
         pt = st["post_tool"]
-        vals = [pt["mean_post"] or 0.0, pt["mean_other"] or 0.0]
-        xs = [x + n * width for x in (0, 1)]
-        ax.bar(xs, vals, width=width, label=st["label"])
-        for x, v, cnt in zip(xs, vals, (pt["n_post"], pt["n_other"])):
+        for g, (v, cnt) in enumerate(((pt["mean_post"], pt["n_post"]), (pt["mean_other"], pt["n_other"]))):
+            x = g + n * width
+            if v is None:  # no such tokens: say so instead of drawing a zero bar
+                ax.text(x, 0.02 * ax.get_ylim()[1], "none in\nthese runs", ha="center", va="bottom", fontsize=8)
+                continue
+            ax.bar([x], [v], width=width, color=f"C{n}", label=st["label"] if g == 1 else None)
             ax.text(x, v, f"{v:.2f}\nn={cnt}", ha="center", va="bottom", fontsize=8)
+    ax.margins(y=0.2)
     k = labels[0]["post_tool"]["first_k"] if labels else 0
     ax.set_xticks([g + width * (len(labels) - 1) / 2 for g in (0, 1)])
     ax.set_xticklabels([f"first {k} tokens after a tool response", "all other generated tokens"], fontsize=8)

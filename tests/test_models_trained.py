@@ -94,3 +94,27 @@ def test_export_needs_the_sft_rows_first(tmp_path, tiny_model_dir):
     with pytest.raises(FileNotFoundError, match="SFT"):
         export_trained_model(tmp_path / "out", name="x", base="b", checkpoints=[empty], prompt_style="full",
                              description="")
+
+
+def test_a_lora_checkpoint_folder_is_a_model_reference(tmp_path, tiny_model_dir, monkeypatch):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tirl.models import load_tokenizer, resolve
+
+    monkeypatch.setenv("TIRL_CACHE", str(tmp_path / "cache"))
+    cks, _ = _fake_checkpoints(tmp_path, tiny_model_dir)
+    # checkpoint-0 holds the adapter and the trained rows on the base model
+    folder = resolve(str(cks[0]))
+    assert folder != cks[0] and (folder / "config.json").is_file()
+    built = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    from peft import PeftModel
+
+    from tirl.train.token_rows import load_token_rows
+
+    ref = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    assert load_token_rows(ref, cks[0])
+    ref = PeftModel.from_pretrained(ref, str(cks[0])).merge_and_unload()
+    for k, v in ref.state_dict().items():
+        assert torch.allclose(built.state_dict()[k], v, atol=1e-6), k
+    assert load_tokenizer(str(cks[0])).encode("a b") == load_tokenizer(str(tiny_model_dir)).encode("a b")

@@ -177,3 +177,26 @@ def test_filter_hard_cli_end_to_end_on_tiny_model(tmp_path, tiny_smollm2_model_d
     progress = [json.loads(x) for x in (tmp_path / "hard.jsonl.progress.jsonl").read_text().splitlines()]
     assert [p["correct"] for p in progress] == [0, 0]
     assert "2 of 2 problems are hard" in result.output
+
+
+def test_compare_overlays_runs_at_equal_steps_and_equal_wall_time(tmp_path):
+    import matplotlib.image
+
+    from tirl.train.plot import _wall_hours, plot_compare
+
+    for name, step_s in (("roc", 7200.0), ("grpo", 3600.0)):
+        log = MetricsLog(tmp_path / name / "metrics.jsonl")
+        for s in range(1, 4):
+            log.write({"step": s, "stage": name, "tirl/reward/mean": 0.1 * s, "tirl/time/step_s": step_s,
+                       "tirl/tool_error_in_correct/after": 0.2, "tirl/tool_calls/per_traj": 1.0,
+                       "tirl/length/mean": 90.0})
+    recs = load_runs([tmp_path / "roc"])
+    assert _wall_hours(recs) == [2.0, 4.0, 6.0]  # cumulative hours of time/step_s
+    result = runner.invoke(app, ["plot", "--compare", f"RoC={tmp_path / 'roc'}", str(tmp_path / "grpo"),
+                                 "--out", str(tmp_path / "p")])
+    assert result.exit_code == 0, result.output
+    for name in ("compare_steps.png", "compare_time.png"):
+        image = matplotlib.image.imread(tmp_path / "p" / name)
+        assert image.shape[0] > 500 and image.shape[1] > 800 and image.std() > 0.01  # a drawn figure
+    with pytest.raises(ValueError):
+        plot_compare({}, tmp_path / "q")

@@ -9,18 +9,29 @@ import typer
 
 
 def plot_command(
-    runs: List[Path] = typer.Argument(..., help="Run folders (or metrics.jsonl files); stages in order."),
+    runs: List[Path] = typer.Argument(..., help="Run folders (or metrics.jsonl files); stages in order "
+                                                "(with --compare: LABEL=DIR or DIR, one per run)."),
     out: Path = typer.Option(Path("plots"), "--out", "-o", help="Folder for the PNG files."),
     title: str = typer.Option("", "--title", help="Suffix for the figure titles."),
+    compare: bool = typer.Option(False, "--compare", help="Overlay the runs (each LABEL=DIR or DIR) instead of "
+                                                          "chaining them: at equal steps and at equal wall time."),
 ) -> None:
-    """Draw reward, tool-error-in-correct (before/after RoC), length and overview curves as PNG files."""
+    """Draw reward, tool-error-in-correct (before/after RoC), length and overview curves as PNG files; with
+    --compare, overlay separate runs (an ablation) at equal steps and equal wall time."""
     from rich.console import Console
 
-    from tirl.train.plot import plot_runs
+    from tirl.train.plot import plot_compare, plot_runs
 
     console = Console(stderr=True)
     try:
-        written = plot_runs(runs, out, title or None)
+        if compare:
+            labelled = {}
+            for item in map(str, runs):
+                label, sep, path = item.partition("=")
+                labelled[label if sep else Path(item).name] = path if sep else item
+            written = plot_compare(labelled, out, title or None)
+        else:
+            written = plot_runs(runs, out, title or None)
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None

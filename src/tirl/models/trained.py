@@ -9,7 +9,9 @@ commands, configs, data, seeds, steps and the metrics they reached).
 :func:`build_trained_model` turns it into a plain HF folder once (cached like the converted GGUF models, see
 :mod:`tirl.models.loading`): the base model in float32, the trained rows put back, then each adapter merged in
 order (the SFT stage's adapter, then the RL stage's, exactly as the RL stage started from the merged SFT model).
-:func:`export_trained_model` writes such a folder from training checkpoints.
+:func:`export_trained_model` writes such a folder from training checkpoints, and
+:func:`build_adapter_checkpoint` merges one LoRA checkpoint folder (so ``tirl eval --model
+runs/x/checkpoint-10`` evaluates a checkpoint).
 
 Not covered: training (``tirl train sft|rl``), adapters of other bases than the packaged models.
 """
@@ -117,6 +119,35 @@ def build_trained_model(spec: TrainedModel, out_dir: Path) -> None:
     (out_dir / "tirl_trained.json").write_text(json.dumps({"name": spec.name, "fingerprint": spec.fingerprint()}))
 
 
+def build_adapter_checkpoint(folder: Path, out_dir: Path) -> None:
+    """Write the merged HF folder of a LoRA checkpoint (``checkpoint-N`` of ``tirl train sft|rl`` with LoRA):
+    the base named by its ``adapter_config.json`` in float32, the trained rows of ``tirl_token_rows.pt`` when
+    the folder has them (SFT checkpoints), then the adapter merged. The tokenizer is the checkpoint's own when it
+    has one, else the base's.
+
+    Raises:
+        tirl.models.ModelNotFoundError: the base cannot be found.
+    """
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tirl.models.loading import resolve
+    from tirl.train.token_rows import load_token_rows
+
+    base_ref = json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"]
+    base_dir = resolve(base_ref)
+    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+    load_token_rows(model, folder)
+    model = PeftModel.from_pretrained(model, str(folder), torch_dtype=torch.float32).merge_and_unload()
+    model.save_pretrained(str(out_dir))
+    tok_src = folder if (folder / "tokenizer_config.json").is_file() else base_dir
+    AutoTokenizer.from_pretrained(str(tok_src)).save_pretrained(str(out_dir))
+    for extra in ("generation_config.json", "tirl_source.json"):
+        if (base_dir / extra).is_file():
+            shutil.copy(base_dir / extra, out_dir / extra)
+
+
 def export_trained_model(out_dir: str | Path, *, name: str, base: str, checkpoints: Sequence[str | Path],
                          prompt_style: str, description: str) -> Path:
     """Write a packaged trained model from training checkpoints.
@@ -168,4 +199,5 @@ def export_trained_model(out_dir: str | Path, *, name: str, base: str, checkpoin
     return out
 
 
-__all__ = ["TRAINED_DIR", "TrainedModel", "build_trained_model", "export_trained_model", "trained_models"]
+__all__ = ["TRAINED_DIR", "TrainedModel", "build_adapter_checkpoint", "build_trained_model", "export_trained_model",
+           "trained_models"]

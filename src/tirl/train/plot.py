@@ -138,4 +138,75 @@ def plot_runs(paths: Sequence[str | Path], out_dir: str | Path, title: str | Non
     return written
 
 
-__all__ = ["load_runs", "plot_runs"]
+COMPARE = [("reward/mean", "reward (all sampled)"), ("tool_error_in_correct/after", "failing calls in correct, trained on"),
+           ("tool_calls/per_traj", "tool calls / trajectory"), ("length/mean", "response length (model tokens)")]
+
+
+def _wall_hours(records: list[dict[str, Any]]) -> list[float]:
+    """Cumulative wall time in hours at the end of each step (sum of ``time/step_s``; 0 where missing)."""
+    total, out = 0.0, []
+    for rec in records:
+        value = rec.get(PREFIX + "time/step_s")
+        total += float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
+        out.append(total / 3600.0)
+    return out
+
+
+def plot_compare(runs: dict[str, str | Path], out_dir: str | Path, title: str | None = None) -> list[Path]:
+    """Overlay separate runs (an ablation: GRPO-RoC against plain GRPO) at equal steps and at equal wall time.
+
+    Args:
+        runs: label -> run folder (or ``metrics.jsonl``); each run is read on its own step axis.
+        out_dir: where ``compare_steps.png`` (x = RL step) and ``compare_time.png`` (x = cumulative hours of
+            ``time/step_s``) go, each with the panels of :data:`COMPARE`.
+        title: suffix for the figure titles.
+
+    Returns:
+        The written files.
+
+    Raises:
+        FileNotFoundError: a run has no metrics file.
+        ValueError: fewer than one run, or a run without step records.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not runs:
+        raise ValueError("no runs to compare")
+    loaded = {label: load_runs([path]) for label, path in runs.items()}
+    empty = [label for label, recs in loaded.items() if not recs]
+    if empty:
+        raise ValueError(f"no step records with rollout metrics in {', '.join(empty)}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    suffix = f" - {title}" if title else ""
+    for axis in ("steps", "time"):
+        fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+        for ax, (key, label) in zip(axes.flat, COMPARE):
+            for run_label, records in loaded.items():
+                hours = _wall_hours(records)
+                xs, ys = [], []
+                for rec, h in zip(records, hours):
+                    value = rec.get(PREFIX + key)
+                    if isinstance(value, (int, float)) and math.isfinite(value):
+                        xs.append(rec["global_step"] if axis == "steps" else h)
+                        ys.append(float(value))
+                if xs:
+                    ax.plot(xs, ys, marker="o", markersize=2, label=run_label)
+            ax.set_title(label)
+            ax.set_xlabel("RL step" if axis == "steps" else "wall time (hours)")
+            ax.grid(alpha=0.3)
+            ax.legend()
+        fig.suptitle(("At equal steps" if axis == "steps" else "At equal wall time") + suffix)
+        fig.tight_layout()
+        path = out / f"compare_{axis}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+__all__ = ["COMPARE", "load_runs", "plot_compare", "plot_runs"]

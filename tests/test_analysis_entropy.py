@@ -163,3 +163,22 @@ def test_cli_rejects_mismatched_labels(tmp_path):
     res = CliRunner().invoke(app, ["analyze", "entropy", str(tmp_path), "--model", "a", "--model", "b",
                                    "--label", "x"])
     assert res.exit_code == 2 and "--label" in res.output
+
+
+def test_comparison_shows_a_sharper_checkpoint_as_lower_entropy(tiny_smollm2_model_dir, tmp_path):
+    """Scaling the LM head by 3 (inverse temperature 3) lowers every token's entropy; the report must show it."""
+    import torch
+
+    from tirl.models import load
+
+    model, tok = load(tiny_smollm2_model_dir, dtype="float32")
+    folder = write_eval_run(tmp_path / "run", 3)
+    score_run(folder, model, tok, "before")
+    head = model.get_output_embeddings()
+    sharp = torch.nn.Linear(head.in_features, head.out_features, bias=False)
+    sharp.weight.data = head.weight.detach().clone() * 3.0
+    model.set_output_embeddings(sharp)
+    score_run(folder, model, tok, "after")
+    before, after = entropy_report(folder, ["before", "after"])["labels"]
+    assert before["tokens"] == after["tokens"]
+    assert after["mean"] < before["mean"] and after["quantiles"]["p50"] < before["quantiles"]["p50"]

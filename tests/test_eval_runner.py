@@ -107,6 +107,18 @@ async def test_run_writes_one_record_per_sample_and_a_summary(tmp_path, smollm2_
     assert [s.benchmark for s in result.summaries] == ["toy", "other"]
 
 
+async def test_records_store_the_exact_token_ids_and_loss_mask(tmp_path, smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    await run_eval(config(tmp_path), components(tok, ProblemEngine(tok)), **QUIET)
+    for line in (tmp_path / "out" / TRAJECTORIES_FILE).read_text().splitlines():
+        r = json.loads(line)
+        assert len(r["prompt_ids"]) == r["num_prompt_tokens"] and len(r["response_ids"]) == r["num_response_tokens"]
+        assert len(r["loss_mask"]) == len(r["response_ids"]) and sum(r["loss_mask"]) == r["model_tokens"]
+        assert tok.decode(r["prompt_ids"], skip_special_tokens=False) == r["prompt_text"]
+        injected = tok.decode([t for t, m in zip(r["response_ids"], r["loss_mask"]) if m == 0])
+        assert "<tool_response>" in injected  # the tool segment is the masked part
+
+
 async def test_resume_after_crash_redoes_only_missing_samples_and_matches_an_uninterrupted_run(
         tmp_path, smollm2_tokenizer):
     tok = smollm2_tokenizer

@@ -112,3 +112,10 @@ def test_cli_writes_the_page_and_rejects_a_folder_without_trajectories(tmp_path)
     assert not re.search(r'(src|href)="(https?:)?//', html), "the page must load nothing from the network"
     res = CliRunner().invoke(app, ["view", str(tmp_path / "empty")])
     assert res.exit_code == 2 and "no trajectories" in " ".join(res.output.split())
+
+
+def test_a_folder_of_runs_names_them(tmp_path):
+    write_eval_run(tmp_path / "demo" / "tools", 1)
+    write_eval_run(tmp_path / "demo" / "no-tools", 1)
+    with pytest.raises(FileNotFoundError, match="no-tools, tools"):
+        read_run(tmp_path / "demo")

@@ -89,9 +89,11 @@ def read_run(run_dir: str | Path) -> RunRecords:
         key=lambda m: (int(m.group(1)), int(m.group(2))),
     )
     if not files:
+        runs = sorted(p.parent.name for p in root.glob(f"*/{EVAL_FILE}")) if root.is_dir() else []
+        hint = f"; it holds runs in {', '.join(runs)}: view one of them (e.g. {root / runs[0]})" if runs else ""
         raise FileNotFoundError(
             f"{root} holds no trajectories: expected {EVAL_FILE} (tirl eval) or {TRAIN_DIR}/step_N_rankR.jsonl "
-            "(tirl train rl with logging.log_trajectories=true)"
+            f"(tirl train rl with logging.log_trajectories=true){hint}"
         )
     out = RunRecords("train", folder.parent if folder.name == TRAIN_DIR else folder)
     for m in files:

@@ -337,3 +337,26 @@ async def test_the_answer_checker_still_imports_in_a_pool_that_did_not_preload_i
             "import tirl.sandbox.pool as p\ntry:\n    open(p.__file__).read(1)\nexcept PermissionError:\n    print('denied')")
     r = await sb.run(ExecutionRequest(code, timeout_s=ORDINARY_TIMEOUT_S))
     assert (r.status, r.stdout) == ("ok", "imported True\ndenied\n"), r
+
+
+async def test_a_calls_mounts_never_reach_the_host_without_the_workers_mount_namespace(tmp_path):
+    """Without the worker's private mount namespace, the call's copy of the host mounts must still be made
+    private: a /proc or /dev/shm mounted there must not propagate to the host's. (It can only fail on a host
+    whose mounts are shared, as under systemd; the development machines' are private already.)"""
+    marker = f"/dev/shm/tirl-host-marker-{os.getpid()}"
+    open(marker, "w").close()
+    try:
+        async with LocalSandbox(workers=1, preload=(), mount_namespace=False) as pool:
+            layers = await pool.layer_report()
+            if not (layer_active(layers, "private_proc") and layer_active(layers, "private_shm")):
+                pytest.skip("the private_proc/private_shm layers are missing here")
+            task = asyncio.ensure_future(pool.run(ExecutionRequest(
+                "import os, time\nprint(os.listdir('/dev/shm'), sorted(int(p) for p in os.listdir('/proc') if "
+                "p.isdigit()))\ntime.sleep(1.5)", timeout_s=30)))
+            await asyncio.sleep(0.8)  # the call is sleeping with its mounts in place
+            host_view = (os.path.exists(marker), os.path.exists(f"/proc/{os.getpid()}"))
+            r = await task
+        assert host_view == (True, True)
+        assert (r.status, r.stdout) == ("ok", "[] [1]\n"), r
+    finally:
+        os.unlink(marker)

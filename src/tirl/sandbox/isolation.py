@@ -75,6 +75,8 @@ class CallPlan:
         uid_per_call: each call runs as a uid claimed for it (the worker's :class:`~tirl.sandbox.uids.UidAllocator`).
         private_proc: the call mounts a fresh ``/proc`` of its PID namespace (in its own mount namespace).
         private_shm: the call mounts a fresh tmpfs of ``shm_mb`` MiB / ``shm_inodes`` files on ``/dev/shm``.
+        inherit_private_mounts: the worker's mount namespace already has private propagation (the
+            ``mount_namespace`` layer), so a call's copy needs no ``MS_PRIVATE`` pass of its own.
         uid, gid: identity for ``drop`` modes (the shared one, and the one probed, without ``uid_per_call``).
         read_roots: directories readable under Landlock.
         nproc, nofile, fsize_mb: resource limits.
@@ -90,6 +92,7 @@ class CallPlan:
     uid_per_call: bool = False
     private_proc: bool = False
     private_shm: bool = False
+    inherit_private_mounts: bool = False
     shm_mb: int = 64
     shm_inodes: int = 4096
     uid: int = 65534
@@ -223,9 +226,10 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
         _linux.mount("tmpfs", scratch_dir, "tmpfs", _linux.MS_NOSUID | _linux.MS_NODEV,
                      f"size={int(cfg['scratch_mb'])}m,nr_inodes={int(cfg.get('scratch_inodes', 65536))},mode=0711")
 
-    ns_layer("mount_namespace", cfg["mount_namespace"], mount_private,
-             f"private mounts; scratch on a {cfg['scratch_mb']} MiB tmpfs ({cfg.get('scratch_inodes', 65536)} "
-             "files at most) that dies with the worker")
+    worker_mounts_private = ns_layer(
+        "mount_namespace", cfg["mount_namespace"], mount_private,
+        f"private mounts; scratch on a {cfg['scratch_mb']} MiB tmpfs ({cfg.get('scratch_inodes', 65536)} "
+        "files at most) that dies with the worker")
 
     self_ns_fd = None
     if not cfg["pid_namespace"]:
@@ -287,6 +291,7 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
     # Per-call mounts need a mount namespace per call (CAP_SYS_ADMIN, checked by the probe); a private /proc
     # also needs the call to be the init of its own PID namespace.
     plan.shm_mb, plan.shm_inodes = int(cfg.get("shm_mb", 64)), int(cfg.get("shm_inodes", 4096))
+    plan.inherit_private_mounts = worker_mounts_private
     if not cfg.get("private_proc", False):
         layers["private_proc"] = LayerStatus("private_proc", False, "switched off in the configuration")
     elif self_ns_fd is None:
@@ -500,7 +505,7 @@ def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s:
 
 
 def _private_mounts(plan: CallPlan) -> None:
-    """In a fresh mount namespace (private propagation, inherited from the worker's), mount a ``/proc`` of
+    """In a fresh mount namespace (private propagation: inherited from the worker's, else set here), mount a ``/proc`` of
     the calling process's PID namespace and a bounded tmpfs on ``/dev/shm``. Both vanish with the call's
     last process (its mount namespace dies with it).
 
@@ -510,6 +515,10 @@ def _private_mounts(plan: CallPlan) -> None:
     first = "private_proc" if plan.private_proc else "private_shm"
     try:
         _linux.unshare(_linux.CLONE_NEWNS)
+        if not plan.inherit_private_mounts:
+            # Copied mounts keep the host's (shared) propagation: without this, the mounts below would appear
+            # on the host's /proc and /dev/shm too.
+            _linux.mount(None, "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
     except OSError as exc:
         raise LayerError(first, f"unshare(CLONE_NEWNS) refused: {exc.strerror or exc}") from exc
     if plan.private_proc:

@@ -182,3 +182,15 @@ def test_comparison_shows_a_sharper_checkpoint_as_lower_entropy(tiny_smollm2_mod
     before, after = entropy_report(folder, ["before", "after"])["labels"]
     assert before["tokens"] == after["tokens"]
     assert after["mean"] < before["mean"] and after["quantiles"]["p50"] < before["quantiles"]["p50"]
+
+
+def test_damaged_token_fields_are_skipped_not_fed_to_the_model(tiny, tmp_path):
+    model, tok = tiny
+    folder = write_eval_run(tmp_path / "run", 4)
+    lines = [json.loads(x) for x in (folder / "trajectories.jsonl").read_text().splitlines()]
+    lines[0]["response_ids"][0] = "x"
+    lines[1]["loss_mask"] = lines[1]["loss_mask"][:-1]
+    lines[2]["loss_mask"][0] = 2
+    (folder / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    path = score_run(folder, model, tok, "tiny")
+    assert [json.loads(x)["id"] for x in path.read_text().splitlines()] == ["bench/p1#1"]

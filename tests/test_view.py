@@ -17,7 +17,11 @@ from view_fixtures import HOSTILE, write_eval_run, write_train_run
 def _page_data(html: str) -> dict:
     m = re.search(r'<script id="run-data" type="application/json">(.*?)</script>', html, re.S)
     assert m, "the page embeds its data"
-    return json.loads(m.group(1))
+
+    def no_constants(name):  # NaN/Infinity are not JSON: the browser's JSON.parse would fail on them
+        raise AssertionError(f"{name} in the page data")
+
+    return json.loads(m.group(1), parse_constant=no_constants)
 
 
 def test_eval_records_keep_verdicts_classes_and_the_mask_split(tmp_path):
@@ -119,3 +123,31 @@ def test_a_folder_of_runs_names_them(tmp_path):
     write_eval_run(tmp_path / "demo" / "no-tools", 1)
     with pytest.raises(FileNotFoundError, match="no-tools, tools"):
         read_run(tmp_path / "demo")
+
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+_junk = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                     max_leaves=8)
+_fields = ["benchmark", "problem_id", "sample_index", "sample", "step", "group", "rank", "problem", "gold", "answer",
+           "final_answer", "correct", "verdict", "reward", "verify_status", "finish_reason", "model_tokens",
+           "num_response_tokens", "response_ids", "loss_mask", "prompt_ids", "tool_classes", "tool_calls", "turns",
+           "kept", "p_err", "p_format", "selection", "roc_mode"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(st.fixed_dictionaries({}, optional={k: _junk for k in _fields}), min_size=1, max_size=3),
+       kind=st.sampled_from(["eval", "train"]))
+def test_records_of_any_shape_never_break_the_page(tmp_path, records, kind):
+    folder = tmp_path / f"junk-{kind}"
+    if kind == "eval":
+        folder.mkdir(exist_ok=True)
+        (folder / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    else:
+        (folder / "trajectories").mkdir(parents=True, exist_ok=True)
+        (folder / "trajectories" / "step_00001_rank0.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in records))
+    html = render_html(folder)
+    assert len(_page_data(html)["records"]) == len(records)

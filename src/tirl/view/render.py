@@ -20,6 +20,7 @@ over problem, answers and turn texts.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,25 @@ def _clip(text: Any, limit: int = _MAX_TEXT) -> str:
         return s
     half = limit // 2
     return f"{s[:half]}\n...[{len(s) - limit} characters not shown]...\n{s[-half:]}"
+
+
+def _num(x: Any) -> float | None:
+    """A finite number, else None (bools, strings, NaN and infinities from a damaged file are not numbers)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return None
+    return float(x) if isinstance(x, float) else x
+
+
+def _d(x: Any) -> dict[str, Any]:
+    return x if isinstance(x, dict) else {}
+
+
+def _l(x: Any) -> list[Any]:
+    return x if isinstance(x, list) else []
+
+
+def _s(x: Any) -> str:
+    return "" if x is None else str(x)
 
 
 class _Highlighter:
@@ -55,43 +75,39 @@ class _Highlighter:
 
 
 def _tool_call(raw: dict[str, Any], hl: _Highlighter) -> dict[str, Any]:
-    call = raw.get("call") or {}
-    result = raw.get("result") or {}
-    args = call.get("arguments") if isinstance(call.get("arguments"), dict) else {}
+    call, result = _d(raw.get("call")), _d(raw.get("result"))
+    args = _d(call.get("arguments"))
     code = args.get("code") if isinstance(args.get("code"), str) else ""
     parse_error = call.get("kind") if "kind" in call and "arguments" not in call else None
-    output_parts = []
-    if result:
-        for key in ("stdout", "display", "stderr", "traceback"):
-            if result.get(key):
-                output_parts.append(str(result[key]))
+    output = "\n".join(_s(result[k]) for k in ("stdout", "display", "stderr", "traceback") if result.get(k))
     return {
-        "cls": raw.get("cls", "parse_error" if parse_error else "error"),
-        "name": call.get("name", ""),
+        "cls": _s(raw.get("cls", "parse_error" if parse_error else "error")),
+        "name": _s(call.get("name", "")),
         "code_html": hl(code) if code else "",
         "raw": _clip(call.get("raw", "")) if not code else "",
         "input": _clip(args.get("input", "")) if isinstance(args.get("input", ""), str) else "",
-        "parse_error": f"{parse_error}: {call.get('message', '')}" if parse_error else "",
-        "status": result.get("status", "") if result else "not run",
-        "duration": result.get("duration_s") if result else None,
-        "exit": result.get("exit_code") if result else None,
-        "output": _clip("\n".join(output_parts)),
+        "parse_error": f"{parse_error}: {_s(call.get('message', ''))}" if parse_error else "",
+        "status": _s(result.get("status", "")) if result else "not run",
+        "duration": _num(result.get("duration_s")),
+        "exit": _num(result.get("exit_code")),
+        "output": _clip(output),
         "response": _clip(raw.get("response_text", "")),
     }
 
 
 def _turns(rec: dict[str, Any], hl: _Highlighter) -> list[dict[str, Any]]:
     out = []
-    for t in rec.get("turns") or []:
+    for t in _l(rec.get("turns")):
         if not isinstance(t, dict):
             continue
-        calls = [_tool_call(c, hl) for c in t.get("tool_calls") or [] if isinstance(c, dict)]
-        if not calls and t.get("tool_responses"):  # training logs of older tirl versions: responses only
+        calls = [_tool_call(c, hl) for c in _l(t.get("tool_calls")) if isinstance(c, dict)]
+        responses = _l(t.get("tool_responses"))
+        if not calls and responses:  # training logs of older tirl versions: responses only
             calls = [{"cls": cls, "name": "", "code_html": "", "raw": "", "input": "", "parse_error": "",
                       "status": "", "duration": None, "exit": None, "output": "", "response": _clip(r)}
-                     for cls, r in zip(_pad(rec.get("tool_calls"), len(t["tool_responses"])), t["tool_responses"])]
-        out.append({"text": _clip(t.get("text", "")), "n": t.get("num_tokens"), "finish": t.get("finish_reason", ""),
-                    "calls": calls})
+                     for cls, r in zip(_pad(rec.get("tool_calls"), len(responses)), responses)]
+        out.append({"text": _clip(t.get("text", "")), "n": _num(t.get("num_tokens")),
+                    "finish": _s(t.get("finish_reason", "")), "calls": calls})
     return out
 
 
@@ -101,8 +117,8 @@ def _pad(classes: Any, n: int) -> list[str]:
 
 
 def _roc_reason(rec: dict[str, Any]) -> str:
-    kept, sel, reward = rec.get("kept"), rec.get("selection"), rec.get("reward")
-    if kept is None:
+    kept, sel, reward = rec.get("kept"), rec.get("selection"), _num(rec.get("reward"))
+    if not isinstance(kept, bool):
         return ""
     if kept:
         return "kept (group kept whole: not more scored trajectories than G)" if sel == "undersized" else "kept"
@@ -120,12 +136,12 @@ def _roc_reason(rec: dict[str, Any]) -> str:
 
 
 def _entropy_tokens(row: dict[str, Any], mask: list[int] | None) -> list[list[Any]]:
-    toks, ents = row.get("tokens") or [], row.get("entropy") or []
+    toks, ents = _l(row.get("tokens")), _l(row.get("entropy"))
     out = []
     for i, tok in enumerate(toks):
-        e = ents[i] if i < len(ents) else None
+        e = _num(ents[i]) if i < len(ents) else None
         m = mask[i] if mask is not None and i < len(mask) else (0 if e is None else 1)
-        out.append([tok, None if e is None else round(float(e), 3), int(m)])
+        out.append([_s(tok), None if e is None else round(float(e), 3), 1 if m == 1 else 0])
     return out
 
 
@@ -138,33 +154,39 @@ def view_records(run: RunRecords, entropy: dict[str, dict[str, dict[str, Any]]] 
         rid = record_id(run.kind, rec)
         mask = rec.get("loss_mask") if isinstance(rec.get("loss_mask"), list) else None
         if run.kind == "eval":
-            reward = 1.0 if rec.get("correct") else 0.0
-            status = (rec.get("verdict") or {}).get("status", "ok")
+            reward: float | None = 1.0 if rec.get("correct") is True else 0.0
+            status = _s(_d(rec.get("verdict")).get("status", "ok"))
             if status in ("unparsable_gold", "verifier_error"):
                 reward = None
-            gold, head = rec.get("gold"), f"{rec.get('benchmark', '')} · {rec.get('problem_id', '')} · sample {rec.get('sample_index', 0)}"
+            gold = rec.get("gold")
+            head = f"{_s(rec.get('benchmark'))} · {_s(rec.get('problem_id'))} · sample {_s(rec.get('sample_index', 0))}"
+            classes = rec.get("tool_classes")
         else:
-            reward = rec.get("reward")
-            status = rec.get("verify_status", "")
+            reward = _num(rec.get("reward"))
+            status = _s(rec.get("verify_status", ""))
             gold = rec.get("answer")
-            head = f"step {rec.get('step')} · group {rec.get('group', '?')} · {rec.get('problem_id', '')} · sample {rec.get('sample', 0)}"
+            head = (f"step {_s(rec.get('step'))} · group {_s(rec.get('group', '?'))} · {_s(rec.get('problem_id'))} "
+                    f"· sample {_s(rec.get('sample', 0))}")
+            classes = rec.get("tool_calls")
         verdict = "unscored" if reward is None else ("correct" if reward > 0 else "wrong")
         turns = _turns(rec, hl)
-        classes = rec.get("tool_classes") if run.kind == "eval" else rec.get("tool_calls")
-        classes = [str(c) for c in classes] if isinstance(classes, list) else [c["cls"] for t in turns for c in t["calls"]]
-        n_resp = rec.get("num_response_tokens", len(rec["response_ids"]) if isinstance(rec.get("response_ids"), list) else None)
-        model_tokens = rec.get("model_tokens")
+        classes = [_s(c) for c in classes] if isinstance(classes, list) else [c["cls"] for t in turns for c in t["calls"]]
+        ids = rec.get("response_ids")
+        n_resp = _num(rec.get("num_response_tokens", len(ids) if isinstance(ids, list) else None))
+        model_tokens = _num(rec.get("model_tokens"))
+        answer = rec.get("final_answer")
         ents = {label: _entropy_tokens(rows[rid], mask) for label, rows in entropy.items() if rid in rows}
         out.append({
-            "i": i, "id": rid, "head": head, "step": rec.get("step"), "group": rec.get("group"),
-            "problem": _clip(rec.get("problem", "")), "gold": "" if gold is None else str(gold),
-            "answer": rec.get("final_answer"), "verdict": verdict, "reward": reward, "verify_status": status,
-            "finish": rec.get("finish_reason", ""),
+            "i": i, "id": rid, "head": head, "step": _num(rec.get("step")), "group": _num(rec.get("group")),
+            "problem": _clip(rec.get("problem", "")), "prompt": _clip(rec.get("prompt_text", "")),
+            "gold": _s(gold), "answer": None if answer is None else _s(answer), "verdict": verdict,
+            "reward": reward, "verify_status": status, "finish": _s(rec.get("finish_reason", "")),
             "truncated": rec.get("finish_reason") in ("length", "context"),
             "model_tokens": model_tokens, "response_tokens": n_resp,
-            "injected_tokens": (n_resp - model_tokens) if isinstance(n_resp, int) and isinstance(model_tokens, int) else None,
-            "kept": rec.get("kept"), "p_err": rec.get("p_err"), "p_format": rec.get("p_format"),
-            "selection": rec.get("selection"), "reason": _roc_reason(rec),
+            "injected_tokens": n_resp - model_tokens if n_resp is not None and model_tokens is not None else None,
+            "kept": rec.get("kept") if isinstance(rec.get("kept"), bool) else None,
+            "p_err": _num(rec.get("p_err")), "p_format": _num(rec.get("p_format")),
+            "selection": _s(rec.get("selection")), "reason": _roc_reason(rec),
             "classes": classes, "turns": turns, "entropy": ents,
         })
     return out

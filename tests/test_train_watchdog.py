@@ -212,3 +212,9 @@ def test_the_trainer_gives_the_rollout_the_models_context_window_by_default(tmp_
     finally:
         run.close()
     assert load_tokenizer(str(tiny_smollm2_model_dir)) is not None
+
+
+def test_engine_failures_are_an_alarm():
+    dog = RunWatchdog(WatchdogConfig(patience=1))
+    dog.observe(1, {"finish/error": 1.0, "tool_calls/per_traj": 1.0})
+    assert dog.stop_reason is not None and "engine" in dog.stop_reason

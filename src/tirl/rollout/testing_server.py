@@ -9,6 +9,10 @@ tested without vLLM or SGLang (neither runs on CPU-only machines here):
 - ``POST /generate`` (SGLang native shape): ``input_ids``, ``sampling_params``, ``return_logprob``.
 - ``GET /get_server_info`` (SGLang shape, with ``max_total_num_tokens`` = the configured KV capacity),
   ``GET /health``, ``GET /v1/models``.
+- vLLM's runtime LoRA routes, when an ``on_load_lora(name, path)`` hook is given (else 404, as a vLLM
+  server started without ``--enable-lora``): ``POST /v1/load_lora_adapter`` (``lora_name``, ``lora_path``,
+  ``load_inplace``; loading an existing name without ``load_inplace`` is a 400, as in vLLM), after which
+  completions may name the adapter as their ``model``; and ``POST /reset_prefix_cache``.
 
 Malformed requests get a 4xx with a message (pydantic validation: 422; semantic problems, including the
 engine's own ``validate(prompt_ids, params)`` when it has one: 400); an engine failure gets a 500 with the
@@ -52,6 +56,14 @@ class CompletionRequest(BaseModel):
     return_token_ids: bool = False
 
 
+class LoadLoraRequest(BaseModel):
+    """vLLM's ``/v1/load_lora_adapter`` body."""
+
+    lora_name: str = Field(min_length=1)
+    lora_path: str = Field(min_length=1)
+    load_inplace: bool = False
+
+
 class SGLangSampling(BaseModel):
     model_config = ConfigDict(extra="allow")
     max_new_tokens: int = Field(128, ge=1)
@@ -71,7 +83,8 @@ class SGLangGenerateRequest(BaseModel):
 
 
 def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-testing",
-              kv_capacity_tokens: int = 65536, faults: dict[str, Any] | None = None) -> FastAPI:
+              kv_capacity_tokens: int = 65536, faults: dict[str, Any] | None = None,
+              on_load_lora: Any = None) -> FastAPI:
     """The FastAPI app serving ``engine``.
 
     Args:
@@ -81,6 +94,8 @@ def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-
         kv_capacity_tokens: reported as ``max_total_num_tokens`` by ``/get_server_info``.
         faults: shared dict ``{"count": n, "status": code}``; while ``count > 0`` generation requests are
             answered with ``status`` (and ``count`` decremented).
+        on_load_lora: ``(name, path) -> None`` applies an adapter to the served model (the test decides how);
+            None disables the LoRA routes.
     """
     app = FastAPI(title="tirl testing inference server")
     faults = faults if faults is not None else {"count": 0, "status": 503}
@@ -108,9 +123,30 @@ def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-
             raise HTTPException(status_code=500, detail=out.error or "engine error")
         return out
 
+    adapters: dict[str, str] = {}
+    app.state.adapters = adapters
+    app.state.prefix_cache_resets = 0
+
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.post("/v1/load_lora_adapter")
+    async def load_lora_adapter(req: LoadLoraRequest) -> Any:
+        if on_load_lora is None:
+            raise HTTPException(status_code=404, detail="LoRA is not enabled on this server")
+        if req.lora_name in adapters and not req.load_inplace:
+            raise HTTPException(status_code=400, detail=f"The lora adapter '{req.lora_name}' has already been "
+                                                        "loaded. If you want to load the adapter in place, set "
+                                                        "'load_inplace' to True.")
+        on_load_lora(req.lora_name, req.lora_path)
+        adapters[req.lora_name] = req.lora_path
+        return JSONResponse(f"Success: LoRA adapter '{req.lora_name}' added successfully.")
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> Any:
+        app.state.prefix_cache_resets += 1
+        return JSONResponse({})
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -126,7 +162,7 @@ def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-
             raise HTTPException(400, "this server takes the prompt as a list of token ids, not text")
         if req.n != 1 or req.stream or req.echo:
             raise HTTPException(400, "n must be 1; stream and echo are not supported")
-        if req.model is not None and req.model != model_name:
+        if req.model is not None and req.model != model_name and req.model not in adapters:
             raise HTTPException(404, f"model {req.model!r} does not exist; this server serves {model_name!r}")
         if (fault := maybe_fault()) is not None:
             return fault
@@ -187,17 +223,17 @@ class TestingServer:
     :meth:`stop`. ``url`` is the server root (``http://127.0.0.1:<port>``).
 
     Args:
-        engine, tokenizer, model_name, kv_capacity_tokens: see :func:`build_app`.
+        engine, tokenizer, model_name, kv_capacity_tokens, on_load_lora: see :func:`build_app`.
         port: 0 (default) picks a free port.
     """
 
     __test__ = False  # not a pytest test class despite the name
 
     def __init__(self, engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-testing",
-                 kv_capacity_tokens: int = 65536, port: int = 0) -> None:
+                 kv_capacity_tokens: int = 65536, port: int = 0, on_load_lora: Any = None) -> None:
         self._faults: dict[str, Any] = {"count": 0, "status": 503}
         self.app = build_app(engine, tokenizer=tokenizer, model_name=model_name,
-                             kv_capacity_tokens=kv_capacity_tokens, faults=self._faults)
+                             kv_capacity_tokens=kv_capacity_tokens, faults=self._faults, on_load_lora=on_load_lora)
         self._port = port
         self._server: Any = None
         self._thread: threading.Thread | None = None

@@ -110,6 +110,10 @@ class RolloutConfig:
         sandbox_workers: worker processes of the local pool.
         max_concurrency: trajectories in flight at once (None = all of a step).
         engine_batch_size: largest batch of concurrent generation calls the in-process engine runs at once.
+        server_url: generate through an inference server (vLLM or its CPU build, started on
+            ``model.name_or_path`` with ``--enable-lora``) that is sent the policy's LoRA adapter before every
+            rollout (:mod:`tirl.train.server_policy`); None: the in-process engine (or TRL's vLLM).
+        server_lora_name: the adapter's name on that server.
         use_vllm: generate through TRL's vLLM integration instead of in-process transformers (GPU).
         vllm_mode: ``colocate`` or ``server`` (TRL's modes).
         vllm_server_base_url: for ``server`` mode.
@@ -131,6 +135,8 @@ class RolloutConfig:
     sandbox_workers: int = 4
     max_concurrency: int | None = None
     engine_batch_size: int = 32
+    server_url: str | None = None
+    server_lora_name: str = "policy"
     use_vllm: bool = False
     vllm_mode: str = "colocate"
     vllm_server_base_url: str | None = None
@@ -290,6 +296,9 @@ class RLConfig:
             raise ValueError(f"optim.entropy_mask_scope must be sequence or batch, got {o.entropy_mask_scope!r}")
         if self.model.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"model.dtype must be float32, bfloat16 or float16, got {self.model.dtype!r}")
+        if r.server_url and (r.use_vllm or not self.model.lora.enabled):
+            raise ValueError("rollout.server_url needs model.lora.enabled (the adapter is what is sent to the "
+                             "server) and cannot be combined with rollout.use_vllm")
         if r.vllm_mode not in ("colocate", "server"):
             raise ValueError(f"rollout.vllm_mode must be colocate or server, got {r.vllm_mode!r}")
 

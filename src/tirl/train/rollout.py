@@ -302,7 +302,7 @@ class RocRolloutFunc:
         for s in scores:
             status_counts[s.status] = status_counts.get(s.status, 0) + 1
         engine_stats = getattr(self.source, "last_engine_stats", None) or {}
-        for key in ("prefill_s", "decode_s", "prefill_tokens", "decode_tokens"):
+        for key in ("prefill_s", "decode_s", "sync_s", "prefill_tokens", "decode_tokens"):
             if key in engine_stats:
                 metrics[f"time/{key}" if key.endswith("_s") else f"engine/{key}"] = engine_stats[key]
         metrics.update({
@@ -457,7 +457,9 @@ def default_executor_factory(config: RLConfig) -> ExecutorFactory:
 class AgentLoopSource:
     """:class:`TrajectorySource` running ``tirl.rollout.agent_loop`` with an ``HFEngine`` on the policy.
 
-    The engine wraps the trainer's model object itself (unwrapped from DDP/DeepSpeed with TRL's
+    With ``rollout.server_url`` the turns go to an inference server instead, which is sent the current LoRA
+    adapter before every rollout (:mod:`tirl.train.server_policy`). Otherwise the engine wraps the trainer's
+    model object itself (unwrapped from DDP/DeepSpeed with TRL's
     ``unwrap_model_for_generation``), so every step samples from the current weights; no copy is made. With
     ``use_vllm`` (GPU) it is a :class:`tirl.train.vllm_engine.VLLMEngine` on TRL's colocated vLLM instance,
     into which TRL has pushed the current weights before the rollout. The sandbox and the engine live on one
@@ -493,6 +495,7 @@ class AgentLoopSource:
         self._checked = False
         self.context_window: int | None = config.rollout.context_window
         self.last_engine_stats: dict[str, float] = {}
+        self._sync: Any = None
 
     def _agent_config(self) -> Any:
         from tirl.rollout.agent_loop import AgentLoopConfig
@@ -513,6 +516,12 @@ class AgentLoopSource:
     def _make_engine(self, model: Any, trainer: Any) -> Any:
         if self._engine_factory is not None:
             return self._engine_factory(model)
+        r = self.config.rollout
+        if r.server_url:
+            from tirl.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
+
+            return OpenAIEngine(r.server_url, OpenAIEngineConfig(model=r.server_lora_name, send_seed=False,
+                                                                 max_concurrency=max(64, r.engine_batch_size)))
         vllm_generation = getattr(trainer, "vllm_generation", None)
         if getattr(getattr(trainer, "args", None), "use_vllm", False) and vllm_generation is not None:
             from tirl.train.vllm_engine import VLLMEngine
@@ -544,6 +553,14 @@ class AgentLoopSource:
                 self._engine = self._make_engine(model, trainer)
             elif model is not None and hasattr(self._engine, "set_model"):
                 self._engine.set_model(model)
+            if self.config.rollout.server_url:
+                if self._sync is None:
+                    from tirl.train.server_policy import ServerPolicySync
+
+                    self._sync = ServerPolicySync(self.config.rollout.server_url,
+                                                  Path(self.config.output_dir) / "served_adapter",
+                                                  self.config.rollout.server_lora_name)
+                self._sync.push(model)
             check = not self._checked
             stats = getattr(self._engine, "stats", None)
             before = stats.snapshot() if stats is not None else None
@@ -563,6 +580,8 @@ class AgentLoopSource:
         if before is not None:
             after = stats.snapshot()
             self.last_engine_stats = {k: float(after[k] - before[k]) for k in after}
+        if self._sync is not None:
+            self.last_engine_stats = {"sync_s": self._sync.last_sync_s}
         return trajectories
 
     def close(self) -> None:

@@ -1,7 +1,7 @@
 """A watch-dog for long unattended RL runs: warn, then stop cleanly, when a run has gone wrong.
 
 Covers :class:`WatchdogConfig` (the ``watchdog:`` section of an RL recipe) and :class:`RunWatchdog`, a pure
-object fed each step's rollout metrics (the names of :mod:`tirl.train.metrics`). Three conditions are watched:
+object fed each step's rollout metrics (the names of :mod:`tirl.train.metrics`). Four conditions are watched:
 
 * ``tool_errors``: the share of failing tool calls (``tool_calls/error_rate``) is above
   ``max_tool_error_rate``: the sandbox is down or misconfigured, so every trajectory's tool feedback is noise
@@ -9,7 +9,9 @@ object fed each step's rollout metrics (the names of :mod:`tirl.train.metrics`).
 * ``no_tool_calls``: tool calls per trajectory (``tool_calls/per_traj``) fell to ``min_tool_calls_per_traj``
   or below: tool use is collapsing;
 * ``context``: the share of trajectories ended by the context window (``finish/context``) is above
-  ``max_context_rate``: prompts plus responses do not fit the model.
+  ``max_context_rate``: prompts plus responses do not fit the model;
+* ``engine_errors``: the share of trajectories the engine failed (``finish/error``: an inference server that
+  does not answer or refuses the requests) is above ``max_engine_error_rate``.
 
 Each step a condition holds logs a warning; after ``patience`` consecutive such steps the watch-dog asks for a
 stop and :attr:`RunWatchdog.stop_reason` says why (``tirl train rl`` saves a checkpoint, prints the reason
@@ -36,6 +38,7 @@ class WatchdogConfig:
         max_tool_error_rate: failing tool calls / all calls above this is an alarm (only steps with calls).
         min_tool_calls_per_traj: tool calls per trajectory at or below this is an alarm (0 means "none at all").
         max_context_rate: share of trajectories ended by the context window above this is an alarm.
+        max_engine_error_rate: share of trajectories ended by an engine error above this is an alarm.
     """
 
     enabled: bool = True
@@ -43,12 +46,13 @@ class WatchdogConfig:
     max_tool_error_rate: float = 0.9
     min_tool_calls_per_traj: float = 0.0
     max_context_rate: float = 0.5
+    max_engine_error_rate: float = 0.5
 
     def validate(self) -> None:
         """Raises ValueError for a patience below 1 or rates outside [0, 1]."""
         if self.patience < 1:
             raise ValueError(f"watchdog.patience must be >= 1, got {self.patience}")
-        for name in ("max_tool_error_rate", "max_context_rate"):
+        for name in ("max_tool_error_rate", "max_context_rate", "max_engine_error_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"watchdog.{name} must be in [0, 1], got {getattr(self, name)}")
         if self.min_tool_calls_per_traj < 0:
@@ -95,6 +99,10 @@ class RunWatchdog:
         if ctx is not None and ctx > c.max_context_rate:
             alarms.append(Alarm("context", f"{ctx:.0%} of trajectories hit the context window (limit "
                                            f"{c.max_context_rate:.0%}): raise rollout.context_window or lower the budget"))
+        errors = metrics.get("finish/error")
+        if errors is not None and errors > c.max_engine_error_rate:
+            alarms.append(Alarm("engine_errors", f"{errors:.0%} of trajectories failed in the engine (limit "
+                                                 f"{c.max_engine_error_rate:.0%}): is the inference server up?"))
         return alarms
 
     def observe(self, step: int, metrics: Mapping[str, float]) -> list[Alarm]:

@@ -1,0 +1,110 @@
+"""RL rollouts from an inference server that is sent the policy's LoRA adapter before every rollout.
+
+The server is tirl's testing server (vLLM's completion and runtime-LoRA routes) serving an HFEngine on the tiny
+model; its LoRA hook merges each pushed adapter into a fresh copy of the base weights, as vLLM would serve it.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tirl.data.training import RLProblem
+from tirl.train.config import load_config
+from tirl.train.rollout import AgentLoopSource, Score
+from tirl.train.server_policy import ServerPolicySync, ServerSyncError
+
+PROBLEMS = [RLProblem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42") for i in range(4)]
+
+
+class AlternatingScorer:
+    """Mixed rewards (every other trajectory correct), so each step has a policy gradient."""
+
+    def score(self, trajectories: Any, problems: Any) -> list[Score]:
+        return [Score(float(i % 2)) for i in range(len(trajectories))]
+
+
+@pytest.fixture()
+def lora_server(tiny_model_dir):
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from tirl.models import load_tokenizer
+    from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
+    from tirl.rollout.testing_server import TestingServer
+
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    engine = HFEngine(copy.deepcopy(base), HFEngineConfig(max_batch_size=16))
+    pushed: list[dict[str, Any]] = []
+
+    def on_load_lora(name: str, path: str) -> None:
+        pushed.append({"name": name, "weights": load_file(str(Path(path) / "adapter_model.safetensors"))})
+        engine.set_model(PeftModel.from_pretrained(copy.deepcopy(base), path).merge_and_unload())
+
+    server = TestingServer(engine, tokenizer=load_tokenizer(str(tiny_model_dir)), on_load_lora=on_load_lora)
+    with server:
+        yield server, pushed
+
+
+@pytest.mark.slow
+def test_each_rollout_is_generated_by_the_server_with_the_current_adapter(tmp_path, tiny_model_dir, lora_server):
+    import torch
+
+    from tirl.models import load_tokenizer
+    from tirl.sandbox import LocalSandbox
+    from tirl.train.rl import build_trainer
+
+    server, pushed = lora_server
+    config = load_config(None, [
+        f"output_dir={tmp_path}", f"model.name_or_path={tiny_model_dir}", "model.dtype=float32",
+        "model.lora.enabled=true", "model.lora.r=4", "max_steps=2", "problems_per_step=2", "save_steps=10",
+        "rollout.group_size=2", "rollout.oversample=2", "rollout.max_turns=2", "rollout.max_response_tokens=24",
+        f"rollout.server_url={server.url}", "optim.per_device_train_batch_size=2", "optim.learning_rate=5e-2",
+        "optim.warmup_steps=0", "roc.min_per_class=1", "logging.console=false", "watchdog.enabled=false",
+    ])
+    config.validate(1)
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    source = AgentLoopSource(config, tokenizer, executor_factory=lambda: LocalSandbox(workers=1))
+    run = build_trainer(config, problems=PROBLEMS, source=source, scorer=AlternatingScorer(), num_processes=1)
+    try:
+        run.trainer.train()
+    finally:
+        run.close()
+    assert [p["name"] for p in pushed] == ["policy", "policy"]  # one push per rollout, same name, in place
+    assert server.app.state.prefix_cache_resets == 2
+    assert server.generate_requests >= 2 * 2 * 4  # the server generated every trajectory's turns
+    first, second = pushed
+    lora_b = [k for k in first["weights"] if "lora_B" in k]
+    assert lora_b and all(torch.count_nonzero(first["weights"][k]) == 0 for k in lora_b)  # step 1: untrained
+    assert any(not torch.equal(first["weights"][k], second["weights"][k]) for k in lora_b)  # step 2: updated
+    trained = {k: v for k, v in run.trainer.model.state_dict().items() if "lora_B" in k}
+    assert any(torch.count_nonzero(v) for v in trained.values())
+    assert run.rollout.last.metrics["time/sync_s"] > 0
+
+
+def test_a_server_without_lora_is_a_clear_error(tmp_path, tiny_model_dir):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from tirl.rollout.hf_engine import HFEngine
+    from tirl.rollout.testing_server import TestingServer
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32),
+                           LoraConfig(r=2, target_modules=["q_proj"]))
+    with TestingServer(HFEngine(model)) as server:
+        with pytest.raises(ServerSyncError, match="enable-lora"):
+            ServerPolicySync(server.url, tmp_path / "a").push(model)
+    with pytest.raises(ValueError, match="LoRA"):
+        ServerPolicySync("http://127.0.0.1:9", tmp_path / "b").push(object())
+
+
+def test_server_rollouts_need_a_lora_policy():
+    config = load_config(None, ["rollout.server_url=http://127.0.0.1:18200"])
+    with pytest.raises(ValueError, match="lora"):
+        config.validate(1)

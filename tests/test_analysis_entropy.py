@@ -16,7 +16,7 @@ from tirl.analysis.entropy import (
     token_entropies,
 )
 from tirl.cli.main import app
-from tirl.view import render_html
+from tirl.view import render_html, view_records
 from tirl.view.load import iter_token_records, read_run
 from view_fixtures import write_eval_run, write_train_run
 
@@ -194,3 +194,29 @@ def test_damaged_token_fields_are_skipped_not_fed_to_the_model(tiny, tmp_path):
     (folder / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     path = score_run(folder, model, tok, "tiny")
     assert [json.loads(x)["id"] for x in path.read_text().splitlines()] == ["bench/p1#1"]
+
+
+def test_reference_run_renders_sft_conversations_with_their_mask(smollm2_tokenizer, tmp_path):
+    from tirl.analysis.reference import write_reference_run
+    from tirl.data.sft import load_sft_examples, render_sft_example
+
+    path = write_reference_run(tmp_path / "ref", "gsm8k_tir:0-3", smollm2_tokenizer)
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    examples = load_sft_examples(["gsm8k_tir:0-3"], shuffle=False)
+    assert [r["problem_id"] for r in rows] == [e.id for e in examples]
+    for row, ex in zip(rows, examples):
+        rendered = render_sft_example(smollm2_tokenizer, ex)
+        assert row["response_ids"] == rendered.response_ids and row["loss_mask"] == rendered.loss_mask
+        assert row["reference"] is True and row["verdict"]["status"] == "reference"
+        calls = [c for t in row["turns"] for c in t["tool_calls"]]
+        assert calls and all(c["call"]["arguments"]["code"] for c in calls)
+        # every tool response is in an injected (mask 0) segment: post-tool positions exist
+        assert post_tool_positions(row["loss_mask"], 5)
+    recs = view_records(read_run(tmp_path / "ref"))
+    assert all(r["classes"] and r["verdict"] == "correct" for r in recs)
+
+
+def test_reference_run_cli_rejects_an_unknown_source(tmp_path):
+    res = CliRunner().invoke(app, ["analyze", "reference-run", str(tmp_path / "r"), "--model",
+                                   "smollm2-135m-instruct", "--source", "nope:3"])
+    assert res.exit_code == 2 and "nope" in res.output

@@ -94,3 +94,28 @@ def entropy_command(
 
 def _num(x: Optional[float]) -> str:
     return "n/a" if x is None else f"{x:.3f}"
+
+
+@app.command("reference-run")
+def reference_run_command(
+    out_dir: Path = typer.Argument(..., help="Folder to write (trajectories.jsonl in tirl eval's schema)."),
+    model: str = typer.Option(..., "--model", "-m", help="Whose tokenizer renders the conversations (the model "
+                              "you will score them with)."),
+    source: str = typer.Option("gsm8k_tir:0-20", "--source", help="Packaged SFT set and rows: gsm8k_tir:N or "
+                               "gsm8k_tir:A-B."),
+) -> None:
+    """Write reference tool-integrated solutions (packaged SFT set) as a run, to measure post-tool entropy
+    teacher-forced on a model that does not call the tool itself: then `tirl analyze entropy OUT_DIR --model`."""
+    from rich.console import Console
+
+    from tirl.analysis.reference import write_reference_run
+    from tirl.models import load_tokenizer
+    from tirl.train.rl import model_reference
+
+    console = Console(stderr=True)
+    try:
+        path = write_reference_run(out_dir, source, load_tokenizer(model_reference(model)))
+    except (ValueError, OSError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    typer.echo(str(path))

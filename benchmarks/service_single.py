@@ -6,6 +6,8 @@ request per call, keep-alive connections; no batching). The same calls, in the s
 
 - ``in_process``: ``LocalSandbox`` (same workers, same preload) called directly by K coroutines;
 - ``service``: one ``tirl sandbox serve`` process, single-call requests;
+- ``service_routes``: the same through a second server started with ``--no-fast-path`` (every request through
+  FastAPI's routing: the configuration before issue 13's fast path);
 - ``in_process_batch`` / ``service_batch``: ``run_batch`` of 16 calls, one batch at a time, in process and
   through ``POST /v1/execute/batch`` of the same server (the shape ``SandboxClient`` sends);
 - ``fresh``: one ``python -I -c`` per call with the same limits (``sandbox_bench.run_baseline``).
@@ -122,17 +124,23 @@ async def main_async(args: argparse.Namespace) -> dict:
     counts = {"trivial": (800, 80), "sympy": (200, 12), "numpy": (400, 40)}
     load_before = os.getloadavg()
     server = ServiceProcess(workers=args.workers, extra_args=["--preload", PRELOAD])
+    routes = ServiceProcess(workers=args.workers, extra_args=["--preload", PRELOAD, "--no-fast-path"])
     server.start()
+    routes.start()
     rows: list[dict] = []
     try:
         limits = httpx.Limits(max_connections=args.k, max_keepalive_connections=args.k)
         async with LocalSandbox(workers=args.workers, preload=tuple(PRELOAD.split(","))) as sb, \
                 httpx.AsyncClient(timeout=120, limits=limits, trust_env=False) as http:
 
-            async def via_service(req: ExecutionRequest) -> ExecutionResult:
-                body = {"request_id": req.request_id, "code": req.code, "timeout_s": req.timeout_s}
-                response = await http.post(server.url + "/v1/execute", json=body)
-                return result_from_wire(response.json(), req.request_id)
+            def single(url: str):
+                async def via(req: ExecutionRequest) -> ExecutionResult:
+                    body = {"request_id": req.request_id, "code": req.code, "timeout_s": req.timeout_s}
+                    response = await http.post(url + "/v1/execute", json=body)
+                    return result_from_wire(response.json(), req.request_id)
+                return via
+
+            via_service, via_routes = single(server.url), single(routes.url)
 
             async def batch_via_service(reqs: list[ExecutionRequest]) -> list[ExecutionResult]:
                 body = {"requests": [{"request_id": r.request_id, "code": r.code, "timeout_s": r.timeout_s}
@@ -143,6 +151,7 @@ async def main_async(args: argparse.Namespace) -> dict:
             for _ in range(2 * sb.max_concurrency):  # warm both
                 await sb.run(ExecutionRequest("print(1)"))
                 await via_service(ExecutionRequest("print(1)", request_id=uuid.uuid4().hex))
+                await via_routes(ExecutionRequest("print(1)", request_id=uuid.uuid4().hex))
             for rnd in range(args.rounds):
                 for name, (n, n_fresh) in counts.items():
                     n = max(args.k, int(n * scale))
@@ -150,6 +159,8 @@ async def main_async(args: argparse.Namespace) -> dict:
                                  **await measured(drive(workload(name, n), args.k, sb.run), None, n)})
                     rows.append({"round": rnd, "workload": name, "executor": "service",
                                  **await measured(drive(workload(name, n), args.k, via_service), server.pid, n)})
+                    rows.append({"round": rnd, "workload": name, "executor": "service_routes",
+                                 **await measured(drive(workload(name, n), args.k, via_routes), routes.pid, n)})
                     rows.append({"round": rnd, "workload": name, "executor": "in_process_batch",
                                  **await measured(drive_batches(workload(name, n), args.k, sb.run_batch), None, n)})
                     rows.append({"round": rnd, "workload": name, "executor": "service_batch",
@@ -161,6 +172,7 @@ async def main_async(args: argparse.Namespace) -> dict:
                                                    run_baseline)})
     finally:
         server.stop()
+        routes.stop()
     return {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "k": args.k, "workers": args.workers,
             "machine": {"platform": platform.platform(), "python": platform.python_version(),
                         "cores": len(os.sched_getaffinity(0)), "load_avg_before": load_before,
@@ -173,7 +185,7 @@ def summarize(rows: list[dict]) -> dict:
     out: dict = {}
     for name in dict.fromkeys(r["workload"] for r in rows):
         med, cpu = {}, {}
-        for ex in ("in_process", "service", "in_process_batch", "service_batch", "fresh"):
+        for ex in ("in_process", "service", "service_routes", "in_process_batch", "service_batch", "fresh"):
             mine = [r for r in rows if r["workload"] == name and r["executor"] == ex]
             values = sorted(r["calls_per_s"] for r in mine)
             med[ex] = values[len(values) // 2] if values else None
@@ -184,6 +196,7 @@ def summarize(rows: list[dict]) -> dict:
         fresh = med["fresh"] or float("nan")
         out[name] = {**{f"{k}_calls_per_s": v for k, v in med.items()}, **cpu,
                      "service_over_in_process": round(med["service"] / med["in_process"], 3),
+                     "routes_over_in_process": round(med["service_routes"] / med["in_process"], 3),
                      "batch_over_in_process_batch": round(med["service_batch"] / med["in_process_batch"], 3),
                      "service_x_fresh": round(med["service"] / fresh, 1),
                      "in_process_x_fresh": round(med["in_process"] / fresh, 1)}
@@ -194,23 +207,25 @@ def render(report: dict) -> None:
     m = report["machine"]
     table = Table(title=f"service_single {report['date']} (K = {report['k']}, {report['workers']} workers, "
                         f"{m['cores']} cores, load {m['load_avg_before'][0]:.1f} -> {m['load_avg_after'][0]:.1f})")
-    for col in ("workload", "in-process /s", "service /s", "svc/in-proc", "in-proc batch /s", "svc batch /s",
-                "batch svc/in-proc", "fresh /s", "service x fresh", "in-process x fresh"):
+    for col in ("workload", "in-process /s", "service /s", "svc/in-proc", "no fast path /s", "in-proc batch /s",
+                "svc batch /s", "batch svc/in-proc", "fresh /s", "service x fresh", "in-process x fresh"):
         table.add_column(col)
     for name, s in report["summary"].items():
         table.add_row(name, str(s["in_process_calls_per_s"]), str(s["service_calls_per_s"]),
-                      f"{s['service_over_in_process']:.2f}", str(s["in_process_batch_calls_per_s"]),
+                      f"{s['service_over_in_process']:.2f}", str(s["service_routes_calls_per_s"]),
+                      str(s["in_process_batch_calls_per_s"]),
                       str(s["service_batch_calls_per_s"]), f"{s['batch_over_in_process_batch']:.2f}",
                       str(s["fresh_calls_per_s"]), f"{s['service_x_fresh']}", f"{s['in_process_x_fresh']}")
     console.print(table)
     cpu = Table(title="CPU ms per call outside the sandbox workers (medians): the client / the pool's host side "
                       "in-process, and the server process itself")
-    for col in ("workload", "in-process host", "service: client", "service: server", "batch in-process host",
-                "batch: client", "batch: server"):
+    for col in ("workload", "in-process host", "service: client", "service: server", "no fast path: server",
+                "batch in-process host", "batch: client", "batch: server"):
         cpu.add_column(col)
     for name, s in report["summary"].items():
         cpu.add_row(name, *(str(s.get(k, "")) for k in (
             "in_process_client_cpu_ms_per_call", "service_client_cpu_ms_per_call", "service_server_cpu_ms_per_call",
+            "service_routes_server_cpu_ms_per_call",
             "in_process_batch_client_cpu_ms_per_call", "service_batch_client_cpu_ms_per_call",
             "service_batch_server_cpu_ms_per_call")))
     console.print(cpu)

@@ -404,3 +404,75 @@ async def test_lifespan_drains_and_closes_owned_executor():
     async with app.router.lifespan_context(app):
         pass
     assert ex.closed and app.state.service.draining
+
+
+# -- the fast path (FastExecutePath) ---------------------------------------------------------------
+
+FAST_CASES = [
+    ("/v1/execute", item("echo hi", "f1")),
+    ("/v1/execute", item("stdin", "f2", stdin="in\n", timeout_s=3, memory_mb=64)),
+    ("/v1/execute", item("echo \u00e9\u00e8 \U0001f600", "f3")),
+    ("/v1/execute/batch", {"requests": [item(f"echo {i}", f"fb{i}") for i in range(5)]}),
+    # not well-formed: the fast path must hand these to the routes, which answer as before
+    ("/v1/execute", item("echo x", "bad1", timeout_s="5")),
+    ("/v1/execute", item("echo x", "bad2", timeout_s=10_000)),
+    ("/v1/execute", {"request_id": "bad3", "code": "echo x", "extra": 1}),
+    ("/v1/execute", item("x" * 2_000_000, "bad4")),
+    ("/v1/execute/batch", {"requests": []}),
+    ("/v1/execute/batch", {"requests": [item("echo y", "bad5", timeout_s=True)]}),
+]
+
+
+def _comparable(response: httpx.Response) -> tuple:
+    body = response.json()
+    for result in ([body] if "status" in body else body.get("results", [])):
+        result.pop("duration_s", None)
+    return response.status_code, response.headers["content-type"], body
+
+
+@pytest.mark.parametrize(("path", "body"), FAST_CASES)
+async def test_fast_path_answers_exactly_as_the_routes(path, body):
+    answers = []
+    for fast in (True, False):
+        async with client_for(create_app(ScriptedExecutor(), ServiceConfig(fast_path=fast))) as c:
+            answers.append(_comparable(await c.post(path, json=body)))
+    assert answers[0] == answers[1]
+
+
+async def test_raw_bodies_the_one_pass_parser_refuses_fall_back_to_the_routes():
+    # a lone surrogate escape (json.loads accepts it, pydantic's JSON parser does not) and NaN
+    for raw in (b'{"request_id": "s1", "code": "echo \\ud800"}', b'{"request_id": "s2", "code": "echo", "timeout_s": NaN}',
+                b'{"request_id": "s3", "code": "echo a"', b"\xff\xfe"):
+        answers = []
+        for fast in (True, False):
+            async with client_for(create_app(ScriptedExecutor(), ServiceConfig(fast_path=fast))) as c:
+                r = await c.post("/v1/execute", content=raw, headers={"content-type": "application/json"})
+                answers.append((r.status_code, r.text))
+        assert answers[0] == answers[1], raw
+
+
+async def test_fast_path_is_taken_for_well_formed_requests_and_stays_idempotent(monkeypatch):
+    from tirl.service import app as app_module
+
+    seen = []
+    original = app_module.ExecuteRequest.model_validate_json
+    monkeypatch.setattr(app_module.ExecuteRequest, "model_validate_json",
+                        lambda data: seen.append(data) or original(data))
+    ex = ScriptedExecutor()
+    async with client_for(create_app(ex)) as c:
+        first = await c.post("/v1/execute", json=item("echo once", "same-id"))
+        second = await c.post("/v1/execute", json=item("echo once", "same-id"))
+    assert len(seen) == 2
+    assert first.json() == second.json() and first.json()["stdout"] == "once\n"
+    assert ex.runs["same-id"] == 1
+
+
+async def test_a_failing_executor_is_an_internal_result_on_the_fast_path():
+    class Broken(ScriptedExecutor):
+        async def run(self, request):
+            raise KeyError("boom")
+
+    async with client_for(create_app(Broken())) as c:
+        r = await c.post("/v1/execute", json=item("echo x", "b1"))
+    # the service turns executor failures into internal results; nothing escapes as an exception
+    assert r.status_code == 200 and r.json()["status"] == "internal", r.text

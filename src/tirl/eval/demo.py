@@ -27,7 +27,7 @@ from tirl.eval.runner import EvalConfig, EvalResult, run_eval
 from tirl.protocol.config import ProtocolConfig
 
 BASE_MODEL = "qwen2.5-coder-0.5b-instruct"
-TRAINED_MODEL = "qwen2.5-coder-0.5b-tirl"
+TRAINED_MODEL = "qwen2.5-coder-0.5b-tirl-sft"
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class DemoSettings:
         prompt_style: the protocol's prompt style (the trained model's).
     """
 
-    models: tuple[tuple[str, str], ...] = (("base", BASE_MODEL), ("tirl", TRAINED_MODEL))
+    models: tuple[tuple[str, str], ...] = (("base", BASE_MODEL), ("tirl-sft", TRAINED_MODEL))
     benchmarks: tuple[tuple[str, int], ...] = (("toolmath", 20), ("math500", 10))
     samples: int = 1
     temperature: float = 0.6

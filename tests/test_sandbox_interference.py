@@ -360,3 +360,23 @@ async def test_a_calls_mounts_never_reach_the_host_without_the_workers_mount_nam
         assert (r.status, r.stdout) == ("ok", "[] [1]\n"), r
     finally:
         os.unlink(marker)
+
+
+async def test_more_calls_than_uids_answers_the_extra_call_internal_with_the_reason(tmp_path):
+    """A range smaller than the calls running at once: the call that finds no free uid is not run as a
+    shared uid (that would bring the interference back) but answered ``internal``, saying why."""
+    os.chmod(tmp_path, 0o755)
+    first = 1_950_000_000 + os.getpid() % 100_000  # a range no other pool uses
+    async with LocalSandbox(workers=1, preload=(), slots_per_worker=2, call_uid_first=first, call_uid_count=1,
+                            uid_lock_dir=str(tmp_path / "uids")) as pool:
+        if not layer_active(await pool.layer_report(), "uid_per_call"):
+            pytest.skip("the uid_per_call layer is missing here")
+        results = await pool.run_batch([ExecutionRequest("import os, time\ntime.sleep(1)\nprint(os.getuid())",
+                                                         timeout_s=30)] * 2)
+        after = await pool.run(ExecutionRequest("import os\nprint(os.getuid())", timeout_s=30))
+    statuses = sorted(r.status for r in results)
+    assert statuses == ["internal", "ok"], results
+    failed = next(r for r in results if r.status == "internal")
+    assert f"all 1 uids from {first} are held" in failed.stderr, failed.stderr
+    assert next(r for r in results if r.status == "ok").stdout == f"{first}\n"
+    assert (after.status, after.stdout) == ("ok", f"{first}\n")  # released and reused

@@ -357,7 +357,8 @@ async def run_eval(
             return f"acc {counters['correct'] / n:.3f} ({n})" if n else "acc -"
 
         label = "eval" + ("" if config.use_tools else " (no tools)")
-        lines = (LineProgress(f"{label} {config.model}", len(wanted), resumed, write=console.print)
+        lines = (LineProgress(f"{label} {config.model}", len(wanted), resumed,
+                              write=lambda text: console.print(text, soft_wrap=True, highlight=False))
                  if progress and not console.is_terminal else None)  # a bar draws nothing off a terminal
         with bar:
             task = bar.add_task(label, total=len(wanted), completed=resumed, acc=acc_text())

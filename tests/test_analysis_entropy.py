@@ -208,6 +208,7 @@ def test_reference_run_renders_sft_conversations_with_their_mask(smollm2_tokeniz
         rendered = render_sft_example(smollm2_tokenizer, ex)
         assert row["response_ids"] == rendered.response_ids and row["loss_mask"] == rendered.loss_mask
         assert row["reference"] is True and row["verdict"]["status"] == "reference"
+        assert sum(t["num_tokens"] for t in row["turns"]) == sum(row["loss_mask"]) == row["model_tokens"]
         calls = [c for t in row["turns"] for c in t["tool_calls"]]
         assert calls and all(c["call"]["arguments"]["code"] for c in calls)
         # every tool response is in an injected (mask 0) segment: post-tool positions exist

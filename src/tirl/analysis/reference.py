@@ -40,8 +40,9 @@ def write_reference_run(out_dir: str | Path, source: str, tokenizer: Any, *, con
     with open(tmp, "w", encoding="utf-8") as fh:
         for ex in examples:
             rendered = render_sft_example(tokenizer, ex, config)
+            runs = _model_runs(rendered.loss_mask)  # one run of model tokens per assistant turn
             turns = []
-            for turn in ex.turns:
+            for n_turn, turn in enumerate(ex.turns):
                 calls = parse_tool_calls(turn.text, config)
                 records = []
                 for k, response in enumerate(turn.tool_responses):
@@ -51,7 +52,8 @@ def write_reference_run(out_dir: str | Path, source: str, tokenizer: Any, *, con
                         if isinstance(call, ToolCall) else {"kind": "reference", "message": "", "raw": ""},
                         "result": None, "cls": "ok", "response_text": response,
                     })
-                turns.append({"text": turn.text, "tool_calls": records, "finish_reason": "stop"})
+                turns.append({"text": turn.text, "tool_calls": records, "finish_reason": "stop",
+                              "num_tokens": runs[n_turn] if n_turn < len(runs) else None})
             fh.write(json.dumps({
                 "benchmark": f"reference:{source.partition(':')[0]}", "problem_id": ex.id, "sample_index": 0,
                 "reference": True, "problem": ex.problem, "gold": ex.answer, "final_answer": ex.answer,
@@ -65,6 +67,19 @@ def write_reference_run(out_dir: str | Path, source: str, tokenizer: Any, *, con
             }, ensure_ascii=False) + "\n")
     tmp.replace(path)
     return path
+
+
+def _model_runs(mask: list[int]) -> list[int]:
+    """Lengths of the runs of 1s in a loss mask, in order (``[1, 1, 0, 1] -> [2, 1]``)."""
+    out: list[int] = []
+    prev = 0
+    for m in mask:
+        if m and not prev:
+            out.append(0)
+        if m:
+            out[-1] += 1
+        prev = m
+    return out
 
 
 __all__ = ["write_reference_run"]

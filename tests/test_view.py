@@ -151,3 +151,17 @@ def test_records_of_any_shape_never_break_the_page(tmp_path, records, kind):
             "".join(json.dumps(r) + "\n" for r in records))
     html = render_html(folder)
     assert len(_page_data(html)["records"]) == len(records)
+
+
+def test_eval_summary_is_shown_and_a_damaged_summary_is_ignored(tmp_path):
+    folder = write_eval_run(tmp_path / "run", 2)
+    (folder / "summary.json").write_text(json.dumps({"benchmarks": {"bench": {
+        "num_problems": 1, "samples_per_problem": 2, "avg_pass1": 0.5, "maj_at_k": 1.0,
+        "tool_calls_per_trajectory": 1.0, "truncation_rate": 0.0, "no_answer_rate": 0.0,
+        "mean_response_tokens": 15.0}}}))
+    html = render_html(folder)
+    assert "<td>bench</td>" in html and "50.0 %" in html
+    (folder / "summary.json").write_text(json.dumps({"benchmarks": {"bench": {"avg_pass1": "x"}, "b2": 3}}))
+    assert "<td>bench</td>" in render_html(folder)
+    (folder / "summary.json").write_text(json.dumps({"benchmarks": [1]}))
+    assert 'class="summary"' not in render_html(folder)

@@ -213,6 +213,8 @@ def render_html(run_dir: str | Path, *, title: str | None = None) -> str:
         title=title or f"tirl view: {Path(run_dir).resolve().name}",
         meta=meta, records=records, summary=run.summary,
         css=(here / "viewer.css").read_text(encoding="utf-8") + "\n" + _Highlighter().css,
+        pct=lambda x: "–" if _num(x) is None else f"{100 * x:.1f} %",
+        num=lambda x, d=2: "–" if _num(x) is None else f"{x:.{d}f}",
         script=(here / "viewer.js").read_text(encoding="utf-8"),
     )
 

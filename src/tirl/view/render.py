@@ -19,7 +19,6 @@ over problem, answers and turn texts.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any

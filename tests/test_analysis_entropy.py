@@ -151,6 +151,9 @@ def test_cli_writes_files_report_and_plot_and_the_viewer_uses_them(tiny_smollm2_
     assert "after a tool response" in res.output and "top high-entropy tokens under tiny" in res.output
     rep = json.loads((folder / "entropy" / "report.json").read_text())
     assert rep["trajectories"] == 8 and rep["labels"][0]["post_tool"]["n_post"] == 8 * 3
+    pt = rep["labels"][0]["post_tool"]
+    printed = [line for line in res.output.splitlines() if "first 3 after a tool response" in line]
+    assert printed and f"{pt['mean_post']:.3f}" in printed[0]  # the table a person reads matches the JSON
     import matplotlib.image as mpimg
 
     img = mpimg.imread(folder / "entropy" / "entropy.png")

@@ -43,6 +43,12 @@ def test_mixed_numbers_are_whole_plus_fraction(answer: str, value: Fraction) -> 
     assert frac_value(reading.text) == value
 
 
+def test_mixed_numbers_after_an_assignment() -> None:
+    assert read_answer("x = 1 1/4").text == "x = \\frac{5}{4}"
+    assert read_answer("n_1 = 1\\frac{1}{2}").text == "n_1 = \\frac{3}{2}"
+    assert "separated" in (read_answer("x=2 3").problem or "")
+
+
 @pytest.mark.parametrize("answer", ["2 3", "1 2 3", "2\\;3", "2\\quad 3", "1.5 2", "2 3/2", "-1 -2", "7 0/0"])
 def test_numbers_separated_by_whitespace_are_not_one_number(answer: str) -> None:
     reading = read_answer(answer)

@@ -165,3 +165,23 @@ async def test_end_to_end_over_a_real_local_sandbox() -> None:
     assert all(v["path"] == "symbolic" for v in body["verdicts"])
     # The executions went through the service's admission and accounting.
     assert re.search(r'executions_total\{status="timeout"\} 1\.0', metrics), metrics
+
+
+async def test_the_question_field_reaches_the_base_policy(scripted: tuple[httpx.AsyncClient, ScriptedExecutor]) -> None:
+    client, _ = scripted
+    items = [
+        {"answer": "123", "gold": "123_8", "question": "Express your answer in base 8."},
+        {"answer": "123", "gold": "123_8"},
+        {"answer": "123", "gold": "123_8", "question": None},
+    ]
+    response = await client.post("/v1/verify/batch", json={"items": items})
+    assert response.status_code == 200
+    assert [v["reward"] for v in response.json()["verdicts"]] == [1.0, 0.0, 0.0]
+
+
+async def test_a_long_or_non_string_question_is_refused(scripted: tuple[httpx.AsyncClient, ScriptedExecutor]) -> None:
+    client, _ = scripted
+    too_long = await client.post("/v1/verify/batch", json={"items": [{"answer": "1", "gold": "1", "question": "x" * 1001}]})
+    assert too_long.status_code == 413 and "question" in too_long.text
+    wrong_type = await client.post("/v1/verify/batch", json={"items": [{"answer": "1", "gold": "1", "question": 5}]})
+    assert wrong_type.status_code == 422

@@ -167,6 +167,8 @@ ROWS: list[Row] = [
     Row("mixed-negative-not-minus-three-quarters", "-\\frac{3}{4}", b("-1\\frac{1}{4}"), 0),
     Row("mixed-decimal", "2.5", b("2\\,\\tfrac{1}{2}"), 1),
     Row("mixed-gold", "1\\frac{1}{4}", b("\\frac{5}{4}"), 1),
+    Row("mixed-assignment", "\\frac{5}{4}", b("x = 1 1/4"), 1),
+    Row("separated-assignment", "5", b("x = 2 3"), 0),
     Row("mixed-gold-wrong", "1\\frac{1}{4}", b("\\frac{1}{4}"), 0),
     Row("separated-not-sum", "5", b("2 3"), 0),
     Row("separated-not-product", "6", b("2 3"), 0),

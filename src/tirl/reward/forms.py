@@ -45,7 +45,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tirl.reward.normalize import strip_math_delimiters
+from tirl.reward.normalize import MAX_DECORATED_CHARS, strip_math_delimiters
 
 _TRAILING_SPACING_COMMANDS = ("\\,", "\\;", "\\:", "\\!", "\\ ", "\\quad", "\\qquad", "~")
 _CONSTANT_COMMANDS = r"(?:mathrm|operatorname|textrm|mathit|mathup|mathnormal)"
@@ -77,6 +77,7 @@ _MIXED_FRAC = re.compile(
 )
 _NUMBER = r"[+\-\u2212]?\d+(?:\.\d+)?(?:\s*/\s*\d+)?"
 _SEPARATED = re.compile(r"^" + _NUMBER + r"(?:\s+" + _NUMBER + r")+$")
+_ASSIGNMENT = re.compile(r"^[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?\s*=\s*(?=\S)")
 _THOUSANDS = re.compile(r"^[+\-\u2212]?\d{1,3}(?: \d{3})+(?:\.\d+)?$")
 _BASE_WORDS = {
     "two": 2, "binary": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "octal": 8,
@@ -111,16 +112,25 @@ def strip_trailing_punctuation(text: str) -> str:
     """``text`` without enclosing delimiters and a final ``.``/``;``/``,`` (repeatedly, also inside ``$..$``).
 
     An ellipsis (two or more dots) and a punctuation character escaped by a backslash (``\\;``) are kept.
+    Repeated until nothing changes (texts over ``MAX_DECORATED_CHARS`` characters: once, to stay linear).
     Never raises on a string.
     """
-    for _ in range(4):
+    while True:
         before = text
         text = strip_math_delimiters(_strip_trailing_spacing(text))
-        if text and text[-1] in ".;," and not text.endswith("..") and not text.endswith("\\" + text[-1]):
-            text = text[:-1]
-        if text == before:
-            break
-    return text
+        if not text.endswith(".."):  # an ellipsis stays
+            stripped = text.rstrip(".;,")
+            if stripped != text and _escapes_next(stripped):
+                stripped = text[: len(stripped) + 1]  # "\\." is a command, not punctuation
+            text = stripped
+        # Every pass shrinks the text; long texts get one pass (nested forms would make this quadratic).
+        if text == before or len(before) > MAX_DECORATED_CHARS:
+            return text
+
+
+def _escapes_next(text: str) -> bool:
+    """True when ``text`` ends with an odd number of backslashes (they escape what followed)."""
+    return (len(text) - len(text.rstrip("\\"))) % 2 == 1
 
 
 def _strip_trailing_spacing(text: str) -> str:
@@ -202,30 +212,34 @@ def read_answer(answer: str, question_base_: int | None = None) -> Reading:
             return Reading(text, f"{text} is not a base-{question_base_} numeral", base=question_base_)
         return Reading(value, base=question_base_)
     spaced = _SPACING.sub(" ", text) if ("\\" in text or "~" in text or not text.isascii()) else text
-    if "frac" in spaced:
-        match = _MIXED_FRAC.match(spaced)
+    if " " not in spaced and "frac" not in spaced:
+        return Reading(text)
+    assignment = _ASSIGNMENT.match(spaced)  # "x = 1 1/4" is x = 5/4
+    prefix = assignment.group(0) if assignment else ""
+    value = spaced[len(prefix):]
+    if "frac" in value:
+        match = _MIXED_FRAC.match(value)
         if match:
             return _mixed(match.group(1), match.group(2), match.group(3) or match.group(4),
-                          match.group(5) or match.group(6), text)
-    elif " " in spaced:
-        match = _MIXED_SLASH.match(spaced)
+                          match.group(5) or match.group(6), text, prefix)
+    elif " " in value:
+        match = _MIXED_SLASH.match(value)
         if match:
-            return _mixed(*match.groups(), text)
-        if _SEPARATED.match(spaced) and not _THOUSANDS.match(spaced):
+            return _mixed(*match.groups(), text, prefix)
+        if _SEPARATED.match(value) and not _THOUSANDS.match(value):
             return Reading(text, "numbers separated by whitespace are not one number")
     return Reading(text)
 
 
-def _mixed(sign: str, whole: str, numerator: str, denominator: str, text: str) -> Reading:
+def _mixed(sign: str, whole: str, numerator: str, denominator: str, text: str, prefix: str = "") -> Reading:
     """whole + numerator/denominator as ``\\frac{p}{q}`` (sign on both parts), when the fraction is proper."""
     w, n, d = int(whole), int(numerator), int(denominator)
     if d == 0 or n >= d:
         return Reading(text, "numbers separated by whitespace are not one number")
     minus = "-" if sign in ("-", "\u2212") else ""
-    return Reading(f"{minus}\\frac{{{w * d + n}}}{{{d}}}")
+    return Reading(f"{prefix}{minus}\\frac{{{w * d + n}}}{{{d}}}")
 
 
-_ASSIGNMENT = re.compile(r"^[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?\s*=\s*(?=\S)")
 _DECIMAL = re.compile(r"^([+\-\u2212]?)(\d*)\.(\d+)$")
 _FRACTION = re.compile(
     r"^([+\-\u2212]?)\s*(?:\\frac\s*(?:\{\s*([+\-\u2212]?\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))"

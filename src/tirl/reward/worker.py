@@ -306,6 +306,11 @@ _WARM_UP_PAIRS = (
     ("1+2i", "2i+1"),
     ("2^{10}", "1024"),
     ("\\begin{pmatrix} 1 & 0 \\\\ 0 & 1 \\end{pmatrix}", "\\begin{bmatrix} 1 & 0 \\\\ 0 & 1 \\end{bmatrix}"),
+    # issue 14 forms: solution sets (as_set), undefined answers (evaluation), constants
+    ("(-\\infty, 3)", "x<3"),
+    ("(-\\infty,2)\\cup(3,\\infty)", "x<2 \\text{ or } x>3"),
+    ("0", "4 \\cdot 0/0"),
+    ("1 - \\frac{1}{\\mathrm{e}}", "1 - e^{-1}"),
 )
 
 

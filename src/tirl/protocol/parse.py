@@ -419,8 +419,8 @@ def draft_spans(text: str, config: ProtocolConfig | None = None, *,
         Non-overlapping spans; ``end`` is just after ``</think>``. Never raises on a string.
     """
     cfg = resolve_config(config)
-    if not isinstance(text, str) or not cfg.think_drafts_active:
-        return []
+    if not isinstance(text, str) or not cfg.think_drafts_active or cfg.think_close not in text:
+        return []  # no closing tag: no closed draft (the common case, one scan)
     spans: list[tuple[int, int]] = []
     pos = 0
     if _prefill_opens_draft(cfg) if starts_inside is None else starts_inside:
@@ -446,7 +446,10 @@ def draft_spans(text: str, config: ProtocolConfig | None = None, *,
 
 def strip_drafts(text: str, config: ProtocolConfig | None = None, *, starts_inside: bool | None = None) -> str:
     """``text`` with every closed draft (:func:`draft_spans`) replaced by one newline."""
-    spans = draft_spans(text, config, starts_inside=starts_inside)
+    cfg = resolve_config(config)
+    if not isinstance(text, str) or cfg.think_close not in text:
+        return text  # no closing tag, no closed draft: the common case, one scan
+    spans = draft_spans(text, cfg, starts_inside=starts_inside)
     if not spans:
         return text
     parts, pos = [], 0

@@ -43,7 +43,7 @@ It does not decide equality (the fast paths and :mod:`tirl.reward.worker` do).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from tirl.reward.normalize import MAX_DECORATED_CHARS, strip_math_delimiters
 
@@ -91,8 +91,7 @@ _QUESTION_BASE = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class Reading:
+class Reading(NamedTuple):
     """An answer as the comparison sees it.
 
     Attributes:
@@ -187,6 +186,8 @@ def read_answer(answer: str, question_base_: int | None = None) -> Reading:
     Returns:
         The :class:`Reading`. Never raises on a string; reading ``Reading.text`` again gives the same text.
     """
+    if question_base_ is None and answer.isdigit():
+        return Reading(answer)
     text = strip_trailing_punctuation(answer)
     if any(hint in text for hint in _CONSTANT_HINTS):
         for pattern, replacement in _CONSTANTS:

@@ -186,6 +186,11 @@ def _gold_view(gold: str, question: str | None) -> tuple[Reading, str | None, in
         ``(reading, canonical integer or None, base)``: ``base`` is the base in which bare-numeral answers
         are read (the reference is written in base b and the question asks for base b), else None.
     """
+    integer = canonical_integer(gold)
+    if integer is not None and "_" not in gold:
+        # Reading never turns an integer of the integer policy into another value; only a base subscript
+        # (which the integer policy does not read) needs it.
+        return Reading(gold), integer, None
     reading = read_answer(gold)
     integer = canonical_integer(reading.text) if reading.problem is None else None
     base = reading.base if reading.base is not None and question_base(question) == reading.base else None

@@ -3,7 +3,9 @@
 Public API: :func:`verify`, :func:`verify_batch`, :func:`averify`, :func:`averify_batch`,
 :func:`verify_answers` and :class:`Verifier` (:mod:`tirl.reward.verifier`); :class:`Verdict`,
 :class:`VerifyItem`, :class:`VerifierConfig`, :class:`VerifierStats` (:mod:`tirl.reward.types`); the
-normalisation helpers of the fast paths (:mod:`tirl.reward.normalize`); the ``POST /v1/verify/batch`` router
+normalisation helpers of the fast paths (:mod:`tirl.reward.normalize`); the reading of answer forms before
+any comparison (:mod:`tirl.reward.forms`: mixed and separated numbers, constants, base numerals, trailing
+punctuation, and ``value_key``, the vote key of maj@k); the ``POST /v1/verify/batch`` router
 (:mod:`tirl.reward.routes`, imported on demand because it needs FastAPI).
 
 Importing this package does not import sympy or math-verify: they run in sandbox workers

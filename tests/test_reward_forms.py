@@ -97,7 +97,7 @@ def test_digits_invalid_in_the_base_are_not_a_number(answer: str) -> None:
     assert "numeral" in (read_answer(answer).problem or "")
 
 
-@pytest.mark.parametrize("answer", ["x_1", "a_{2}", "a_n", "F_{10}"])
+@pytest.mark.parametrize("answer", ["x_1", "a_{2}", "a_n", "F_{10}", "2a_3", "3x_{2}"])
 def test_subscripted_variables_are_not_base_numerals(answer: str) -> None:
     reading = read_answer(answer)
     assert reading.problem is None and reading.base is None and reading.text == answer

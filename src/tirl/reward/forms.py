@@ -199,9 +199,9 @@ def read_answer(answer: str, question_base_: int | None = None) -> Reading:
         text = " ".join(text.split())
     if "_" in text:
         match = _BASE_NUMERAL.match(text)
-        if match:
-            digits = match.group(1) or match.group(2) or match.group(3)
-            base = int(match.group(4) or match.group(5))
+        digits = (match.group(1) or match.group(2) or match.group(3)) if match else ""
+        base = int(match.group(4) or match.group(5)) if match else 0
+        if match and (digits.isdigit() or base > 10):  # "2a_3" is 2 times a_3, not a numeral
             value = _base_value(digits, base)
             if value is not None:
                 return Reading(value, base=base)

@@ -21,7 +21,7 @@ from tirl.protocol import (
     trajectory_format_penalty,
 )
 
-FIELD_CASES = Path(__file__).resolve().parents[2] / "shared" / "cases" / "field-cases.jsonl"
+FIELD_CASES = Path(__file__).resolve().parent / "data" / "field_cases.jsonl"
 
 # (id, text, expected answer)
 EXTRACT_CASES = [
@@ -79,7 +79,7 @@ EXTRACT_CASES = [
     ("unclosed-tool-response-ignored", "\\boxed{2}<tool_response>\n\\boxed{5}", "2"),
 ]
 
-# Field cases, component "extraction" (../shared/cases/field-cases.jsonl), with the behaviour tirl chose.
+# Field cases, component "extraction" (tests/data/field_cases.jsonl), with the behaviour tirl chose.
 FIELD_EXTRACTION = [
     ("F41", "So the probability is \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}"),
     ("F43", "The answer is \\fbox{7}.", "7"),
@@ -113,8 +113,6 @@ def test_field_extraction_cases(case_id, text, expected):
 
 
 def test_field_extraction_cases_cover_shared_file():
-    if not FIELD_CASES.exists():
-        pytest.skip("shared field-cases file not present in this checkout")
     ids = {json.loads(line)["id"] for line in FIELD_CASES.read_text().splitlines()
            if line.strip() and json.loads(line)["component"] == "extraction"}
     covered = {c[0].split("-")[0] for c in FIELD_EXTRACTION}

@@ -13,7 +13,7 @@ from tirl.protocol import ProtocolConfig, ToolCall, ToolCallError
 from tirl.protocol.parse import ERROR_KINDS, parse_tool_calls, render_tool_call
 
 FN = "execute_python_code_with_standard_io"
-FIELD_CASES = Path(__file__).resolve().parents[2] / "shared" / "cases" / "field-cases.jsonl"
+FIELD_CASES = Path(__file__).resolve().parent / "data" / "field_cases.jsonl"
 
 
 def call_text(code: str, stdin: str = "", name: str = FN) -> str:
@@ -230,7 +230,7 @@ def test_suspicious_escapes_flagged_not_repaired(case_id, json_code, warnings):
     assert call.code == json.loads('"' + json_code + '"')
 
 
-# Field cases, component "parser" (../shared/cases/field-cases.jsonl). Inputs copied verbatim.
+# Field cases, component "parser" (tests/data/field_cases.jsonl). Inputs copied verbatim.
 F = FN
 FIELD_PARSER = [
     ("F26", "<tool_call>{\"name\": \"" + F + "\", \"arguments\": {\"code\": \"x = 1\nprint(x)\", \"input\": \"\"}}</tool_call>",
@@ -270,8 +270,6 @@ def test_field_parser_cases(case_id, text, strict, lenient):
 
 
 def test_field_parser_cases_match_shared_file():
-    if not FIELD_CASES.exists():
-        pytest.skip("shared field-cases file not present in this checkout")
     shared = {}
     for line in FIELD_CASES.read_text().splitlines():
         if line.strip():

@@ -2,7 +2,7 @@
 
 Every row is verified in one ``verify_batch`` call through a ``LocalSandbox`` that preloads the reward worker
 (symbolic rows run math-verify in forked sandbox children under the 5 s hard deadline), then each row is
-asserted on its own. Rows cite the field cases of ``shared/cases/field-cases.jsonl`` (F41-F77) where they come
+asserted on its own. Rows cite the field cases of ``tests/data/field_cases.jsonl`` (F41-F77) where they come
 from; the rest are MATH-500-style answers and integers written in several ways. The expected rewards follow
 the policies of docs/reward.md and the extraction policy of ``tirl.protocol.extract_answer`` (last box of the
 last ``<answer>`` block, else of the final turn; boxes are never merged).

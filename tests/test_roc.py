@@ -52,7 +52,7 @@ def _group(n_pos: int, n: int = 32, penalty: float = 0.5) -> list[Candidate]:
     return [Candidate(reward=1.0 if i in pos else 0.0, penalty=penalty) for i in range(n)]
 
 
-# The release's counts for 32 -> 16 (notes/rstar2-reference.md §2c.4: banker's rounding of proportional quotas,
+# The release's counts for 32 -> 16 (the public release, github.com/microsoft/rStar at ecbfb94: banker's rounding of proportional quotas,
 # minimum 2 per class with `<=` comparisons). The rows the notes list are 1-6, 16, 29-31; the others follow from
 # the same rule and are checked against it below.
 TOPK_TABLE = {

@@ -10,8 +10,8 @@ This module covers:
 * penalties of one trajectory from structured records (never from substring matching on text):
   :func:`p_err`, :func:`p_format`, :func:`p_total`;
 * class quotas (:func:`class_quotas`) and the selection of one group (:func:`select`, :func:`select_group`) in
-  two modes, ``paper`` (stochastic, the paper's rule) and ``topk`` (the public release's deterministic rule,
-  notes/rstar2-reference.md §2c.4).
+  two modes, ``paper`` (stochastic, the paper's rule) and ``topk`` (the deterministic rule of the public
+  release, github.com/microsoft/rStar at ecbfb94).
 
 It does not compute rewards (``tirl.reward``), advantages (:mod:`tirl.algo.advantages`) or touch tensors: every
 function is pure Python over small records, so it is testable without torch.
@@ -96,7 +96,7 @@ def p_err(trajectory: Trajectory) -> float:
 
 
 def p_format(trajectory: Trajectory) -> float:
-    """Answer-format penalty (DESIGN.md, "Tool errors and format score").
+    """Answer-format penalty (rStar2-Agent report, GRPO-RoC: the format penalty).
 
     ``1.0`` when the trajectory has no ``<answer>`` block; otherwise ``min(1, (answer_blocks - 1) / turns)``
     where ``answer_blocks`` is the number of ``<answer>...</answer>`` blocks over all assistant turns and

@@ -6,7 +6,7 @@ simulator (:mod:`tirl.rollout.sim`). It keeps reservations, the FIFO wait queue,
 endpoint liveness. It does no I/O, owns no engines and never sleeps: callers pass the current time ``now``
 (seconds, any monotonic origin) and act on the :class:`Admission` records it returns.
 
-Policies (rStar2-Agent report §3.2 and Fig. 7; notes/rstar2-reference.md §2d.4):
+Policies (rStar2-Agent report §3.2 and Fig. 7; the public release, github.com/microsoft/rStar at ecbfb94):
 
 - ``kv_aware`` (the paper's scheduler): a trajectory reserves ``ceil(budget_tokens * admission_coef)`` KV
   tokens, where ``budget_tokens`` is its prompt plus maximum response length (its worst-case KV footprint).

@@ -1,6 +1,6 @@
 """The rollout scheduler: an :class:`~tirl.rollout.engine.EngineRouter` over several generation endpoints.
 
-rStar2-Agent's load-balanced rollout scheduler (report §3.2, Fig. 7; notes/rstar2-reference.md §2d.4). Each
+rStar2-Agent's load-balanced rollout scheduler (report §3.2, Fig. 7; the public release, github.com/microsoft/rStar at ecbfb94). Each
 endpoint wraps an :class:`~tirl.rollout.engine.Engine` (an OpenAI-compatible server, or the in-process engine)
 and has a KV capacity in tokens. A trajectory takes a lease for its whole life: entering the lease may wait
 (``kv_aware``: until the endpoint with the most free KV capacity can hold the trajectory's budget); every turn

@@ -17,7 +17,7 @@ Fitted to the rStar2-Agent report (arXiv 2508.20722):
   average; a trajectory's count is Poisson with a mean proportional to its length, capped at max_turns - 1.
 - Tool latency: log-normal with a given mean (the report: 0.3 s mean end to end; the benchmark uses 0.05 s
   and 1 s); tool responses are short (outputs are truncated): log-normal, median 60 tokens.
-Tool-response tokens count against the response budget (notes/rstar2-reference.md §2d.5).
+Tool-response tokens count against the response budget (the public release, github.com/microsoft/rStar at ecbfb94).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ recipe (``configs/*.yaml``) with dotted overrides from the command line (``rollo
 checking against the dataclass fields (YAML 1.1 reads ``1e-6`` as a string; it is converted here), and the batch
 arithmetic that maps an RL step onto TRL's ``GRPOConfig``. It does not build the trainer (:mod:`tirl.train.rl`).
 
-Defaults are the report's (rStar2-Agent's training recipe, and notes/rstar2-reference.md §2c.5): loss ``dapo`` (token-level
+Defaults are the report's (rStar2-Agent's training recipe, and the public release, github.com/microsoft/rStar at ecbfb94): loss ``dapo`` (token-level
 mean), clip 0.2 / 0.28 (clip-higher), beta 0 (no KL, no reference model), no entropy bonus, AdamW lr 1e-6
 constant after 20 warm-up steps, weight decay 0.01, grad clip 1.0, temperature 1.0, 32 rollouts per problem of
 which RoC keeps 16, 512 problems per step, one optimiser step per RL step (on-policy).

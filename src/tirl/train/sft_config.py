@@ -5,7 +5,7 @@ Covers :class:`SFTConfig` and its sections (model, data, optimisation, logging),
 (:func:`tirl.train.config.load_dataclass_config`), and the batch arithmetic onto TRL's ``SFTConfig``. It does not
 build the trainer (:mod:`tirl.train.sft`) or load data (:mod:`tirl.data.sft`).
 
-Defaults are the report's SFT stage (notes/rstar2-reference.md §2f.2): 3 epochs, lr 5e-6, 4% warm-up, cosine
+Defaults are the report's SFT stage (the public release, github.com/microsoft/rStar at ecbfb94): 3 epochs, lr 5e-6, 4% warm-up, cosine
 decay, 128 conversations per optimiser step; the model section is shared with RL (:class:`ModelConfig`, LoRA
 off unless a recipe turns it on).
 """

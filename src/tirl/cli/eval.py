@@ -166,9 +166,13 @@ def run_demo(out: Path, fresh: bool = False, console: Console | None = None) -> 
         typer.secho(f"tirl demo: {exc}", fg="red", err=True)
         raise typer.Exit(2) from None
     labels = [f"{label}" for label, _ in settings.models]
-    console.print(demo.comparison_table(
-        results, labels, title=f"base = {demo.BASE_MODEL}, tirl = {demo.TRAINED_MODEL}; with the Python tool, "
-                               f"T={settings.temperature}, {settings.max_turns} turns, {settings.max_tokens} tokens"))
+    table = demo.comparison_table(
+        results, labels, title=f"{' vs '.join(f'{label} = {model}' for label, model in settings.models)}; with the "
+                               f"Python tool, T={settings.temperature}, {settings.max_turns} turns, "
+                               f"{settings.max_tokens} tokens")
+    if not console.is_terminal and console.width < 118:  # five columns: not squeezed into 80 in a log
+        console = Console(width=118)
+    console.print(table)
     new = sum(r.new_samples for r in results)
     console.print(f"demo finished in {elapsed / 60:.1f} min ({new} trajectories generated now; outputs in {out}/; "
                   "re-running resumes, --fresh starts over)")

@@ -261,3 +261,27 @@ def test_a_gguf_file_is_converted_once_and_reconverted_when_it_changes(tmp_path,
     os.utime(gguf, ns=(1, 2_000_000_000))
     second = resolve(gguf)
     assert second != first and len(calls) == 2
+
+
+def test_auto_dtype_follows_the_cpus_native_bf16_flag(monkeypatch):
+    from tirl.models import loading
+
+    xeon = "processor\t: 0\nflags\t\t: fpu sse avx512f avx512_vnni\n"
+    epyc = "processor\t: 0\nflags\t\t: fpu sse avx512f avx512_vnni avx512_bf16\n"
+    assert not loading.cpu_has_bf16(xeon) and loading.cpu_has_bf16(epyc)
+    assert loading.cpu_has_bf16("flags : amx_tile amx_bf16\n")
+    monkeypatch.setattr(loading, "cpu_has_bf16", lambda cpuinfo=None: False)
+    assert loading.resolve_dtype("auto") == "float32"
+    monkeypatch.setattr(loading, "cpu_has_bf16", lambda cpuinfo=None: True)
+    assert loading.resolve_dtype("auto") == "bfloat16"
+    assert loading.resolve_dtype("auto", device="cuda:0") == "bfloat16"
+    assert loading.resolve_dtype("float32") == "float32"
+
+
+def test_unknown_dtype_is_rejected():
+    import pytest
+
+    from tirl.models.loading import resolve_dtype
+
+    with pytest.raises(ValueError, match="dtype"):
+        resolve_dtype("int8")

@@ -109,8 +109,9 @@ def eval_command(
     prompt_style: str = typer.Option(
         "full", "--prompt-style", help="full (tool declared with its JSON schema) or compact (short prompt, one "
                                        "example call; what the CPU recipes train with)."),
-    dtype: str = typer.Option("float32", "--dtype", help="Weights of the in-process engine: float32, bfloat16 "
-                                                         "or float16 (float32 is fastest on CPUs without bf16)."),
+    dtype: str = typer.Option("auto", "--dtype", help="Weights of the in-process engine: auto (bf16 where the "
+                                                      "CPU computes it natively, else float32), float32, bfloat16 "
+                                                      "or float16."),
     answer_fallback: bool = typer.Option(
         False, "--answer-fallback",
         help="For models that do not box: take an answer stated in plain text ('The final answer is $10$.') "

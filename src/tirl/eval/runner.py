@@ -73,8 +73,8 @@ class EvalConfig:
         concurrency: trajectories in flight; None picks 8 for ``hf`` and 64 for ``openai``.
         tool_timeout_s: deadline of one tool call, seconds.
         context_window: the model's context in tokens; None reads it from the engine when it can.
-        dtype: weights of the in-process engine (``float32`` is 2-3x faster than ``bfloat16`` on CPUs
-            without bf16 instructions; see docs/benchmarks.md).
+        dtype: weights of the in-process engine; ``auto`` picks bf16 where the CPU computes it natively and
+            float32 elsewhere (:func:`tirl.models.loading.resolve_dtype`; docs/benchmarks.md).
         protocol: the conversation format (use the one the model was trained with; the CPU recipes use
             ``ProtocolConfig(prompt_style="compact")``).
         answer_fallback: when a response has no boxed answer, take one stated in plain text ("The final
@@ -104,7 +104,7 @@ class EvalConfig:
     concurrency: int | None = None
     tool_timeout_s: float = 10.0
     context_window: int | None = None
-    dtype: str = "float32"
+    dtype: str = "auto"
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
     answer_fallback: bool = False
 

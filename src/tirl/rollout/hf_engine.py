@@ -149,9 +149,10 @@ class HFEngine:
     # ------------------------------------------------------------------ construction and weights
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | Path, dtype: str = "bfloat16",
+    def from_pretrained(cls, name_or_path: str | Path, dtype: str = "auto",
                         config: HFEngineConfig | None = None) -> "HFEngine":
-        """Load a model reference with :func:`tirl.models.load` (``dtype`` ``bfloat16`` runs bf16 on CPU)."""
+        """Load a model reference with :func:`tirl.models.load` (``dtype="auto"``: bf16 where the CPU computes it
+        natively, else float32)."""
         from tirl.models import load
 
         model, _ = load(name_or_path, dtype=dtype)

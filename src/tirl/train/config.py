@@ -55,7 +55,8 @@ class ModelConfig:
     Attributes:
         name_or_path: a built-in name of ``tirl.models`` (``qwen2.5-coder-0.5b-instruct``,
             ``smollm2-135m-instruct``), a local Hugging Face folder, or a GGUF file.
-        dtype: ``float32``, ``bfloat16`` or ``float16`` (bf16 is 1.5-1.8x faster than fp32 on the CPUs here).
+        dtype: ``auto`` (bf16 on GPUs and on CPUs that compute bf16 natively, else float32; see
+            :func:`tirl.models.loading.resolve_dtype`), ``float32``, ``bfloat16`` or ``float16``.
         gradient_checkpointing: recompute activations in the backward pass (saves memory on long sequences).
         lora: LoRA settings.
         init_token_rows: tokens (each one vocabulary entry) whose never-trained embedding rows are set to the
@@ -66,7 +67,7 @@ class ModelConfig:
     """
 
     name_or_path: str = "qwen2.5-coder-0.5b-instruct"
-    dtype: str = "bfloat16"
+    dtype: str = "auto"
     gradient_checkpointing: bool = False
     lora: LoraSettings = field(default_factory=LoraSettings)
     init_token_rows: list[str] = field(default_factory=list)
@@ -294,8 +295,8 @@ class RLConfig:
             raise ValueError("optim.retain_high_entropy_token_ratio must be in (0, 1] (1.0 = all tokens)")
         if o.entropy_mask_scope not in ("sequence", "batch"):
             raise ValueError(f"optim.entropy_mask_scope must be sequence or batch, got {o.entropy_mask_scope!r}")
-        if self.model.dtype not in ("float32", "bfloat16", "float16"):
-            raise ValueError(f"model.dtype must be float32, bfloat16 or float16, got {self.model.dtype!r}")
+        if self.model.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"model.dtype must be auto, float32, bfloat16 or float16, got {self.model.dtype!r}")
         if r.server_url and (r.use_vllm or not self.model.lora.enabled):
             raise ValueError("rollout.server_url needs model.lora.enabled (the adapter is what is sent to the "
                              "server) and cannot be combined with rollout.use_vllm")

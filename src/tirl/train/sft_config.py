@@ -146,8 +146,8 @@ class SFTConfig:
             raise ValueError("data.max_length must be >= 16 tokens")
         if o.loss_type not in ("nll", "dft"):
             raise ValueError(f"optim.loss_type must be nll or dft, got {o.loss_type!r}")
-        if self.model.dtype not in ("float32", "bfloat16", "float16"):
-            raise ValueError(f"model.dtype must be float32, bfloat16 or float16, got {self.model.dtype!r}")
+        if self.model.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"model.dtype must be auto, float32, bfloat16 or float16, got {self.model.dtype!r}")
 
     def gradient_accumulation_steps(self, num_processes: int = 1) -> int:
         """Micro-batches per optimiser step on each process."""

@@ -78,10 +78,16 @@ def trained_models() -> dict[str, TrainedModel]:
     return out
 
 
-def _weights(model: Any) -> list[Any]:
-    embed = model.get_input_embeddings().weight
-    head = model.get_output_embeddings()
-    return [embed] if head is None or head.weight is embed else [embed, head.weight]
+def _save_folder(model: Any, out_dir: Path, base_dir: Path, tokenizer_dir: Path) -> None:
+    """Write a merged model as a plain HF folder: weights, the tokenizer of ``tokenizer_dir``, and the base's
+    generation config and tirl source record (stop ids)."""
+    from transformers import AutoTokenizer
+
+    model.save_pretrained(str(out_dir))
+    AutoTokenizer.from_pretrained(str(tokenizer_dir)).save_pretrained(str(out_dir))
+    for extra in ("generation_config.json", "tirl_source.json"):
+        if (base_dir / extra).is_file():
+            shutil.copy(base_dir / extra, out_dir / extra)
 
 
 def build_trained_model(spec: TrainedModel, out_dir: Path) -> None:
@@ -94,15 +100,16 @@ def build_trained_model(spec: TrainedModel, out_dir: Path) -> None:
     import torch
     from peft import PeftModel
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from tirl.models.loading import resolve
+    from tirl.train.token_rows import row_weights
 
     base_dir = resolve(spec.base)
     model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
     rows = load_file(str(spec.folder / ROWS_FILE))
     ids = rows["ids"].tolist()
-    weights = _weights(model)
+    weights = row_weights(model)
     if sum(1 for k in rows if k.startswith("rows.")) != len(weights):
         raise ValueError(f"{spec.folder / ROWS_FILE} was written for a model with another embedding layout")
     with torch.no_grad():
@@ -111,11 +118,7 @@ def build_trained_model(spec: TrainedModel, out_dir: Path) -> None:
     for name in spec.adapters:
         model = PeftModel.from_pretrained(model, str(spec.folder / name), torch_dtype=torch.float32)
         model = model.merge_and_unload()
-    model.save_pretrained(str(out_dir))
-    AutoTokenizer.from_pretrained(str(base_dir)).save_pretrained(str(out_dir))
-    for extra in ("generation_config.json", "tirl_source.json"):
-        if (base_dir / extra).is_file():
-            shutil.copy(base_dir / extra, out_dir / extra)
+    _save_folder(model, out_dir, base_dir, base_dir)
     (out_dir / "tirl_trained.json").write_text(json.dumps({"name": spec.name, "fingerprint": spec.fingerprint()}))
 
 
@@ -130,7 +133,7 @@ def build_adapter_checkpoint(folder: Path, out_dir: Path) -> None:
     """
     import torch
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from tirl.models.loading import resolve
     from tirl.train.token_rows import load_token_rows
@@ -140,12 +143,7 @@ def build_adapter_checkpoint(folder: Path, out_dir: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
     load_token_rows(model, folder)
     model = PeftModel.from_pretrained(model, str(folder), torch_dtype=torch.float32).merge_and_unload()
-    model.save_pretrained(str(out_dir))
-    tok_src = folder if (folder / "tokenizer_config.json").is_file() else base_dir
-    AutoTokenizer.from_pretrained(str(tok_src)).save_pretrained(str(out_dir))
-    for extra in ("generation_config.json", "tirl_source.json"):
-        if (base_dir / extra).is_file():
-            shutil.copy(base_dir / extra, out_dir / extra)
+    _save_folder(model, out_dir, base_dir, folder if (folder / "tokenizer_config.json").is_file() else base_dir)
 
 
 def export_trained_model(out_dir: str | Path, *, name: str, base: str, checkpoints: Sequence[str | Path],

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 ROWS_FILE = "tirl_token_rows.pt"
 
 
-def _weights(model: Any) -> list[Any]:
+def row_weights(model: Any) -> list[Any]:
     """The input-embedding weight and, when not tied to it, the LM-head weight."""
     embed = model.get_input_embeddings().weight
     head_module = model.get_output_embeddings()
@@ -53,7 +53,7 @@ def make_rows_trainable(model: Any, ids: Sequence[int]) -> list[Any]:
     if not ids:
         raise ValueError("make_rows_trainable needs at least one token id")
     handles = []
-    for weight in _weights(model):
+    for weight in row_weights(model):
         if min(ids) < 0 or max(ids) >= weight.shape[0]:
             raise ValueError(f"token ids {list(ids)} outside the {weight.shape[0]} rows")
         mask = torch.zeros(weight.shape[0], 1, dtype=weight.dtype, device=weight.device)
@@ -68,7 +68,7 @@ def save_token_rows(model: Any, ids: Sequence[int], folder: str | Path) -> Path:
     import torch
 
     path = Path(folder) / ROWS_FILE
-    torch.save({"ids": list(ids), "rows": [w.detach()[list(ids)].cpu().clone() for w in _weights(model)]}, path)
+    torch.save({"ids": list(ids), "rows": [w.detach()[list(ids)].cpu().clone() for w in row_weights(model)]}, path)
     return path
 
 
@@ -84,7 +84,7 @@ def load_token_rows(model: Any, folder: str | Path) -> bool:
     if not path.is_file():
         return False
     saved = torch.load(path, map_location="cpu")
-    weights = _weights(model)
+    weights = row_weights(model)
     if len(saved["rows"]) != len(weights):
         raise ValueError(f"{path}: {len(saved['rows'])} saved weights, the model has {len(weights)}")
     with torch.no_grad():

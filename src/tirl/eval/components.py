@@ -65,7 +65,7 @@ def build_router(config: "EvalConfig", model_and_tokenizer: tuple[Any, Any] | No
         model, _ = model_and_tokenizer
         engine = HFEngine(model, HFEngineConfig(max_batch_size=config.concurrency or 8, seed=config.seed))
         return SingleEngineRouter(engine), engine.aclose, engine.max_model_len
-    from tirl.rollout.openai_engine import OpenAIEngine  # type: ignore[import-not-found]
+    from tirl.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
 
     if len(config.servers) > 1 or config.scheduler is not None or config.kv_capacities:
         from tirl.rollout.scheduler import RolloutScheduler, SchedulerConfig
@@ -75,9 +75,11 @@ def build_router(config: "EvalConfig", model_and_tokenizer: tuple[Any, Any] | No
             SchedulerConfig(policy=config.scheduler or "kv_aware", admission_coef=config.admission_coef,
                             metrics_log=str(config.out_dir / "scheduler_metrics.jsonl")),
             capacities=config.kv_capacities,
+            engine_factory=lambda url: OpenAIEngine(url, OpenAIEngineConfig(send_seed=config.server_seed)),
         )
         return scheduler, scheduler.aclose, None
-    engine = OpenAIEngine(config.servers[0])  # the served model name is discovered from /v1/models
+    # the served model name is discovered from /v1/models
+    engine = OpenAIEngine(config.servers[0], OpenAIEngineConfig(send_seed=config.server_seed))
     return SingleEngineRouter(engine), getattr(engine, "aclose", None), None
 
 

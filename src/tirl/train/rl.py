@@ -126,6 +126,20 @@ def make_trainer_class() -> type:
                 output["advantages"] = mine
             return output
 
+        def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
+                         num_items_in_batch: Any = None) -> Any:
+            """TRL's loss on the micro-batch cut to the rows and columns that carry gradient
+            (:mod:`tirl.train.micro_batch`; same loss value and gradient); the share of token positions still
+            computed is logged as ``tirl/update/computed_fraction``."""
+            from tirl.train.micro_batch import compact_micro_batch, row_policy
+
+            batch_wide = self.tirl_entropy_mask_scope == "batch" and self.top_entropy_quantile < 1.0
+            policy = row_policy(self.loss_type, float(self.beta), batch_wide)
+            inputs, done = compact_micro_batch(inputs, policy)
+            mode = "train" if self.model.training else "eval"
+            self._metrics[mode]["tirl/update/computed_fraction"].append(done.computed_fraction)
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
         def get_high_entropy_mask(self, entropies: Any, mask: Any, threshold: float) -> Any:
             """Per-sequence top fraction (``optim.entropy_mask_scope: sequence``, the release's ranking) or
             TRL's batch-wide quantile (``batch``); see :mod:`tirl.algo.entropy_mask`. ``mask`` is TRL's

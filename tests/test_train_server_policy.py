@@ -108,3 +108,31 @@ def test_server_rollouts_need_a_lora_policy():
     config = load_config(None, ["rollout.server_url=http://127.0.0.1:18200"])
     with pytest.raises(ValueError, match="lora"):
         config.validate(1)
+
+
+@pytest.mark.slow
+def test_eval_of_a_lora_checkpoint_on_a_server_loads_the_adapter_and_requests_it(tmp_path, tiny_model_dir, lora_server):
+    import json
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from tirl.eval.runner import EvalConfig, run_eval_sync
+    from tirl.rollout.lora_server import served_adapter_name
+
+    server, pushed = lora_server
+    ckpt = tmp_path / "run" / "checkpoint-3"
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32),
+                           LoraConfig(r=2, target_modules=["q_proj"]))
+    model.save_pretrained(str(ckpt))
+    bench = tmp_path / "two.jsonl"
+    bench.write_text("".join(json.dumps({"id": f"q{i}", "problem": f"What is 6 times {i}?", "answer": str(6 * i)})
+                             + "\n" for i in (2, 7)))
+    config = EvalConfig(model=str(ckpt), benchmarks=[str(bench)], out_dir=tmp_path / "out", samples=2,
+                        max_turns=1, max_tokens=8, engine="openai", servers=[server.url], server_seed=False)
+    result = run_eval_sync(config, progress=False)
+    # the testing server answers 404 to a model name it does not serve: the samples ran under the adapter's name
+    assert [p["name"] for p in pushed] == [served_adapter_name(ckpt)]
+    assert result.new_samples == 4 and server.generate_requests >= 4
+    assert server.app.state.prefix_cache_resets == 1

@@ -62,16 +62,19 @@ def _run(config, console: Console, progress: bool = True):  # noqa: ANN001, ANN2
     from tirl.eval.store import ResumeMismatch
     from tirl.models import ModelNotFoundError
     from tirl.rollout.agent_loop import SandboxUnavailable
+    from tirl.rollout.lora_server import ServerSyncError
 
     try:
         return asyncio.run(run_eval(config, console=console, progress=progress))
-    except (ResumeMismatch, ModelNotFoundError, BenchmarkError, SandboxUnavailable, ValueError) as exc:
+    except (ResumeMismatch, ModelNotFoundError, BenchmarkError, SandboxUnavailable, ServerSyncError,
+            ValueError) as exc:
         typer.secho(f"tirl eval: {exc}", fg="red", err=True)
         raise typer.Exit(2) from None
 
 
 def eval_command(
-    model: str = typer.Option(..., "--model", "-m", help="Built-in model name, HF folder or .gguf file."),
+    model: str = typer.Option(..., "--model", "-m", help="Built-in model name, HF folder, .gguf file or LoRA checkpoint folder (with --engine openai the servers load "
+                          "the adapter)."),
     benchmark: list[str] = typer.Option(
         ..., "--benchmark", "-b",
         help="Benchmark name (aime24, aime25, amc23, hmmt25_feb, math500, gsm8k, toolmath) or JSONL path; repeat or "

@@ -50,11 +50,13 @@ def build_router(config: "EvalConfig", model_and_tokenizer: tuple[Any, Any] | No
     """The engine router, its closer and the model's context window (tokens) for ``config.engine``.
 
     ``hf``: an ``HFEngine`` over the loaded model (``model_and_tokenizer``), batching up to
-    ``config.concurrency`` rows. ``openai``: one ``OpenAIEngine`` for a single server; with several servers
+    ``config.concurrency`` rows. ``openai``: one ``OpenAIEngine`` for a single server (when ``config.model`` is a
+    LoRA checkpoint folder, each server first loads the adapter and requests name it); with several servers
     (or an explicit ``config.scheduler`` or ``config.kv_capacities``) a ``RolloutScheduler`` over one ``OpenAIEngine`` per server, logging
     its metrics to ``<out_dir>/scheduler_metrics.jsonl``.
 
     Raises:
+        tirl.rollout.lora_server.ServerSyncError: a server refused the checkpoint's adapter.
         ValueError: a server without a KV capacity under ``kv_aware`` (neither reported nor configured).
         ImportError: the engine's module is missing.
     """
@@ -65,7 +67,18 @@ def build_router(config: "EvalConfig", model_and_tokenizer: tuple[Any, Any] | No
         model, _ = model_and_tokenizer
         engine = HFEngine(model, HFEngineConfig(max_batch_size=config.concurrency or 8, seed=config.seed))
         return SingleEngineRouter(engine), engine.aclose, engine.max_model_len
+    from tirl.models import lora_adapter_folder
     from tirl.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
+
+    served_name = None  # None: the served model name is discovered from /v1/models
+    adapter = lora_adapter_folder(config.model)
+    if adapter is not None:  # a LoRA checkpoint: every server loads it, requests name it
+        from tirl.rollout.lora_server import load_adapter, served_adapter_name
+
+        served_name = served_adapter_name(adapter)
+        for url in config.servers:
+            load_adapter(url, adapter, served_name)
+    engine_config = OpenAIEngineConfig(model=served_name, send_seed=config.server_seed)
 
     if len(config.servers) > 1 or config.scheduler is not None or config.kv_capacities:
         from tirl.rollout.scheduler import RolloutScheduler, SchedulerConfig
@@ -75,11 +88,10 @@ def build_router(config: "EvalConfig", model_and_tokenizer: tuple[Any, Any] | No
             SchedulerConfig(policy=config.scheduler or "kv_aware", admission_coef=config.admission_coef,
                             metrics_log=str(config.out_dir / "scheduler_metrics.jsonl")),
             capacities=config.kv_capacities,
-            engine_factory=lambda url: OpenAIEngine(url, OpenAIEngineConfig(send_seed=config.server_seed)),
+            engine_factory=lambda url: OpenAIEngine(url, engine_config),
         )
         return scheduler, scheduler.aclose, None
-    # the served model name is discovered from /v1/models
-    engine = OpenAIEngine(config.servers[0], OpenAIEngineConfig(send_seed=config.server_seed))
+    engine = OpenAIEngine(config.servers[0], engine_config)
     return SingleEngineRouter(engine), getattr(engine, "aclose", None), None
 
 

@@ -1,13 +1,13 @@
 """Models: built-in packaged models, GGUF conversion, loading, and tiny random models for tests.
 
 Public API: :func:`resolve` (model reference -> plain HF folder), :func:`load` (-> ``(model, tokenizer)``),
-:func:`load_tokenizer`, :func:`stop_token_ids`, :func:`build_tiny_model` / :func:`cached_tiny_model`,
+:func:`load_tokenizer`, :func:`stop_token_ids`, :func:`lora_adapter_folder`, :func:`build_tiny_model` / :func:`cached_tiny_model`,
 :data:`BUILTIN_MODELS`, :func:`cache_dir`. Heavy libraries (torch, transformers) are imported lazily.
 """
 
 from tirl.models.builtin import BUILTIN_MODELS, BuiltinModel, ModelNotFoundError
 from tirl.models.cache import build_once, cache_dir
-from tirl.models.loading import load, load_tokenizer, resolve, stop_token_ids, tokenizer_dir
+from tirl.models.loading import load, load_tokenizer, lora_adapter_folder, resolve, stop_token_ids, tokenizer_dir
 from tirl.models.tiny import build_tiny_model, cached_tiny_model
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "cached_tiny_model",
     "load",
     "load_tokenizer",
+    "lora_adapter_folder",
     "resolve",
     "stop_token_ids",
     "tokenizer_dir",

@@ -63,6 +63,16 @@ def _classify(name_or_path: str | Path) -> tuple[str, Any]:
     )
 
 
+def lora_adapter_folder(name_or_path: str | Path) -> Path | None:
+    """The folder when ``name_or_path`` is a LoRA checkpoint folder (``adapter_config.json``, no ``config.json``;
+    a ``checkpoint-N`` of ``tirl train``), else None (built-in names, HF folders, GGUF files, missing paths)."""
+    try:
+        kind, ref = _classify(name_or_path)
+    except ModelNotFoundError:
+        return None
+    return ref if kind == "adapter" else None
+
+
 def _conversion_args(kind: str, ref: Any) -> tuple[Path, str, dict]:
     """GGUF file, cache key and end-of-turn settings for a GGUF or built-in reference."""
     if kind == "builtin":

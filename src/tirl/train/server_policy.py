@@ -25,13 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+from tirl.rollout.lora_server import ServerSyncError, load_adapter
 
 logger = logging.getLogger(__name__)
-
-
-class ServerSyncError(RuntimeError):
-    """The server refused or failed to load the adapter (the message quotes its answer)."""
 
 
 class ServerPolicySync:
@@ -75,22 +71,9 @@ class ServerPolicySync:
             if len(subs) != 1:
                 raise ServerSyncError(f"no adapter_config.json written under {path}")
             path = subs[0]
-        body = {"lora_name": self.lora_name, "lora_path": str(path.resolve()), "load_inplace": True}
-        try:
-            with httpx.Client(base_url=self.url, timeout=self.timeout_s) as client:
-                resp = client.post("/v1/load_lora_adapter", json=body)
-                if resp.status_code >= 400:
-                    raise ServerSyncError(f"{self.url}/v1/load_lora_adapter answered {resp.status_code}: "
-                                          f"{resp.text[:300]} (was the server started with --enable-lora and "
-                                          "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True?)")
-                reset = client.post("/reset_prefix_cache")
-                if reset.status_code >= 400:
-                    logger.warning("%s/reset_prefix_cache answered %s (start vLLM with VLLM_SERVER_DEV_MODE=1)",
-                                   self.url, reset.status_code)
-        except httpx.HTTPError as exc:
-            raise ServerSyncError(f"cannot reach {self.url}: {type(exc).__name__}: {exc}") from exc
+        load_adapter(self.url, path, self.lora_name, timeout_s=self.timeout_s)
         self.syncs += 1
         self.last_sync_s = time.perf_counter() - t0
 
 
-__all__ = ["ServerPolicySync", "ServerSyncError"]
+__all__ = ["ServerPolicySync", "ServerSyncError", "load_adapter"]

@@ -1,0 +1,56 @@
+"""LoRA adapters on a running inference server (vLLM and its CPU build): load one under a name, by HTTP.
+
+The server must have been started with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (``make
+vllm-server`` does), on the adapter's base weights, and must be able to read the adapter's folder (same machine
+or shared disk). Used by RL rollouts (:mod:`tirl.train.server_policy`, every step) and by ``tirl eval --engine
+openai`` on a LoRA checkpoint folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+import httpx
+
+logger = logging.getLogger(__name__)
+
+
+class ServerSyncError(RuntimeError):
+    """The server refused or failed to load the adapter (the message quotes its answer)."""
+
+
+def load_adapter(url: str, adapter_dir: str | Path, lora_name: str, *, timeout_s: float = 120.0,
+                 reset_prefix_cache: bool = True) -> None:
+    """Make a vLLM server serve the LoRA adapter in ``adapter_dir`` under ``lora_name`` (replacing an adapter of
+    that name: ``POST /v1/load_lora_adapter`` with ``load_inplace``), then empty its prefix cache (KV computed
+    under other weights); completions then name ``lora_name`` as their ``model``.
+
+    Raises:
+        ServerSyncError: the server refused the adapter (the message quotes its answer) or could not be reached.
+    """
+    url = url.rstrip("/")
+    body = {"lora_name": lora_name, "lora_path": str(Path(adapter_dir).resolve()), "load_inplace": True}
+    try:
+        with httpx.Client(base_url=url, timeout=timeout_s) as client:
+            resp = client.post("/v1/load_lora_adapter", json=body)
+            if resp.status_code >= 400:
+                raise ServerSyncError(f"{url}/v1/load_lora_adapter answered {resp.status_code}: "
+                                      f"{resp.text[:300]} (was the server started with --enable-lora and "
+                                      "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True?)")
+            if reset_prefix_cache:
+                reset = client.post("/reset_prefix_cache")
+                if reset.status_code >= 400:
+                    logger.warning("%s/reset_prefix_cache answered %s (start vLLM with VLLM_SERVER_DEV_MODE=1)",
+                                   url, reset.status_code)
+    except httpx.HTTPError as exc:
+        raise ServerSyncError(f"cannot reach {url}: {type(exc).__name__}: {exc}") from exc
+
+
+def served_adapter_name(adapter_dir: str | Path) -> str:
+    """A stable server-side name for the adapter in ``adapter_dir`` (``tirl-`` + 12 hex digits of its path)."""
+    return "tirl-" + hashlib.sha1(str(Path(adapter_dir).resolve()).encode()).hexdigest()[:12]
+
+
+__all__ = ["ServerSyncError", "load_adapter", "served_adapter_name"]

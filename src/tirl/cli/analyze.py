@@ -22,7 +22,9 @@ def entropy_command(
     first_k: int = typer.Option(10, "--first-k", min=1, help="Model tokens after a tool response counted as "
                                 "'post-tool'."),
     top: int = typer.Option(30, "--top", min=1, help="High-entropy tokens listed."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32 (fastest on CPU), bfloat16 or float16."),
+    dtype: str = typer.Option(
+        "float32", "--dtype", help="float32 (the default: entropies without bf16 rounding), auto (bf16 where the "
+                                   "CPU computes it natively, faster), bfloat16 or float16."),
 ) -> None:
     """Re-score saved trajectories (exact token ids) for per-token entropy; report forking and post-tool tokens.
 

@@ -59,6 +59,52 @@ def test_metrics_log_truncates_steps_after_resume_point(tmp_path):
     assert read_metrics(tmp_path)[0]["tirl/time/update_s"] is None  # NaN is written as null
 
 
+def test_plot_table_writes_one_markdown_row_per_step(tmp_path):
+    _write_run(tmp_path / "a", "stage1", 3, 0.1)
+    _write_run(tmp_path / "b", "stage2", 2, 0.5)
+    table = tmp_path / "t" / "steps.md"
+    result = runner.invoke(app, ["plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "p"),
+                                 "--table", str(table)])
+    assert result.exit_code == 0, result.output
+    lines = table.read_text().splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header[:3] == ["step", "reward", "kept reward"] and len(lines) == 2 + 5
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    assert [r[0] for r in rows] == ["1", "2", "3", "4", "5"]
+    assert rows[0][1] == "0.110" and rows[4][1] == "0.520"  # reward0 + 0.01 * step, stages chained
+    assert rows[0][header.index("update s")] == "-"  # NaN / not logged
+
+
+def test_heldout_curve_reads_checkpoint_steps_from_eval_summaries(tmp_path):
+    import json
+
+    import matplotlib.image
+
+    from tirl.train.plot import heldout_points
+
+    def write_eval(name: str, model: str, pass1: float) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "summary.json").write_text(json.dumps({"settings": {"model": model}, "benchmarks": {
+            "toolmath": {"avg_pass1": pass1}, "gsm8k": {"avg_pass1": pass1 / 2}}}))
+        return d
+
+    dirs = [write_eval("e20", "runs/x/checkpoint-20", 0.3), write_eval("e0", "qwen2.5-coder-0.5b-tirl-sft", 0.05),
+            write_eval("e10", "runs/x/checkpoint-10/", 0.1)]
+    points = heldout_points(dirs)
+    assert points["toolmath"] == [(0, 0.05), (10, 0.1), (20, 0.3)]
+    assert points["gsm8k"][-1] == (20, 0.15)
+    _write_run(tmp_path / "run", "s", 2, 0.1)
+    result = runner.invoke(app, ["plot", str(tmp_path / "run"), "--out", str(tmp_path / "p")]
+                           + [a for d in dirs for a in ("--eval", str(d))])
+    assert result.exit_code == 0, result.output
+    image = matplotlib.image.imread(tmp_path / "p" / "heldout.png")
+    assert image.shape[0] > 300 and image.shape[1] > 600 and image[..., :3].std() > 0.05  # drawn, not blank
+    (tmp_path / "unfinished").mkdir()
+    with pytest.raises(FileNotFoundError, match="summary.json"):
+        heldout_points([tmp_path / "unfinished"])
+
+
 def test_load_runs_chains_stages(tmp_path):
     _write_run(tmp_path / "a", "stage1", 3, 0.1)
     _write_run(tmp_path / "b", "stage2", 2, 0.5)

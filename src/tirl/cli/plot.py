@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import typer
 
@@ -15,9 +15,14 @@ def plot_command(
     title: str = typer.Option("", "--title", help="Suffix for the figure titles."),
     compare: bool = typer.Option(False, "--compare", help="Overlay the runs (each LABEL=DIR or DIR) instead of "
                                                           "chaining them: at equal steps and at equal wall time."),
+    evals: List[Path] = typer.Option([], "--eval", help="A tirl eval folder of one of the run's checkpoints "
+                                                         "(repeat): draws heldout.png, avg pass@1 against step."),
+    table: Optional[Path] = typer.Option(None, "--table", help="Also write the steps as a Markdown table to this "
+                                                               "file (not with --compare)."),
 ) -> None:
-    """Draw reward, tool-error-in-correct (before/after RoC), length and overview curves as PNG files; with
-    --compare, overlay separate runs (an ablation) at equal steps and equal wall time."""
+    """Draw reward, tool-error-in-correct (before/after RoC), length and overview curves as PNG files (and with
+    --table a per-step Markdown table); with --compare, overlay separate runs (an ablation) at equal steps and
+    equal wall time."""
     from rich.console import Console
 
     from tirl.train.plot import plot_compare, plot_runs
@@ -32,6 +37,16 @@ def plot_command(
             written = plot_compare(labelled, out, title or None)
         else:
             written = plot_runs(runs, out, title or None)
+            if table is not None:
+                from tirl.train.step_table import step_table
+
+                table.parent.mkdir(parents=True, exist_ok=True)
+                table.write_text(step_table(runs), encoding="utf-8")
+                written.append(table)
+            if evals:
+                from tirl.train.plot import plot_heldout
+
+                written.append(plot_heldout(evals, out, title or None))
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None

@@ -210,3 +210,68 @@ def plot_compare(runs: dict[str, str | Path], out_dir: str | Path, title: str | 
 
 
 __all__ = ["COMPARE", "load_runs", "plot_compare", "plot_runs"]
+
+
+def _checkpoint_step(model: str) -> int:
+    """The N of a ``.../checkpoint-N`` model reference; 0 for anything else (the run's starting model)."""
+    name = Path(str(model).rstrip("/")).name
+    head, sep, tail = name.rpartition("checkpoint-")
+    return int(tail) if sep and not head and tail.isdigit() else 0
+
+
+def heldout_points(eval_dirs: Sequence[str | Path]) -> dict[str, list[tuple[int, float]]]:
+    """Per benchmark, ``(RL step, avg pass@1)`` of evaluations of a run's checkpoints, sorted by step.
+
+    Each folder is a ``tirl eval`` output (``summary.json``); its step is the N of the evaluated
+    ``checkpoint-N`` (0 for any other model: the run's starting point).
+
+    Raises:
+        FileNotFoundError: a folder has no ``summary.json``.
+    """
+    import json
+
+    points: dict[str, list[tuple[int, float]]] = {}
+    for d in eval_dirs:
+        file = Path(d) / "summary.json"
+        if not file.exists():
+            raise FileNotFoundError(f"no summary.json in {d} (an unfinished tirl eval run?)")
+        summary = json.loads(file.read_text())
+        step = _checkpoint_step(summary.get("settings", {}).get("model", ""))
+        for name, bench in summary.get("benchmarks", {}).items():
+            if isinstance(bench.get("avg_pass1"), (int, float)):
+                points.setdefault(name, []).append((step, float(bench["avg_pass1"])))
+    return {name: sorted(pts) for name, pts in points.items()}
+
+
+def plot_heldout(eval_dirs: Sequence[str | Path], out_dir: str | Path, title: str | None = None) -> Path:
+    """Draw ``heldout.png``: avg pass@1 of each evaluated checkpoint against its RL step, one line per benchmark.
+
+    Raises:
+        FileNotFoundError: a folder has no ``summary.json``.
+        ValueError: no evaluation to plot.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    points = heldout_points(eval_dirs)
+    if not points:
+        raise ValueError("no benchmark results in the given evaluation folders")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, pts in sorted(points.items()):
+        ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", label=name)
+    ax.set_title("Held-out accuracy of the checkpoints" + (f" - {title}" if title else ""))
+    ax.set_xlabel("RL step (0 = starting model)")
+    ax.set_ylabel("avg pass@1 (%)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = out / "heldout.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -23,8 +23,12 @@ Conversion rules (so the SFT targets obey the protocol the agent loop and the ve
   so instruction following is learnt in the same frame (system prompt with the tool, ``<reason>`` prefill) the
   model sees at RL and evaluation time.
 
+* **programs** (generated, :mod:`tirl.data.sft_programs`): one call with a complete program (loops, ``math``),
+  its output fed back, the answer boxed from it.
+
 Sources are named like the RL sets: ``gsm8k_tir`` (all rows), ``gsm8k_tir:N`` (the first N rows) or
-``gsm8k_tir:A-B`` (rows A to B-1, e.g. to keep SFT problems apart from the ``gsm8k:150`` RL items).
+``gsm8k_tir:A-B`` (rows A to B-1, e.g. to keep SFT problems apart from the ``gsm8k:150`` RL items);
+``programs:N`` / ``programs:A-B`` (the generated set needs a size).
 """
 
 from __future__ import annotations
@@ -68,6 +72,9 @@ SFT_SETS: dict[str, dict[str, str]] = {
     },
 }
 """Packaged SFT sets: name -> file under :data:`SFT_DATA_DIR`, kind (``tool``/``chat``), licence, upstream."""
+
+GENERATED_PROGRAMS = "programs"
+"""The generated source: one-program tool conversations (:mod:`tirl.data.sft_programs`), ``programs:N``."""
 
 _FINAL_LINE_RE = re.compile(r"^The answer is \$\\boxed\{(?P<box>.+)\}\$\.?\s*$")
 
@@ -253,8 +260,17 @@ def load_sft_examples(sources: Sequence[str], *, seed: int = 0, limit: int | Non
     examples: list[SFTExample] = []
     for src in sources:
         name, _, arg = src.partition(":")
+        if name == GENERATED_PROGRAMS:
+            from tirl.data.sft_programs import program_examples
+
+            rows = _row_range(arg, name)
+            if rows.stop is None:
+                raise ValueError(f"SFT source {src!r}: the generated set needs a size, {name}:N or {name}:A-B")
+            examples.extend(program_examples(rows.stop, config=config)[rows])
+            continue
         if name not in SFT_SETS:
-            raise ValueError(f"SFT source {src!r} is not a packaged set ({', '.join(SFT_SETS)})")
+            raise ValueError(f"SFT source {src!r} is neither a packaged set ({', '.join(SFT_SETS)}) nor "
+                             f"{GENERATED_PROGRAMS!r}")
         examples.extend(load_sft_set(name, _row_range(arg, name), config))
     seen: set[str] = set()
     unique = [e for e in examples if not (e.id in seen or seen.add(e.id))]  # type: ignore[func-returns-value]
@@ -275,6 +291,7 @@ __all__ = [
     "SFTExample",
     "SFT_DATA_DIR",
     "SFT_SETS",
+    "GENERATED_PROGRAMS",
     "chat_example",
     "gsm8k_tir_example",
     "load_sft_examples",

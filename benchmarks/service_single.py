@@ -8,8 +8,9 @@ request per call, keep-alive connections; no batching). The same calls, in the s
 - ``service``: one ``tirl sandbox serve`` process, single-call requests;
 - ``service_routes``: the same through a second server started with ``--no-fast-path`` (every request through
   FastAPI's routing: the configuration before issue 13's fast path);
-- ``in_process_batch`` / ``service_batch``: ``run_batch`` of 16 calls, one batch at a time, in process and
-  through ``POST /v1/execute/batch`` of the same server (the shape ``SandboxClient`` sends);
+- ``in_process_batch`` / ``service_batch``: ``run_batch`` of 16 calls, ``--batches-in-flight`` batches at a time
+  (default 2: the next batch waits while one runs, as in an RL step), in process and through
+  ``POST /v1/execute/batch`` of the same server (the shape ``SandboxClient`` sends);
 - ``fresh``: one ``python -I -c`` per call with the same limits (``sandbox_bench.run_baseline``).
 
 Workloads (each answer checked): ``trivial`` (``print(1)``), ``sympy`` (solve a quadratic), ``numpy`` (200x200
@@ -103,19 +104,30 @@ async def drive(calls, k: int, fn) -> dict:
             "p50_ms": pct(0.5), "p99_ms": pct(0.99), "wrong": wrong}
 
 
-async def drive_batches(calls, batch: int, fn) -> dict:
-    """One batch of ``batch`` calls in flight at a time; ``fn(requests) -> results`` (in order)."""
+async def drive_batches(calls, batch: int, fn, in_flight: int = 1) -> dict:
+    """``in_flight`` closed-loop clients, each sending one batch of ``batch`` calls at a time;
+    ``fn(requests) -> results`` (in order). With one client the pool idles while a batch's last calls finish and
+    the next batch travels; with two or more the next batch is already waiting (what an RL step's many
+    trajectories do). Checks every answer."""
     wrong = 0
+    chunks = [calls[i:i + batch] for i in range(0, len(calls), batch)]
+    index = 0
+
+    async def client() -> None:
+        nonlocal index, wrong
+        while index < len(chunks):
+            chunk = chunks[index]
+            index += 1
+            results = await fn([ExecutionRequest(c.code, timeout_s=c.timeout_s, request_id=uuid.uuid4().hex)
+                                for c in chunk])
+            for call, result in zip(chunk, results):
+                if result.status != call.status or (call.stdout is not None and result.stdout != call.stdout):
+                    wrong += 1
+
     start = time.perf_counter()
-    for i in range(0, len(calls), batch):
-        chunk = calls[i:i + batch]
-        results = await fn([ExecutionRequest(c.code, timeout_s=c.timeout_s, request_id=uuid.uuid4().hex)
-                            for c in chunk])
-        for call, result in zip(chunk, results):
-            if result.status != call.status or (call.stdout is not None and result.stdout != call.stdout):
-                wrong += 1
+    await asyncio.gather(*(client() for _ in range(in_flight)))
     seconds = time.perf_counter() - start
-    return {"calls": len(calls), "k": batch, "seconds": round(seconds, 2),
+    return {"calls": len(calls), "k": batch, "batches_in_flight": in_flight, "seconds": round(seconds, 2),
             "calls_per_s": round(len(calls) / seconds, 1), "p50_ms": None, "p99_ms": None, "wrong": wrong}
 
 
@@ -162,9 +174,10 @@ async def main_async(args: argparse.Namespace) -> dict:
                     rows.append({"round": rnd, "workload": name, "executor": "service_routes",
                                  **await measured(drive(workload(name, n), args.k, via_routes), routes.pid, n)})
                     rows.append({"round": rnd, "workload": name, "executor": "in_process_batch",
-                                 **await measured(drive_batches(workload(name, n), args.k, sb.run_batch), None, n)})
+                                 **await measured(drive_batches(workload(name, n), args.k, sb.run_batch, args.batches_in_flight), None, n)})
                     rows.append({"round": rnd, "workload": name, "executor": "service_batch",
-                                 **await measured(drive_batches(workload(name, n), args.k, batch_via_service),
+                                 **await measured(drive_batches(workload(name, n), args.k, batch_via_service,
+                                                                args.batches_in_flight),
                                                   server.pid, n)})
                     if rnd == 0:
                         rows.append({"round": rnd, "workload": name, "executor": "fresh",
@@ -236,6 +249,8 @@ def render(report: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--k", type=int, default=16, help="requests in flight")
+    ap.add_argument("--batches-in-flight", type=int, default=2,
+                    help="batch clients sending at once in the batch phases (1: one batch at a time)")
     ap.add_argument("--workers", type=int, default=None, help="sandbox workers (default: cores)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians reported)")
     ap.add_argument("--quick", action="store_true", help="a quarter of the calls, one round")

@@ -10,9 +10,9 @@ original with doubled spaces (an exact duplicate). Decontamination runs against 
 Phases:
 
 - ``curate_problems`` on all problems (the target: under 120 s on 2 cores);
-- ``naive`` (baseline) on ``--naive`` problems (the same replication of ``--naive / 8`` base problems): all-pairs Jaccard dedup and a scan of every benchmark
-  problem's n-gram set per problem, the same decisions without the indexes; ``curate_problems`` on the same
-  subset gives the ratio.
+- ``naive`` (baseline) on ``--naive`` problems (the same replication of ``--naive / 8`` base problems):
+  all-pairs Jaccard dedup and a scan of every benchmark problem's n-gram set per problem, the same decisions
+  without the indexes; ``curate_problems`` on the same subset gives the ratio.
 
 Prints a table and writes ``benchmarks/results/curate_bench.json`` (with the load average: on a shared machine
 absolute times move with the load; the ratio is measured under the same load).
@@ -128,7 +128,8 @@ def main() -> None:
     for col in ("phase", "seconds", "problems/s", "kept", "dropped"):
         table.add_column(col, justify="left" if col == "phase" else "right")
     for r in rows:
-        table.add_row(r["phase"], f"{r['seconds']:.2f}", f"{r['problems_per_s']:,}", f"{r['kept']:,}", f"{r['dropped']:,}")
+        table.add_row(r["phase"], f"{r['seconds']:.2f}", f"{r['problems_per_s']:,}", f"{r['kept']:,}",
+                      f"{r['dropped']:,}")
     console = Console()
     console.print(table)
     per_step = {k: round(v, 2) for k, v in seconds.items()}

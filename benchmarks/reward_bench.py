@@ -118,7 +118,8 @@ def symbolic_cases(n: int, rng: random.Random) -> list[Case]:
         if kind == 2:
             return Case(f"[{a}, {a + c})", f"[{a},{a + c + d})", not wrong)
         if kind == 3:
-            return Case(f"\\left( {a}, \\frac{{{c}}}{{{k}}} \\right)", f"({a}, \\frac{{{c * 2 + d}}}{{{k * 2}}})", not wrong)
+            return Case(f"\\left( {a}, \\frac{{{c}}}{{{k}}} \\right)", f"({a}, \\frac{{{c * 2 + d}}}{{{k * 2}}})",
+                        not wrong)
         if kind == 4:
             return Case(
                 f"\\begin{{pmatrix}} {a} \\\\ {c} \\end{{pmatrix}}",
@@ -142,7 +143,10 @@ def mixed_rl_cases(n: int, rng: random.Random) -> list[Case]:
     cases = integer_cases(n, rng)
     for i in range(0, n, 10):
         value = int(cases[i].gold)
-        cases[i] = Case(str(value), f"\\frac{{{2 * value}}}{{2}}", True) if i % 20 else Case(str(value), f"{value}+\\frac{{1}}{{2}}", False)
+        if i % 20:
+            cases[i] = Case(str(value), f"\\frac{{{2 * value}}}{{2}}", True)
+        else:
+            cases[i] = Case(str(value), f"{value}+\\frac{{1}}{{2}}", False)
     return cases
 
 
@@ -178,7 +182,7 @@ async def run_fresh_process(cases: list[Case], concurrency: int, progress: Progr
             payload = json.dumps({"gold": latex_for_math_verify(case.gold), "pred": latex_for_math_verify(case.answer)})
             try:
                 out, _ = await asyncio.wait_for(proc.communicate(payload.encode()), timeout=60)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 proc.kill()
                 await proc.wait()
                 out = b""
@@ -245,7 +249,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(report: dict[str, Any]) -> Table:
-    table = Table(title=f"Answer verification throughput ({report['workers']} workers, {report['machine']['cpus']} CPUs)")
+    table = Table(title=f"Answer verification throughput ({report['workers']} workers, "
+                        f"{report['machine']['cpus']} CPUs)")
     for col in ("workload", "method", "items", "seconds", "verif/s", "x fresh process", "agree", "target", "met"):
         table.add_column(col, justify="right" if col not in ("workload", "method") else "left")
     for key, row in report["results"].items():
@@ -301,7 +306,7 @@ def main() -> None:
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),
     }
-    report["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    report["date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     report["targets"] = TARGETS
     console.print(render(report))
     console.print(

@@ -57,9 +57,9 @@ import resource
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Awaitable, Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -71,7 +71,8 @@ from tirl.sandbox.isolation import scrubbed_env
 console = Console(width=None if sys.stdout.isatty() else 150)
 
 SYMPY_CODE = "from sympy import symbols, solve\nx = symbols('x')\nprint(solve(x**2 - 2*x - 3, x))"
-NUMPY_CODE = "import numpy as np\na = np.arange(40000, dtype=float).reshape(200, 200) / 40000\nprint(round(float((a @ a).trace()), 3))"
+NUMPY_CODE = ("import numpy as np\na = np.arange(40000, dtype=float).reshape(200, 200) / 40000\n"
+              "print(round(float((a @ a).trace()), 3))")
 LOOP_CODE = "while True:\n    pass"
 
 
@@ -92,7 +93,8 @@ def workload(name: str, n: int) -> list[Call]:
     if name == "sympy":
         return [Call(SYMPY_CODE, "ok", "[-1, 3]\n") for _ in range(n)]
     if name == "numpy":
-        expected = "%s\n" % round(float(sum(sum((i * 200 + k) * (k * 200 + i) for k in range(200)) for i in range(200))) / 40000**2, 3)
+        total = sum(sum((i * 200 + k) * (k * 200 + i) for k in range(200)) for i in range(200))
+        expected = f"{round(float(total) / 40000**2, 3)}\n"
         return [Call(NUMPY_CODE, "ok", expected) for _ in range(n)]
     if name == "mix_timeouts":
         return [Call(LOOP_CODE, "timeout", None, 0.5) if i % 10 == 9 else Call(f"print({i})", "ok", f"{i}\n")
@@ -126,7 +128,7 @@ async def run_baseline(req: ExecutionRequest) -> ExecutionResult:
         env=env, start_new_session=True)
     try:
         out, err = await asyncio.wait_for(proc.communicate(req.stdin.encode()), req.timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -271,7 +273,7 @@ def setup_cost(n: int = 300) -> dict:
             _linux.mount(None, "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
             selfns = os.open("/proc/self/ns/pid", os.O_RDONLY)
             plan = CallPlan(private_proc=True, private_shm=True)
-            for rnd in range(3):
+            for _round in range(3):
                 for mounts in (False, True):
                     c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                     t0 = time.perf_counter()
@@ -324,7 +326,8 @@ async def layers_ab(args: argparse.Namespace) -> dict:
     rows: list[dict] = []
     async with LocalSandbox(**off) as before, LocalSandbox() as after:
         pools = {"before": before, "after": after}
-        layers = {name: [l["name"] for l in await sb.layer_report() if l["active"]] for name, sb in pools.items()}
+        layers = {name: [layer["name"] for layer in await sb.layer_report() if layer["active"]]
+                  for name, sb in pools.items()}
         for sb in pools.values():
             for _ in range(2 * sb.max_concurrency):
                 await sb.run(ExecutionRequest("print(1)"))
@@ -416,8 +419,9 @@ def render(report: dict) -> None:
     """Print the table of a report (and the targets)."""
     rows = report["results"]
     base = {r["workload"]: r for r in rows if r["executor"] == "baseline"}
+    load = report["machine"]["load_avg_before"][0], report["machine"]["load_avg_after"][0]
     table = Table(title=f"sandbox_bench {report['date']} ({report['machine']['cores']} cores, "
-                        f"load {report['machine']['load_avg_before'][0]:.1f} -> {report['machine']['load_avg_after'][0]:.1f})")
+                        f"load {load[0]:.1f} -> {load[1]:.1f})")
     cores = report["machine"]["cores"]
     for col in ("workload", "executor", "calls", "K", "calls/s", "p50 ms", "p99 ms", "wrong", "ratio",
                 "CPU ms/call", f"idle {cores}-core calls/s"):

@@ -84,7 +84,8 @@ def main() -> None:
             for seed in seeds:
                 base = None
                 for policy, coef in POLICIES:
-                    progress.update(task, description=f"{kind} E={engines} tool={lat}s seed={seed} {label(policy, coef)}")
+                    progress.update(task,
+                                    description=f"{kind} E={engines} tool={lat}s seed={seed} {label(policy, coef)}")
                     result, wall = run_one(kind, engines, lat, args.problems, seed, policy, coef, spec)
                     row = {"scenario": f"{kind}/E{engines}/tool{lat:g}s", "responses": kind, "tool_latency_s": lat,
                            "seed": seed, "label": label(policy, coef), **result.row(), "sim_wall_s": round(wall, 2)}
@@ -117,7 +118,8 @@ def main() -> None:
                 "engine_finish_spread_s": round(mean(r["engine_finish_spread_s"] for r in sel), 1),
             })
 
-    table = Table(title=f"Rollout step {args.problems}x16, seeds {seeds} (speed-up = tokens/s vs static, same workload)")
+    table = Table(title=f"Rollout step {args.problems}x16, seeds {seeds} "
+                        "(speed-up = tokens/s vs static, same workload)")
     for col in ("scenario", "policy", "makespan s", "tok/s", "speed-up", "idle %", "evicted tok", "recomputed tok",
                 "wait s", "finish spread s"):
         table.add_column(col, justify="right" if col not in ("scenario", "policy") else "left")
@@ -170,7 +172,8 @@ def main() -> None:
     console.print(f"timelines: {', '.join(images)}")
 
     if args.markdown:
-        print("| scenario | policy | makespan s | tok/s | speed-up vs static (min-max) | idle % | evicted tok | recomputed tok | mean wait s |")
+        print("| scenario | policy | makespan s | tok/s | speed-up vs static (min-max) | idle % | evicted tok "
+              "| recomputed tok | mean wait s |")
         print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
         for s in summary:
             print(f"| {s['scenario']} | {s['label']} | {s['makespan_s']:,.0f} | {s['tokens_per_s']:,} | "

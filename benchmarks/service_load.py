@@ -67,7 +67,8 @@ def make_call(i: int, kind: str, timeout_s: float) -> tuple[ExecutionRequest, Ex
     """The request of call ``i`` of a kind, and what its result must be."""
     rid = f"load-{i:06d}-{os.urandom(4).hex()}"
     if kind == "ok":
-        return ExecutionRequest(code=f"print({i} * 3)", request_id=rid, timeout_s=timeout_s), Expected("ok", f"{3 * i}\n")
+        return (ExecutionRequest(code=f"print({i} * 3)", request_id=rid, timeout_s=timeout_s),
+                Expected("ok", f"{3 * i}\n"))
     if kind == "stdin":
         return (
             ExecutionRequest(code="print(int(input()) + 1)", stdin=f"{i}\n", request_id=rid, timeout_s=timeout_s),
@@ -86,7 +87,9 @@ def make_call(i: int, kind: str, timeout_s: float) -> tuple[ExecutionRequest, Ex
     raise ValueError(kind)
 
 
-def make_workload(n: int, mix: dict[str, float], timeout_s: float, seed: int) -> list[tuple[ExecutionRequest, Expected]]:
+def make_workload(
+    n: int, mix: dict[str, float], timeout_s: float, seed: int
+) -> list[tuple[ExecutionRequest, Expected]]:
     rng = random.Random(seed)
     kinds = rng.choices(list(mix), weights=list(mix.values()), k=n)
     return [make_call(i, kind, timeout_s) for i, kind in enumerate(kinds)]
@@ -151,7 +154,8 @@ async def drive(
     milestone_tasks: list[asyncio.Task] = []
 
     with Progress(
-        TextColumn(f"[bold]{name}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True
+        TextColumn(f"[bold]{name}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+        transient=True,
     ) as progress:
         bar = progress.add_task(name, total=len(workload))
 
@@ -230,7 +234,7 @@ def start_servers(n: int, workers: int, preload: str) -> list[ServiceProcess]:
 
 
 def local_sandbox(workers: int, preload: str) -> CodeExecutor:
-    from tirl.sandbox import LocalSandbox  # type: ignore[attr-defined]
+    from tirl.sandbox import LocalSandbox
 
     modules = tuple(m for m in preload.split(",") if m)
     return LocalSandbox(workers=workers, preload=modules)
@@ -378,7 +382,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         fast = make_workload(args.calls, {"ok": 1.0}, args.timeout_s, args.seed)  # fresh ids
         phases.append(await phase_service(args, fast))
         ratio = phases[1].throughput_per_s / phases[0].throughput_per_s
-    mixed = make_workload(args.calls, {"ok": 0.6, "stdin": 0.2, "error": 0.15, "timeout": 0.05}, args.timeout_s, args.seed + 1)
+    mixed = make_workload(args.calls, {"ok": 0.6, "stdin": 0.2, "error": 0.15, "timeout": 0.05}, args.timeout_s,
+                          args.seed + 1)
     phases.append(await phase_faults(args, mixed))
     load_after = os.getloadavg()
     print_table(phases, ratio)

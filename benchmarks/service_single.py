@@ -46,7 +46,6 @@ from rich.table import Table
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sandbox_bench import run_baseline, workload  # noqa: E402
-
 from tirl.sandbox import ExecutionRequest, ExecutionResult, LocalSandbox  # noqa: E402
 from tirl.service.process import ServiceProcess  # noqa: E402
 from tirl.service.schemas import result_from_wire  # noqa: E402
@@ -174,7 +173,8 @@ async def main_async(args: argparse.Namespace) -> dict:
                     rows.append({"round": rnd, "workload": name, "executor": "service_routes",
                                  **await measured(drive(workload(name, n), args.k, via_routes), routes.pid, n)})
                     rows.append({"round": rnd, "workload": name, "executor": "in_process_batch",
-                                 **await measured(drive_batches(workload(name, n), args.k, sb.run_batch, args.batches_in_flight), None, n)})
+                                 **await measured(drive_batches(workload(name, n), args.k, sb.run_batch,
+                                                                args.batches_in_flight), None, n)})
                     rows.append({"round": rnd, "workload": name, "executor": "service_batch",
                                  **await measured(drive_batches(workload(name, n), args.k, batch_via_service,
                                                                 args.batches_in_flight),

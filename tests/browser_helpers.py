@@ -20,7 +20,8 @@ _DRIVER = ("chromedriver",)
 
 def _which(names: tuple[str, ...]) -> str | None:
     for name in names:
-        path = shutil.which(name) or (f"/usr/lib/chromium/{name}" if Path(f"/usr/lib/chromium/{name}").exists() else None)
+        debian = Path(f"/usr/lib/chromium/{name}")
+        path = shutil.which(name) or (str(debian) if debian.exists() else None)
         if path:
             return path
     return None

@@ -124,7 +124,8 @@ async def test_three_turn_trajectory_tokens_masks_logprobs_and_results_exactly(t
     seg1 = tool_response_segment_ids(tok, [traj.turns[0].tool_calls[0].response_text])
     seg2 = tool_response_segment_ids(tok, [traj.turns[1].tool_calls[0].response_text])
     assert traj.response_ids == ids[0] + seg1 + ids[1] + seg2 + ids[2]
-    assert traj.loss_mask == [1] * len(ids[0]) + [0] * len(seg1) + [1] * len(ids[1]) + [0] * len(seg2) + [1] * len(ids[2])
+    assert traj.loss_mask == ([1] * len(ids[0]) + [0] * len(seg1) + [1] * len(ids[1]) + [0] * len(seg2)
+                              + [1] * len(ids[2]))
     # log-probs: the engine's at model tokens, 0.0 at injected ones
     lp = [-0.5 - 0.001 * i for i in range(max(map(len, ids)))]
     expected_lp = lp[: len(ids[0])] + [0.0] * len(seg1) + lp[: len(ids[1])] + [0.0] * len(seg2) + lp[: len(ids[2])]

@@ -48,7 +48,8 @@ def test_seven_shared_words_are_not_a_match_and_eight_are() -> None:
     eight = "one two three alpha beta gamma delta epsilon zeta eta theta four"
     assert idx.check(word_tokens(seven)) is None
     hit = idx.check(word_tokens(eight))
-    assert hit is not None and hit.reference_ids == ("ref/1",) and hit.ngram == "alpha beta gamma delta epsilon zeta eta theta"
+    assert hit is not None and hit.reference_ids == ("ref/1",)
+    assert hit.ngram == "alpha beta gamma delta epsilon zeta eta theta"
 
 
 def test_a_real_training_problem_without_overlap_is_clean(index: ContaminationIndex) -> None:

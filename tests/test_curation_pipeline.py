@@ -81,7 +81,8 @@ def test_earlier_sources_win_duplicates_and_counts_are_per_source(tmp_path: Path
 
 def test_problems_that_need_a_picture_or_a_file_are_dropped(tmp_path: Path) -> None:
     rows = [{"id": "pic", "problem": "See the figure. [Image: x.gif] How many?", "answer": "4", "has_image": True},
-            {"id": "file", "problem": "Using names.txt, sum the scores.", "answer": "9", "resource_files": ["names.txt"]}]
+            {"id": "file", "problem": "Using names.txt, sum the scores.", "answer": "9",
+             "resource_files": ["names.txt"]}]
     result = curate([str(write_jsonl(tmp_path / "a.jsonl", rows))], tmp_path / "o",
                     CurationConfig(answers=AnswerPolicy(probe=False)))
     assert {d.reason for d in result.dropped} == {"needs_attachment"} and not result.kept

@@ -59,7 +59,8 @@ def config(tmp_path, name, **kw):
 
 async def run(tmp_path, tok, name, *, fallback: bool, check: bool = True):
     out = io.StringIO()
-    result = await run_eval(config(tmp_path, name, answer_fallback=fallback), components(tok, fallback=fallback, check=check),
+    result = await run_eval(config(tmp_path, name, answer_fallback=fallback),
+                            components(tok, fallback=fallback, check=check),
                             console=Console(file=out, width=200), progress=False)
     summary = json.loads((tmp_path / name / "summary.json").read_text())["benchmarks"]["toy"]
     return result, summary, out.getvalue()

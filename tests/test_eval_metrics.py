@@ -62,7 +62,8 @@ def test_majority_separated_numbers_are_not_their_concatenation():
 
 def test_majority_correct_answers_form_one_group():
     # forms only the symbolic verifier matches: both were judged correct, so they vote together
-    assert majority_correct(["\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}", "1", None], [True, True, False, False]) == 1.0
+    answers = ["\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}", "1", None]
+    assert majority_correct(answers, [True, True, False, False]) == 1.0
     # a group of equal values with one judged correct joins the correct group whole
     assert majority_correct(["7", "7", "8", "8", "8"], [True, False, False, False, False]) == 0.0
     assert majority_correct(["7", "7", "7.0", "8", "8"], [True, False, False, False, False]) == 1.0

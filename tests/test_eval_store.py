@@ -36,7 +36,8 @@ def test_torn_last_line_is_dropped_and_file_stays_valid(tmp_path):
 
 def test_malformed_middle_line_is_skipped_not_fatal(tmp_path):
     path = tmp_path / TRAJECTORIES_FILE
-    path.write_text(json.dumps(rec(j=0)) + "\nnot json\n" + json.dumps({"no": "key"}) + "\n" + json.dumps(rec(j=1)) + "\n")
+    lines = [json.dumps(rec(j=0)), "not json", json.dumps({"no": "key"}), json.dumps(rec(j=1))]
+    path.write_text("\n".join(lines) + "\n")
     with RunStore(tmp_path, {}) as store:
         assert len(store) == 2 and store.skipped_lines == 2
 

@@ -21,7 +21,6 @@ from tirl.models import (
 )
 from tirl.models import builtin as builtin_mod
 
-
 # ---------------------------------------------------------------- build_once
 
 

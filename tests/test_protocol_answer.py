@@ -234,7 +234,8 @@ DRAFT_CASES = [
     ("unclosed-draft-is-text", "<think>so it is \\boxed{12}", "12"),
     ("think-in-tool-call-is-not-a-tag",
      '<tool_call>{"name": "f", "arguments": {"code": "print(\'<think>\')"}}</tool_call> \\boxed{7} </think>', "7"),
-    ("draft-across-tool-response", "<think>\\boxed{1}<tool_response>\\boxed{9}</tool_response> x</think> \\boxed{4}", "4"),
+    ("draft-across-tool-response",
+     "<think>\\boxed{1}<tool_response>\\boxed{9}</tool_response> x</think> \\boxed{4}", "4"),
 ]
 
 

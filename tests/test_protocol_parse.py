@@ -87,8 +87,9 @@ PARSE_CASES = [
      "'input': None}}</tool_call>", [("invalid_json", None, None)], [("call", "print(True)", "")]),
     ("invalid-latex-escape", "<tool_call>{\"name\": \"" + FN + "\", \"arguments\": {\"code\": \"s = r'\\sqrt{2}'\"}}"
      "</tool_call>", [("invalid_json", None, None)], [("call", "s = r'\\sqrt{2}'", "")]),
-    ("invalid-unicode-escape", "<tool_call>{\"name\": \"" + FN + "\", \"arguments\": {\"code\": \"t = r'\\underbrace'\"}}"
-     "</tool_call>", [("invalid_json", None, None)], [("call", "t = r'\\underbrace'", "")]),
+    ("invalid-unicode-escape", "<tool_call>{\"name\": \"" + FN + "\", \"arguments\": "
+     "{\"code\": \"t = r'\\underbrace'\"}}</tool_call>", [("invalid_json", None, None)],
+     [("call", "t = r'\\underbrace'", "")]),
     ("code-fence", "<tool_call>\n```json\n" + json.dumps({"name": FN, "arguments": {"code": "print(6)"}})
      + "\n```\n</tool_call>", [("invalid_json", None, None)], [("call", "print(6)", "")]),
     ("close-tag-in-code", call_text("s = '</tool_call>'\nprint(len(s))"),
@@ -233,15 +234,17 @@ def test_suspicious_escapes_flagged_not_repaired(case_id, json_code, warnings):
 # Field cases, component "parser" (tests/data/field_cases.jsonl). Inputs copied verbatim.
 F = FN
 FIELD_PARSER = [
-    ("F26", "<tool_call>{\"name\": \"" + F + "\", \"arguments\": {\"code\": \"x = 1\nprint(x)\", \"input\": \"\"}}</tool_call>",
+    ("F26", "<tool_call>{\"name\": \"" + F + "\", \"arguments\": {\"code\": \"x = 1\nprint(x)\", "
+     "\"input\": \"\"}}</tool_call>",
      [("invalid_json", None, None)], [("call", "x = 1\nprint(x)", "")]),
     ("F28", "<tool_call>{\"name\": \"" + F + "\", \"arguments\": {\"code\": \"s = '</tool_call>'\\nprint(len(s))\", "
      "\"input\": \"\"}}</tool_call>",
      [("call", "s = '</tool_call>'\nprint(len(s))", "")], None),
     ("F29", "<tool_call>{\"name\": \"" + F + "\", \"arguments\": {\"code\": \"print(r'\\\\frac{1}{2}')\", "
      "\"input\": \"\"}}</tool_call>", [("call", "print(r'\\frac{1}{2}')", "")], None),
-    ("F29-single-backslash", "<tool_call>{\"name\": \"" + F + "\", \"arguments\": {\"code\": \"print(r'\\frac{1}{2}')\", "
-     "\"input\": \"\"}}</tool_call>", [("call", "print(r'\x0crac{1}{2}')", "")], None),
+    ("F29-single-backslash", "<tool_call>{\"name\": \"" + F + "\", \"arguments\": "
+     "{\"code\": \"print(r'\\frac{1}{2}')\", \"input\": \"\"}}</tool_call>",
+     [("call", "print(r'\x0crac{1}{2}')", "")], None),
     ("F31", "<tool_call>{\"name\": \"" + F + "\", \"arguments\": {\"code\": \"print(\\\"don't\\\")\", "
      "\"input\": \"\"}}</tool_call>", [("call", "print(\"don't\")", "")], None),
     ("F32", "<tool_call>{'name': '" + F + "', 'arguments': {'code': 'print(1+1)', 'input': ''}}</tool_call>",

@@ -35,9 +35,11 @@ PROBLEM = "Find the sum of all positive divisors of 36."
 
 # Turn texts begin with a space so that no BPE merge crosses the prefill join (see render's docstring).
 TURNS = [
-    ConversationTurn(" I will list divisors with code.\n" + render_tool_call("n = 36\nprint(sum(d for d in range(1, n + 1) if n % d == 0))"),
+    ConversationTurn(" I will list divisors with code.\n"
+                     + render_tool_call("n = 36\nprint(sum(d for d in range(1, n + 1) if n % d == 0))"),
                      ["91"]),
-    ConversationTurn(" Check two ways at once.\n" + render_tool_call("print(1)") + "\n" + render_tool_call("x = int(input())\nprint(x * 2)", "7\n"),
+    ConversationTurn(" Check two ways at once.\n" + render_tool_call("print(1)") + "\n"
+                     + render_tool_call("x = int(input())\nprint(x * 2)", "7\n"),
                      ["1", "14"]),
     ConversationTurn(" The sum is 91.\n</reason>\n<answer>The answer is \\boxed{91}.</answer>"),
 ]
@@ -98,7 +100,8 @@ def test_prefill_join_is_where_split_and_whole_tokenization_may_differ(qwen_toke
 def test_release_layout_has_no_newline_after_eot(tokenizer):
     cfg = ProtocolConfig(keep_newline_after_eot=False)
     segment = tool_response_segment_text(tokenizer, ["91"], cfg)
-    assert segment == "<|im_start|>user\n<tool_response>\n91\n</tool_response><|im_end|>\n<|im_start|>assistant\n<reason>"
+    assert segment == ("<|im_start|>user\n<tool_response>\n91\n</tool_response><|im_end|>\n"
+                       "<|im_start|>assistant\n<reason>")
     text = render_conversation_text(tokenizer, PROBLEM, TURNS, cfg)
     assert "<|im_end|><|im_start|>user" in text and "<|im_end|>\n<|im_start|>user\n<tool_response>" not in text
 
@@ -169,7 +172,8 @@ def test_forced_chatml_on_qwen_uses_builtin_tools_block(qwen_tokenizer):
 def test_forced_tokenizer_template_without_tools_wraps_responses(smollm2_tokenizer):
     cfg = ProtocolConfig(chat_template="tokenizer")
     assert render_prompt_text(smollm2_tokenizer, PROBLEM, cfg) == render_prompt_text(smollm2_tokenizer, PROBLEM)
-    assert tool_response_segment_text(smollm2_tokenizer, ["r"], cfg) == tool_response_segment_text(smollm2_tokenizer, ["r"])
+    segment = tool_response_segment_text(smollm2_tokenizer, ["r"], cfg)
+    assert segment == tool_response_segment_text(smollm2_tokenizer, ["r"])
 
 
 def test_stop_token_ids(tokenizer):
@@ -206,7 +210,8 @@ def test_tokenizer_without_template_gets_builtin_chatml():
     tok = NoTemplateTokenizer()
     assert not uses_tokenizer_template(tok)
     text = render_prompt_text(tok, "2+2?")
-    assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<reason>")
+    assert text.startswith("<|im_start|>system\n")
+    assert text.endswith("<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<reason>")
     assert render_prompt_ids(tok, "2+2?") == [ord(c) for c in text]
     assert stop_token_ids(tok) == [0]
     assert stop_token_ids(tok, ProtocolConfig(chat_template="chatml")) == [0]
@@ -254,8 +259,13 @@ def test_compact_prompt_keeps_the_tool_response_segment_of_the_full_style(qwen_t
 
 
 def test_compact_conversation_ids_equal_the_pieces_the_rollout_appends(qwen_tokenizer):
-    from tirl.protocol import (ConversationTurn, ProtocolConfig, render_conversation_ids, render_prompt_ids,
-                               tool_response_segment_ids)
+    from tirl.protocol import (
+        ConversationTurn,
+        ProtocolConfig,
+        render_conversation_ids,
+        render_prompt_ids,
+        tool_response_segment_ids,
+    )
 
     cfg = ProtocolConfig(prompt_style="compact")
     turns = [ConversationTurn(text="x <tool_call>{}</tool_call>", tool_responses=["1"]),

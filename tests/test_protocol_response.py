@@ -71,7 +71,8 @@ def test_internal_details_are_not_shown_to_the_model():
 
 def test_long_output_is_cut_with_marker():
     stdout = "".join(f"line {i}\n" for i in range(1000))
-    text = render_tool_response(ExecutionResult(status="ok", stdout=stdout), ProtocolConfig(tool_response_max_chars=200))
+    text = render_tool_response(ExecutionResult(status="ok", stdout=stdout),
+                                ProtocolConfig(tool_response_max_chars=200))
     assert len(text) <= 200
     assert text.startswith("line 0\nline 1\n") and text.endswith("line 998\nline 999")
     shown = len(stdout) - 1  # the trailing newline is dropped before the cut

@@ -100,7 +100,8 @@ def test_canonical_integer_none_for_non_strings() -> None:
     assert canonical_integer(42) is None  # type: ignore[arg-type]
 
 
-@given(st.integers(min_value=-(10**30), max_value=10**30), st.sampled_from(["plain", "commas", "zeros", "dollar", "unit", "boxed"]))
+@given(st.integers(min_value=-(10**30), max_value=10**30),
+       st.sampled_from(["plain", "commas", "zeros", "dollar", "unit", "boxed"]))
 def test_any_integer_written_any_documented_way_canonicalises_to_its_digits(value: int, style: str) -> None:
     digits = str(abs(value))
     if style == "commas":

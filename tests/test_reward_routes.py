@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
 
+from test_reward_verifier import ScriptedExecutor, in_process  # noqa: E402  (tests dir is on sys.path)
 from tirl.reward import PRELOAD_MODULES, VerifierStats
 from tirl.reward.routes import create_verify_router
 from tirl.service.app import create_app
-
-from test_reward_verifier import ScriptedExecutor, in_process  # noqa: E402  (tests dir is on sys.path)
 
 
 def b(answer: str) -> str:
@@ -55,9 +55,12 @@ async def test_batch_answers_in_order_with_counts(scripted: tuple[httpx.AsyncCli
     assert len(executor.requests) == 1  # only the symbolic item reached the executor
 
 
-async def test_timeout_override_reaches_the_worker_request(scripted: tuple[httpx.AsyncClient, ScriptedExecutor]) -> None:
+async def test_timeout_override_reaches_the_worker_request(
+    scripted: tuple[httpx.AsyncClient, ScriptedExecutor],
+) -> None:
     client, executor = scripted
-    response = await client.post("/v1/verify/batch", json={"items": [{"answer": "\\sqrt{4}", "gold": "2"}], "timeout_s": 1.5})
+    body = {"items": [{"answer": "\\sqrt{4}", "gold": "2"}], "timeout_s": 1.5}
+    response = await client.post("/v1/verify/batch", json=body)
     assert response.status_code == 200 and response.json()["verdicts"][0]["correct"] is True
     assert executor.requests[-1].timeout_s == 1.5
 
@@ -76,7 +79,9 @@ async def test_timeout_override_reaches_the_worker_request(scripted: tuple[httpx
         {"items": [{"answer": 2, "gold": "2"}]},  # answer not a string
     ],
 )
-async def test_malformed_requests_get_422_with_a_json_error(scripted: tuple[httpx.AsyncClient, ScriptedExecutor], body: dict) -> None:
+async def test_malformed_requests_get_422_with_a_json_error(
+    scripted: tuple[httpx.AsyncClient, ScriptedExecutor], body: dict
+) -> None:
     client, _ = scripted
     response = await client.post("/v1/verify/batch", json=body)
     assert response.status_code == 422
@@ -121,7 +126,8 @@ async def test_oversized_strings_get_413(scripted: tuple[httpx.AsyncClient, Scri
 async def test_stats_endpoint_counts_every_verdict() -> None:
     stats = VerifierStats()
     async with await client_for(ScriptedExecutor(in_process), stats=stats) as client:
-        await client.post("/v1/verify/batch", json={"items": [{"answer": "1", "gold": "1"}, {"response": "", "gold": "1"}]})
+        items = [{"answer": "1", "gold": "1"}, {"response": "", "gold": "1"}]
+        await client.post("/v1/verify/batch", json={"items": items})
         body = (await client.get("/v1/verify/stats")).json()
     assert body["total"] == 2 and body["by_status"]["no_answer"] == 1
     assert stats.snapshot() == body
@@ -181,7 +187,8 @@ async def test_the_question_field_reaches_the_base_policy(scripted: tuple[httpx.
 
 async def test_a_long_or_non_string_question_is_refused(scripted: tuple[httpx.AsyncClient, ScriptedExecutor]) -> None:
     client, _ = scripted
-    too_long = await client.post("/v1/verify/batch", json={"items": [{"answer": "1", "gold": "1", "question": "x" * 1001}]})
+    items = [{"answer": "1", "gold": "1", "question": "x" * 1001}]
+    too_long = await client.post("/v1/verify/batch", json={"items": items})
     assert too_long.status_code == 413 and "question" in too_long.text
     wrong_type = await client.post("/v1/verify/batch", json={"items": [{"answer": "1", "gold": "1", "question": 5}]})
     assert wrong_type.status_code == 422

@@ -11,7 +11,8 @@ last ``<answer>`` block, else of the final turn; boxes are never merged).
 from __future__ import annotations
 
 import threading
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import pytest
 
@@ -75,13 +76,17 @@ ROWS: list[Row] = [
     Row("F47-last-box-only", "3, 5, 7", "The roots are \\boxed{3}, \\boxed{5}, \\boxed{7}.", 0),
     Row("F47-one-box", "3, 5, 7", b("3, 5, 7"), 1),
     # F49: "#### 42" is not a final-answer marker of this protocol (boxed answers only): no answer.
-    Row("F49-gsm8k-marker", "42", "2+40=42\n#### 42\n and the reasoning above confirms this result is consistent.", 0, "no_answer"),
+    Row("F49-gsm8k-marker", "42", "2+40=42\n#### 42\n and the reasoning above confirms this result is consistent.", 0,
+        "no_answer"),
     Row("F49-variant", "42", "Thus \\boxed{42}. " + "Let me double check the arithmetic once more. " * 12, 1),
-    Row("F50-truncated", "12", "Let me compute step by step. So x = 12 and then we need to add the remaining terms which gives", 0, "no_answer"),
+    Row("F50-truncated", "12",
+        "Let me compute step by step. So x = 12 and then we need to add the remaining terms which gives", 0,
+        "no_answer"),
     Row("truncated-box", "12", "so the answer is \\boxed{1", 0, "no_answer"),
     Row("empty-box", "12", b(""), 0, "no_answer"),
     Row("no-response", "12", None, 0, "no_answer"),
-    Row("tool-response-box-ignored", "5", "<tool_response>\\boxed{5}</tool_response> hence <answer>\\boxed{6}</answer>", 0),
+    Row("tool-response-box-ignored", "5",
+        "<tool_response>\\boxed{5}</tool_response> hence <answer>\\boxed{6}</answer>", 0),
     Row("F52-tuple", "\\left( 3, \\frac{\\pi}{2} \\right)", "\\boxed{(3, \\frac{\\pi}{2})}", 1),
     Row("F53-text", "\\text{Evelyn}", "The winner is \\boxed{\\text{Evelyn}}", 1),
     Row("F58-letter", "B", "\\boxed{B}", 1),
@@ -113,7 +118,8 @@ ROWS: list[Row] = [
     Row("F74-power-tower", "5", POWER_TOWER, 0),
     # A sum of two astronomically large terms that may cancel cannot be estimated: it runs into the deadline.
     Row("timeout-huge-difference", "5", b("10^{10^{8}} - 10^{10^{8}-1}"), 0, "timeout"),
-    Row("F76-answer-marker", "9", "Final Answer:\nThe last three digits of \\(2003^{2002^{2001}}\\) are:\n\\[Answer: 009\\]", 0, "no_answer"),
+    Row("F76-answer-marker", "9",
+        "Final Answer:\nThe last three digits of \\(2003^{2002^{2001}}\\) are:\n\\[Answer: 009\\]", 0, "no_answer"),
     Row("F76-huge-factorial", "5", "\\boxed{(10^{7})!}", 0),
     Row("F76-huge-power", "5", "\\boxed{10^{10^{7}}}", 0),
     Row("guard-e-sign", "1 - \\frac{1}{e}", b("1 + \\frac{1}{e}"), 0),
@@ -137,7 +143,8 @@ ROWS: list[Row] = [
     Row("tuple-spacing", "(3, -1)", b("(3,-1)"), 1),
     Row("matrix-same", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", b("\\begin{pmatrix}1\\\\2\\end{pmatrix}"), 1),
     Row("matrix-wrong", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", b("\\begin{pmatrix} 2 \\\\ 1 \\end{pmatrix}"), 0),
-    Row("matrix-2x2", "\\begin{pmatrix} 1 & 0 \\\\ 0 & 1 \\end{pmatrix}", b("\\begin{bmatrix} 1 & 0 \\\\ 0 & 1 \\end{bmatrix}"), 1),
+    Row("matrix-2x2", "\\begin{pmatrix} 1 & 0 \\\\ 0 & 1 \\end{pmatrix}",
+        b("\\begin{bmatrix} 1 & 0 \\\\ 0 & 1 \\end{bmatrix}"), 1),
     Row("pi-quarter", "\\frac{\\pi}{4}", b("\\frac{1}{4}\\pi"), 1),
     Row("pi-decimal", "\\pi", b("3.14159265"), 1),
     Row("pi-rough-decimal", "2\\pi", b("6.28"), 0),
@@ -192,9 +199,11 @@ ROWS: list[Row] = [
     Row("set-and-is-not-or", "(-\\infty,2)\\cup(3,\\infty)", b("x<2 \\text{ and } x>3"), 0),
     Row("set-other-end", "[2,5)", b("2\\le x<6"), 0),
     # drafts: a closed <think> never supplies the final answer
-    Row("draft-box-not-answer", "12", "<think>Try 12: \\boxed{12}? No, it fails.</think> The final answer is 15.", 0, "no_answer"),
+    Row("draft-box-not-answer", "12", "<think>Try 12: \\boxed{12}? No, it fails.</think> The final answer is 15.", 0,
+        "no_answer"),
     Row("draft-box-then-real-box", "15", "<think>Try 12: \\boxed{12}? No.</think> So the answer is \\boxed{15}.", 1),
-    Row("draft-answer-block", "12", "<think><answer>\\boxed{12}</answer> wait, no.</think> <answer>\\boxed{15}</answer>", 0),
+    Row("draft-answer-block", "12",
+        "<think><answer>\\boxed{12}</answer> wait, no.</think> <answer>\\boxed{15}</answer>", 0),
     Row("draft-unclosed-counts", "12", "<think>so it is \\boxed{12}", 1),
     # constants in references parse in every spelling
     Row("const-mathrm-e", "1 - \\frac{1}{\\mathrm{e}}", b("1 - e^{-1}"), 1),

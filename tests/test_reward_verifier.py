@@ -11,11 +11,11 @@ import asyncio
 import json
 import logging
 import threading
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
-from tirl.reward import VerifierConfig, VerifierStats, Verifier, VerifyItem, averify_batch, verify, verify_batch
+from tirl.reward import Verifier, VerifierConfig, VerifierStats, VerifyItem, averify_batch, verify, verify_batch
 from tirl.reward.payload import PROGRAM, format_worker_output
 from tirl.reward.worker import iter_verdicts
 from tirl.sandbox.types import CodeExecutor, ExecutionRequest, ExecutionResult
@@ -97,7 +97,8 @@ def test_integer_gold_with_non_integer_answer_is_still_checked_symbolically() ->
     [
         (ExecutionResult(status="timeout", duration_s=5.0, exit_code=-9), "timeout"),
         (ExecutionResult(status="killed", exit_code=-9), "timeout"),
-        (ExecutionResult(status="error", error_type="ImportError", traceback="ImportError: no math_verify"), "verifier_error"),
+        (ExecutionResult(status="error", error_type="ImportError", traceback="ImportError: no math_verify"),
+         "verifier_error"),
         (ExecutionResult(status="ok", stdout="the worker printed something else\n"), "verifier_error"),
         (ExecutionResult(status="internal", stderr="worker died"), "verifier_error"),
     ],
@@ -143,7 +144,8 @@ class ShortExecutor(ScriptedExecutor):
 
 
 def test_an_executor_that_answers_too_few_results_gives_verifier_errors() -> None:
-    verdict = verify(box("\\frac{2}{4}"), "\\frac{1}{2}", executor=ShortExecutor(in_process), config=VerifierConfig(internal_retries=0))
+    verdict = verify(box("\\frac{2}{4}"), "\\frac{1}{2}", executor=ShortExecutor(in_process),
+                     config=VerifierConfig(internal_retries=0))
     assert verdict.status == "verifier_error"
 
 
@@ -198,7 +200,8 @@ def test_integer_reference_given_as_int_is_accepted() -> None:
     assert verify(box("42"), 42, executor=ScriptedExecutor(in_process)).correct  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("response", [None, "", "\\boxed{}", "<answer>no box here</answer> \\boxed{5}", "\\boxed{\\frac{1}{"])
+@pytest.mark.parametrize(
+    "response", [None, "", "\\boxed{}", "<answer>no box here</answer> \\boxed{5}", "\\boxed{\\frac{1}{"])
 def test_missing_answers_are_no_answer(response: str | None) -> None:
     verdict = verify(response, "5", executor=ScriptedExecutor(in_process))
     assert verdict.status == "no_answer" and verdict.reward == 0.0
@@ -328,7 +331,8 @@ def hangs_on(marker: str) -> Callable[[ExecutionRequest, int], ExecutionResult]:
         lines = []
         for i, (gold, pred) in enumerate(items_of(request)):
             if marker in pred:
-                return ExecutionResult(status="timeout", stdout="".join(lines), duration_s=request.timeout_s, exit_code=-9)
+                return ExecutionResult(status="timeout", stdout="".join(lines), duration_s=request.timeout_s,
+                                       exit_code=-9)
             (_, result), = iter_verdicts({"items": [[gold, pred]], "options": {}})
             lines.append(format_worker_output(i, result))
         return ExecutionResult(status="ok", stdout="".join(lines), exit_code=0)
@@ -388,7 +392,8 @@ from tirl.reward import VERIFY_STATUSES  # noqa: E402
 GARBAGE_RESULTS = st.builds(
     ExecutionResult,
     status=st.sampled_from(["ok", "error", "timeout", "killed", "internal"]),
-    stdout=st.one_of(st.text(max_size=200), st.just("TIRL-VERDICT {\"i\": 0, \"status\": \"ok\", \"correct\": true}\n")),
+    stdout=st.one_of(st.text(max_size=200),
+                     st.just("TIRL-VERDICT {\"i\": 0, \"status\": \"ok\", \"correct\": true}\n")),
     stderr=st.text(max_size=50),
 )
 
@@ -401,7 +406,8 @@ def test_verify_never_raises_whatever_the_text_or_the_executor_says(
     stats = VerifierStats()
     box_text = None if response is None else response + " \\boxed{" + response[:20] + "}"
     for text in (response, box_text):
-        verdict = verify(text, gold, executor=ScriptedExecutor(fixed(answer)), stats=stats, config=VerifierConfig(internal_retries=0))
+        verdict = verify(text, gold, executor=ScriptedExecutor(fixed(answer)), stats=stats,
+                         config=VerifierConfig(internal_retries=0))
         assert verdict.status in VERIFY_STATUSES
         assert verdict.correct is (verdict.reward == 1.0)
         assert not verdict.correct or verdict.status == "ok"
@@ -427,7 +433,8 @@ def test_sync_verify_works_in_a_forked_child_after_the_parent_used_it() -> None:
 def test_verify_answers_skips_extraction() -> None:
     from tirl.reward import verify_answers
 
-    verdicts = verify_answers([("\\frac{2}{4}", "\\frac{1}{2}"), ("7 apples", "7"), ("", "7")], ScriptedExecutor(in_process))
+    verdicts = verify_answers([("\\frac{2}{4}", "\\frac{1}{2}"), ("7 apples", "7"), ("", "7")],
+                              ScriptedExecutor(in_process))
     assert [v.extracted for v in verdicts] == ["\\frac{2}{4}", "7 apples", None]  # taken as given, not searched
     assert [v.correct for v in verdicts] == [True, True, False]
     assert verdicts[2].status == "no_answer"

@@ -52,9 +52,9 @@ def _group(n_pos: int, n: int = 32, penalty: float = 0.5) -> list[Candidate]:
     return [Candidate(reward=1.0 if i in pos else 0.0, penalty=penalty) for i in range(n)]
 
 
-# The release's counts for 32 -> 16 (the public release, github.com/microsoft/rStar at ecbfb94: banker's rounding of proportional quotas,
-# minimum 2 per class with `<=` comparisons). The rows the notes list are 1-6, 16, 29-31; the others follow from
-# the same rule and are checked against it below.
+# The release's counts for 32 -> 16 (the public release, github.com/microsoft/rStar at ecbfb94: banker's rounding of
+# proportional quotas, minimum 2 per class with `<=` comparisons). The rows the notes list are 1-6, 16, 29-31; the
+# others follow from the same rule and are checked against it below.
 TOPK_TABLE = {
     0: (0, 16), 1: (1, 15), 2: (2, 14), 3: (2, 14), 4: (2, 14), 5: (2, 14), 6: (3, 13), 7: (4, 12),
     8: (4, 12), 9: (4, 12), 10: (5, 11), 11: (6, 10), 12: (6, 10), 13: (6, 10), 14: (7, 9), 15: (8, 8),

@@ -14,8 +14,7 @@ import shutil
 import pytest
 
 from sandbox_helpers import assert_follow_up_ok, no_descendants_soon
-from tirl.sandbox import ExecutionRequest, LocalSandbox
-from tirl.sandbox import cgroup
+from tirl.sandbox import ExecutionRequest, LocalSandbox, cgroup
 
 LIGHT = {"preload": ()}  # workers without numpy/scipy/sympy start in a fraction of a second
 

@@ -18,8 +18,8 @@ import pytest_asyncio
 from sandbox_helpers import (
     assert_follow_up_ok,
     host_pids_with_marker,
-    layer_active,
     host_sysv_ipc,
+    layer_active,
     no_descendants_soon,
     remove_host_sysv_ipc,
     unique_marker,
@@ -104,7 +104,8 @@ async def test_numpy_allocation_past_the_limit(sb):
 async def test_100mb_of_stdout_is_capped_while_streaming(sb):
     pids = sb.worker_pids()
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    code = "import sys\nchunk = 'x' * 2**20\nfor _ in range(100):\n    sys.stdout.write(chunk)\nprint('done', file=sys.stderr)"
+    code = ("import sys\nchunk = 'x' * 2**20\nfor _ in range(100):\n    sys.stdout.write(chunk)\n"
+            "print('done', file=sys.stderr)")
     r = await run(sb, code, timeout_s=20)
     assert r.status == "ok"
     assert r.stdout_truncated and not r.stderr_truncated
@@ -292,7 +293,8 @@ async def test_many_empty_files_hit_the_scratch_inode_bound(sb, layers):
     if not layer_active(layers, "mount_namespace"):
         pytest.skip("no private scratch tmpfs on this machine")
     pids = sb.worker_pids()
-    code = ("import os\nn = 0\ntry:\n    for n in range(100_000):\n        os.close(os.open(f'f{n}', os.O_CREAT | os.O_WRONLY))\n"
+    code = ("import os\nn = 0\ntry:\n    for n in range(100_000):\n"
+            "        os.close(os.open(f'f{n}', os.O_CREAT | os.O_WRONLY))\n"
             "except OSError as exc:\n    print('stopped', exc.errno, n <= 65536)\nelse:\n    print('no bound')")
     r = await run(sb, code, timeout_s=20)
     assert (r.status, r.stdout) == ("ok", "stopped 28 True\n"), r.stderr
@@ -440,7 +442,8 @@ async def test_code_cannot_signal_its_worker(sb, layers):
             or info["plan"]["landlock_abi"] >= 6):
         pytest.skip("no PID namespace, no separate user and no Landlock signal scoping here (documented limit)")
     pids = sb.worker_pids()
-    code = "import os, signal\nfor pid in %r:\n    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError as e:\n        print(type(e).__name__)" % (pids,)
+    code = (f"import os, signal\nfor pid in {pids!r}:\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
+            "    except OSError as e:\n        print(type(e).__name__)")
     r = await run(sb, code)
     assert r.status == "ok"
     assert r.stdout.count("Error") == len(pids)  # ProcessLookupError (other namespace) or PermissionError

@@ -30,7 +30,8 @@ from sandbox_helpers import layer_active
 from tirl.sandbox import ExecutionRequest, LocalSandbox, isolation, uids
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"),
-              pytest.mark.skipif(os.geteuid() != 0, reason="per-call uids and mounts need root (as on tirl's machines)")]
+              pytest.mark.skipif(os.geteuid() != 0,
+                                 reason="per-call uids and mounts need root (as on tirl's machines)")]
 
 NPROC = 64
 ORDINARY_TIMEOUT_S = 60.0
@@ -60,8 +61,10 @@ BOMBS = {
     # The call's init keeps 4 processes allocating until the call's memory cgroup (or their address-space
     # limit) ends them, and replaces each one that dies, until the deadline.
     "memory": ("import os, time\ndef hog():\n    held = []\n    while True:\n        try:\n"
-               "            held.append(bytearray(16 << 20))\n        except MemoryError:\n            time.sleep(0.01)\n"
-               "kids = 0\nwhile True:\n    while kids < 4:\n        if os.fork() == 0:\n            hog()\n        kids += 1\n"
+               "            held.append(bytearray(16 << 20))\n        except MemoryError:\n"
+               "            time.sleep(0.01)\n"
+               "kids = 0\nwhile True:\n    while kids < 4:\n        if os.fork() == 0:\n            hog()\n"
+               "        kids += 1\n"
                "    os.wait()\n    kids -= 1", 256),
 }
 
@@ -113,7 +116,7 @@ async def second_pool():
     proc.stdin.close()
     try:
         await asyncio.wait_for(proc.wait(), 20)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         proc.kill()
         await proc.wait()
 
@@ -248,7 +251,8 @@ async def test_the_projects_source_is_not_readable(sb, layers):
     this_test = os.path.abspath(__file__)
     code = ("import os\nfor path in {paths!r}:\n    try:\n        open(path).read(1)\n        print('read', path)\n"
             "    except OSError as exc:\n        print('denied', exc.errno)\n"
-            "try:\n    os.listdir({root!r})\n    print('listed')\nexcept OSError as exc:\n    print('denied', exc.errno)\n"
+            "try:\n    os.listdir({root!r})\n    print('listed')\n"
+            "except OSError as exc:\n    print('denied', exc.errno)\n"
             "import sys\nprint(any(p.startswith({root!r}) for p in sys.path))")
     r = await sb.run(ExecutionRequest(code.format(paths=[source, this_test], root=isolation.SOURCE_ROOT),
                                       timeout_s=30))
@@ -334,7 +338,8 @@ async def test_the_answer_checker_still_imports_in_a_pool_that_did_not_preload_i
     if not layer_active(layers, "landlock"):
         pytest.skip("the landlock layer is missing here")
     code = ("from tirl.reward.worker import main\nprint('imported', callable(main))\n"
-            "import tirl.sandbox.pool as p\ntry:\n    open(p.__file__).read(1)\nexcept PermissionError:\n    print('denied')")
+            "import tirl.sandbox.pool as p\ntry:\n    open(p.__file__).read(1)\n"
+            "except PermissionError:\n    print('denied')")
     r = await sb.run(ExecutionRequest(code, timeout_s=ORDINARY_TIMEOUT_S))
     assert (r.status, r.stdout) == ("ok", "imported True\ndenied\n"), r
 

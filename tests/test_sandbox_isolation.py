@@ -222,5 +222,5 @@ def test_doctor_cli_reports_layers_and_probes_as_json():
                          ("uid_per_call", "two concurrent calls run as different uids")):
         if layer in active:
             assert probes[probe]["held"], (probe, probes[probe])
-    assert report["all_active"] == (all(l["active"] for l in report["layers"]) and all(
+    assert report["all_active"] == (all(layer["active"] for layer in report["layers"]) and all(
         p["held"] for p in report["probes"]))

@@ -11,8 +11,7 @@ import signal
 import pytest
 
 from sandbox_helpers import assert_follow_up_ok, host_pids_with_marker, no_descendants_soon, unique_marker
-from tirl.sandbox import ExecutionRequest, LocalSandbox, SandboxConfig, SyncSandbox
-from tirl.sandbox import wire
+from tirl.sandbox import ExecutionRequest, LocalSandbox, SandboxConfig, SyncSandbox, wire
 
 LIGHT = {"preload": ()}  # workers without numpy/scipy/sympy start in a fraction of a second
 
@@ -161,7 +160,8 @@ async def test_preload_is_configurable():
 async def test_default_preload_imports_the_scientific_stack_once_and_warms_it():
     async with LocalSandbox(workers=1) as sb:
         info = await sb.worker_info()
-        result = await sb.run(ExecutionRequest("import sys\nprint(all(m in sys.modules for m in ('numpy', 'scipy', 'sympy')))"))
+        result = await sb.run(ExecutionRequest(
+            "import sys\nprint(all(m in sys.modules for m in ('numpy', 'scipy', 'sympy')))"))
     assert result.stdout == "True\n"
     assert info["preload"] == {"numpy": "ok", "scipy": "ok", "sympy": "ok"} and info["warmup_errors"] == []
 
@@ -264,7 +264,8 @@ def test_killing_the_host_process_leaves_no_worker_or_call_process():
         "async def main():\n"
         "    sb = LocalSandbox(workers=1, preload=())\n"
         "    await sb.start()\n"
-        f"    task = asyncio.ensure_future(sb.run(ExecutionRequest(\"import subprocess, time\\nsubprocess.Popen(['sleep', '{marker}'])\\ntime.sleep(60)\", timeout_s=50)))\n"
+        "    task = asyncio.ensure_future(sb.run(ExecutionRequest(\"import subprocess, time\\n"
+        f"subprocess.Popen(['sleep', '{marker}'])\\ntime.sleep(60)\", timeout_s=50)))\n"
         "    await asyncio.sleep(0.5)\n"
         "    print(' '.join(map(str, sb.worker_pids())), flush=True)\n"
         "    await task\n"

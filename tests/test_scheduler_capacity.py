@@ -11,12 +11,14 @@ from tirl.rollout.capacity import (
     server_root,
 )
 
-VLLM_METRICS = """# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
-# TYPE vllm:cache_config_info gauge
-vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",engine="0",num_gpu_blocks="573",sliding_window="None"} 1.0
-vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="600"} 1.0
-vllm:num_requests_running{engine="0",model_name="m"} 0.0
-"""
+VLLM_METRICS = (
+    "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+    "# TYPE vllm:cache_config_info gauge\n"
+    'vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",engine="0",'
+    'num_gpu_blocks="573",sliding_window="None"} 1.0\n'
+    'vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="600"} 1.0\n'
+    'vllm:num_requests_running{engine="0",model_name="m"} 0.0\n'
+)
 
 
 def test_sglang_top_level_and_nested_fields():
@@ -26,7 +28,8 @@ def test_sglang_top_level_and_nested_fields():
     assert parse_sglang_server_info({"internal_states": [{"max_total_num_tokens": "4096"}]}) == 4096
 
 
-@pytest.mark.parametrize("bad", [{}, {"max_total_num_tokens": 0}, {"max_total_num_tokens": "x"}, {"max_total_num_tokens": True}, []])
+@pytest.mark.parametrize(
+    "bad", [{}, {"max_total_num_tokens": 0}, {"max_total_num_tokens": "x"}, {"max_total_num_tokens": True}, []])
 def test_sglang_missing_or_invalid_capacity_is_none(bad):
     assert parse_sglang_server_info(bad) is None
 

@@ -62,7 +62,8 @@ def test_schemas_mirror_the_shared_dataclasses():
 
 @pytest.mark.parametrize(
     "data,why",
-    [(["x"], "non-object"), ({"status": "weird", "request_id": "a"}, "unknown"), ({"status": "ok", "request_id": "b"}, "of 'b'")],
+    [(["x"], "non-object"), ({"status": "weird", "request_id": "a"}, "unknown"),
+     ({"status": "ok", "request_id": "b"}, "of 'b'")],
 )
 def test_result_from_wire_turns_bad_results_into_internal(data, why):
     result = result_from_wire(data, "a")
@@ -152,7 +153,8 @@ async def test_lone_surrogates_round_trip_without_server_error():
         (json.dumps({"code": "echo 1"}).encode(), "request_id: Field required"),
         (json.dumps({"request_id": "", "code": "x"}).encode(), "request_id: String should have at least 1 character"),
         (json.dumps({"request_id": "a", "code": 5}).encode(), "code: Input should be a valid string"),
-        (json.dumps({"request_id": "a", "code": "x", "timeout_s": 0}).encode(), "timeout_s: Input should be greater than 0"),
+        (json.dumps({"request_id": "a", "code": "x", "timeout_s": 0}).encode(),
+         "timeout_s: Input should be greater than 0"),
         (json.dumps({"request_id": "a", "code": "x", "stdn": ""}).encode(), "stdn: Extra inputs are not permitted"),
         # FastAPI answered these two with a bare 400 "There was an error parsing the body"
         (b'{"request_id": "a", "code": "\xff"}', "body is not valid JSON: not valid UTF-8 (byte 29)"),
@@ -195,7 +197,8 @@ async def test_lax_types_are_422_and_never_run(fields, fragment):
     ex = ScriptedExecutor()
     async with client_for(create_app(ex)) as c:
         r = await c.post("/v1/execute", json={**item("echo 1", "a"), **fields})
-        rb = await c.post("/v1/execute/batch", json={"requests": [item("echo 1", "b"), {**item("echo 1", "c"), **fields}]})
+        batch = [item("echo 1", "b"), {**item("echo 1", "c"), **fields}]
+        rb = await c.post("/v1/execute/batch", json={"requests": batch})
     assert r.status_code == 422 and rb.status_code == 422
     assert fragment in r.json()["message"], r.json()["message"]
     assert "body.requests[1]." + fragment in rb.json()["message"], rb.json()["message"]
@@ -255,7 +258,8 @@ async def test_stdin_over_limit_in_batch_is_413_naming_the_item():
     async with client_for(create_app(ScriptedExecutor(), cfg)) as c:
         r = await c.post("/v1/execute/batch", json=body)
     assert r.status_code == 413
-    assert r.json()["detail"] == [{"index": 1, "request_id": "b", "message": "stdin is 5 bytes, over the limit of 4 bytes"}]
+    assert r.json()["detail"] == [
+        {"index": 1, "request_id": "b", "message": "stdin is 5 bytes, over the limit of 4 bytes"}]
 
 
 async def test_too_many_items_in_batch_is_413():
@@ -333,7 +337,8 @@ async def test_queue_depth_and_in_flight_reported_while_busy():
 async def test_metrics_count_calls_by_status_and_source_and_latency():
     ex = ScriptedExecutor()
     async with client_for(create_app(ex)) as c:
-        await c.post("/v1/execute/batch", json={"requests": [item("echo 1", "a"), item("fail", "b"), item("timeout", "c")]})
+        batch = [item("echo 1", "a"), item("fail", "b"), item("timeout", "c")]
+        await c.post("/v1/execute/batch", json={"requests": batch})
         await c.post("/v1/execute", json=item("echo 1", "a"))
         await c.post("/v1/execute", json={"bad": 1})
         text = (await c.get("/metrics")).text
@@ -441,7 +446,8 @@ async def test_fast_path_answers_exactly_as_the_routes(path, body):
 
 async def test_raw_bodies_the_one_pass_parser_refuses_fall_back_to_the_routes():
     # a lone surrogate escape (json.loads accepts it, pydantic's JSON parser does not) and NaN
-    for raw in (b'{"request_id": "s1", "code": "echo \\ud800"}', b'{"request_id": "s2", "code": "echo", "timeout_s": NaN}',
+    for raw in (b'{"request_id": "s1", "code": "echo \\ud800"}',
+                b'{"request_id": "s2", "code": "echo", "timeout_s": NaN}',
                 b'{"request_id": "s3", "code": "echo a"', b"\xff\xfe"):
         answers = []
         for fast in (True, False):

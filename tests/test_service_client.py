@@ -16,7 +16,7 @@ from tirl.sandbox.types import CodeExecutor, ExecutionRequest
 from tirl.service.app import create_app
 from tirl.service.client import ClientConfig, SandboxClient
 from tirl.service.core import ServiceConfig
-from tirl.service.pool import ServerPool, ServerState, normalize_url
+from tirl.service.pool import ServerPool, normalize_url
 
 A, B = "a.test:9001", "b.test:9002"
 
@@ -223,7 +223,8 @@ async def test_oversize_item_rejected_alone_others_still_run():
     urls, executors, transport = cluster(1, service=ServiceConfig(max_code_bytes=20))
     async with SandboxClient(urls, fast(flush_interval_s=0.05), transport=transport) as client:
         results = await asyncio.gather(
-            client.run(req("echo ok", "small")), client.run(req("echo " + "x" * 50, "big")), client.run(req("echo 2", "s2"))
+            client.run(req("echo ok", "small")), client.run(req("echo " + "x" * 50, "big")),
+            client.run(req("echo 2", "s2")),
         )
         stats = client.stats()
     assert [r.status for r in results] == ["ok", "internal", "ok"]
@@ -308,9 +309,8 @@ async def test_real_sockets_two_servers_in_process():
             ready.set()
 
     stop = asyncio.Event()
-    servers = [
-        asyncio.ensure_future(serve_app(create_app(ex), "127.0.0.1", 0, on_ready=on_ready, stop=stop)) for ex in executors
-    ]
+    servers = [asyncio.ensure_future(serve_app(create_app(ex), "127.0.0.1", 0, on_ready=on_ready, stop=stop))
+               for ex in executors]
     try:
         await asyncio.wait_for(ready.wait(), 10)
         async with SandboxClient(urls, fast(senders=4, batch_size=16)) as client:

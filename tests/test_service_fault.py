@@ -44,7 +44,8 @@ def workload(n: int, seed: int) -> list[tuple[ExecutionRequest, tuple]]:
         if kind == "ok":
             calls.append((ExecutionRequest(code=f"print({i} * 3)", timeout_s=2), ("ok", f"{3 * i}\n", None)))
         elif kind == "stdin":
-            calls.append((ExecutionRequest(code="print(int(input()) + 1)", stdin=f"{i}", timeout_s=2), ("ok", f"{i + 1}\n", None)))
+            calls.append((ExecutionRequest(code="print(int(input()) + 1)", stdin=f"{i}", timeout_s=2),
+                          ("ok", f"{i + 1}\n", None)))
         elif kind == "error":
             calls.append((ExecutionRequest(code=f"raise ValueError({i})", timeout_s=2), ("error", None, "ValueError")))
         else:

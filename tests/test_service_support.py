@@ -60,7 +60,8 @@ class ScriptedExecutor:
             elif op == "hang":
                 await asyncio.Event().wait()
             elif op == "fail":
-                return ExecutionResult("error", stdout="".join(out), error_type="RuntimeError", exit_code=1, request_id=rid)
+                return ExecutionResult("error", stdout="".join(out), error_type="RuntimeError", exit_code=1,
+                                       request_id=rid)
             elif op == "timeout":
                 return ExecutionResult("timeout", stdout="".join(out), exit_code=-9, request_id=rid)
             elif op == "internal":
@@ -71,7 +72,8 @@ class ScriptedExecutor:
             elif op == "raise":
                 raise RuntimeError("scripted executor bug")
             else:
-                return ExecutionResult("error", stderr=f"unknown command {op!r}", error_type="NameError", request_id=rid)
+                return ExecutionResult("error", stderr=f"unknown command {op!r}", error_type="NameError",
+                                       request_id=rid)
         return ExecutionResult("ok", stdout="".join(out), exit_code=0, request_id=rid)
 
     async def run_batch(self, requests):

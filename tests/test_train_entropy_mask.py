@@ -89,7 +89,7 @@ def test_trl_loss_uses_the_per_sequence_mask_on_the_tiny_model(tmp_path, tiny_sm
     assert seen, "TRL's loss never asked for the entropy mask"
     rows = 0
     inner_gaps = 0
-    for ent, mask, out in seen:
+    for _ent, mask, out in seen:
         for row in mask.int().tolist():  # a 0 between 1s: an injected tool segment already excluded by TRL
             ones = [i for i, m in enumerate(row) if m]
             inner_gaps += bool(ones) and 0 in row[ones[0]:ones[-1]]

@@ -90,6 +90,7 @@ def test_policy_follows_what_is_exact_for_the_loss_type():
 @pytest.mark.parametrize("loss_type", ["dapo", "bnpo", "grpo"])
 def test_trl_loss_and_gradient_are_unchanged_on_the_tiny_model(tmp_path, tiny_smollm2_model_dir, loss_type):
     import trl
+
     from test_train_rl import _build, _config
 
     config = _config(tmp_path, tiny_smollm2_model_dir, max_steps=1,

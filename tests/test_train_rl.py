@@ -2,8 +2,9 @@
 
 The tiny random model never writes a tool call by itself, so a scripted engine forces the first turn of every
 trajectory to be a real tool call (run by a ``LocalSandbox``) and the second turn of every other trajectory to be
-the correct answer (checked by ``tirl.reward``); the remaining second turns are sampled from the current policy by ``HFEngine``. This gives
-tool segments to mask and mixed rewards (non-zero advantages), so the update must move the weights.
+the correct answer (checked by ``tirl.reward``); the remaining second turns are sampled from the current policy by
+``HFEngine``. This gives tool segments to mask and mixed rewards (non-zero advantages), so the update must move the
+weights.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ import json
 import re
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tirl.cli.main import app
@@ -42,7 +44,8 @@ def test_every_tool_call_class_shows_its_facts(tmp_path):
     assert set(calls) == {"ok", "error", "timeout", "parse_error"}
     assert "out-0" in calls["ok"]["output"] and calls["ok"]["duration"] == pytest.approx(0.25)
     assert "ZeroDivisionError" in calls["error"]["output"]
-    assert calls["parse_error"]["status"] == "not run" and calls["parse_error"]["parse_error"].startswith("invalid_json")
+    assert calls["parse_error"]["status"] == "not run"
+    assert calls["parse_error"]["parse_error"].startswith("invalid_json")
     assert calls["parse_error"]["raw"] == "{print(1)" and calls["parse_error"]["code_html"] == ""
     assert 'class="k"' in calls["ok"]["code_html"]  # Pygments marked the keywords
 
@@ -125,11 +128,9 @@ def test_a_folder_of_runs_names_them(tmp_path):
         read_run(tmp_path / "demo")
 
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 _junk = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
-                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                     lambda inner: (st.lists(inner, max_size=3)
+                                    | st.dictionaries(st.text(max_size=6), inner, max_size=3)),
                      max_leaves=8)
 _fields = ["benchmark", "problem_id", "sample_index", "sample", "step", "group", "rank", "problem", "gold", "answer",
            "final_answer", "correct", "verdict", "reward", "verify_status", "finish_reason", "model_tokens",

@@ -39,8 +39,9 @@ def _record_for(cls: str, k: int) -> ToolCallRecord:
     result = ExecutionResult(status=status, stdout=f"out-{k}\n" if cls == "ok" else "",
                              traceback="ZeroDivisionError: division by zero" if cls == "error" else None,
                              exit_code=0 if cls == "ok" else 1, duration_s=0.25 + k)
+    code = f"def f():\n    return {k} / 1\nprint(f())"
     return ToolCallRecord(call=ToolCall(name="execute_python_code_with_standard_io",
-                                        arguments={"code": f"def f():\n    return {k} / 1\nprint(f())", "input": "7\n"}),
+                                        arguments={"code": code, "input": "7\n"}),
                           result=result, cls=cls, response_text=f"<tool_response>\nresponse-{k}\n</tool_response>")
 
 

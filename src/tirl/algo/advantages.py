@@ -25,7 +25,7 @@ Policies:
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 DEFAULT_EPS = 1e-6
 DEFAULT_STD_FLOOR = 1e-2

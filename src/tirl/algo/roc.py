@@ -56,8 +56,9 @@ from __future__ import annotations
 import logging
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, Sequence
+from typing import Literal, Protocol
 
 from tirl.protocol import trajectory_format_penalty
 from tirl.protocol.types import Trajectory

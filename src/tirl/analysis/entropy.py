@@ -30,9 +30,10 @@ import json
 import math
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from tirl.view.load import ENTROPY_DIR, iter_token_records, read_entropy, read_run
 

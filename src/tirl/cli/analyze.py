@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -14,11 +13,11 @@ app = typer.Typer(help="Analyse saved trajectories.", no_args_is_help=True)
 @app.command("entropy")
 def entropy_command(
     run_dir: Path = typer.Argument(..., help="An eval run folder or a training run folder (with saved token ids)."),
-    models: List[str] = typer.Option(..., "--model", "-m", help="Model to re-score with (folder, .gguf, built-in "
+    models: list[str] = typer.Option(..., "--model", "-m", help="Model to re-score with (folder, .gguf, built-in "
                                      "name, tiny:<tokenizer>); repeat to compare checkpoints on the same tokens."),
-    labels: Optional[List[str]] = typer.Option(None, "--label", help="A name per --model (default: the model's "
+    labels: list[str] | None = typer.Option(None, "--label", help="A name per --model (default: the model's "
                                                "folder name); the file is RUN_DIR/entropy/<label>.jsonl."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Score at most this many trajectories."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Score at most this many trajectories."),
     first_k: int = typer.Option(10, "--first-k", min=1, help="Model tokens after a tool response counted as "
                                 "'post-tool'."),
     top: int = typer.Option(30, "--top", min=1, help="High-entropy tokens listed."),
@@ -56,7 +55,7 @@ def entropy_command(
         with console.status(f"scoring with {label}") as status:
             try:
                 path = score_run(run_dir, model, tokenizer, label, model_name=model_ref, limit=limit,
-                                 progress=lambda d, t: status.update(f"scoring with {label}: {d}/{t}"))
+                                 progress=lambda d, t, label=label: status.update(f"scoring with {label}: {d}/{t}"))
             except (FileNotFoundError, ValueError) as exc:
                 console.print(f"[red]error:[/] {exc}")
                 raise typer.Exit(2) from None
@@ -73,7 +72,7 @@ def entropy_command(
     for st in report["labels"]:
         table.add_column(st["label"], justify="right")
     rows = [("tokens", lambda s: f"{s['tokens']}"), ("mean", lambda s: f"{s['mean']:.3f}")]
-    rows += [(q, (lambda q: lambda s: f"{s['quantiles'][q]:.3f}")(q)) for q in ("p50", "p80", "p90", "p95", "p99")]
+    rows += [(q, lambda s, q=q: f"{s['quantiles'][q]:.3f}") for q in ("p50", "p80", "p90", "p95", "p99")]
     rows += [
         (f"mean, first {first_k} after a tool response", lambda s: _num(s["post_tool"]["mean_post"])),
         ("  (tokens)", lambda s: f"{s['post_tool']['n_post']}"),
@@ -94,7 +93,7 @@ def entropy_command(
     typer.echo(f"{folder / 'report.json'}\n{png}")
 
 
-def _num(x: Optional[float]) -> str:
+def _num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 

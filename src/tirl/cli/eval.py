@@ -16,10 +16,10 @@ import asyncio
 import os
 import re
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
+
 
 def _passive_openmp() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -73,14 +73,14 @@ def _run(config, console: Console, progress: bool = True):  # noqa: ANN001, ANN2
 
 
 def eval_command(
-    model: str = typer.Option(..., "--model", "-m", help="Built-in model name, HF folder, .gguf file or LoRA checkpoint folder (with --engine openai the servers load "
-                          "the adapter)."),
+    model: str = typer.Option(..., "--model", "-m", help="Built-in model name, HF folder, .gguf file or LoRA "
+                              "checkpoint folder (with --engine openai the servers load the adapter)."),
     benchmark: list[str] = typer.Option(
         ..., "--benchmark", "-b",
         help="Benchmark name (aime24, aime25, amc23, hmmt25_feb, math500, gsm8k, toolmath) or JSONL path; repeat or "
              "separate with commas; NAME:N takes its first N problems.",
     ),
-    subset: Optional[int] = typer.Option(None, "--subset", min=1, help="First N problems of each benchmark."),
+    subset: int | None = typer.Option(None, "--subset", min=1, help="First N problems of each benchmark."),
     samples: int = typer.Option(16, "--samples", "-k", min=1, help="Samples per problem (K)."),
     temperature: float = typer.Option(0.6, "--temperature", min=0.0, help="Sampling temperature."),
     top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass."),
@@ -91,7 +91,7 @@ def eval_command(
     engine: str = typer.Option("hf", "--engine", help="hf (in-process transformers) or openai (a server)."),
     server: list[str] = typer.Option([], "--server", help="OpenAI-compatible base URL (with --engine openai); "
                                      "repeat for several servers (then the rollout scheduler balances them)."),
-    scheduler: Optional[str] = typer.Option(
+    scheduler: str | None = typer.Option(
         None, "--scheduler", help="Rollout scheduler over the --server URLs: kv_aware (default with several "
                                   "servers), static or round_robin."),
     kv_capacity: list[str] = typer.Option(
@@ -105,11 +105,11 @@ def eval_command(
              "requests whose prefill is chunked)."),
     sandbox: str = typer.Option("local", "--sandbox", help="'local' (in-process pool) or a sandbox service URL."),
     no_tools: bool = typer.Option(False, "--no-tools", help="Plain chain-of-thought: no tool schema, no tools."),
-    out: Optional[Path] = typer.Option(
+    out: Path | None = typer.Option(
         None, "--out", "-o", help="Output folder (resumable). Default: runs/eval/<model>-<tools|no-tools>."
     ),
     seed: int = typer.Option(0, "--seed", help="Base seed of the per-sample seeds."),
-    concurrency: Optional[int] = typer.Option(
+    concurrency: int | None = typer.Option(
         None, "--concurrency", min=1, help="Trajectories in flight (default 8 for hf, 64 for openai)."
     ),
     tool_timeout: float = typer.Option(10.0, "--tool-timeout", min=0.1, help="Seconds per tool call."),
@@ -146,7 +146,8 @@ def eval_command(
             subset=subset, samples=samples, temperature=temperature, top_p=top_p, max_turns=max_turns,
             max_tokens=max_tokens, use_tools=not no_tools, engine=engine, servers=_split(server),
             scheduler=scheduler, kv_capacities=parse_kv_capacities(kv_capacity, len(_split(server))),
-            admission_coef=admission_coef, sandbox=sandbox, seed=seed, concurrency=concurrency, tool_timeout_s=tool_timeout,
+            admission_coef=admission_coef, sandbox=sandbox, seed=seed, concurrency=concurrency,
+            tool_timeout_s=tool_timeout,
             dtype=dtype, protocol=ProtocolConfig(prompt_style=prompt_style), answer_fallback=answer_fallback,
             server_seed=server_seed,
         )

@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
 
 def plot_command(
-    runs: List[Path] = typer.Argument(..., help="Run folders (or metrics.jsonl files); stages in order "
+    runs: list[Path] = typer.Argument(..., help="Run folders (or metrics.jsonl files); stages in order "
                                                 "(with --compare: LABEL=DIR or DIR, one per run)."),
     out: Path = typer.Option(Path("plots"), "--out", "-o", help="Folder for the PNG files."),
     title: str = typer.Option("", "--title", help="Suffix for the figure titles."),
     compare: bool = typer.Option(False, "--compare", help="Overlay the runs (each LABEL=DIR or DIR) instead of "
                                                           "chaining them: at equal steps and at equal wall time."),
-    evals: List[Path] = typer.Option([], "--eval", help="A tirl eval folder of one of the run's checkpoints "
-                                                         "(repeat): draws heldout.png, avg pass@1 against step."),
-    table: Optional[Path] = typer.Option(None, "--table", help="Also write the steps as a Markdown table to this "
-                                                               "file (not with --compare)."),
+    evals: list[Path] = typer.Option([], "--eval", help="A tirl eval folder of one of the run's checkpoints "
+                                                        "(repeat): draws heldout.png, avg pass@1 against step."),
+    table: Path | None = typer.Option(None, "--table", help="Also write the steps as a Markdown table to this "
+                                                            "file (not with --compare)."),
 ) -> None:
     """Draw reward, tool-error-in-correct (before/after RoC), length and overview curves as PNG files (and with
     --table a per-step Markdown table); with --compare, overlay separate runs (an ablation) at equal steps and

@@ -13,10 +13,15 @@ SmolLM2-135M, 16 sequences: 3.3 tokens/s spinning vs 67 tokens/s passive, machin
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from tirl.train.config import RLConfig
+    from tirl.train.sft_config import SFTConfig
 
 PASSIVE_OMP = ("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -32,7 +37,7 @@ app = typer.Typer(
 @app.command("rl")
 def rl_command(
     config: Path = typer.Option(..., "--config", "-c", help="YAML recipe (configs/stage1.yaml, configs/cpu-*.yaml)."),
-    overrides: Optional[List[str]] = typer.Argument(
+    overrides: list[str] | None = typer.Argument(
         None, help="Overrides such as rollout.group_size=8 optim.learning_rate=2e-5 (dotted keys of the recipe)."
     ),
     print_config: bool = typer.Option(False, "--print-config", help="Print the resolved configuration and exit."),
@@ -42,10 +47,10 @@ def rl_command(
     os.environ.setdefault(*PASSIVE_OMP)
     from tirl.train.config import load_config
 
-    def run(cfg: object) -> Path:
+    def run(cfg: RLConfig) -> Path:
         from tirl.train.rl import train
 
-        return train(cfg)  # type: ignore[arg-type]
+        return train(cfg)
 
     _run_stage(lambda: load_config(config, overrides or []), run, print_config, "final weights")
 
@@ -53,7 +58,7 @@ def rl_command(
 @app.command("sft")
 def sft_command(
     config: Path = typer.Option(..., "--config", "-c", help="YAML recipe (configs/sft-*.yaml)."),
-    overrides: Optional[List[str]] = typer.Argument(
+    overrides: list[str] | None = typer.Argument(
         None, help="Overrides such as optim.max_steps=10 data.sources=gsm8k_tir:200 (dotted keys of the recipe)."
     ),
     print_config: bool = typer.Option(False, "--print-config", help="Print the resolved configuration and exit."),
@@ -63,19 +68,19 @@ def sft_command(
     os.environ.setdefault(*PASSIVE_OMP)
     from tirl.train.sft_config import load_sft_config
 
-    def load() -> object:
+    def load() -> SFTConfig:
         cfg = load_sft_config(config, overrides or [])
         cfg.validate()
         return cfg
 
-    def run(cfg: object) -> Path:
+    def run(cfg: SFTConfig) -> Path:
         import logging
 
         from tirl.train.sft import train_sft
 
         logging.basicConfig(level=logging.WARNING, format="%(message)s")
         logging.getLogger("tirl.train.sft").setLevel(logging.INFO)  # data counts, resume, duration
-        return train_sft(cfg)  # type: ignore[arg-type]
+        return train_sft(cfg)
 
     _run_stage(load, run, print_config, "final model")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -11,7 +10,7 @@ import typer
 def view_command(
     run_dir: Path = typer.Argument(..., help="An eval run folder (trajectories.jsonl) or a training run folder "
                                              "(trajectories/step_N_rankR.jsonl, logging.log_trajectories=true)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="The HTML file to write (default RUN_DIR/view.html)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="The HTML file to write (default RUN_DIR/view.html)."),
 ) -> None:
     """Write one self-contained HTML page showing every trajectory of a run (opens from disk, no network)."""
     from rich.console import Console

@@ -128,7 +128,8 @@ def _load_jsonl(path: Path, *, default_source: str) -> list[Problem]:
                 raise BenchmarkError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
             missing = [k for k in ("problem", "answer") if k not in row]
             if missing:
-                raise BenchmarkError(f"{where}: missing field(s) {', '.join(missing)}; rows need 'problem' and 'answer'")
+                raise BenchmarkError(
+                    f"{where}: missing field(s) {', '.join(missing)}; rows need 'problem' and 'answer'")
             problem = row.pop("problem")
             if not isinstance(problem, str) or not problem.strip():
                 raise BenchmarkError(f"{where}: 'problem' must be a non-empty string")

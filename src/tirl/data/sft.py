@@ -37,9 +37,10 @@ import itertools
 import json
 import random
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from tirl.protocol import (
     ConversationTurn,

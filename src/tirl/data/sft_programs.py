@@ -19,7 +19,7 @@ import contextlib
 import io
 import math
 import random
-from typing import Callable
+from collections.abc import Callable
 
 from tirl.protocol import ConversationTurn, ProtocolConfig, render_tool_call, render_tool_response
 from tirl.protocol.config import resolve_config

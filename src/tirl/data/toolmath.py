@@ -75,5 +75,5 @@ def write_heldout(path: str | Path) -> int:
     return len(rows)
 
 
-__all__ = ["HELDOUT_PER_KIND", "HELDOUT_SEED", "TOOLMATH_KINDS", "heldout_problems", "heldout_texts", "training_sources",
-           "write_heldout"]
+__all__ = ["HELDOUT_PER_KIND", "HELDOUT_SEED", "TOOLMATH_KINDS", "heldout_problems", "heldout_texts",
+           "training_sources", "write_heldout"]

@@ -24,9 +24,10 @@ import json
 import math
 import random
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 RL_DATA_DIR = Path(__file__).resolve().parent / "rl"
 
@@ -279,8 +280,9 @@ SYNTHETIC_KINDS: dict[str, Callable[[random.Random], tuple[str, int]]] = {
 """Synthetic problem kinds: name -> generator returning (problem text, exact integer answer).
 
 The first ten need code to be reliable (``add_big``: four 5-7 digit terms; ``gcd`` of two numbers up to
-eight digits; ``count_digit``: occurrences of a digit in 1..N); ``multiply_small`` (two-digit products) and ``add3`` (three-term
-sums) are within reach of a small model without the tool, which gives a small policy some reward to learn from.
+eight digits; ``count_digit``: occurrences of a digit in 1..N); ``multiply_small`` (two-digit products) and ``add3``
+(three-term sums) are within reach of a small model without the tool, which gives a small policy some reward to learn
+from.
 """
 
 HARD_SYNTHETIC_KINDS = ("multiply", "modpow", "digit_sum_power", "prime_count", "divisor_count", "sum_of_powers",
@@ -331,8 +333,8 @@ def load_training_problems(
     """Problems from several sources, de-duplicated by id, optionally shuffled and capped.
 
     Args:
-        sources: each a packaged set name (``gsm8k``, ``math``, ``aime``, ``champ``, ``curated``), optionally with a row cap
-            (``gsm8k:200`` = the first 200 rows), ``synthetic:N`` (N generated problems, seeded with ``seed``),
+        sources: each a packaged set name (``gsm8k``, ``math``, ``aime``, ``champ``, ``curated``), optionally with a
+            row cap (``gsm8k:200`` = the first 200 rows), ``synthetic:N`` (N generated problems, seeded with ``seed``),
             ``synthetic:N:kind1+kind2`` (only those kinds), ``toolmath:N`` (N generated problems of the
             toolmath task's kinds, :data:`tirl.data.toolmath.TOOLMATH_KINDS`) or a path to a JSONL file.
             Generated problems whose

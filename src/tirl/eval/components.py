@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from tirl.eval.runner import EvalComponents, EvalConfig, Verifier
 
 
-def build_executor(config: "EvalConfig") -> tuple[CodeExecutor, Any]:
+def build_executor(config: EvalConfig) -> tuple[CodeExecutor, Any]:
     """The code executor for tools and verification, and its closer.
 
     ``config.sandbox == "local"``: a ``LocalSandbox`` whose workers preload the sandbox defaults plus the
@@ -46,14 +46,16 @@ def build_executor(config: "EvalConfig") -> tuple[CodeExecutor, Any]:
     raise ValueError(f"--sandbox must be 'local' or an http(s):// URL, got {config.sandbox!r}")
 
 
-def build_router(config: "EvalConfig", model_and_tokenizer: tuple[Any, Any] | None) -> tuple[EngineRouter, Any, int | None]:
+def build_router(
+    config: EvalConfig, model_and_tokenizer: tuple[Any, Any] | None
+) -> tuple[EngineRouter, Any, int | None]:
     """The engine router, its closer and the model's context window (tokens) for ``config.engine``.
 
     ``hf``: an ``HFEngine`` over the loaded model (``model_and_tokenizer``), batching up to
     ``config.concurrency`` rows. ``openai``: one ``OpenAIEngine`` for a single server (when ``config.model`` is a
     LoRA checkpoint folder, each server first loads the adapter and requests name it); with several servers
-    (or an explicit ``config.scheduler`` or ``config.kv_capacities``) a ``RolloutScheduler`` over one ``OpenAIEngine`` per server, logging
-    its metrics to ``<out_dir>/scheduler_metrics.jsonl``.
+    (or an explicit ``config.scheduler`` or ``config.kv_capacities``) a ``RolloutScheduler`` over one ``OpenAIEngine``
+    per server, logging its metrics to ``<out_dir>/scheduler_metrics.jsonl``.
 
     Raises:
         tirl.rollout.lora_server.ServerSyncError: a server refused the checkpoint's adapter.
@@ -95,7 +97,7 @@ def build_router(config: "EvalConfig", model_and_tokenizer: tuple[Any, Any] | No
     return SingleEngineRouter(engine), getattr(engine, "aclose", None), None
 
 
-def make_verifier(executor: CodeExecutor, *, answer_fallback: bool = False) -> "Verifier":
+def make_verifier(executor: CodeExecutor, *, answer_fallback: bool = False) -> Verifier:
     """The runner's verifier over ``tirl.reward``: the response text (tool responses are ignored by the
     answer extraction) against the gold answer, symbolic checks on ``executor``; returns ``Verdict.to_dict()``.
 
@@ -137,7 +139,7 @@ def make_gold_checker(executor: CodeExecutor) -> Any:
     return check_golds
 
 
-async def build_default_components(config: "EvalConfig") -> "EvalComponents":
+async def build_default_components(config: EvalConfig) -> EvalComponents:
     """Everything :func:`tirl.eval.runner.run_eval` needs, from ``config`` (see the module docstring).
 
     Raises:

@@ -15,16 +15,16 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from rich.console import Console
 from rich.table import Table
 
 from tirl.eval.report import summary_table
 from tirl.eval.runner import EvalConfig, EvalResult, run_eval
-from tirl.protocol.config import ProtocolConfig
+from tirl.protocol.config import PromptStyle, ProtocolConfig
 
 BASE_MODEL = "qwen2.5-coder-0.5b-instruct"
 TRAINED_MODEL = "qwen2.5-coder-0.5b-tirl-sft"
@@ -55,7 +55,7 @@ class DemoSettings:
     max_tokens: int = 512
     concurrency: int = 30
     seed: int = 0
-    prompt_style: str = "compact"
+    prompt_style: PromptStyle = "compact"
 
 
 def demo_configs(out: Path, settings: DemoSettings = DemoSettings()) -> list[EvalConfig]:
@@ -65,7 +65,7 @@ def demo_configs(out: Path, settings: DemoSettings = DemoSettings()) -> list[Eva
             model=model, benchmarks=[name for name, _ in settings.benchmarks], subsets=dict(settings.benchmarks),
             out_dir=out / label, samples=settings.samples, temperature=settings.temperature,
             max_turns=settings.max_turns, max_tokens=settings.max_tokens, concurrency=settings.concurrency,
-            seed=settings.seed, protocol=ProtocolConfig(prompt_style=settings.prompt_style),  # type: ignore[arg-type]
+            seed=settings.seed, protocol=ProtocolConfig(prompt_style=settings.prompt_style),
         )
         for label, model in settings.models
     ]

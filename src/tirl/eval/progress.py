@@ -12,7 +12,7 @@ The ETA extrapolates the rate of the trajectories finished in this run (resumed 
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def _clock(seconds: float) -> str:

@@ -7,7 +7,7 @@ compute metrics.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from rich.table import Table
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 TRAJECTORIES_FILE = "trajectories.jsonl"
 RUN_FILE = "run.json"
@@ -158,7 +159,7 @@ class RunStore:
         if not self._fh.closed:
             self._fh.close()
 
-    def __enter__(self) -> "RunStore":
+    def __enter__(self) -> RunStore:
         return self
 
     def __exit__(self, *exc: object) -> None:

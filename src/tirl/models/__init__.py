@@ -1,8 +1,9 @@
 """Models: built-in packaged models, GGUF conversion, loading, and tiny random models for tests.
 
 Public API: :func:`resolve` (model reference -> plain HF folder), :func:`load` (-> ``(model, tokenizer)``),
-:func:`load_tokenizer`, :func:`stop_token_ids`, :func:`lora_adapter_folder`, :func:`build_tiny_model` / :func:`cached_tiny_model`,
-:data:`BUILTIN_MODELS`, :func:`cache_dir`. Heavy libraries (torch, transformers) are imported lazily.
+:func:`load_tokenizer`, :func:`stop_token_ids`, :func:`lora_adapter_folder`, :func:`build_tiny_model` /
+:func:`cached_tiny_model`, :data:`BUILTIN_MODELS`, :func:`cache_dir`. Heavy libraries (torch, transformers) are imported
+lazily.
 """
 
 from tirl.models.builtin import BUILTIN_MODELS, BuiltinModel, ModelNotFoundError

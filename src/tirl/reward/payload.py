@@ -15,7 +15,8 @@ are kept by the executor, so the verdicts given before the kill are not lost.
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 MARKER = "TIRL-VERDICT "
 PROGRAM = "from tirl.reward.worker import main\nmain()\n"

@@ -99,7 +99,7 @@ class VerifyItem:
     question: str | None = None
 
     @classmethod
-    def coerce(cls, item: Any) -> "VerifyItem":
+    def coerce(cls, item: Any) -> VerifyItem:
         """A :class:`VerifyItem` from an item, a ``(response, gold)`` pair or a dict with those keys (and
         optionally ``answer`` and ``question``).
 
@@ -212,7 +212,7 @@ class VerifierStats:
                 "by_path": dict(self.by_path),
             }
 
-    def merge(self, other: "VerifierStats") -> None:
+    def merge(self, other: VerifierStats) -> None:
         """Add the counts of ``other`` (without logging again)."""
         snap = other.snapshot()
         with self._lock:

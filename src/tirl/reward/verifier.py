@@ -42,7 +42,8 @@ import math
 import os
 import threading
 import time
-from typing import Any, Awaitable, Iterable, Sequence, TypeVar
+from collections.abc import Awaitable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from tirl.protocol import extract_answer
 from tirl.protocol.config import ProtocolConfig
@@ -79,7 +80,7 @@ class _LoopThread:
         self.loop.call_soon(self._ready.set)
         self.loop.run_forever()
 
-    def submit(self, coro: Awaitable[T]) -> "concurrent.futures.Future[T]":
+    def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
 
     def run(self, coro: Awaitable[T]) -> T:
@@ -119,11 +120,8 @@ def create_default_executor(workers: int | None = None) -> CodeExecutor:
 
     Args:
         workers: worker processes (None: one per usable core).
-
-    Raises:
-        ImportError: ``tirl.sandbox`` has no ``LocalSandbox`` (the sandbox part is missing).
     """
-    from tirl.sandbox import LocalSandbox  # type: ignore[attr-defined]
+    from tirl.sandbox import LocalSandbox
 
     return LocalSandbox(workers=workers, preload=PRELOAD_MODULES)
 
@@ -237,7 +235,9 @@ class Verifier:
         if isinstance(gold, (int,)) and not isinstance(gold, bool):
             gold = str(gold)
         if not isinstance(gold, str) or not gold.strip():
-            return Verdict(False, "unparsable_gold", None, str(gold or ""), "none", 0.0, "empty or non-string reference"), None, "", None
+            verdict = Verdict(False, "unparsable_gold", None, str(gold or ""), "none", 0.0,
+                              "empty or non-string reference")
+            return verdict, None, "", None
         if item.answer is not None:
             extracted = item.answer if isinstance(item.answer, str) else None
         else:
@@ -297,7 +297,8 @@ class Verifier:
         except Exception as exc:  # noqa: BLE001 - executors should not raise; count it if one does
             return [ExecutionResult.internal_error(f"executor raised {exc!r}"[:300]) for _ in requests]
         if len(results) != len(requests):
-            return [ExecutionResult.internal_error("executor answered a different number of requests") for _ in requests]
+            return [ExecutionResult.internal_error("executor answered a different number of requests")
+                    for _ in requests]
         for _ in range(max(0, self.config.internal_retries)):
             retry = [i for i, r in enumerate(results) if r.status == "internal"]
             if not retry:

@@ -28,7 +28,8 @@ import logging
 import re
 import sys
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 from sympy import Basic, MatrixBase, nan, zoo
@@ -255,7 +256,8 @@ def iter_verdicts(payload: Any) -> Iterator[tuple[int, dict[str, Any]]]:
     ``verifier_error`` for that item. ``result`` has ``status``, ``correct``, ``detail`` and ``seconds``.
     """
     if not isinstance(payload, dict) or not isinstance(payload.get("items"), list):
-        yield 0, {**_result("verifier_error", detail="bad payload: expected {'items': [...], 'options': {...}}"), "seconds": 0.0}
+        detail = "bad payload: expected {'items': [...], 'options': {...}}"
+        yield 0, {**_result("verifier_error", detail=detail), "seconds": 0.0}
         return
     options = payload.get("options") if isinstance(payload.get("options"), dict) else None
     for index, item in enumerate(payload["items"]):
@@ -274,7 +276,8 @@ def main() -> None:
         payload = json.loads(sys.stdin.read())
     except ValueError as exc:
         payload = None
-        sys.stdout.write(format_worker_output(0, {**_result("verifier_error", detail="bad payload: " + _describe(exc)), "seconds": 0.0}))
+        result = {**_result("verifier_error", detail="bad payload: " + _describe(exc)), "seconds": 0.0}
+        sys.stdout.write(format_worker_output(0, result))
     if payload is not None:
         for index, result in iter_verdicts(payload):
             sys.stdout.write(format_worker_output(index, result))

@@ -34,8 +34,9 @@ from __future__ import annotations
 import math
 import random
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 PolicyName = Literal["kv_aware", "static", "round_robin"]
 POLICIES: tuple[str, ...] = ("kv_aware", "static", "round_robin")
@@ -196,9 +197,8 @@ class AdmissionController:
             if cap is not None and (not isinstance(cap, int) or cap <= 0):
                 raise ValueError(f"endpoint {name!r}: capacity must be a positive int of tokens, got {cap!r}")
             if self.policy == "kv_aware" and cap is None:
-                raise ValueError(
-                    f"endpoint {name!r} has no KV capacity: kv_aware needs one (probe the server or set it in the config)"
-                )
+                raise ValueError(f"endpoint {name!r} has no KV capacity: kv_aware needs one (probe the server or set "
+                                 "it in the config)")
             self._eps[name] = _Endpoint(name=name, capacity=cap, order=rank)
         self._leases = {}
         self._queue = deque()
@@ -451,7 +451,8 @@ class AdmissionController:
         self._affinity.move_to_end(lease.trajectory_id)
         while len(self._affinity) > self.affinity_size:
             self._affinity.popitem(last=False)
-        return Admission(lease.lease_id, lease.trajectory_id, ep.name, lease.reservation if self.policy == "kv_aware" else 0, wait)
+        reserved = lease.reservation if self.policy == "kv_aware" else 0
+        return Admission(lease.lease_id, lease.trajectory_id, ep.name, reserved, wait)
 
     def _pump(self, now: float) -> list[Admission]:
         """``kv_aware``: admit from the head of the FIFO queue while the best endpoint can hold the head."""

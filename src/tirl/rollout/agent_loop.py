@@ -48,8 +48,9 @@ import inspect
 import threading
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 from tirl.protocol.answer import count_answer_blocks, extract_answer
 from tirl.protocol.config import ProtocolConfig
@@ -380,7 +381,8 @@ class AgentLoop:
             if len(response_ids) + len(segment) > cfg.max_response_tokens:
                 finish = "length"
                 break
-            if cfg.context_window is not None and len(prompt_ids) + len(response_ids) + len(segment) >= cfg.context_window:
+            used = len(prompt_ids) + len(response_ids) + len(segment)
+            if cfg.context_window is not None and used >= cfg.context_window:
                 finish = "context"
                 break
             response_ids.extend(segment)

@@ -21,8 +21,9 @@ documentation; not against a live SGLang or vLLM server, which cannot run on thi
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import httpx
 

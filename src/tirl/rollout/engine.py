@@ -8,8 +8,9 @@ trajectory to one engine for all its turns. It does not implement an engine or a
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 EngineFinishReason = Literal["stop", "length", "eos", "error"]
 

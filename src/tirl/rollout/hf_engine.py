@@ -39,9 +39,10 @@ import dataclasses
 import inspect
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 from tirl.rollout.engine import GenerationOutput, SamplingParams
 
@@ -150,7 +151,7 @@ class HFEngine:
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, dtype: str = "auto",
-                        config: HFEngineConfig | None = None) -> "HFEngine":
+                        config: HFEngineConfig | None = None) -> HFEngine:
         """Load a model reference with :func:`tirl.models.load` (``dtype="auto"``: bf16 where the CPU computes it
         natively, else float32)."""
         from tirl.models import load
@@ -377,7 +378,9 @@ class HFEngine:
         return [GenerationOutput(token_ids=out_ids[i], logprobs=out_lps[i], finish_reason=reasons[i])
                 for i in range(n)]
 
-    def _sample(self, logits: Any, params: list[SamplingParams], generators: list[Any]) -> tuple[list[int], list[float]]:
+    def _sample(
+        self, logits: Any, params: list[SamplingParams], generators: list[Any]
+    ) -> tuple[list[int], list[float]]:
         """Pick one token per row of ``logits`` [rows, vocab] (float32) and its log-prob (module docstring)."""
         import torch
 

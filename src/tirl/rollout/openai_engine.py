@@ -103,7 +103,7 @@ class OpenAIEngine:
     def __repr__(self) -> str:
         return f"OpenAIEngine({self.root!r}, api={self.config.api!r})"
 
-    async def __aenter__(self) -> "OpenAIEngine":
+    async def __aenter__(self) -> OpenAIEngine:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

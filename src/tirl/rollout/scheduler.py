@@ -1,8 +1,8 @@
 """The rollout scheduler: an :class:`~tirl.rollout.engine.EngineRouter` over several generation endpoints.
 
-rStar2-Agent's load-balanced rollout scheduler (report §3.2, Fig. 7; the public release, github.com/microsoft/rStar at ecbfb94). Each
-endpoint wraps an :class:`~tirl.rollout.engine.Engine` (an OpenAI-compatible server, or the in-process engine)
-and has a KV capacity in tokens. A trajectory takes a lease for its whole life: entering the lease may wait
+rStar2-Agent's load-balanced rollout scheduler (report §3.2, Fig. 7; the public release, github.com/microsoft/rStar at
+ecbfb94). Each endpoint wraps an :class:`~tirl.rollout.engine.Engine` (an OpenAI-compatible server, or the in-process
+engine) and has a KV capacity in tokens. A trajectory takes a lease for its whole life: entering the lease may wait
 (``kv_aware``: until the endpoint with the most free KV capacity can hold the trajectory's budget); every turn
 of the trajectory then runs on the leased endpoint (sticky, so the server's prefix cache is reused); leaving
 the lease on any path (answer, limits, exceptions, cancellation) returns the reservation and admits waiting
@@ -29,9 +29,9 @@ import functools
 import json
 import re
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator, Awaitable, Callable, Sequence
 
 from tirl.rollout.admission import (
     POLICIES,
@@ -189,7 +189,7 @@ def parse_kv_capacities(values: Sequence[str], n_servers: int) -> list[int | Non
 class _LeasedEngine:
     """The :class:`Engine` a lease yields: forwards to the leased endpoint, fails over when it dies."""
 
-    def __init__(self, scheduler: "RolloutScheduler", lease_id: int, endpoint: str) -> None:
+    def __init__(self, scheduler: RolloutScheduler, lease_id: int, endpoint: str) -> None:
         self._scheduler = scheduler
         self.lease_id = lease_id
         self.endpoint = endpoint  # name of the endpoint serving this trajectory now
@@ -284,7 +284,7 @@ class RolloutScheduler:
         engine_factory: Callable[[str], Engine] | None = None,
         capacities: Sequence[int | None] | None = None,
         probe: bool = True,
-    ) -> "RolloutScheduler":
+    ) -> RolloutScheduler:
         """Build a scheduler over OpenAI-compatible servers (the constructor for eval and RL).
 
         Args:

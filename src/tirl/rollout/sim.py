@@ -8,8 +8,9 @@ vLLM does it: when a decode step does not fit, the engine first drops idle prefi
 the newest running sequence, one at a time, and later recomputes its whole context (recompute preemption).
 SGLang's retraction differs (the report, §3.2, says it "evicts half of the in-progress rollouts", and SGLang
 then backs off its admission through ``new_token_ratio``); that back-off is not modelled, so SGLang is not
-offered as a mode (a naive "evict half" without back-off thrashes far worse than any real engine). Trajectories come from :mod:`tirl.rollout.sim_workload`; tool calls run
-asynchronously (a trajectory's next turn is queued on its engine when its tool returns).
+offered as a mode (a naive "evict half" without back-off thrashes far worse than any real engine). Trajectories come
+from :mod:`tirl.rollout.sim_workload`; tool calls run asynchronously (a trajectory's next turn is queued on its engine
+when its tool returns).
 
 The rollout scheduler's policy is the *same code* as the real scheduler: an
 :class:`~tirl.rollout.admission.AdmissionController` decides which engine each trajectory goes to and when it
@@ -30,6 +31,7 @@ import heapq
 import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+
 import numpy as np
 
 from tirl.rollout.admission import AdmissionController

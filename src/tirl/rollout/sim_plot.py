@@ -7,8 +7,8 @@ nothing to compute). It does not run simulations (see :mod:`tirl.rollout.sim`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

@@ -185,7 +185,10 @@ def generate_workload(spec: WorkloadSpec, seed: int = 0) -> Workload:
             deficit = 1 - int(gen[-1])
             gen[j] -= deficit
             gen[-1] = 1
-        latency = np.exp(rng.normal(lat_mu, spec.tool_latency_sigma, size=n_calls)) if spec.tool_latency_mean_s > 0 else np.zeros(n_calls)
+        if spec.tool_latency_mean_s > 0:
+            latency = np.exp(rng.normal(lat_mu, spec.tool_latency_sigma, size=n_calls))
+        else:
+            latency = np.zeros(n_calls)
         problem, sample = divmod(i, spec.samples_per_problem)
         out.trajectories.append(
             TrajectoryPlan(

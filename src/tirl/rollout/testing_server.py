@@ -248,7 +248,7 @@ class TestingServer:
         """Answer the next ``count`` generation requests with HTTP ``status``."""
         self._faults.update(count=count, status=status)
 
-    def start(self, timeout_s: float = 30.0) -> "TestingServer":
+    def start(self, timeout_s: float = 30.0) -> TestingServer:
         """Start serving; returns once the socket is bound. Raises RuntimeError if it does not start."""
         import uvicorn
 
@@ -274,7 +274,7 @@ class TestingServer:
             self._thread.join(timeout_s)
         self._server, self._thread = None, None
 
-    def __enter__(self) -> "TestingServer":
+    def __enter__(self) -> TestingServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

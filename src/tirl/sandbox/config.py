@@ -210,7 +210,8 @@ class SandboxConfig:
         self.env_passthrough = tuple(self.env_passthrough)
         self.extra_read_paths = tuple(self.extra_read_paths)
         self.readable_packages = tuple(self.readable_packages)
-        if self.call_uid_count < 1 or self.call_uid_first < 1 or self.call_uid_first + self.call_uid_count > 0xFFFF_FFFF:
+        uid_end = self.call_uid_first + self.call_uid_count
+        if self.call_uid_count < 1 or self.call_uid_first < 1 or uid_end > 0xFFFF_FFFF:
             raise ValueError(f"bad per-call uid range: first={self.call_uid_first}, count={self.call_uid_count}")
         if self.workers is not None and self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
@@ -238,8 +239,9 @@ class SandboxConfig:
         """The settings a worker needs, as a JSON-serialisable dict."""
         keys = (
             "preload max_output_bytes kill_on_output_overflow drain_grace_s sandbox_uid sandbox_gid "
-            "nproc_limit nofile_limit fsize_mb scratch_mb scratch_inodes network_namespace pid_namespace mount_namespace "
-            "ipc_namespace unprivileged_user landlock seccomp cgroup cgroup_parent user_namespace required_layers "
+            "nproc_limit nofile_limit fsize_mb scratch_mb scratch_inodes network_namespace pid_namespace "
+            "mount_namespace ipc_namespace unprivileged_user landlock seccomp cgroup cgroup_parent user_namespace "
+            "required_layers "
             "slots_per_worker uid_per_call call_uid_first call_uid_count uid_lock_dir private_proc private_shm shm_mb "
             "shm_inodes extra_read_paths readable_packages"
         ).split()

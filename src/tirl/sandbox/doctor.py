@@ -52,7 +52,7 @@ class DoctorReport:
     @property
     def all_active(self) -> bool:
         """True when every layer is active and every probe held."""
-        return self.error is None and all(l["active"] for l in self.layers) and all(p.held for p in self.probes)
+        return self.error is None and all(layer["active"] for layer in self.layers) and all(p.held for p in self.probes)
 
     def to_dict(self) -> dict:
         """JSON-serialisable form."""
@@ -174,7 +174,8 @@ async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
         ProbeOutcome("read the project's source", src.status == "error" and src.error_type == "PermissionError",
                      f"{src.status}: {src.error_type or src.stdout.strip()[:60]}"),
         ProbeOutcome("ProcessPoolExecutor (needs /dev/shm)", pool.status == "ok" and pool.stdout == "[11, 21, 31]\n",
-                     f"{pool.status}: {pool.stdout.strip() or (pool.error_type or '') + ' ' + pool.stderr.strip()[-120:]}"),
+                     f"{pool.status}: "
+                     f"{pool.stdout.strip() or (pool.error_type or '') + ' ' + pool.stderr.strip()[-120:]}"),
         ProbeOutcome("two concurrent calls run as different uids",
                      uid_a.status == uid_b.status == "ok" and uid_a.stdout != uid_b.stdout,
                      f"uids {uid_a.stdout.strip() or uid_a.status} and {uid_b.stdout.strip() or uid_b.status}"),

@@ -505,8 +505,8 @@ def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s:
 
 
 def _private_mounts(plan: CallPlan) -> None:
-    """In a fresh mount namespace (private propagation: inherited from the worker's, else set here), mount a ``/proc`` of
-    the calling process's PID namespace and a bounded tmpfs on ``/dev/shm``. Both vanish with the call's
+    """In a fresh mount namespace (private propagation: inherited from the worker's, else set here), mount a ``/proc``
+    of the calling process's PID namespace and a bounded tmpfs on ``/dev/shm``. Both vanish with the call's
     last process (its mount namespace dies with it).
 
     Raises:

@@ -10,8 +10,8 @@ Policy of :func:`restrict`:
 - *handled* rights: every write right (write, truncate, create, remove, rename across directories, make
   nodes), read-file, read-dir and execute. A handled right is denied everywhere except beneath the rules;
 - the scratch directory gets all handled rights;
-- the read roots (the Python installation and the ``sys.path`` entries inside it, ``/usr``, ``/lib*``, ``/bin``, ``/proc``, ``/sys``,
-  a few files of ``/etc`` and ``/dev``) get read and execute; ``/dev/null`` also write;
+- the read roots (the Python installation and the ``sys.path`` entries inside it, ``/usr``, ``/lib*``, ``/bin``,
+  ``/proc``, ``/sys``, a few files of ``/etc`` and ``/dev``) get read and execute; ``/dev/null`` also write;
 - ABI 4+: TCP bind and connect are denied (a second network barrier);
 - ABI 6+: abstract unix sockets and signals are scoped: the call cannot signal processes outside it.
 

@@ -243,7 +243,7 @@ class LocalSandbox:
                 if w.proc is not None:
                     try:
                         await asyncio.wait_for(w.proc.wait(), 3.0)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         pass
                 w.kill()
                 self._fail_inflight(w, "tirl-sandbox: the sandbox was closed while the call ran")
@@ -257,7 +257,7 @@ class LocalSandbox:
                 if w.proc is not None:
                     try:
                         await asyncio.wait_for(w.proc.wait(), 3.0)
-                    except asyncio.TimeoutError:  # pragma: no cover - SIGKILL was sent
+                    except TimeoutError:  # pragma: no cover - SIGKILL was sent
                         pass
             if self._scratch_root:
                 shutil.rmtree(self._scratch_root, ignore_errors=True)
@@ -322,7 +322,7 @@ class LocalSandbox:
                 error = f"unexpected first message {message.get('op')!r}"
             else:
                 w.info = message
-        except asyncio.TimeoutError:
+        except TimeoutError:
             error = f"the worker did not become ready within {self.config.start_timeout_s} s"
         except asyncio.CancelledError:
             w.kill()
@@ -346,7 +346,7 @@ class LocalSandbox:
         if w.proc is not None:
             try:
                 await asyncio.wait_for(w.proc.wait(), 3.0)
-            except asyncio.TimeoutError:  # pragma: no cover
+            except TimeoutError:  # pragma: no cover
                 pass
         await asyncio.sleep(0)  # let the stderr reader catch up
         tail = "".join(w.stderr_tail).strip()
@@ -430,7 +430,7 @@ class LocalSandbox:
         if w.proc is not None:
             try:
                 code = await asyncio.wait_for(w.proc.wait(), 3.0)
-            except asyncio.TimeoutError:  # pragma: no cover
+            except TimeoutError:  # pragma: no cover
                 pass
         await asyncio.sleep(0.05)  # let the stderr reader deliver the last lines
         tail = "".join(w.stderr_tail).strip()[-2000:]
@@ -447,7 +447,7 @@ class LocalSandbox:
         self._dispatch()
 
     def _fail_inflight(self, w: _Worker, message: str) -> None:
-        for cid, (pending, handle) in list(w.inflight.items()):
+        for pending, handle in list(w.inflight.values()):
             if handle is not None:
                 handle.cancel()
             if not pending.future.done():

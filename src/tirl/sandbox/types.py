@@ -27,8 +27,9 @@ Status values of an :class:`ExecutionResult`:
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol, Sequence, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 ExecutionStatus = Literal["ok", "error", "timeout", "killed", "internal"]
 EXECUTION_STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "killed", "internal")
@@ -108,7 +109,7 @@ class ExecutionResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ExecutionResult":
+    def from_dict(cls, data: dict[str, Any]) -> ExecutionResult:
         """Inverse of :meth:`to_dict`; unknown keys are ignored.
 
         Raises:
@@ -121,7 +122,7 @@ class ExecutionResult:
         return cls(**{k: v for k, v in data.items() if k in known})
 
     @classmethod
-    def internal_error(cls, message: str, request_id: str = "", duration_s: float = 0.0) -> "ExecutionResult":
+    def internal_error(cls, message: str, request_id: str = "", duration_s: float = 0.0) -> ExecutionResult:
         """A result with status ``internal`` and ``message`` in ``stderr``."""
         return cls(status="internal", stderr=message, request_id=request_id, duration_s=duration_s)
 

@@ -25,7 +25,8 @@ import asyncio
 import dataclasses
 import hashlib
 from collections import OrderedDict
-from typing import Awaitable, Callable, Literal
+from collections.abc import Awaitable, Callable
+from typing import Literal
 
 from tirl.sandbox.types import ExecutionRequest, ExecutionResult
 

@@ -34,8 +34,9 @@ import logging
 import math
 import time
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import httpx
 
@@ -251,7 +252,7 @@ class SandboxClient:
         if self._http is not None:
             await self._http.aclose()
 
-    async def __aenter__(self) -> "SandboxClient":
+    async def __aenter__(self) -> SandboxClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -321,7 +322,8 @@ class SandboxClient:
         servers = {}
         if self._pool is not None:
             servers = {
-                s.url: {"up": s.up, "outstanding": s.outstanding, "marked_down": s.marked_down, "last_error": s.last_error}
+                s.url: {"up": s.up, "outstanding": s.outstanding, "marked_down": s.marked_down,
+                        "last_error": s.last_error}
                 for s in self._pool.servers
             }
         return ClientStats(
@@ -388,14 +390,14 @@ class SandboxClient:
                 await self._send(live)
             except asyncio.CancelledError:
                 for call in live:
-                    self._resolve(call, ExecutionResult.internal_error("SandboxClient was closed", call.request.request_id))
+                    self._resolve(call, ExecutionResult.internal_error("SandboxClient was closed",
+                                                                       call.request.request_id))
                 raise
             except Exception as exc:  # a bug here must not leave callers waiting forever
                 log.exception("sandbox client sender failed")
                 for call in live:
-                    self._resolve(
-                        call, ExecutionResult.internal_error(f"client error: {type(exc).__name__}: {exc}", call.request.request_id)
-                    )
+                    message = f"client error: {type(exc).__name__}: {exc}"
+                    self._resolve(call, ExecutionResult.internal_error(message, call.request.request_id))
             finally:
                 self._in_flight -= len(live)
 
@@ -438,7 +440,8 @@ class SandboxClient:
 
     def _fail(self, calls: list[_Call], message: str) -> None:
         for call in calls:
-            self._resolve(call, ExecutionResult.internal_error(message, call.request.request_id, time.perf_counter() - call.start))
+            elapsed = time.perf_counter() - call.start
+            self._resolve(call, ExecutionResult.internal_error(message, call.request.request_id, elapsed))
 
     async def _post(self, server: ServerState, calls: list[_Call]) -> list[_Call]:
         """POST one batch to ``server``; answer what can be answered and return the calls to send again.
@@ -477,7 +480,8 @@ class SandboxClient:
         except (ValueError, KeyError, TypeError) as exc:
             raise _ServerFailed(f"unreadable batch answer: {exc}") from exc
         if not isinstance(results, list) or len(results) != len(calls):
-            raise _ServerFailed(f"batch answer has {len(results) if isinstance(results, list) else '?'} results for {len(calls)} requests")
+            count = len(results) if isinstance(results, list) else "?"
+            raise _ServerFailed(f"batch answer has {count} results for {len(calls)} requests")
         retry: list[_Call] = []
         for call, data in zip(calls, results):
             result = result_from_wire(data, call.request.request_id)

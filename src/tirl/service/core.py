@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from tirl.sandbox.types import CodeExecutor, ExecutionRequest, ExecutionResult
 from tirl.service.cache import CacheSource, ResultCache

@@ -54,7 +54,8 @@ class ServiceMetrics:
         self.queue_depth = Gauge("queue_depth", "Executions waiting for a free slot.", namespace=namespace, registry=r)
         self.in_flight = Gauge("in_flight", "Executions running now.", namespace=namespace, registry=r)
         self.calls = Counter(
-            "calls", "Answers given, by result status and source.", ["status", "source"], namespace=namespace, registry=r
+            "calls", "Answers given, by result status and source.", ["status", "source"], namespace=namespace,
+            registry=r,
         )
         self.executions = Counter(
             "executions", "Executions started in the executor, by status.", ["status"], namespace=namespace, registry=r
@@ -77,7 +78,8 @@ class ServiceMetrics:
             "batch_size", "Items per batch request.", namespace=namespace, buckets=BATCH_BUCKETS, registry=r
         )
         self.rejected = Counter(
-            "rejected", "Requests refused with an HTTP error, by status code.", ["code"], namespace=namespace, registry=r
+            "rejected", "Requests refused with an HTTP error, by status code.", ["code"], namespace=namespace,
+            registry=r,
         )
         self.cache_entries = Gauge(
             "cache_entries", "Finished results held in the idempotency cache.", namespace=namespace, registry=r

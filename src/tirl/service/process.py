@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Sequence
+from collections.abc import Sequence
 
 from tirl.service.server import parse_ready_line
 
@@ -166,7 +166,7 @@ class ServiceProcess:
             pass
         self.kill()
 
-    def __enter__(self) -> "ServiceProcess":
+    def __enter__(self) -> ServiceProcess:
         self.start()
         return self
 

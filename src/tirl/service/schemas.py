@@ -63,7 +63,7 @@ class ExecuteRequest(BaseModel):
         )
 
     @classmethod
-    def from_request(cls, request: ExecutionRequest) -> "ExecuteRequest":
+    def from_request(cls, request: ExecutionRequest) -> ExecuteRequest:
         """Build from the shared dataclass (no validation beyond pydantic's)."""
         return cls(
             request_id=request.request_id,

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import uvicorn
 
@@ -133,11 +134,8 @@ async def serve_local_sandbox(config: ServeConfig, routers: Sequence[Any] = ()) 
     Args:
         config: where and how to serve.
         routers: extra ``APIRouter`` objects to include (for example the reward part's verify endpoint).
-
-    Raises:
-        ImportError: ``tirl.sandbox.LocalSandbox`` is not available in this installation.
     """
-    from tirl.sandbox import LocalSandbox  # type: ignore[attr-defined]  # provided by the sandbox part
+    from tirl.sandbox import LocalSandbox
 
     kwargs: dict[str, Any] = {"workers": config.workers}
     if config.preload is not None:

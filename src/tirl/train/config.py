@@ -5,10 +5,10 @@ recipe (``configs/*.yaml``) with dotted overrides from the command line (``rollo
 checking against the dataclass fields (YAML 1.1 reads ``1e-6`` as a string; it is converted here), and the batch
 arithmetic that maps an RL step onto TRL's ``GRPOConfig``. It does not build the trainer (:mod:`tirl.train.rl`).
 
-Defaults are the report's (rStar2-Agent's training recipe, and the public release, github.com/microsoft/rStar at ecbfb94): loss ``dapo`` (token-level
-mean), clip 0.2 / 0.28 (clip-higher), beta 0 (no KL, no reference model), no entropy bonus, AdamW lr 1e-6
-constant after 20 warm-up steps, weight decay 0.01, grad clip 1.0, temperature 1.0, 32 rollouts per problem of
-which RoC keeps 16, 512 problems per step, one optimiser step per RL step (on-policy).
+Defaults are the report's (rStar2-Agent's training recipe, and the public release, github.com/microsoft/rStar at
+ecbfb94): loss ``dapo`` (token-level mean), clip 0.2 / 0.28 (clip-higher), beta 0 (no KL, no reference model), no
+entropy bonus, AdamW lr 1e-6 constant after 20 warm-up steps, weight decay 0.01, grad clip 1.0, temperature 1.0, 32
+rollouts per problem of which RoC keeps 16, 512 problems per step, one optimiser step per RL step (on-policy).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 
@@ -305,7 +306,8 @@ class RLConfig:
 
     def steps_per_generation(self, num_processes: int = 1) -> int:
         """Micro-batches per RL step on each process (= gradient accumulation steps: one optimiser step)."""
-        return self.problems_per_step // num_processes * self.rollout.group_size // self.optim.per_device_train_batch_size
+        per_process = self.problems_per_step // num_processes * self.rollout.group_size
+        return per_process // self.optim.per_device_train_batch_size
 
     def to_dict(self) -> dict[str, Any]:
         """A plain nested dict (YAML/JSON-serialisable; tuples become lists)."""

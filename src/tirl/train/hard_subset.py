@@ -12,9 +12,10 @@ Covers the curation step only; the sampling is the agent loop's and the checking
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from tirl.data.training import RLProblem, write_problems
 

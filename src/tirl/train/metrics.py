@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from tirl.algo.roc import Candidate, Selection, is_scored
 from tirl.protocol.types import Trajectory

@@ -10,8 +10,9 @@ format penalty, truncation rate, tool calls per trajectory and the time split. I
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from tirl.train.metrics import read_metrics
 
@@ -138,7 +139,8 @@ def plot_runs(paths: Sequence[str | Path], out_dir: str | Path, title: str | Non
     return written
 
 
-COMPARE = [("reward/mean", "reward (all sampled)"), ("tool_error_in_correct/after", "failing calls in correct, trained on"),
+COMPARE = [("reward/mean", "reward (all sampled)"),
+           ("tool_error_in_correct/after", "failing calls in correct, trained on"),
            ("tool_calls/per_traj", "tool calls / trajectory"), ("length/mean", "response length (model tokens)")]
 
 

@@ -25,14 +25,14 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from tirl.data.training import RLProblem, load_training_problems
 from tirl.train.config import RLConfig, dump_config
 from tirl.train.metrics import MetricsLog, log_value
-from tirl.train.watchdog import RunStopped
 from tirl.train.rollout import (
     ADVANTAGE_KEY,
     AgentLoopSource,
@@ -42,6 +42,7 @@ from tirl.train.rollout import (
     VerifierScorer,
     passthrough_reward,
 )
+from tirl.train.watchdog import RunStopped
 
 logger = logging.getLogger(__name__)
 

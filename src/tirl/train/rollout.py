@@ -40,9 +40,10 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 from tirl.algo.advantages import group_advantages
 from tirl.algo.roc import Candidate, Selection, candidate, select_group
@@ -125,7 +126,7 @@ class VerifierScorer:
 
     def _verifier(self) -> Callable[[list[Any]], list[Any]]:
         if self._verify_batch is None:
-            from tirl.reward import verify_batch  # type: ignore[attr-defined]
+            from tirl.reward import verify_batch
 
             self._verify_batch = verify_batch
         return self._verify_batch
@@ -239,7 +240,8 @@ class RocRolloutFunc:
         )
         t_rollout = time.perf_counter() - t0
         if len(trajectories) != len(problems) * n:
-            raise RuntimeError(f"trajectory source returned {len(trajectories)} trajectories, expected {len(problems) * n}")
+            raise RuntimeError(
+                f"trajectory source returned {len(trajectories)} trajectories, expected {len(problems) * n}")
 
         t0 = time.perf_counter()
         repeated = [p for p in problems for _ in range(n)]
@@ -315,7 +317,8 @@ class RocRolloutFunc:
             "verify/no_answer": float(status_counts.get("no_answer", 0)),
         })
         for reason in ("answer", "max_turns", "length", "context", "eos", "error"):
-            metrics[f"finish/{reason}"] = sum(t.finish_reason == reason for t in trajectories) / max(1, len(trajectories))
+            finished = sum(t.finish_reason == reason for t in trajectories)
+            metrics[f"finish/{reason}"] = finished / max(1, len(trajectories))
         self.last = RolloutStats(trajectories, selections, metrics, slot_sources)
         self.calls += 1
         self.watchdog.observe(step + 1, metrics)
@@ -441,13 +444,10 @@ def default_executor_factory(config: RLConfig) -> ExecutorFactory:
 
     def make() -> Any:
         if r.sandbox == "local":
-            from tirl.sandbox import LocalSandbox  # type: ignore[attr-defined]
+            from tirl.sandbox import LocalSandbox
 
-            try:
-                return LocalSandbox(workers=r.sandbox_workers)
-            except TypeError:
-                return LocalSandbox()
-        from tirl.service import SandboxClient  # type: ignore[attr-defined]
+            return LocalSandbox(workers=r.sandbox_workers)
+        from tirl.service import SandboxClient
 
         return SandboxClient(r.sandbox)
 
@@ -527,7 +527,8 @@ class AgentLoopSource:
             from tirl.train.vllm_engine import VLLMEngine
 
             if getattr(vllm_generation, "mode", "colocate") != "colocate":
-                raise ValueError("multi-turn rollouts need rollout.vllm_mode=colocate (TRL's server mode is single-turn)")
+                raise ValueError(
+                    "multi-turn rollouts need rollout.vllm_mode=colocate (TRL's server mode is single-turn)")
             return VLLMEngine(vllm_generation.llm)
         from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
 

@@ -11,8 +11,9 @@ or a service URL), and scoring is :class:`tirl.train.rollout.VerifierScorer`. He
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 
 @dataclass(frozen=True)

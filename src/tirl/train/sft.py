@@ -27,9 +27,10 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from tirl.data.sft import SFTExample, load_sft_examples, render_sft_example
 from tirl.protocol import ProtocolConfig

@@ -5,20 +5,21 @@ Covers :class:`SFTConfig` and its sections (model, data, optimisation, logging),
 (:func:`tirl.train.config.load_dataclass_config`), and the batch arithmetic onto TRL's ``SFTConfig``. It does not
 build the trainer (:mod:`tirl.train.sft`) or load data (:mod:`tirl.data.sft`).
 
-Defaults are the report's SFT stage (the public release, github.com/microsoft/rStar at ecbfb94): 3 epochs, lr 5e-6, 4% warm-up, cosine
-decay, 128 conversations per optimiser step; the model section is shared with RL (:class:`ModelConfig`, LoRA
-off unless a recipe turns it on).
+Defaults are the report's SFT stage (the public release, github.com/microsoft/rStar at ecbfb94): 3 epochs, lr 5e-6, 4%
+warm-up, cosine decay, 128 conversations per optimiser step; the model section is shared with RL (:class:`ModelConfig`,
+LoRA off unless a recipe turns it on).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from tirl.protocol.config import ProtocolConfig
-from tirl.train.config import ModelConfig, plain_dict, load_dataclass_config
+from tirl.train.config import ModelConfig, load_dataclass_config, plain_dict
 
 
 @dataclass

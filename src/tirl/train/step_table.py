@@ -8,8 +8,9 @@ and does not compute metrics (``tirl.train.metrics``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from tirl.train.plot import PREFIX, load_runs
 

@@ -15,8 +15,9 @@ folder carries them as ordinary weights.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 ROWS_FILE = "tirl_token_rows.pt"
 

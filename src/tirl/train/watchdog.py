@@ -22,8 +22,8 @@ and exits with status 3). A step where the condition does not hold resets its co
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,8 @@ class RunWatchdog:
         ctx = metrics.get("finish/context")
         if ctx is not None and ctx > c.max_context_rate:
             alarms.append(Alarm("context", f"{ctx:.0%} of trajectories hit the context window (limit "
-                                           f"{c.max_context_rate:.0%}): raise rollout.context_window or lower the budget"))
+                                           f"{c.max_context_rate:.0%}): raise rollout.context_window or lower the "
+                                           "budget"))
         errors = metrics.get("finish/error")
         if errors is not None and errors > c.max_engine_error_rate:
             alarms.append(Alarm("engine_errors", f"{errors:.0%} of trajectories failed in the engine (limit "

@@ -169,7 +169,10 @@ def view_records(run: RunRecords, entropy: dict[str, dict[str, dict[str, Any]]] 
             classes = rec.get("tool_calls")
         verdict = "unscored" if reward is None else ("correct" if reward > 0 else "wrong")
         turns = _turns(rec, hl)
-        classes = [_s(c) for c in classes] if isinstance(classes, list) else [c["cls"] for t in turns for c in t["calls"]]
+        if isinstance(classes, list):
+            classes = [_s(c) for c in classes]
+        else:
+            classes = [c["cls"] for t in turns for c in t["calls"]]
         ids = rec.get("response_ids")
         n_resp = _num(rec.get("num_response_tokens", len(ids) if isinstance(ids, list) else None))
         model_tokens = _num(rec.get("model_tokens"))

@@ -27,10 +27,11 @@ the deterministic form of the report's rule. The clock is for answers that reall
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
-from tirl.reward import VerifierConfig, VerifierStats, Verifier, VerifyItem
+from tirl.reward import Verifier, VerifierConfig, VerifierStats, VerifyItem
 from tirl.sandbox.types import CodeExecutor
 
 AnswerKind = Literal["integer", "rational", "expression", "compound", "text", "empty"]
@@ -125,7 +126,11 @@ _KIND_REASON = {
     "rational": "non_integer_answer",
     "expression": "expression_answer",
 }
-_PROBE_REASON = {"unparsable_gold": "unparsable_answer", "timeout": "verifier_timeout", "verifier_error": "verifier_error"}
+_PROBE_REASON = {
+    "unparsable_gold": "unparsable_answer",
+    "timeout": "verifier_timeout",
+    "verifier_error": "verifier_error",
+}
 
 
 def check_answers(
@@ -173,7 +178,8 @@ def check_answers(
             if verdict.status == "ok" and verdict.correct:
                 checks[i] = AnswerCheck(kind)
             elif verdict.status == "ok":
-                checks[i] = AnswerCheck(kind, "not_self_equal", verdict.detail or "the verifier found it unequal to itself")
+                checks[i] = AnswerCheck(kind, "not_self_equal",
+                                        verdict.detail or "the verifier found it unequal to itself")
             else:
                 checks[i] = AnswerCheck(kind, _PROBE_REASON.get(verdict.status, "verifier_error"),
                                         verdict.detail or verdict.status)

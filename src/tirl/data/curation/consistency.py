@@ -10,9 +10,9 @@ a file after every chunk, so an interrupted run continues where it stopped.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from tirl.data.training import RLProblem
 from tirl.train.hard_subset import Generate, ScoreFn, count_correct

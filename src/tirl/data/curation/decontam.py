@@ -20,8 +20,8 @@ any JSONL file with a ``problem`` field through :func:`tirl.data.benchmarks.load
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from tirl.data.benchmarks import load_benchmark
 from tirl.data.curation.text import ngram_hashes, ngrams, word_tokens, words_only

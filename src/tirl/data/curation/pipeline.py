@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from tirl.data.curation.answers import AnswerPolicy, check_answers
 from tirl.data.curation.consistency import ConsistencyConfig, label_consistency

@@ -15,9 +15,9 @@ reason, for the curation report. A file that is not JSON Lines at all is an erro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from tirl.data.euler import load_project_euler
 from tirl.data.training import RL_SETS, RLProblem, _from_row, _read_jsonl, load_rl_set

@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tirl-setup
 
-.PHONY: setup test demo clean-venv browser vllm-cpu vllm-server
+.PHONY: setup test lint demo clean-venv browser vllm-cpu vllm-server
 
 setup: $(STAMP)
 
@@ -28,6 +28,10 @@ browser:
 # The test command of the README (and of .ci/run).
 test: setup browser
 	$(BIN)/python -m pytest -q -ra
+
+# Static checks (ruff; its rules are in pyproject.toml), run by .ci/run before the tests.
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
 
 # The main job of the README.
 demo: setup

@@ -12,6 +12,7 @@ from tirl.eval.components import make_gold_checker, make_verifier
 from tirl.eval.runner import EvalComponents, EvalConfig, outcome_from_record, run_eval
 from tirl.protocol.answer import extract_answer_fallback
 from tirl.protocol.types import Trajectory
+from tirl.rollout.agent_loop import AgentLoopSettings
 from tirl.rollout.engine import GenerationOutput, SingleEngineRouter
 
 PROBLEMS = {
@@ -53,8 +54,8 @@ def components(tok, *, fallback: bool, check: bool = True) -> EvalComponents:
 
 
 def config(tmp_path, name, **kw):
-    return EvalConfig(model="scripted", benchmarks=["toy"], out_dir=tmp_path / name, samples=4, max_tokens=500,
-                      max_turns=2, use_tools=False, **kw)
+    return EvalConfig(model="scripted", benchmarks=["toy"], out_dir=tmp_path / name, samples=4,
+                      rollout=AgentLoopSettings(max_response_tokens=500, max_turns=2), use_tools=False, **kw)
 
 
 async def run(tmp_path, tok, name, *, fallback: bool, check: bool = True):

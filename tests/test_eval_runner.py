@@ -10,6 +10,7 @@ from rich.console import Console
 from tirl.eval.runner import EvalComponents, EvalConfig, run_eval
 from tirl.eval.store import TRAJECTORIES_FILE, ResumeMismatch
 from tirl.protocol.parse import render_tool_call
+from tirl.rollout.agent_loop import AgentLoopSettings
 from tirl.rollout.engine import GenerationOutput, SingleEngineRouter
 from tirl.sandbox.types import ExecutionResult
 
@@ -77,9 +78,9 @@ def components(tok, engine, executor=None):
                           verifier=verifier, load_problems=lambda name: PROBLEMS[name])
 
 
-def config(tmp_path, **kw):
+def config(tmp_path, *, rollout=(), **kw):
     base = dict(model="scripted", benchmarks=["toy", "other"], out_dir=tmp_path / "out", samples=4,
-                max_tokens=2000, max_turns=4)
+                rollout=AgentLoopSettings(max_response_tokens=2000, max_turns=4, **dict(rollout)))
     base.update(kw)
     return EvalConfig(**base)
 
@@ -127,7 +128,7 @@ async def test_resume_after_crash_redoes_only_missing_samples_and_matches_an_uni
 
     crashing = ProblemEngine(tok, crash_at=15)
     with pytest.raises(Crash):
-        await run_eval(config(tmp_path, concurrency=2), components(tok, crashing), **QUIET)
+        await run_eval(config(tmp_path, rollout={"max_concurrency": 2}), components(tok, crashing), **QUIET)
     path = tmp_path / "out" / TRAJECTORIES_FILE
     done = len(path.read_text().splitlines())
     assert 0 < done < 16
@@ -135,7 +136,7 @@ async def test_resume_after_crash_redoes_only_missing_samples_and_matches_an_uni
         fh.write('{"benchmark": "toy", "problem_id": "a", "sample_in')
 
     engine = ProblemEngine(tok)
-    result = await run_eval(config(tmp_path, concurrency=2), components(tok, engine), **QUIET)
+    result = await run_eval(config(tmp_path, rollout={"max_concurrency": 2}), components(tok, engine), **QUIET)
     assert result.resumed_samples == done and result.new_samples == 16 - done
     assert engine.calls == 2 * (16 - done)  # two turns per missing sample, none for finished ones
     records = [json.loads(x) for x in path.read_text().splitlines()]
@@ -168,7 +169,8 @@ async def test_different_settings_refuse_to_resume(tmp_path, smollm2_tokenizer):
     tok = smollm2_tokenizer
     await run_eval(config(tmp_path, samples=1), components(tok, ProblemEngine(tok)), **QUIET)
     with pytest.raises(ResumeMismatch, match="temperature"):
-        await run_eval(config(tmp_path, samples=1, temperature=1.0), components(tok, ProblemEngine(tok)), **QUIET)
+        await run_eval(config(tmp_path, samples=1, rollout={"temperature": 1.0}), components(tok, ProblemEngine(tok)),
+                       **QUIET)
 
 
 async def test_engine_errors_are_not_stored_and_are_retried(tmp_path, smollm2_tokenizer):

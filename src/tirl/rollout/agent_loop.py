@@ -43,6 +43,7 @@ sample ``j`` of prompt ``i``; ``metadata`` holds ``group_id`` (the prompt's id, 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import inspect
 import threading
@@ -76,32 +77,38 @@ class SandboxUnavailable(RuntimeError):
 
 
 @dataclass
-class AgentLoopConfig:
-    """Limits and sampling of the agent loop.
+class AgentLoopSettings:
+    """Limits and sampling of the agent loop: the settings every run configuration shares, defined once here.
+
+    The RL recipe's ``rollout`` section (:class:`tirl.train.config.RolloutConfig`, a subclass with the training
+    defaults), the ``rollout`` section of ``tirl eval`` (:class:`tirl.eval.config.EvalConfig`) and the policy
+    sampler of ``tirl data`` (:class:`tirl.train.sampler.SamplerConfig`) are these fields under these names; the
+    defaults here are the report's evaluation protocol. :meth:`agent_loop_config` turns them into the loop's
+    :class:`AgentLoopConfig`.
 
     Attributes:
         max_turns: most assistant turns per trajectory (report: 10/15 in training, 30 in evaluation).
         max_response_tokens: budget for everything after the prompt, model and tool tokens together.
         temperature: sampling temperature (report: 1.0 in training, 0.6 in evaluation).
         top_p: nucleus mass in (0, 1].
-        use_tools: False renders no tool schema and never executes anything (plain chain-of-thought).
-        context_window: most prompt + response tokens the model can hold; None for no limit beyond the budget.
+        context_window: most prompt + response tokens the model can hold; None for no limit beyond the budget
+            (the run configurations read the model's window then).
         tool_timeout_s: wall-clock deadline of each tool call, seconds.
         tool_memory_mb: memory limit of each tool call, MiB.
         max_concurrency: trajectories in flight at once in :meth:`AgentLoop.run_many`; None for all.
-        protocol: the conversation format.
+
+    Raises:
+        ValueError: ``max_turns`` or ``max_response_tokens`` below 1, or ``max_concurrency`` below 1.
     """
 
     max_turns: int = 30
     max_response_tokens: int = 30720
     temperature: float = 0.6
     top_p: float = 1.0
-    use_tools: bool = True
     context_window: int | None = None
     tool_timeout_s: float = DEFAULT_TIMEOUT_S
     tool_memory_mb: int = DEFAULT_MEMORY_MB
     max_concurrency: int | None = None
-    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -110,6 +117,42 @@ class AgentLoopConfig:
             raise ValueError(f"max_response_tokens must be >= 1, got {self.max_response_tokens}")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1 or None, got {self.max_concurrency}")
+
+    def agent_loop_config(
+        self, protocol: ProtocolConfig | None = None, *, use_tools: bool = True, **changes: Any
+    ) -> AgentLoopConfig:
+        """The :class:`AgentLoopConfig` of these settings (a subclass's own fields are left out).
+
+        Args:
+            protocol: the conversation format (None: the default ``ProtocolConfig``).
+            use_tools: False for plain chain-of-thought.
+            changes: settings of :class:`AgentLoopSettings` to replace (``context_window`` read from the
+                model, ``max_concurrency`` picked for the engine).
+
+        Raises:
+            TypeError: a name in ``changes`` that is not a field of :class:`AgentLoopSettings`.
+            ValueError: the resulting settings are invalid (see the class).
+        """
+        names = [f.name for f in dataclasses.fields(AgentLoopSettings)]
+        unknown = sorted(set(changes) - set(names))
+        if unknown:
+            raise TypeError(f"not agent-loop settings: {', '.join(unknown)}")
+        values = {name: changes.get(name, getattr(self, name)) for name in names}
+        return AgentLoopConfig(**values, use_tools=use_tools,
+                               protocol=protocol if protocol is not None else ProtocolConfig())
+
+
+@dataclass
+class AgentLoopConfig(AgentLoopSettings):
+    """Everything the agent loop reads: the shared :class:`AgentLoopSettings` plus the tool switch and the format.
+
+    Attributes:
+        use_tools: False renders no tool schema and never executes anything (plain chain-of-thought).
+        protocol: the conversation format.
+    """
+
+    use_tools: bool = True
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
 
 
 @dataclass

@@ -25,6 +25,7 @@ import yaml
 
 from tirl.algo.roc import RocConfig
 from tirl.protocol.config import ProtocolConfig
+from tirl.rollout.agent_loop import AgentLoopSettings
 from tirl.train.watchdog import WatchdogConfig
 
 
@@ -92,25 +93,23 @@ class DataConfig:
 
 
 @dataclass
-class RolloutConfig:
-    """Multi-turn rollout during training.
+class RolloutConfig(AgentLoopSettings):
+    """Multi-turn rollout during training: the agent-loop settings (:class:`AgentLoopSettings`, the same fields
+    under the same names as everywhere else) with the report's training defaults, and the RL-only settings.
 
     Attributes:
+        max_turns: assistant-turn limit (stage 1/2: 10, stage 3: 15).
+        max_response_tokens: response budget, model and tool tokens together (8K, 12K, 12K).
+        temperature: sampling temperature (1.0 in training).
+        top_p, context_window, tool_timeout_s, tool_memory_mb, max_concurrency: as in :class:`AgentLoopSettings`
+            (``context_window`` None: the model's ``max_position_embeddings``; ``max_concurrency`` None: all
+            trajectories of a step).
         group_size: G, trajectories per problem kept for the update (TRL's ``num_generations``).
         oversample: sampled per problem = ``oversample * group_size`` (2 in the report: 2G = 32 sampled).
             With ``roc.enabled = False`` only G are sampled.
-        max_turns: assistant-turn limit (stage 1/2: 10, stage 3: 15).
-        max_response_tokens: response budget, model and tool tokens together (8K, 12K, 12K).
         max_prompt_tokens: problems whose rendered prompt is longer are skipped at load time.
-        context_window: most prompt + response tokens of a trajectory (a turn that would not fit ends it with
-            finish reason ``context``); None: the model's ``max_position_embeddings``.
-        temperature: sampling temperature (1.0 in training).
-        top_p: nucleus mass.
-        tool_timeout_s: wall-clock deadline of one tool call.
-        tool_memory_mb: memory limit of one tool call.
         sandbox: ``local`` (a ``LocalSandbox`` pool in this process) or the URL of a code-execution service.
         sandbox_workers: worker processes of the local pool.
-        max_concurrency: trajectories in flight at once (None = all of a step).
         engine_batch_size: largest batch of concurrent generation calls the in-process engine runs at once.
         server_url: generate through an inference server (vLLM or its CPU build, started on
             ``model.name_or_path`` with ``--enable-lora``) that is sent the policy's LoRA adapter before every
@@ -123,19 +122,14 @@ class RolloutConfig:
         vllm_tensor_parallel_size: for ``colocate`` mode.
     """
 
-    group_size: int = 16
-    oversample: int = 2
     max_turns: int = 10
     max_response_tokens: int = 8192
-    max_prompt_tokens: int = 2048
-    context_window: int | None = None
     temperature: float = 1.0
-    top_p: float = 1.0
-    tool_timeout_s: float = 10.0
-    tool_memory_mb: int = 2048
+    group_size: int = 16
+    oversample: int = 2
+    max_prompt_tokens: int = 2048
     sandbox: str = "local"
     sandbox_workers: int = 4
-    max_concurrency: int | None = None
     engine_batch_size: int = 32
     server_url: str | None = None
     server_lora_name: str = "policy"

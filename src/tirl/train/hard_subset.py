@@ -22,27 +22,16 @@ from tirl.data.training import RLProblem, write_problems
 
 @dataclass
 class HardSubsetConfig:
-    """Settings of :func:`filter_hard`.
+    """Settings of :func:`filter_hard` (how the trajectories are sampled is the ``generate`` callable's business,
+    :class:`tirl.train.sampler.SamplerConfig` for ``tirl data filter-hard``).
 
     Attributes:
         samples: trajectories per problem (8 in the report); a problem is hard when fewer are correct.
-        max_turns: assistant-turn limit.
-        max_response_tokens: response budget (model and tool tokens).
-        temperature: sampling temperature (the training temperature, 1.0).
-        top_p: nucleus mass.
         chunk_problems: problems per progress checkpoint.
-        seed: sampling seed.
-        tool_timeout_s: per tool call.
     """
 
     samples: int = 8
-    max_turns: int = 10
-    max_response_tokens: int = 8192
-    temperature: float = 1.0
-    top_p: float = 1.0
     chunk_problems: int = 8
-    seed: int = 0
-    tool_timeout_s: float = 10.0
 
 
 @dataclass

@@ -49,6 +49,7 @@ from tirl.algo.advantages import group_advantages
 from tirl.algo.roc import Candidate, Selection, candidate, select_group
 from tirl.data.training import RLProblem
 from tirl.protocol.types import Trajectory, token_fields
+from tirl.rollout.agent_loop import AgentLoopConfig
 from tirl.train.config import RLConfig
 from tirl.train.metrics import step_metrics
 from tirl.train.watchdog import RunWatchdog
@@ -497,21 +498,9 @@ class AgentLoopSource:
         self.last_engine_stats: dict[str, float] = {}
         self._sync: Any = None
 
-    def _agent_config(self) -> Any:
-        from tirl.rollout.agent_loop import AgentLoopConfig
-
-        r = self.config.rollout
-        return AgentLoopConfig(
-            max_turns=r.max_turns,
-            max_response_tokens=r.max_response_tokens,
-            temperature=r.temperature,
-            top_p=r.top_p,
-            tool_timeout_s=r.tool_timeout_s,
-            tool_memory_mb=r.tool_memory_mb,
-            max_concurrency=r.max_concurrency,
-            context_window=self.context_window,
-            protocol=self.config.protocol,
-        )
+    def _agent_config(self) -> AgentLoopConfig:
+        """The recipe's ``rollout`` agent-loop settings and ``protocol``, with the resolved context window."""
+        return self.config.rollout.agent_loop_config(self.config.protocol, context_window=self.context_window)
 
     def _make_engine(self, model: Any, trainer: Any) -> Any:
         if self._engine_factory is not None:

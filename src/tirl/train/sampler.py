@@ -12,33 +12,37 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from tirl.protocol.config import ProtocolConfig
+from tirl.rollout.agent_loop import AgentLoopSettings
+from tirl.train.config import RolloutConfig
 
-@dataclass(frozen=True)
-class SamplerConfig:
-    """Settings of :func:`policy_sampler`.
+
+@dataclass
+class SamplerConfig(AgentLoopSettings):
+    """Settings of :func:`policy_sampler`: the agent-loop settings (:class:`AgentLoopSettings`) with the RL
+    rollout's defaults (the policy is sampled as in training), the conversation format and the executor.
 
     Attributes:
-        max_turns: assistant-turn limit per trajectory.
-        max_tokens: response budget (model and tool tokens).
-        temperature: sampling temperature.
+        max_turns, max_response_tokens, temperature: as in :class:`tirl.train.config.RolloutConfig` (10 turns,
+            8192 tokens, temperature 1.0).
         sandbox: ``local`` (a sandbox pool in this process) or the URL of a code-execution service.
         workers: local sandbox workers.
         batch_size: largest generation batch of the engine.
-        tool_timeout_s: per tool call.
         seed: sampling seed.
+        protocol: the conversation format (the policy's, as in its RL recipe).
     """
 
-    max_turns: int = 10
-    max_tokens: int = 8192
-    temperature: float = 1.0
-    sandbox: str = "local"
+    max_turns: int = RolloutConfig.max_turns
+    max_response_tokens: int = RolloutConfig.max_response_tokens
+    temperature: float = RolloutConfig.temperature
+    sandbox: str = RolloutConfig.sandbox
     workers: int = 2
-    batch_size: int = 32
-    tool_timeout_s: float = 10.0
+    batch_size: int = RolloutConfig.engine_batch_size
     seed: int = 0
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
 
 
 async def _make(factory: Any) -> Any:
@@ -52,7 +56,7 @@ def policy_sampler(policy: Any, tokenizer: Any, config: SamplerConfig | None = N
     ``generate(problems, n)`` returns ``n`` trajectories per problem (problem-major) from the agent loop with
     the Python tool; ``score(trajectories, repeated_problems)`` returns the verifier's rewards (1.0 correct).
     """
-    from tirl.rollout.agent_loop import AgentLoopConfig, run_trajectories
+    from tirl.rollout.agent_loop import run_trajectories
     from tirl.rollout.engine import SingleEngineRouter
     from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
     from tirl.train.config import RLConfig
@@ -64,8 +68,7 @@ def policy_sampler(policy: Any, tokenizer: Any, config: SamplerConfig | None = N
     loop = BackgroundLoop()
     executor = loop.run(_make(default_executor_factory(run_cfg)))
     engine = HFEngine(policy, HFEngineConfig(max_batch_size=cfg.batch_size))
-    agent_cfg = AgentLoopConfig(max_turns=cfg.max_turns, max_response_tokens=cfg.max_tokens,
-                                temperature=cfg.temperature, tool_timeout_s=cfg.tool_timeout_s)
+    agent_cfg = cfg.agent_loop_config(cfg.protocol)
     scorer = VerifierScorer(tokenizer)
     calls = {"n": 0}
 

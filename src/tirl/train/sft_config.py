@@ -2,7 +2,7 @@
 
 Covers :class:`SFTConfig` and its sections (model, data, optimisation, logging), read from a YAML recipe
 (``configs/sft-*.yaml``) with the same loader, type checks and override syntax as the RL configuration
-(:func:`tirl.train.config.load_dataclass_config`), and the batch arithmetic onto TRL's ``SFTConfig``. It does not
+(:func:`tirl.config.load_dataclass_config`), and the batch arithmetic onto TRL's ``SFTConfig``. It does not
 build the trainer (:mod:`tirl.train.sft`) or load data (:mod:`tirl.data.sft`).
 
 Defaults are the report's SFT stage (the public release, github.com/microsoft/rStar at ecbfb94): 3 epochs, lr 5e-6, 4%
@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tirl.config import load_dataclass_config, plain_dict
 from tirl.protocol.config import ProtocolConfig
-from tirl.train.config import ModelConfig, load_dataclass_config, plain_dict
+from tirl.train.config import ModelConfig
 
 
 @dataclass

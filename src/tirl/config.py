@@ -1,0 +1,212 @@
+"""Configuration files: dataclasses read from YAML and ``key.sub=value`` overrides, written back as YAML.
+
+Every entry point's options are one dataclass (``tirl.train.config.RLConfig``, ``tirl.train.sft_config.SFTConfig``,
+``tirl.eval.config.EvalConfig``) whose sections are nested dataclasses; this module maps a YAML mapping onto it:
+unknown keys are errors that list the known ones, values are converted to the field types (YAML 1.1 reads
+``1e-6`` as a string; ``a,b`` is a list; ``null``/``none`` is None where the field allows it), and the
+dataclasses' own validation runs. It defines no settings itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def plain_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``dataclasses.asdict`` factory that writes tuples as lists (``yaml.safe_dump`` refuses tuples)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in items}
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Convert ``value`` to type ``tp`` (a dataclass, list[...], X | None, bool/int/float/str)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "~")):
+            if type(None) in typing.get_args(tp):
+                return None
+        errors = []
+        for a in args:
+            try:
+                return _coerce(value, a, where)
+            except (TypeError, ValueError) as exc:
+                errors.append(str(exc))
+        raise ValueError(f"{where}: cannot read {value!r} as {tp}: {'; '.join(errors)}")
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ValueError(f"{where}: expected a mapping, got {value!r}")
+        return build_dataclass(tp, value, where)
+    if origin is typing.Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ValueError(f"{where}: expected one of {', '.join(map(repr, allowed))}, got {value!r}")
+        return value
+    if origin is tuple:
+        args = typing.get_args(tp)
+        item_tp = args[0] if args else Any
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{where}: expected a list, got {value!r}")
+        return tuple(_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is list:
+        (item_tp,) = typing.get_args(tp) or (Any,)
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{where}: expected a list, got {value!r}")
+        return [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+            return value.lower() in ("true", "yes", "on", "1")
+        raise ValueError(f"{where}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ValueError(f"{where}: expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        raise ValueError(f"{where}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, bool):
+            raise ValueError(f"{where}: expected a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: expected a number, got {value!r}") from None
+    if tp is str:
+        if isinstance(value, (dict, list)):
+            raise ValueError(f"{where}: expected a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def build_dataclass(cls: type, data: dict[str, Any], where: str = "") -> Any:
+    """``cls(**data)`` with every value converted to its field's type, nested dataclasses built from mappings.
+
+    Args:
+        cls: a dataclass.
+        data: a mapping of some of its field names (missing fields keep their defaults).
+        where: the dotted path of ``data`` in the whole configuration, for messages.
+
+    Raises:
+        ValueError: an unknown key (the message lists the known ones), a value of the wrong type, or whatever
+            the dataclass's own validation raises.
+    """
+    hints = _field_types(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(
+            f"unknown key(s) {', '.join((where + '.' if where else '') + k for k in unknown)}; "
+            f"known: {', '.join(sorted(names))}"
+        )
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}" if where else k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
+    """``["a.b=1", "c=x,y"]`` -> nested ``{"a": {"b": 1}, "c": "x,y"}`` (values parsed as YAML scalars).
+
+    Raises:
+        ValueError: an item without ``=`` or with an empty key.
+    """
+    nested: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise ValueError(f"override {item!r} is not of the form key.sub=value")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = nested
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ValueError(f"override {item!r} conflicts with an earlier override of {part!r}")
+            node = child
+        node[parts[-1]] = value
+    return nested
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` applied: mappings are merged key by key, anything else replaced (inputs unchanged)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """The top-level mapping of a YAML file (an empty file is an empty mapping).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: invalid YAML, or a top level that is not a mapping.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no config file at {path}")
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: invalid YAML: {exc}") from exc
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ValueError(f"{path}: the top level must be a mapping")
+    return loaded or {}
+
+
+def load_dataclass_config(cls: type, path: str | Path | None = None, overrides: Sequence[str] = ()) -> Any:
+    """Read a configuration dataclass ``cls`` (``tirl.train.config.RLConfig``, ``tirl.train.sft_config.SFTConfig``)
+    from a YAML file (or the defaults when ``path`` is None) plus ``key.sub=value`` overrides applied in order.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: invalid YAML, a malformed override, an unknown key (the message lists the known ones), or a
+            value of the wrong type.
+    """
+    data = read_yaml_mapping(path) if path is not None else {}
+    return build_dataclass(cls, merge(data, parse_overrides(overrides)))
+
+
+def dump_config(config: Any, path: str | Path) -> None:
+    """Write ``config`` (a dataclass with ``to_dict``) as YAML; :func:`load_dataclass_config` reads it back."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
+
+
+__all__ = [
+    "build_dataclass",
+    "dump_config",
+    "load_dataclass_config",
+    "merge",
+    "parse_overrides",
+    "plain_dict",
+    "read_yaml_mapping",
+]

@@ -163,3 +163,81 @@ def test_eval_resume_record_keeps_the_keys_of_existing_run_folders(tmp_path):
     lower = EvalConfig(model="m", benchmarks=["aime24"], out_dir=tmp_path,
                        rollout=AgentLoopSettings(tool_memory_mb=256))
     assert lower.resume_settings()["tool_memory_mb"] == 256  # a different limit may change results: recorded
+
+
+# ------------------------------------------------------------------------------------------------- tirl eval --config
+
+
+def _eval(*args: str) -> Any:
+    from tirl.cli.main import app
+
+    return CliRunner().invoke(app, ["eval", *args])
+
+
+def test_eval_config_file_sets_the_run_and_only_given_flags_override_it(monkeypatch, tmp_path):
+    seen = _capture_eval_config(monkeypatch)
+    path = tmp_path / "eval.yaml"
+    path.write_text("model: qwen2.5-coder-0.5b-tirl-sft\nbenchmarks: [toolmath:20, math500:10]\nsamples: 3\n"
+                    "rollout:\n  max_turns: 3\n  max_response_tokens: 512\n  tool_memory_mb: 1024\n"
+                    "protocol:\n  prompt_style: compact\n")
+    res = _eval("--config", str(path), "--samples", "5", "--tool-timeout", "2.5")
+    assert res.exit_code == 0, res.output
+    (config,) = seen
+    assert (config.model, config.benchmarks, config.subsets) == (
+        "qwen2.5-coder-0.5b-tirl-sft", ["toolmath", "math500"], {"toolmath": 20, "math500": 10})
+    assert config.samples == 5  # the flag wins
+    loop = config.loop_config(context_window=None)
+    # from the file (the flags' defaults, 30 turns and 30,720 tokens, do not override it), then the flag
+    assert (loop.max_turns, loop.max_response_tokens, loop.tool_memory_mb, loop.tool_timeout_s) == (3, 512, 1024, 2.5)
+    assert loop.protocol.prompt_style == "compact"
+    assert config.out_dir == Path("runs/eval/qwen2.5-coder-0.5b-tirl-sft-tools")
+
+    seen.clear()
+    assert _eval("--config", str(path), "-b", "aime24").exit_code == 0
+    assert (seen[0].benchmarks, seen[0].subsets) == (["aime24"], {})  # --benchmark replaces the file's NAME:N too
+
+
+def test_eval_config_file_takes_an_rl_recipes_rollout_and_protocol_sections(tmp_path):
+    import yaml
+
+    from tirl.eval.config import load_eval_config
+
+    recipe_path = Path(__file__).resolve().parents[1] / "configs" / "cpu-toolmath-roc.yaml"
+    recipe = yaml.safe_load(recipe_path.read_text())
+    shared = {f.name for f in dataclasses.fields(AgentLoopSettings)}
+    path = tmp_path / "eval.yaml"
+    path.write_text(yaml.safe_dump({
+        "model": "m", "benchmarks": ["toolmath"], "protocol": recipe["protocol"],
+        "rollout": {k: v for k, v in recipe["rollout"].items() if k in shared},
+    }))
+    rl = load_config(recipe_path)
+    evaluated = load_eval_config(path).loop_config(context_window=None)
+    trained = rl.rollout.agent_loop_config(rl.protocol)
+    assert dataclasses.replace(evaluated, max_concurrency=None) == trained
+
+
+def test_eval_config_file_errors_are_one_line_and_exit_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rollout:\n  group_size: 4\n")
+    res = _eval("--config", str(bad), "-m", "m", "-b", "aime24")
+    assert res.exit_code == 2 and "unknown key(s) rollout.group_size" in res.output
+    res = _eval("-b", "aime24")
+    assert res.exit_code == 2 and "no model: give --model" in res.output
+    res = _eval("--config", str(tmp_path / "missing.yaml"))
+    assert res.exit_code == 2 and "no config file" in res.output
+
+
+def test_eval_print_config_reads_back_as_the_same_run(tmp_path):
+    from tirl.eval.config import load_eval_config
+
+    res = _eval("-m", "m", "-b", "toolmath:3,math500", "--prompt-style", "compact", "--max-turns", "4",
+                "--no-tools", "--server", "http://a,http://b", "--engine", "openai", "--kv-capacity", "1000",
+                "--print-config")
+    assert res.exit_code == 0, res.output
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(res.output)
+    config = load_eval_config(printed)
+    assert config.kv_capacities == [1000, 1000] and config.servers == ["http://a", "http://b"]
+    assert config.subsets == {"toolmath": 3} and not config.use_tools and config.rollout.max_turns == 4
+    assert config.out_dir == Path("runs/eval/m-no-tools")
+    assert _eval("--config", str(printed), "--print-config").output == res.output

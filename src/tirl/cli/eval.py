@@ -1,9 +1,11 @@
 """``tirl eval`` and ``tirl demo``: benchmark evaluation from the command line.
 
-Thin wrappers: parse options into :class:`tirl.eval.runner.EvalConfig`, call :func:`tirl.eval.runner.run_eval`,
-turn the expected failures (unknown model or benchmark, unusable sandbox, an output folder from another run)
-into a one-line message and exit code 2. ``demo`` is the README's main job (:mod:`tirl.eval.demo`): the
-packaged Qwen2.5-Coder-0.5B and the tirl-trained model side by side.
+Thin wrappers: read ``--config FILE`` (if given) and the flags given on the command line into
+:class:`tirl.eval.config.EvalConfig` (:func:`tirl.eval.config.load_eval_config`; flags win, and the defaults of
+the flags are the dataclass's), call :func:`tirl.eval.runner.run_eval`, turn the expected failures (unknown
+model or benchmark, unusable sandbox, an output folder from another run) into a one-line message and exit code
+2. ``demo`` is the README's main job (:mod:`tirl.eval.demo`): the packaged Qwen2.5-Coder-0.5B and the
+tirl-trained model side by side.
 
 Both commands set ``OMP_WAIT_POLICY=PASSIVE`` (unless the environment sets it) before torch is loaded: on a
 shared CPU machine, spinning OpenMP threads make in-process generation many times slower (see
@@ -14,17 +16,23 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
+import yaml
 from rich.console import Console
 
-# Defaults come from the configuration dataclasses (one setting, one place); importing them loads no engine.
-from tirl.eval.config import DEFAULT_CONCURRENCY
+# The option defaults come from the configuration dataclasses (one setting, one place); these modules load no
+# engine and no model.
+from tirl.config import read_yaml_mapping
+from tirl.eval.config import DEFAULT_CONCURRENCY, load_eval_config, parse_benchmarks
 from tirl.eval.config import EvalConfig as _E
 from tirl.protocol.config import ProtocolConfig as _P
 from tirl.rollout.agent_loop import AgentLoopSettings as _L
+
+if TYPE_CHECKING:
+    from tirl.eval.runner import EvalResult
 
 _CONCURRENCY_HELP = ", ".join(f"{n} for {engine}" for engine, n in DEFAULT_CONCURRENCY.items())
 
@@ -37,33 +45,49 @@ def _split(values: list[str]) -> list[str]:
     return [v.strip() for value in values for v in value.split(",") if v.strip()]
 
 
-def parse_benchmarks(values: list[str]) -> tuple[list[str], dict[str, int]]:
-    """Benchmark names from repeated / comma-separated options; ``NAME:N`` takes the first N problems of that
-    benchmark (an existing file path is taken whole, even when it contains a colon).
+# flag -> its key in the configuration (a dotted key is inside a section); flags not listed need a conversion
+_FLAG_KEYS = {
+    "model": "model", "subset": "subset", "samples": "samples", "engine": "engine", "scheduler": "scheduler",
+    "admission_coef": "admission_coef", "server_seed": "server_seed", "sandbox": "sandbox", "out": "out_dir",
+    "seed": "seed", "dtype": "dtype", "answer_fallback": "answer_fallback",
+    "temperature": "rollout.temperature", "top_p": "rollout.top_p", "max_turns": "rollout.max_turns",
+    "max_tokens": "rollout.max_response_tokens", "concurrency": "rollout.max_concurrency",
+    "tool_timeout": "rollout.tool_timeout_s", "prompt_style": "protocol.prompt_style",
+}
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether parameter ``name`` was set on the command line (not left at its default)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def flag_overrides(flags: dict[str, Any]) -> dict[str, Any]:
+    """The configuration mapping (:func:`tirl.eval.config.load_eval_config`'s ``overrides``) of the flags given
+    on the command line (``{parameter name: value}``); ``--kv-capacity`` is left to the caller (it needs the
+    number of servers).
 
     Raises:
-        ValueError: a ``:N`` suffix that is not a positive integer.
+        ValueError: a ``--benchmark`` entry with a bad ``:N`` suffix.
     """
-    names: list[str] = []
-    subsets: dict[str, int] = {}
-    for item in _split(values):
-        name, sep, count = item.rpartition(":")
-        if not sep or Path(item).exists() or not name:
-            names.append(item)
-            continue
-        if not count.isdigit() or int(count) < 1:
-            raise ValueError(f"bad benchmark {item!r}: the part after ':' must be a positive problem count")
-        names.append(name)
-        subsets[name] = int(count)
-    return names, subsets
+    out: dict[str, Any] = {}
+    for name, value in flags.items():
+        if name == "benchmark":
+            out["benchmarks"], out["subsets"] = parse_benchmarks(value)
+        elif name == "server":
+            out["servers"] = _split(value)
+        elif name == "no_tools":
+            out["use_tools"] = not value
+        elif name in _FLAG_KEYS:
+            *sections, key = _FLAG_KEYS[name].split(".")
+            node = out
+            for section in sections:
+                node = node.setdefault(section, {})
+            node[key] = str(value) if isinstance(value, Path) else value
+    return out
 
 
-def _default_out(model: str, use_tools: bool) -> Path:
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(model).name or model)
-    return Path("runs") / "eval" / f"{stem}-{'tools' if use_tools else 'no-tools'}"
-
-
-def _run(config, console: Console, progress: bool = True):  # noqa: ANN001, ANN202 - EvalConfig / EvalResult
+def _run(config: _E, console: Console, progress: bool = True) -> EvalResult:
     """Run one evaluation; expected failures become a message and exit code 2."""
     from tirl.data.benchmarks import BenchmarkError
     from tirl.eval.runner import run_eval
@@ -81,12 +105,18 @@ def _run(config, console: Console, progress: bool = True):  # noqa: ANN001, ANN2
 
 
 def eval_command(
-    model: str = typer.Option(..., "--model", "-m", help="Built-in model name, HF folder, .gguf file or LoRA "
-                              "checkpoint folder (with --engine openai the servers load the adapter)."),
+    ctx: typer.Context,
+    config_file: Path | None = typer.Option(
+        None, "--config", "-c", help="YAML file of the run's settings: EvalConfig's keys, with the agent-loop "
+                                     "settings in 'rollout' and the format in 'protocol' as in an RL recipe. "
+                                     "Flags given on the command line override it."),
+    model: str | None = typer.Option(None, "--model", "-m", help="Built-in model name, HF folder, .gguf file or "
+                                     "LoRA checkpoint folder (with --engine openai the servers load the adapter). "
+                                     "Required unless --config names it."),
     benchmark: list[str] = typer.Option(
-        ..., "--benchmark", "-b",
+        [], "--benchmark", "-b",
         help="Benchmark name (aime24, aime25, amc23, hmmt25_feb, math500, gsm8k, toolmath) or JSONL path; repeat or "
-             "separate with commas; NAME:N takes its first N problems.",
+             "separate with commas; NAME:N takes its first N problems. Required unless --config names them.",
     ),
     subset: int | None = typer.Option(None, "--subset", min=1, help="First N problems of each benchmark."),
     samples: int = typer.Option(_E.samples, "--samples", "-k", min=1, help="Samples per problem (K)."),
@@ -136,6 +166,8 @@ def eval_command(
         help="For models that do not box: take an answer stated in plain text ('The final answer is $10$.') "
              "when there is no box. Off by default (and never in training); the table counts its answers."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    print_config: bool = typer.Option(False, "--print-config",
+                                      help="Print the resolved settings as a --config file and exit."),
 ) -> None:
     """Evaluate a model on math benchmarks with the Python tool: average pass@1 over K samples and more.
 
@@ -146,24 +178,20 @@ def eval_command(
     from tirl.rollout.scheduler import parse_kv_capacities
 
     console = Console()
-    if engine not in ("hf", "openai"):
-        typer.secho(f"tirl eval: --engine must be hf or openai, got {engine!r}", fg="red", err=True)
-        raise typer.Exit(2)
+    flags = {name: value for name, value in ctx.params.items() if _given(ctx, name)}
     try:
-        names, subsets = parse_benchmarks(benchmark)
-        rollout = _L(max_turns=max_turns, max_response_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                     tool_timeout_s=tool_timeout, max_concurrency=concurrency)
-        config = _E(
-            model=model, benchmarks=names, subsets=subsets, out_dir=out or _default_out(model, not no_tools),
-            subset=subset, samples=samples, rollout=rollout, use_tools=not no_tools, engine=engine,
-            servers=_split(server), scheduler=scheduler,
-            kv_capacities=parse_kv_capacities(kv_capacity, len(_split(server))), admission_coef=admission_coef,
-            sandbox=sandbox, seed=seed, dtype=dtype, protocol=_P(prompt_style=prompt_style),
-            answer_fallback=answer_fallback, server_seed=server_seed,
-        )
-    except ValueError as exc:
+        file_data = read_yaml_mapping(config_file) if config_file is not None else {}
+        overrides = flag_overrides(flags)
+        if "kv_capacity" in flags:
+            servers = overrides.get("servers", file_data.get("servers") or [])
+            overrides["kv_capacities"] = parse_kv_capacities(kv_capacity, len(servers))
+        config = load_eval_config(config_file, overrides)
+    except (ValueError, FileNotFoundError) as exc:
         typer.secho(f"tirl eval: {exc}", fg="red", err=True)
         raise typer.Exit(2) from None
+    if print_config:
+        typer.echo(yaml.safe_dump(config.to_dict(), sort_keys=False), nl=False)
+        return
     result = _run(config, console, progress=not quiet)
     console.print(f"wrote {config.out_dir}/ (trajectories.jsonl, summary.json); {result.new_samples} new, "
                   f"{result.resumed_samples} resumed samples in {result.elapsed_s:.0f} s")

@@ -1,18 +1,23 @@
-"""Configuration of one evaluation run (``tirl eval``): :class:`EvalConfig`.
+"""Configuration of one evaluation run (``tirl eval``): :class:`EvalConfig` and :func:`load_eval_config`.
 
 The agent-loop settings are one :class:`tirl.rollout.agent_loop.AgentLoopSettings` in the ``rollout`` field and
 the conversation format one :class:`tirl.protocol.ProtocolConfig` in ``protocol``: the same sections, under the
 same names, as an RL recipe (:class:`tirl.train.config.RLConfig`), so a model is evaluated with the settings it
-was trained with. The CLI takes its defaults from here. Importing this module is cheap (no engines, no models).
+was trained with. :func:`load_eval_config` reads them from a YAML file (``tirl eval --config``) through
+:mod:`tirl.config`, with the command line's flags on top. The CLI takes its defaults from here. Importing this
+module is cheap (no engines, no models).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tirl.config import build_dataclass, merge, plain_dict, read_yaml_mapping
 from tirl.protocol.config import ProtocolConfig
 from tirl.rollout.agent_loop import AgentLoopConfig, AgentLoopSettings
 
@@ -125,6 +130,10 @@ class EvalConfig:
             **({"answer_fallback": True} if self.answer_fallback else {}),
         }
 
+    def to_dict(self) -> dict[str, Any]:
+        """A plain nested dict in the layout :func:`load_eval_config` reads (YAML-serialisable)."""
+        return {**dataclasses.asdict(self, dict_factory=plain_dict), "out_dir": str(self.out_dir)}
+
     def loop_config(self, context_window: int | None) -> AgentLoopConfig:
         """The agent-loop configuration of this run; ``context_window`` is the model's (used when
         ``rollout.context_window`` is None)."""
@@ -136,4 +145,82 @@ class EvalConfig:
         )
 
 
-__all__ = ["DEFAULT_CONCURRENCY", "EvalConfig"]
+def parse_benchmarks(values: Sequence[str]) -> tuple[list[str], dict[str, int]]:
+    """Benchmark names from repeated or comma-separated entries; ``NAME:N`` takes the first N problems of that
+    benchmark (an existing file path is taken whole, even when it contains a colon).
+
+    Returns:
+        ``(names, {name: N})``.
+
+    Raises:
+        ValueError: a ``:N`` suffix that is not a positive integer.
+    """
+    names: list[str] = []
+    subsets: dict[str, int] = {}
+    for item in (v.strip() for value in values for v in str(value).split(",")):
+        if not item:
+            continue
+        name, sep, count = item.rpartition(":")
+        if not sep or Path(item).exists() or not name:
+            names.append(item)
+            continue
+        if not count.isdigit() or int(count) < 1:
+            raise ValueError(f"bad benchmark {item!r}: the part after ':' must be a positive problem count")
+        names.append(name)
+        subsets[name] = int(count)
+    return names, subsets
+
+
+def default_out_dir(model: str, use_tools: bool) -> Path:
+    """``runs/eval/<model's file name>-<tools|no-tools>``: where a run goes when no output folder is given."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(model).name or model)
+    return Path("runs") / "eval" / f"{stem}-{'tools' if use_tools else 'no-tools'}"
+
+
+def load_eval_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> EvalConfig:
+    """An :class:`EvalConfig` from a YAML file with ``overrides`` (the command line's flags) on top.
+
+    The file's keys are :class:`EvalConfig`'s fields; ``rollout`` holds the agent-loop settings (the keys of an
+    RL recipe's ``rollout`` section that :class:`AgentLoopSettings` has: ``max_turns``, ``max_response_tokens``,
+    ``temperature``, ``top_p``, ``context_window``, ``tool_timeout_s``, ``tool_memory_mb``, ``max_concurrency``)
+    and ``protocol`` the conversation format, as in an RL recipe::
+
+        model: runs/cpu-toolmath-roc/checkpoint-40
+        benchmarks: [toolmath:20, math500:10]     # NAME:N as on the command line
+        samples: 1
+        rollout: {max_turns: 3, max_response_tokens: 512, tool_timeout_s: 5.0}
+        protocol: {prompt_style: compact}
+
+    Missing keys keep :class:`EvalConfig`'s defaults; without ``out_dir`` the run goes to
+    :func:`default_out_dir`. Relative paths are relative to the working directory.
+
+    Args:
+        path: the YAML file, or None for the defaults.
+        overrides: a mapping of the same layout (``{"rollout": {"max_turns": 3}}``) merged over the file section
+            by section; ``benchmarks`` in it replaces the file's benchmarks and their ``subsets``.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: invalid YAML, an unknown key (the message lists the known ones), a value of the wrong type,
+            no model or no benchmark, or an invalid setting.
+    """
+    data = read_yaml_mapping(path) if path is not None else {}
+    if isinstance(data.get("benchmarks"), (list, str)):
+        entries = [data["benchmarks"]] if isinstance(data["benchmarks"], str) else data["benchmarks"]
+        names, subsets = parse_benchmarks(entries)
+        data["benchmarks"] = names
+        data["subsets"] = {**subsets, **(data.get("subsets") or {})}
+    over = dict(overrides or {})
+    if "benchmarks" in over:
+        data.pop("subsets", None)
+    data = merge(data, over)
+    for key, flag in (("model", "--model"), ("benchmarks", "--benchmark")):
+        if not data.get(key):
+            raise ValueError(f"no {key}: give {flag}" + (f" or {key} in {path}" if path is not None else ""))
+    if data.get("out_dir") is not None:
+        return build_dataclass(EvalConfig, data)
+    config = build_dataclass(EvalConfig, {**data, "out_dir": "."})
+    return dataclasses.replace(config, out_dir=default_out_dir(config.model, config.use_tools))
+
+
+__all__ = ["DEFAULT_CONCURRENCY", "EvalConfig", "default_out_dir", "load_eval_config", "parse_benchmarks"]

@@ -290,3 +290,49 @@ def test_vllm_source_does_not_unwrap_the_training_model():
     src._loop, src._executor = Loop(), object()
     assert src.generate([], 2, seed=0, trainer=trainer) == []
     assert engine_calls == [None]
+
+
+@pytest.mark.slow
+def test_the_rl_scorer_verifies_on_the_runs_executor_not_a_second_pool(qwen_tokenizer):
+    """build_trainer's default scorer sends symbolic comparisons to the rollout source's executor (a service URL
+    in rollout.sandbox means the service), on the source's own event loop."""
+    import asyncio
+
+    import tirl.reward.verifier as reward_verifier
+    from tirl.sandbox import LocalSandbox
+    from tirl.train.rollout import AgentLoopSource, VerifierScorer
+
+    class CountingExecutor:
+        def __init__(self) -> None:
+            self.inner = LocalSandbox(workers=1)
+            self.requests = 0
+            self.loops: set[int] = set()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        async def run(self, request: Any) -> Any:
+            self.requests += 1
+            self.loops.add(id(asyncio.get_running_loop()))
+            return await self.inner.run(request)
+
+        async def run_batch(self, requests: Any) -> Any:
+            return [await self.run(r) for r in requests]
+
+    spy = CountingExecutor()
+    config = load_config(None, ["rollout.sandbox_workers=1"])
+    source = AgentLoopSource(config, qwen_tokenizer, executor_factory=lambda: spy)
+    scorer = VerifierScorer(qwen_tokenizer, on_executor=source.run_on_executor)
+    texts = ["so the answer is \\boxed{\\frac{2}{4}}", "\\boxed{0.25}", "\\boxed{7}"]
+    trajectories = [SimpleNamespace(response_ids=qwen_tokenizer.encode(t), final_answer=None) for t in texts]
+    problem = RLProblem(id="p", problem="Half of one?", answer="\\frac{1}{2}")
+    default_before = reward_verifier._default_executor
+    try:
+        scores = scorer.score(trajectories, [problem] * 3)
+        run_loop = id(source._loop.loop)
+    finally:
+        source.close()
+    assert [s.reward for s in scores] == [1.0, 0.0, 0.0]
+    assert spy.requests >= 1  # the symbolic comparison ran on the run's executor
+    assert spy.loops == {run_loop}  # on the run's event loop
+    assert reward_verifier._default_executor is default_before  # no second, module-global pool was started

@@ -421,8 +421,8 @@ def build_trainer(
         source = AgentLoopSource(config, tokenizer)
         if source.context_window is None:
             source.context_window = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    if scorer is None:
-        scorer = VerifierScorer(tokenizer)
+    if scorer is None:  # verification on the run's executor (a sandbox service URL included), not a second pool
+        scorer = VerifierScorer(tokenizer, on_executor=getattr(source, "run_on_executor", None))
     from tirl.models import stop_token_ids
 
     stops = list(stop_token_ids(tokenizer))

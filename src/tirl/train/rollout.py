@@ -116,21 +116,44 @@ class VerifierScorer:
     extractor ignores tool responses); the agent loop's ``final_answer`` is passed along as the extracted
     answer when it has one.
 
+    Where symbolic comparisons run: with ``on_executor`` (what :func:`tirl.train.rl.build_trainer` passes: the
+    rollout source's :meth:`AgentLoopSource.run_on_executor`), on the run's own code executor and event loop, so
+    that with ``rollout.sandbox`` set to a service URL verification runs on the service too; without it, on
+    ``tirl.reward``'s shared default pool in this process.
+
     Args:
         tokenizer: decodes ``response_ids``.
-        verify_batch: ``(items) -> list[Verdict]``; default ``tirl.reward.verify_batch``.
+        verify_batch: ``(items) -> list[Verdict]``; overrides both (tests).
+        on_executor: ``(fn) -> fn(executor)``'s result: runs an ``executor -> awaitable`` on the run's loop.
     """
 
-    def __init__(self, tokenizer: Any, verify_batch: Callable[[list[Any]], list[Any]] | None = None) -> None:
+    def __init__(self, tokenizer: Any, verify_batch: Callable[[list[Any]], list[Any]] | None = None,
+                 on_executor: Callable[[Callable[[Any], Any]], Any] | None = None) -> None:
         self.tokenizer = tokenizer
         self._verify_batch = verify_batch
+        self._on_executor = on_executor
+        self._verifiers: dict[int, Any] = {}
 
     def _verifier(self) -> Callable[[list[Any]], list[Any]]:
-        if self._verify_batch is None:
-            from tirl.reward import verify_batch
+        if self._verify_batch is not None:
+            return self._verify_batch
+        if self._on_executor is not None:
+            on_executor = self._on_executor
 
-            self._verify_batch = verify_batch
-        return self._verify_batch
+            def on_run_executor(items: list[Any]) -> list[Any]:
+                def verify(executor: Any) -> Any:
+                    from tirl.reward import Verifier
+
+                    verifier = self._verifiers.setdefault(id(executor), Verifier(executor=executor))
+                    return verifier.averify_batch(items)
+
+                return on_executor(verify)
+
+            return on_run_executor
+        from tirl.reward import verify_batch
+
+        self._verify_batch = verify_batch
+        return verify_batch
 
     def score(self, trajectories: Sequence[Trajectory], problems: Sequence[RLProblem]) -> list[Score]:
         from tirl.reward.types import VerifyItem
@@ -523,16 +546,33 @@ class AgentLoopSource:
 
         return HFEngine(model, HFEngineConfig(max_batch_size=self.config.rollout.engine_batch_size))
 
+    def _start(self) -> None:
+        """The background loop and the code executor, started once for the run."""
+        if self._loop is None:
+            self._loop = BackgroundLoop()
+        if self._executor is None:
+            self._executor = self._loop.run(_construct(self._executor_factory))
+
+    def run_on_executor(self, fn: Callable[[Any], Any], timeout: float | None = None) -> Any:
+        """``fn(executor)`` (an awaitable) run on this source's event loop with its code executor (both started
+        when missing); how :class:`VerifierScorer` verifies on the run's sandbox. Exceptions propagate."""
+        self._start()
+        assert self._loop is not None
+        executor = self._executor
+
+        async def call() -> Any:
+            return await fn(executor)
+
+        return self._loop.run(call(), timeout)
+
     def generate(
         self, problems: Sequence[RLProblem], samples_per_problem: int, *, seed: int, trainer: Any
     ) -> list[Trajectory]:
         from tirl.rollout.agent_loop import run_trajectories
         from tirl.rollout.engine import SingleEngineRouter
 
-        if self._loop is None:
-            self._loop = BackgroundLoop()
-        if self._executor is None:
-            self._executor = self._loop.run(_construct(self._executor_factory))
+        self._start()
+        assert self._loop is not None
         rows = [{"problem": p.problem, "id": p.id} for p in problems]
         uses_vllm = self._engine_factory is None and getattr(getattr(trainer, "args", None), "use_vllm", False)
         # vLLM already holds the current weights (TRL syncs them before the rollout): no unwrapping, in

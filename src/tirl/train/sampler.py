@@ -69,7 +69,7 @@ def policy_sampler(policy: Any, tokenizer: Any, config: SamplerConfig | None = N
     executor = loop.run(_make(default_executor_factory(run_cfg)))
     engine = HFEngine(policy, HFEngineConfig(max_batch_size=cfg.batch_size))
     agent_cfg = cfg.agent_loop_config(cfg.protocol)
-    scorer = VerifierScorer(tokenizer)
+    scorer = VerifierScorer(tokenizer, on_executor=lambda fn: loop.run(fn(executor)))
     calls = {"n": 0}
 
     def generate(problems: Sequence[Any], n: int) -> list[Any]:

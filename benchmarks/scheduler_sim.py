@@ -1,7 +1,7 @@
 """Rollout-scheduler benchmark on the discrete-event simulator (issue 8).
 
 Runs one RL rollout step (default: 512 problems x 16 trajectories, the report's batch with 16 samples) through
-:func:`tirl.rollout.sim.simulate` under each scheduling policy, over scenarios of 4 and 8 engines, short and
+:func:`tirl.sim.simulator.simulate` under each scheduling policy, over scenarios of 4 and 8 engines, short and
 long responses, and tool latencies of 0.05 s and 1 s. The baseline is ``static`` in the same run: every
 speed-up is a ratio of simulated throughputs of the same workload (same seed). The policies run the real
 scheduler's admission code (:mod:`tirl.rollout.admission`).
@@ -36,9 +36,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tirl.rollout.sim import EngineSpec, SimResult, simulate
-from tirl.rollout.sim_plot import plot_timelines
-from tirl.rollout.sim_workload import generate_workload, long_response_workload, short_response_workload
+from tirl.sim.plot import plot_timelines
+from tirl.sim.simulator import EngineSpec, SimResult, simulate
+from tirl.sim.workload import generate_workload, long_response_workload, short_response_workload
 
 console = Console(width=170)
 

@@ -13,11 +13,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from testing_server import TestingServer  # noqa: E402
 from tirl.rollout.capacity import probe_kv_capacity  # noqa: E402
 from tirl.rollout.engine import Engine, GenerationOutput, SamplingParams  # noqa: E402
 from tirl.rollout.hf_engine import HFEngine  # noqa: E402
 from tirl.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig, _parse_openai  # noqa: E402
-from tirl.rollout.testing_server import TestingServer  # noqa: E402
 
 PROMPT = [151644, 872, 198, 9707, 11, 1879, 0]
 FAST_RETRY = dict(retry_backoff_s=0.01)

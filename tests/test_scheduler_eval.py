@@ -14,9 +14,9 @@ torch = pytest.importorskip("torch")
 
 from typer.testing import CliRunner  # noqa: E402
 
+from testing_server import TestingServer  # noqa: E402
 from tirl.cli.main import app  # noqa: E402
 from tirl.rollout.hf_engine import HFEngine  # noqa: E402
-from tirl.rollout.testing_server import TestingServer  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from testing_server import TestingServer  # noqa: E402
 from tirl.rollout.engine import SamplingParams  # noqa: E402
 from tirl.rollout.hf_engine import HFEngine  # noqa: E402
 from tirl.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig  # noqa: E402
 from tirl.rollout.scheduler import RolloutScheduler, SchedulerConfig  # noqa: E402
-from tirl.rollout.testing_server import TestingServer  # noqa: E402
 
 PROMPT = [151644, 872, 198, 9707, 11, 1879, 0]
 PARAMS = SamplingParams(max_new_tokens=3, temperature=0)

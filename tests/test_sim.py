@@ -1,10 +1,10 @@
-"""The rollout-step simulator (tirl.rollout.sim) and its workload generator (tirl.rollout.sim_workload)."""
+"""The rollout-step simulator (tirl.sim.simulator) and its workload generator (tirl.sim.workload)."""
 
 import numpy as np
 import pytest
 
-from tirl.rollout.sim import EngineSpec, simulate
-from tirl.rollout.sim_workload import (
+from tirl.sim.simulator import EngineSpec, simulate
+from tirl.sim.workload import (
     TrajectoryPlan,
     Workload,
     WorkloadSpec,

@@ -34,9 +34,9 @@ def lora_server(tiny_model_dir):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
+    from testing_server import TestingServer
     from tirl.models import load_tokenizer
     from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
-    from tirl.rollout.testing_server import TestingServer
 
     base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
     engine = HFEngine(copy.deepcopy(base), HFEngineConfig(max_batch_size=16))
@@ -92,8 +92,8 @@ def test_a_server_without_lora_is_a_clear_error(tmp_path, tiny_model_dir):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from testing_server import TestingServer
     from tirl.rollout.hf_engine import HFEngine
-    from tirl.rollout.testing_server import TestingServer
 
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32),
                            LoraConfig(r=2, target_modules=["q_proj"]))

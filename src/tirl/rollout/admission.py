@@ -2,7 +2,7 @@
 
 This module is the *policy* of the rollout scheduler, written as a synchronous, clock-free state machine so
 that the same code drives the real asyncio scheduler (:mod:`tirl.rollout.scheduler`) and the discrete-event
-simulator (:mod:`tirl.rollout.sim`). It keeps reservations, the FIFO wait queue, per-endpoint counters and
+simulator (:mod:`tirl.sim.simulator`). It keeps reservations, the FIFO wait queue, per-endpoint counters and
 endpoint liveness. It does no I/O, owns no engines and never sleeps: callers pass the current time ``now``
 (seconds, any monotonic origin) and act on the :class:`Admission` records it returns.
 

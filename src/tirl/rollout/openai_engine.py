@@ -22,7 +22,7 @@ Two wire formats (``OpenAIEngineConfig.api``):
 
 Finish reasons: a stop id from the request -> ``stop``; a server stop on another token (the model's EOS) ->
 ``eos``; the length limit -> ``length``. Stop tokens are kept in the output (both servers include stop ids in
-the generated ids). Tested against :mod:`tirl.rollout.testing_server` (a FastAPI server serving a transformers
+the generated ids). Tested against the test server ``tests/testing_server.py`` (a FastAPI server serving a transformers
 model in both formats), not against a live vLLM/SGLang: neither runs on this project's CPU machines.
 
 Not covered: streaming, ``n > 1`` per request, server start-up, KV-capacity probing (:mod:`tirl.rollout.capacity`).

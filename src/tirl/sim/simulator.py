@@ -9,7 +9,7 @@ the newest running sequence, one at a time, and later recomputes its whole conte
 SGLang's retraction differs (the report, §3.2, says it "evicts half of the in-progress rollouts", and SGLang
 then backs off its admission through ``new_token_ratio``); that back-off is not modelled, so SGLang is not
 offered as a mode (a naive "evict half" without back-off thrashes far worse than any real engine). Trajectories come
-from :mod:`tirl.rollout.sim_workload`; tool calls run asynchronously (a trajectory's next turn is queued on its engine
+from :mod:`tirl.sim.workload`; tool calls run asynchronously (a trajectory's next turn is queued on its engine
 when its tool returns).
 
 The rollout scheduler's policy is the *same code* as the real scheduler: an
@@ -18,7 +18,7 @@ may start, in virtual time.
 
 Reports makespan, generated tokens per second, engine idle fraction, KV tokens evicted and recomputed,
 preemptions, scheduler queue waits, and per-engine load timelines (for Fig. 7-like plots, see
-:mod:`tirl.rollout.sim_plot`). Deterministic: no wall clock and no randomness beyond the workload's seed.
+:mod:`tirl.sim.plot`). Deterministic: no wall clock and no randomness beyond the workload's seed.
 
 Not covered: network latency, chunked-prefill scheduling details, speculative decoding, tensor/data
 parallelism inside an engine, engine failures, and the per-turn batch synchronisation of verl v0.2 (tools
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tirl.rollout.admission import AdmissionController
-from tirl.rollout.sim_workload import Workload
+from tirl.sim.workload import Workload
 
 
 @dataclass
@@ -411,7 +411,7 @@ def simulate(
     """Run one rollout step of ``workload`` on the engines under ``policy``; return the metrics.
 
     Args:
-        workload: trajectories (from :func:`tirl.rollout.sim_workload.generate_workload`), submitted at t=0
+        workload: trajectories (from :func:`tirl.sim.workload.generate_workload`), submitted at t=0
             in batch order (problem-major).
         engines: one spec per engine, or one spec used ``n_engines`` times.
         policy: ``kv_aware``, ``static`` or ``round_robin`` (the real scheduler's admission code).

@@ -1,9 +1,9 @@
-"""Synthetic agentic rollout workloads for the scheduler simulator (:mod:`tirl.rollout.sim`).
+"""Synthetic agentic rollout workloads for the scheduler simulator (:mod:`tirl.sim.simulator`).
 
 Covers the shape of one RL step's rollouts: problems x samples, prompt lengths, per-trajectory response
 lengths (heavy-tailed, correlated within a problem, clipped at the response budget), the number of tool calls,
 how the generated tokens split over turns, tool-response sizes and tool latencies. Deterministic for a seed.
-It does not simulate engines (see :mod:`tirl.rollout.sim`).
+It does not simulate engines (see :mod:`tirl.sim.simulator`).
 
 Fitted to the rStar2-Agent report (arXiv 2508.20722):
 

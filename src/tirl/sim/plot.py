@@ -1,8 +1,8 @@
 """Engine-load timelines of simulated rollout steps, drawn like the rStar2-Agent report's Figure 7.
 
-Covers turning :class:`~tirl.rollout.sim.SimResult` timelines into time-binned load series and a PNG with one
+Covers turning :class:`~tirl.sim.simulator.SimResult` timelines into time-binned load series and a PNG with one
 panel per policy and one row per engine (the row's fill is the engine's KV-cache use; grey marks time with
-nothing to compute). It does not run simulations (see :mod:`tirl.rollout.sim`).
+nothing to compute). It does not run simulations (see :mod:`tirl.sim.simulator`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tirl.rollout.sim import SimResult
+from tirl.sim.simulator import SimResult
 
 
 def binned_load(

@@ -8,6 +8,7 @@ import io
 import pytest
 from rich.console import Console
 
+from tirl.cli.eval_display import ConsoleListener
 from tirl.eval.demo import BASE_MODEL, TRAINED_MODEL, DemoSettings, comparison_table, demo_configs, run_demo
 
 
@@ -26,7 +27,7 @@ def test_demo_run_prints_progress_lines_and_a_side_by_side_table_off_a_terminal(
                             concurrency=4)
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=False, width=60)  # a narrow log must not wrap progress lines
-    results, elapsed = asyncio.run(run_demo(tmp_path, settings, console=console))
+    results, elapsed = asyncio.run(run_demo(tmp_path, settings, listener=lambda: ConsoleListener(console)))
     text = buffer.getvalue()
     progress = [line for line in text.splitlines() if "trajectories (" in line]
     assert any("0/3 trajectories (0%)" in line for line in progress)
@@ -38,5 +39,5 @@ def test_demo_run_prints_progress_lines_and_a_side_by_side_table_off_a_terminal(
     order = [header.index(col) for col in ("toolmath base", "toolmath tirl", "math500 base", "math500 tirl")]
     assert order == sorted(order)
     # resumed: nothing new is generated the second time
-    again, _ = asyncio.run(run_demo(tmp_path, settings, console=Console(file=io.StringIO())))
+    again, _ = asyncio.run(run_demo(tmp_path, settings))
     assert [r.new_samples for r in again] == [0, 0]

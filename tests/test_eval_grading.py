@@ -8,6 +8,7 @@ import json
 
 from rich.console import Console
 
+from tirl.cli.eval_display import ConsoleListener
 from tirl.eval.components import make_gold_checker, make_verifier
 from tirl.eval.runner import EvalComponents, EvalConfig, outcome_from_record, run_eval
 from tirl.protocol.answer import extract_answer_fallback
@@ -62,7 +63,7 @@ async def run(tmp_path, tok, name, *, fallback: bool, check: bool = True):
     out = io.StringIO()
     result = await run_eval(config(tmp_path, name, answer_fallback=fallback),
                             components(tok, fallback=fallback, check=check),
-                            console=Console(file=out, width=200), progress=False)
+                            listener=ConsoleListener(Console(file=out, width=200), progress=False))
     summary = json.loads((tmp_path / name / "summary.json").read_text())["benchmarks"]["toy"]
     return result, summary, out.getvalue()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from rich.console import Console
 
 from tirl.eval.runner import EvalComponents, EvalConfig, run_eval
 from tirl.eval.store import TRAJECTORIES_FILE, ResumeMismatch
@@ -85,7 +84,36 @@ def config(tmp_path, *, rollout=(), **kw):
     return EvalConfig(**base)
 
 
-QUIET = dict(console=Console(file=open("/dev/null", "w")), progress=False)
+QUIET: dict = {}  # the runner prints nothing: progress and tables belong to the command line's listener
+
+
+async def test_the_runner_prints_nothing_and_reports_to_its_listener(tmp_path, smollm2_tokenizer, capsys):
+    from tirl.eval.runner import EvalListener
+
+    class Recorder(EvalListener):
+        def __init__(self) -> None:
+            self.events: list[tuple] = []
+
+        def started(self, label, model, total, resumed, resumed_correct):  # noqa: ANN001, ANN201
+            self.events.append(("started", total, resumed))
+
+        def sample_done(self, correct):  # noqa: ANN001, ANN201
+            self.events.append(("sample", correct))
+
+        def finished(self, summaries, title):  # noqa: ANN001, ANN201
+            self.events.append(("finished", [s.benchmark for s in summaries], "T=" in title))
+
+        def close(self):  # noqa: ANN201
+            self.events.append(("close",))
+
+    tok = smollm2_tokenizer
+    recorder = Recorder()
+    result = await run_eval(config(tmp_path), components(tok, ProblemEngine(tok)), listener=recorder)
+    assert capsys.readouterr().out == ""
+    samples = [e for e in recorder.events if e[0] == "sample"]
+    assert recorder.events[0] == ("started", 16, 0) and len(samples) == 16
+    assert sum(bool(e[1]) for e in samples) == round(sum(s.avg_pass1 * s.num_samples for s in result.summaries))
+    assert recorder.events[-2][0] == "finished" and recorder.events[-2][2] and recorder.events[-1] == ("close",)
 
 
 async def test_run_writes_one_record_per_sample_and_a_summary(tmp_path, smollm2_tokenizer):

@@ -133,7 +133,7 @@ def test_eval_of_a_lora_checkpoint_on_a_server_loads_the_adapter_and_requests_it
     config = EvalConfig(model=str(ckpt), benchmarks=[str(bench)], out_dir=tmp_path / "out", samples=2,
                         rollout=AgentLoopSettings(max_turns=1, max_response_tokens=8), engine="openai",
                         servers=[server.url], server_seed=False)
-    result = run_eval_sync(config, progress=False)
+    result = run_eval_sync(config)
     # the testing server answers 404 to a model name it does not serve: the samples ran under the adapter's name
     assert [p["name"] for p in pushed] == [served_adapter_name(ckpt)]
     assert result.new_samples == 4 and server.generate_requests >= 4

@@ -97,7 +97,9 @@ def _run(config: _E, console: Console, progress: bool = True) -> EvalResult:
     from tirl.rollout.lora_server import ServerSyncError
 
     try:
-        return asyncio.run(run_eval(config, console=console, progress=progress))
+        from tirl.cli.eval_display import ConsoleListener
+
+        return asyncio.run(run_eval(config, listener=ConsoleListener(console, progress=progress)))
     except (ResumeMismatch, ModelNotFoundError, BenchmarkError, SandboxUnavailable, ServerSyncError,
             ValueError) as exc:
         typer.secho(f"tirl eval: {exc}", fg="red", err=True)
@@ -209,7 +211,10 @@ def run_demo(out: Path, fresh: bool = False, console: Console | None = None) -> 
     console = console or Console()
     settings = demo.DemoSettings()
     try:
-        results, elapsed = asyncio.run(demo.run_demo(out, settings, fresh=fresh, console=console))
+        from tirl.cli.eval_display import ConsoleListener
+
+        results, elapsed = asyncio.run(demo.run_demo(out, settings, fresh=fresh,
+                                                     listener=lambda: ConsoleListener(console)))
     except (ResumeMismatch, ModelNotFoundError, BenchmarkError, SandboxUnavailable, ValueError) as exc:
         typer.secho(f"tirl demo: {exc}", fg="red", err=True)
         raise typer.Exit(2) from None

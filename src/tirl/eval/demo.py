@@ -15,15 +15,14 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from tirl.eval.report import summary_table
-from tirl.eval.runner import EvalConfig, EvalResult, run_eval
+from tirl.eval.runner import EvalConfig, EvalListener, EvalResult, run_eval
 from tirl.protocol.config import PromptStyle, ProtocolConfig
 from tirl.rollout.agent_loop import AgentLoopSettings
 
@@ -87,22 +86,22 @@ def comparison_table(results: Sequence[EvalResult], labels: Sequence[str], title
 
 
 async def run_demo(out: Path, settings: DemoSettings = DemoSettings(), *, fresh: bool = False,
-                   console: Console | None = None) -> tuple[list[EvalResult], float]:
+                   listener: Callable[[], EvalListener] | None = None) -> tuple[list[EvalResult], float]:
     """Run the demo (see the module docstring); returns each model's result and the wall time in seconds.
 
-    Each model's run prints progress (a bar on a terminal, plain lines otherwise) and its own table.
+    Each model's run reports to a new ``listener()`` (silent when None; ``tirl demo`` shows progress and each
+    model's table with ``tirl.cli.eval_display.ConsoleListener``).
 
     Raises:
         As :func:`tirl.eval.runner.run_eval` (an unknown model, a sandbox that fails its health check, an output
         folder written with other settings).
     """
-    console = console or Console()
     if fresh and out.exists():
         shutil.rmtree(out)
     started = time.perf_counter()
     results = []
     for config in demo_configs(out, settings):
-        results.append(await run_eval(config, console=console))
+        results.append(await run_eval(config, listener=listener() if listener is not None else None))
     return results, time.perf_counter() - started
 
 

@@ -1,7 +1,8 @@
-"""Benchmark evaluation runs: sample K trajectories per problem, verify them, store them, report the table.
+"""Benchmark evaluation runs: sample K trajectories per problem, verify them, store them, return the summaries.
 
 Covers :func:`run_eval` (the run: resume from the output folder, generate the missing samples through the agent
-loop with a progress bar, verify each as it finishes, append it durably, then summarize), and
+loop, verify each as it finishes, append it durably, then summarize; progress and results are reported to an
+:class:`EvalListener`, displayed by the command line, not here), and
 :func:`build_components` (model, engine, sandbox and verifier from the config). It does not define the options
 (:class:`tirl.eval.config.EvalConfig`, re-exported here) or implement the agent loop
 (``tirl.rollout.agent_loop``), metrics (``tirl.eval.metrics``) or the output format's durability
@@ -30,13 +31,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
 from tirl.eval.config import EvalConfig
 from tirl.eval.metrics import BenchmarkSummary, SampleOutcome, summarize
-from tirl.eval.progress import LineProgress
-from tirl.eval.report import summary_table
 from tirl.eval.store import RunStore
 from tirl.protocol.types import Trajectory, token_fields
 from tirl.rollout.agent_loop import AgentLoop, RolloutRequest, derive_seed
@@ -175,28 +171,48 @@ async def build_components(config: EvalConfig) -> EvalComponents:
     return await build_default_components(config)
 
 
+class EvalListener:
+    """What :func:`run_eval` reports while it runs. This base class ignores everything (a silent run); the
+    command line's display (``tirl.cli.eval_display.ConsoleListener``: a progress bar or plain lines, warnings,
+    the table) overrides the methods it needs."""
+
+    def started(self, label: str, model: str, total: int, resumed: int, resumed_correct: int) -> None:
+        """The run starts: ``total`` samples, ``resumed`` of them already stored (``resumed_correct`` correct)."""
+
+    def sample_done(self, correct: bool | None) -> None:
+        """One sample finished: its verdict, or None when the engine failed (not stored, retried next run)."""
+
+    def warning(self, text: str) -> None:
+        """Something a person should read (unparsable references, an engine error, samples left to retry)."""
+
+    def finished(self, summaries: list[BenchmarkSummary], title: str) -> None:
+        """The run's summaries (one per benchmark with samples) and a title describing its settings."""
+
+    def close(self) -> None:
+        """The run is over, successful or not (stop any display)."""
+
+
 async def run_eval(
     config: EvalConfig,
     components: EvalComponents | None = None,
     *,
-    console: Console | None = None,
-    progress: bool = True,
+    listener: EvalListener | None = None,
 ) -> EvalResult:
-    """Run (or resume) one evaluation and return its summaries; prints a progress bar and the table.
+    """Run (or resume) one evaluation and return its summaries; progress, warnings and the final table go to
+    ``listener`` (silent by default; ``tirl eval`` passes its console display).
 
     Args:
         config: the run's options.
         components: pre-built components (tests, or callers that reuse a loaded model); built from ``config``
             and closed at the end when None. Given components are not closed.
-        console: where to print (default: a new rich console on stdout).
-        progress: show progress: a bar on a terminal, else plain lines (:class:`tirl.eval.progress.LineProgress`).
+        listener: receives the run's progress and results (:class:`EvalListener`).
 
     Raises:
         tirl.eval.store.ResumeMismatch: ``out_dir`` holds a run with different settings.
         tirl.rollout.agent_loop.SandboxUnavailable: tools are enabled and the sandbox fails its health check.
         ValueError / FileNotFoundError: an unknown benchmark.
     """
-    console = console or Console()
+    listener = listener or EvalListener()
     started = time.perf_counter()
     store = RunStore(config.out_dir, config.resume_settings())
     owned = components is None
@@ -220,8 +236,8 @@ async def run_eval(
                 reasons = await components.check_golds([row["answer"] for row in problems[name]])
                 bad_gold[name] = [row["id"] for row, why in zip(problems[name], reasons) if why is not None]
                 if bad_gold[name]:
-                    console.print(f"[yellow]{name}: {len(bad_gold[name])} reference answer(s) cannot be parsed "
-                                  f"(their samples all score 0): {', '.join(map(str, bad_gold[name][:10]))}")
+                    listener.warning(f"{name}: {len(bad_gold[name])} reference answer(s) cannot be parsed "
+                                     f"(their samples all score 0): {', '.join(map(str, bad_gold[name][:10]))}")
         counters = {"new": 0, "errors": 0, "correct": 0, "done": 0}
         for b, row, j in wanted:
             rec = store.records.get((b, row["id"], j))
@@ -238,53 +254,34 @@ async def run_eval(
             )
             for b, row, j in todo
         ]
-        bar = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[acc]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-            console=console, disable=not progress, transient=False,
-        )
-
-        def acc_text() -> str:
-            n = counters["done"]
-            return f"acc {counters['correct'] / n:.3f} ({n})" if n else "acc -"
-
         label = "eval" + ("" if config.use_tools else " (no tools)")
-        lines = (LineProgress(f"{label} {config.model}", len(wanted), resumed,
-                              write=lambda text: console.print(text, soft_wrap=True, highlight=False))
-                 if progress and not console.is_terminal else None)  # a bar draws nothing off a terminal
-        with bar:
-            task = bar.add_task(label, total=len(wanted), completed=resumed, acc=acc_text())
+        listener.started(label, config.model, len(wanted), resumed, counters["correct"])
 
-            def advance(**fields: Any) -> None:
-                bar.update(task, advance=1, **fields)
-                if lines is not None:
-                    lines.advance(acc_text())
+        async def on_trajectory(request: RolloutRequest, traj: Trajectory) -> None:
+            meta = request.metadata
+            if traj.finish_reason == "error":
+                counters["errors"] += 1
+                listener.warning(f"engine error on {request.group_id}#{request.sample_index}: "
+                                 f"{traj.metadata.get('error')} (not stored; re-run to retry)")
+                listener.sample_done(None)
+                return
+            response_text = loop.response_text(traj.response_ids)
+            try:
+                verdict = await components.verifier(traj, response_text, meta["gold"])
+            except Exception as exc:  # noqa: BLE001 - a verifier bug must not stop the run; it is reported
+                verdict = {"correct": False, "status": "verifier_error", "detail": f"{type(exc).__name__}: {exc}"}
+            record = trajectory_record(
+                traj, components.tokenizer, verdict, response_text,
+                benchmark=meta["benchmark"], problem_id=meta["problem_id"], sample_index=request.sample_index,
+                seed=request.seed, problem=request.problem, gold=meta["gold"],
+            )
+            store.append(record)
+            counters["new"] += 1
+            counters["done"] += 1
+            counters["correct"] += record["correct"]
+            listener.sample_done(bool(record["correct"]))
 
-            async def on_trajectory(request: RolloutRequest, traj: Trajectory) -> None:
-                meta = request.metadata
-                if traj.finish_reason == "error":
-                    counters["errors"] += 1
-                    console.print(f"[yellow]engine error on {request.group_id}#{request.sample_index}: "
-                                  f"{traj.metadata.get('error')} (not stored; re-run to retry)")
-                    advance()
-                    return
-                response_text = loop.response_text(traj.response_ids)
-                try:
-                    verdict = await components.verifier(traj, response_text, meta["gold"])
-                except Exception as exc:  # noqa: BLE001 - a verifier bug must not stop the run; it is reported
-                    verdict = {"correct": False, "status": "verifier_error", "detail": f"{type(exc).__name__}: {exc}"}
-                record = trajectory_record(
-                    traj, components.tokenizer, verdict, response_text,
-                    benchmark=meta["benchmark"], problem_id=meta["problem_id"], sample_index=request.sample_index,
-                    seed=request.seed, problem=request.problem, gold=meta["gold"],
-                )
-                store.append(record)
-                counters["new"] += 1
-                counters["done"] += 1
-                counters["correct"] += record["correct"]
-                advance(acc=acc_text())
-
-            await loop.run_many(requests, on_trajectory)
+        await loop.run_many(requests, on_trajectory)
 
         summaries = []
         for name in config.benchmarks:
@@ -308,12 +305,13 @@ async def run_eval(
             title = (f"{config.model}, {'with the Python tool' if config.use_tools else 'no tools (plain CoT)'}, "
                      f"T={config.rollout.temperature}, {config.rollout.max_turns} turns, "
                      f"{config.rollout.max_response_tokens} tokens")
-            console.print(summary_table(summaries, title=title))
+            listener.finished(summaries, title)
         if counters["errors"]:
-            console.print(f"[yellow]{counters['errors']} trajectories failed in the engine; "
-                          "re-run with the same --out to retry them")
+            listener.warning(f"{counters['errors']} trajectories failed in the engine; "
+                             "re-run with the same --out to retry them")
         return EvalResult(summaries, summary, counters["new"], resumed, counters["errors"], elapsed)
     finally:
+        listener.close()
         store.close()
         if owned and components is not None:
             await components.aclose()

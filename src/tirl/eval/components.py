@@ -10,6 +10,9 @@ run anything.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tirl.protocol.types import Trajectory
@@ -18,7 +21,49 @@ from tirl.sandbox.types import CodeExecutor
 
 if TYPE_CHECKING:
     from tirl.eval.config import EvalConfig
-    from tirl.eval.runner import EvalComponents, Verifier
+
+
+# (trajectory, decoded response text incl. tool segments, gold answer) -> verdict dict with at least
+# "correct" (bool) and "status" (str)
+Verifier = Callable[[Trajectory, str, str], Awaitable[dict[str, Any]]]
+
+
+@dataclass
+class EvalComponents:
+    """What a run needs besides its config; built by :func:`build_default_components` or given by a test.
+
+    Attributes:
+        router: engine router (one engine: ``SingleEngineRouter``).
+        tokenizer: the model's tokenizer.
+        executor: code executor (None with ``use_tools=False``).
+        verifier: see :data:`Verifier`.
+        load_problems: ``name -> list of {"id", "problem", "answer"}`` (defaults to ``tirl.data.load_benchmark``).
+        check_golds: ``references -> why each cannot be parsed (None when it can)``; None skips the check
+            (problems are then found unparsable only through their samples' verdicts).
+        context_window: the model's context window in tokens, when known.
+        closers: called (and awaited when needed) at the end of the run, in order.
+    """
+
+    router: EngineRouter
+    tokenizer: Any
+    executor: CodeExecutor | None
+    verifier: Verifier
+    load_problems: Callable[[str], list[dict[str, Any]]] | None = None
+    check_golds: Callable[[list[str]], Awaitable[list[str | None]]] | None = None
+    context_window: int | None = None
+    closers: list[Callable[[], Any]] = field(default_factory=list)
+
+    async def aclose(self) -> None:
+        """Run the closers, each at most once; errors in one do not stop the others."""
+        closers, self.closers = self.closers, []
+        for close in closers:
+            try:
+                maybe = close()
+                if inspect.isawaitable(maybe):
+                    await maybe
+            except Exception:  # noqa: BLE001 - shutting down: report nothing, try the rest
+                pass
+
 
 
 def build_executor(config: EvalConfig) -> tuple[CodeExecutor, Any]:
@@ -147,7 +192,6 @@ async def build_default_components(config: EvalConfig) -> EvalComponents:
         tirl.models.ModelNotFoundError: unknown model.
         ValueError: a bad ``sandbox`` or ``engine`` setting.
     """
-    from tirl.eval.runner import EvalComponents
     from tirl.models import load, load_tokenizer
 
     closers: list[Any] = []

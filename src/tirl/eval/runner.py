@@ -25,60 +25,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from tirl.eval.components import EvalComponents, Verifier, build_default_components
 from tirl.eval.config import EvalConfig
 from tirl.eval.metrics import BenchmarkSummary, SampleOutcome, summarize
 from tirl.eval.store import RunStore
 from tirl.protocol.types import Trajectory, token_fields
 from tirl.rollout.agent_loop import AgentLoop, RolloutRequest, derive_seed
-from tirl.rollout.engine import EngineRouter
-from tirl.sandbox.types import CodeExecutor
-
-# (trajectory, decoded response text incl. tool segments, gold answer) -> verdict dict with at least
-# "correct" (bool) and "status" (str)
-Verifier = Callable[[Trajectory, str, str], Awaitable[dict[str, Any]]]
-
-
-@dataclass
-class EvalComponents:
-    """What a run needs besides its config; built by :func:`build_components` or given by a test.
-
-    Attributes:
-        router: engine router (one engine: ``SingleEngineRouter``).
-        tokenizer: the model's tokenizer.
-        executor: code executor (None with ``use_tools=False``).
-        verifier: see :data:`Verifier`.
-        load_problems: ``name -> list of {"id", "problem", "answer"}`` (defaults to ``tirl.data.load_benchmark``).
-        check_golds: ``references -> why each cannot be parsed (None when it can)``; None skips the check
-            (problems are then found unparsable only through their samples' verdicts).
-        context_window: the model's context window in tokens, when known.
-        closers: called (and awaited when needed) at the end of the run, in order.
-    """
-
-    router: EngineRouter
-    tokenizer: Any
-    executor: CodeExecutor | None
-    verifier: Verifier
-    load_problems: Callable[[str], list[dict[str, Any]]] | None = None
-    check_golds: Callable[[list[str]], Awaitable[list[str | None]]] | None = None
-    context_window: int | None = None
-    closers: list[Callable[[], Any]] = field(default_factory=list)
-
-    async def aclose(self) -> None:
-        """Run the closers, each at most once; errors in one do not stop the others."""
-        closers, self.closers = self.closers, []
-        for close in closers:
-            try:
-                maybe = close()
-                if inspect.isawaitable(maybe):
-                    await maybe
-            except Exception:  # noqa: BLE001 - shutting down: report nothing, try the rest
-                pass
 
 
 @dataclass
@@ -166,8 +123,6 @@ async def build_components(config: EvalConfig) -> EvalComponents:
         tirl.models.ModelNotFoundError: the model cannot be found.
         tirl.rollout.agent_loop.SandboxUnavailable: (later, in :func:`run_eval`) the sandbox is not usable.
     """
-    from tirl.eval.components import build_default_components
-
     return await build_default_components(config)
 
 
@@ -325,6 +280,7 @@ def run_eval_sync(config: EvalConfig, **kwargs: Any) -> EvalResult:
 __all__: Sequence[str] = [
     "EvalComponents",
     "EvalConfig",
+    "EvalListener",
     "EvalResult",
     "Verifier",
     "build_components",

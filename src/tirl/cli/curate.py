@@ -10,12 +10,13 @@ from pathlib import Path
 
 import typer
 
+from tirl.cli import sampler_options as opts
+
 # Defaults come from the library's dataclasses (one setting, one place); they import no heavy module.
 from tirl.data.curation.answers import AnswerPolicy as _A
 from tirl.data.curation.consistency import ConsistencyConfig as _C
 from tirl.data.curation.pipeline import CurationConfig as _P
 from tirl.protocol.config import ProtocolConfig as _Pr
-from tirl.train.sampler import SamplerConfig as _S
 
 _BENCHMARKS = " ".join(_P.benchmarks)
 
@@ -47,19 +48,17 @@ def curate_command(
     samples: int = typer.Option(_C.samples, "--consistency-samples", help="Solutions per problem."),
     min_correct: int = typer.Option(_C.min_correct, "--consistency-min",
                                     help="Keep when at least this many match the label."),
-    max_turns: int = typer.Option(_S.max_turns, "--max-turns"),
-    max_tokens: int = typer.Option(_S.max_response_tokens, "--max-tokens",
-                                   help="Response budget, model and tool tokens."),
-    temperature: float = typer.Option(_S.temperature, "--temperature"),
-    tool_timeout: float = typer.Option(_S.tool_timeout_s, "--tool-timeout", min=0.1, help="Seconds per tool call."),
-    prompt_style: str = typer.Option(_Pr.prompt_style, "--prompt-style",
-                                     help="full or compact: the prompt the policy was trained with."),
-    dtype: str = typer.Option("bfloat16", "--dtype"),
-    sandbox: str = typer.Option(_S.sandbox, "--sandbox", help="'local' or the URL of a code-execution service."),
-    workers: int = typer.Option(_S.workers, "--workers", help="Local sandbox workers."),
-    batch_size: int = typer.Option(_S.batch_size, "--batch-size", help="Largest generation batch."),
+    max_turns: int = opts.MAX_TURNS,
+    max_tokens: int = opts.MAX_TOKENS,
+    temperature: float = opts.TEMPERATURE,
+    tool_timeout: float = opts.TOOL_TIMEOUT,
+    prompt_style: str = opts.PROMPT_STYLE,
+    dtype: str = opts.DTYPE,
+    sandbox: str = opts.SANDBOX,
+    workers: int = opts.WORKERS,
+    batch_size: int = opts.BATCH_SIZE,
     chunk: int = typer.Option(_C.chunk_problems, "--chunk", help="Problems per consistency checkpoint."),
-    seed: int = typer.Option(_S.seed, "--seed"),
+    seed: int = opts.SEED,
 ) -> None:
     """Curate problem collections into a clean RL set (normalise, answer filter, dedup, decontamination,
     optional label consistency); every dropped problem is recorded with its reason."""

@@ -15,6 +15,8 @@ from typing import Any
 
 import typer
 
+from tirl.cli import sampler_options as opts
+
 # Defaults come from the library's dataclasses (one setting, one place); they import no heavy module.
 from tirl.protocol.config import ProtocolConfig as _P
 from tirl.train.config import DataConfig as _D
@@ -62,19 +64,17 @@ def filter_hard_command(
     out: Path = typer.Option(Path("runs/stage3_hard.jsonl"), "--out", help="Subset file (JSONL)."),
     limit: int | None = typer.Option(None, "--limit", help="Consider at most this many problems."),
     base: str | None = typer.Option(None, "--base", help="Base model of a LoRA adapter checkpoint."),
-    max_turns: int = typer.Option(_S.max_turns, "--max-turns"),
-    max_tokens: int = typer.Option(_S.max_response_tokens, "--max-tokens",
-                                   help="Response budget, model and tool tokens."),
-    temperature: float = typer.Option(_S.temperature, "--temperature"),
-    tool_timeout: float = typer.Option(_S.tool_timeout_s, "--tool-timeout", min=0.1, help="Seconds per tool call."),
-    prompt_style: str = typer.Option(_P.prompt_style, "--prompt-style",
-                                     help="full or compact: the prompt the policy was trained with."),
-    dtype: str = typer.Option("bfloat16", "--dtype"),
-    sandbox: str = typer.Option(_S.sandbox, "--sandbox", help="'local' or the URL of a code-execution service."),
-    workers: int = typer.Option(_S.workers, "--workers", help="Local sandbox workers."),
-    batch_size: int = typer.Option(_S.batch_size, "--batch-size", help="Largest generation batch."),
+    max_turns: int = opts.MAX_TURNS,
+    max_tokens: int = opts.MAX_TOKENS,
+    temperature: float = opts.TEMPERATURE,
+    tool_timeout: float = opts.TOOL_TIMEOUT,
+    prompt_style: str = opts.PROMPT_STYLE,
+    dtype: str = opts.DTYPE,
+    sandbox: str = opts.SANDBOX,
+    workers: int = opts.WORKERS,
+    batch_size: int = opts.BATCH_SIZE,
     chunk: int = typer.Option(_H.chunk_problems, "--chunk", help="Problems per progress checkpoint."),
-    seed: int = typer.Option(_S.seed, "--seed"),
+    seed: int = opts.SEED,
 ) -> None:
     """Write the problems the policy does not solve SAMPLES out of SAMPLES times (the stage-3 hard subset)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see tirl.cli.train: spinning OpenMP threads on shared CPUs

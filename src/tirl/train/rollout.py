@@ -132,7 +132,7 @@ class VerifierScorer:
         self.tokenizer = tokenizer
         self._verify_batch = verify_batch
         self._on_executor = on_executor
-        self._verifiers: dict[int, Any] = {}
+        self._run_verifier: Any = None  # tirl.reward.Verifier on the run's executor, made on first use
 
     def _verifier(self) -> Callable[[list[Any]], list[Any]]:
         if self._verify_batch is not None:
@@ -142,10 +142,11 @@ class VerifierScorer:
 
             def on_run_executor(items: list[Any]) -> list[Any]:
                 def verify(executor: Any) -> Any:
-                    from tirl.reward import Verifier
+                    if self._run_verifier is None:
+                        from tirl.reward import Verifier
 
-                    verifier = self._verifiers.setdefault(id(executor), Verifier(executor=executor))
-                    return verifier.averify_batch(items)
+                        self._run_verifier = Verifier(executor=executor)
+                    return self._run_verifier.averify_batch(items)
 
                 return on_executor(verify)
 

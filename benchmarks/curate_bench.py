@@ -38,7 +38,8 @@ from tirl.data.curation import AnswerPolicy, CurationConfig, curate_problems
 from tirl.data.curation.decontam import benchmark_references
 from tirl.data.curation.sources import SourceProblem
 from tirl.data.curation.text import ngram_hashes, normalize_answer, normalize_problem, word_tokens, words_only
-from tirl.data.training import RLProblem, load_rl_set
+from tirl.data.problem import Problem
+from tirl.data.training import load_rl_set
 
 _NUMBER = re.compile(r"\d+")
 
@@ -55,10 +56,10 @@ def workload(total: int, base_size: int | None = None) -> list[SourceProblem]:
             if copy == 0:
                 out.append(SourceProblem(name, p))
             elif copy % 10 == 0:
-                out.append(SourceProblem(name, RLProblem(f"{p.id}-dup{copy}", p.problem.replace(" ", "  "), p.answer)))
+                out.append(SourceProblem(name, Problem(f"{p.id}-dup{copy}", p.problem.replace(" ", "  "), p.answer)))
             else:
                 text = _NUMBER.sub(lambda m, k=copy: str(int(m.group()) + k), p.problem)
-                out.append(SourceProblem(name, RLProblem(f"{p.id}-v{copy}", text, str(int(p.answer) + copy))))
+                out.append(SourceProblem(name, Problem(f"{p.id}-v{copy}", text, str(int(p.answer) + copy))))
         copy += 1
     return out
 

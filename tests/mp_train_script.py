@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tirl.data.training import RLProblem
+from tirl.data.problem import Problem
 from tirl.protocol.types import Trajectory, TurnRecord
 from tirl.train.config import load_config
 from tirl.train.rl import build_trainer
-from tirl.train.rollout import Score
+from tirl.train.rollout_func import Score
 
 
 class ScriptedSource:
@@ -61,8 +61,9 @@ def main() -> None:
         "roc.min_per_class=1", "optim.per_device_train_batch_size=2", "optim.warmup_steps=0",
         "optim.learning_rate=1e-3", "logging.console=false",
     ])
-    problems = [RLProblem(id=f"k{i}", problem=f"scripted problem number {i}", answer="0") for i in range(8)]
-    from tirl.models import load_tokenizer, stop_token_ids
+    problems = [Problem(id=f"k{i}", problem=f"scripted problem number {i}", answer="0") for i in range(8)]
+    from tirl.models import load_tokenizer
+    from tirl.protocol import stop_token_ids
 
     tok = load_tokenizer(model_dir)
     source = ScriptedSource(tok, stop_token_ids(tok)[0])

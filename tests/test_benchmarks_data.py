@@ -55,7 +55,7 @@ def test_aime_answers_are_integers_0_to_999(name):
 
 def test_math500_keeps_subject_and_level_as_extra():
     p = load_benchmark("math500")[0]
-    assert set(p.extra) == {"subject", "level", "unique_id"} and 1 <= p.extra["level"] <= 5
+    assert set(p.meta) == {"subject", "level", "unique_id"} and 1 <= p.meta["level"] <= 5
     assert "Please reason step by step" not in p.problem
 
 
@@ -63,7 +63,7 @@ def test_gsm8k_answers_are_the_marked_integers():
     problems = load_benchmark("gsm8k")
     assert len(problems) == 1319
     assert all(re.fullmatch(r"-?\d+", p.answer) for p in problems)
-    with_commas = [p for p in problems if re.search(r"####\s*\d{1,3}(,\d{3})+", p.extra["solution"])]
+    with_commas = [p for p in problems if re.search(r"####\s*\d{1,3}(,\d{3})+", p.meta["solution"])]
     assert with_commas and all("," not in p.answer for p in with_commas)
 
 
@@ -95,8 +95,8 @@ def test_local_jsonl_loads_with_defaults_and_extras(tmp_path):
     f = _write(tmp_path, [{"problem": "1+1?", "answer": 2, "topic": "add"}, "", {"problem": "x", "answer": 27.0,
                                                                                  "id": "q7", "source": "me"}])
     a, b = load_benchmark(f)
-    assert (a.id, a.answer, a.source, a.extra) == ("mine-0", "2", str(f), {"topic": "add"})
-    assert (b.id, b.answer, b.source, b.extra) == ("q7", "27", "me", {})
+    assert (a.id, a.answer, a.source, a.meta) == ("mine-0", "2", str(f), {"topic": "add"})
+    assert (b.id, b.answer, b.source, b.meta) == ("q7", "27", "me", {})
 
 
 @pytest.mark.parametrize(

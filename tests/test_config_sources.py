@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tirl.data.training import RLProblem
+from tirl.data.problem import Problem
 from tirl.eval.config import EvalConfig
 from tirl.protocol import ProtocolConfig
 from tirl.protocol.render import render_prompt_ids
@@ -19,7 +19,7 @@ from tirl.rollout.agent_loop import AgentLoopConfig, AgentLoopSettings
 from tirl.rollout.engine import GenerationOutput, SamplingParams
 from tirl.sandbox.types import ExecutionResult
 from tirl.train.config import RolloutConfig, load_config
-from tirl.train.rollout import AgentLoopSource
+from tirl.train.rollout_func import AgentLoopSource
 from tirl.train.sampler import SamplerConfig
 
 TOOL_CODE = "print(40 + 2)"
@@ -79,7 +79,7 @@ def test_protocol_and_tool_limits_of_an_rl_recipe_reach_the_agent_loop(tmp_path,
         return engines[-1]
 
     source = AgentLoopSource(config, tok, executor_factory=lambda: executor, engine_factory=engine_factory)
-    problem = RLProblem(id="p0", problem="What is 40 plus 2?", answer="42")
+    problem = Problem(id="p0", problem="What is 40 plus 2?", answer="42")
     try:
         (traj,) = source.generate([problem], 1, seed=0, trainer=types.SimpleNamespace(model=None))
     finally:

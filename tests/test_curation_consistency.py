@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 from tirl.cli.main import app
 from tirl.data.curation import AnswerPolicy, ConsistencyConfig, CurationConfig, curate_problems, label_consistency
 from tirl.data.curation.sources import SourceProblem
-from tirl.data.training import RLProblem
+from tirl.data.problem import Problem
 
-PROBLEMS = [RLProblem(id=f"p{i}", problem=f"Problem number {i} about {w}.", answer=str(i))
+PROBLEMS = [Problem(id=f"p{i}", problem=f"Problem number {i} about {w}.", answer=str(i))
             for i, w in enumerate(["apples", "boats", "cards", "dice"])]
 
 

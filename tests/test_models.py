@@ -16,8 +16,8 @@ from tirl.models import (
     ModelNotFoundError,
     build_once,
     build_tiny_model,
+    generation_eos_ids,
     resolve,
-    stop_token_ids,
 )
 from tirl.models import builtin as builtin_mod
 
@@ -166,9 +166,9 @@ def test_qwen_tokenizer_ends_turns_with_im_end_and_has_tool_tokens(qwen_tokenize
 
 
 def test_qwen_stop_ids_are_end_of_turn_then_end_of_text(qwen_tokenizer):
-    ids = stop_token_ids("qwen2.5-coder-0.5b-instruct")
+    ids = generation_eos_ids("qwen2.5-coder-0.5b-instruct")
     assert qwen_tokenizer.convert_ids_to_tokens(ids) == ["<|im_end|>", "<|endoftext|>"]
-    assert stop_token_ids(qwen_tokenizer) == ids
+    assert generation_eos_ids(qwen_tokenizer) == ids
 
 
 def test_smollm2_tokenizer_is_chatml(smollm2_tokenizer):

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tirl.models import load_tokenizer, resolve, stop_token_ids  # noqa: E402
+from tirl.models import generation_eos_ids, load_tokenizer, resolve  # noqa: E402
 from tirl.models.builtin import builtin_gguf  # noqa: E402
 from tirl.rollout.engine import SamplingParams  # noqa: E402
 from tirl.rollout.hf_engine import HFEngine  # noqa: E402
@@ -26,7 +26,7 @@ def _chat_ids(tok, text):
 
 async def _greedy_turn(folder, tok, max_new_tokens):
     engine = HFEngine.from_pretrained(folder)
-    stops = stop_token_ids(folder)
+    stops = generation_eos_ids(folder)
     out = await engine.generate(_chat_ids(tok, "What is 2+3? Reply with the number only."),
                                 SamplingParams(max_new_tokens=max_new_tokens, temperature=0, stop_token_ids=stops))
     return out, stops
@@ -64,7 +64,7 @@ def test_a_user_gguf_file_gets_its_tokenizer_and_end_of_turn_detected(tmp_path, 
     gguf = builtin_gguf("smollm2-135m-instruct")
     tok = load_tokenizer(gguf)
     assert tok.eos_token == "<|im_end|>"
-    assert tok.convert_ids_to_tokens(stop_token_ids(gguf))[0] == "<|im_end|>"
+    assert tok.convert_ids_to_tokens(generation_eos_ids(gguf))[0] == "<|im_end|>"
     assert [p.name.startswith("gguf-SmolLM2") for p in (tmp_path / "cache" / "tokenizers").iterdir()
             if p.is_dir()] == [True]
     assert not (tmp_path / "cache" / "models").exists()  # no weights converted for a tokenizer

@@ -14,9 +14,9 @@ import pytest
 from test_service_support import RoutingTransport, ScriptedExecutor
 from tirl.sandbox.types import CodeExecutor, ExecutionRequest
 from tirl.service.app import create_app
+from tirl.service.balancer import ServerPool, normalize_url
 from tirl.service.client import ClientConfig, SandboxClient
 from tirl.service.core import ServiceConfig
-from tirl.service.pool import ServerPool, normalize_url
 
 A, B = "a.test:9001", "b.test:9002"
 

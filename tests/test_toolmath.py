@@ -20,7 +20,7 @@ def test_the_packaged_heldout_file_is_exactly_the_generator_output(tmp_path):
 def test_heldout_has_at_least_100_problems_covering_every_kind_equally():
     problems = load_benchmark("toolmath")
     assert len(problems) >= 100
-    kinds = [p.extra["kind"] for p in problems]
+    kinds = [p.meta["kind"] for p in problems]
     assert set(kinds) == set(TOOLMATH_KINDS)
     assert len({kinds.count(k) for k in TOOLMATH_KINDS}) == 1
 

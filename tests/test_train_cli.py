@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tirl.cli.main import app
-from tirl.data.training import RLProblem, load_jsonl_problems
+from tirl.data.problem import Problem
+from tirl.data.training import load_jsonl_problems
 from tirl.train.hard_subset import HardSubsetConfig, filter_hard
 from tirl.train.metrics import MetricsLog, percentile, read_metrics
 from tirl.train.plot import load_runs, plot_runs
@@ -144,7 +145,7 @@ def test_percentile():
 # stage-3 hard subset
 
 
-PROBLEMS = [RLProblem(id=f"h{i}", problem=f"problem {i}", answer=str(i)) for i in range(6)]
+PROBLEMS = [Problem(id=f"h{i}", problem=f"problem {i}", answer=str(i)) for i in range(6)]
 
 
 def _score_by_solved(solved_counts: dict[str, int]):

@@ -107,7 +107,7 @@ def test_stage_recipes_follow_the_report():
 def test_a_protocol_setting_in_an_rl_recipe_reaches_the_agent_loop(tmp_path):
     from tirl.protocol import ProtocolConfig
     from tirl.train.config import load_config
-    from tirl.train.rollout import AgentLoopSource
+    from tirl.train.rollout_func import AgentLoopSource
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text("protocol:\n  prompt_style: compact\n  function_aliases: [python_code_with_standard_io]\n"

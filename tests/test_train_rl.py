@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from tirl.data.training import RLProblem
+from tirl.data.problem import Problem
 from tirl.rollout.engine import GenerationOutput, SamplingParams
 from tirl.train.config import load_config
-from tirl.train.rollout import AgentLoopSource
+from tirl.train.rollout_func import AgentLoopSource
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ TOOL_TURN = (
     "</tool_call><|im_end|>"
 )
 ANSWER_TURN = "The tool says 42.</reason>\n<answer>\\boxed{42}</answer><|im_end|>"
-PROBLEMS = [RLProblem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42") for i in range(4)]
+PROBLEMS = [Problem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42") for i in range(4)]
 
 
 class ScriptedToolEngine:
@@ -107,7 +107,7 @@ def _build(config: Any):
 
     from tirl.models import load_tokenizer
     from tirl.sandbox import LocalSandbox
-    from tirl.train.rollout import VerifierScorer
+    from tirl.train.rollout_func import VerifierScorer
 
     tokenizer = load_tokenizer(config.model.name_or_path)
     source = AgentLoopSource(config, tokenizer, executor_factory=lambda: LocalSandbox(workers=1),

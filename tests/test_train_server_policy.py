@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from tirl.data.training import RLProblem
+from tirl.data.problem import Problem
 from tirl.train.config import load_config
-from tirl.train.rollout import AgentLoopSource, Score
+from tirl.train.rollout_func import AgentLoopSource, Score
 from tirl.train.server_policy import ServerPolicySync, ServerSyncError
 
-PROBLEMS = [RLProblem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42") for i in range(4)]
+PROBLEMS = [Problem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42") for i in range(4)]
 
 
 class AlternatingScorer:

@@ -200,7 +200,7 @@ def test_sft_steps_lower_the_loss_change_the_weights_and_trl_masks_labels(tmp_pa
 def test_lora_final_folder_is_merged_loads_runs_in_the_agent_loop_and_resumes(tmp_path, tiny_model_dir):
     import torch
 
-    from tirl.models import load, stop_token_ids
+    from tirl.models import generation_eos_ids, load
     from tirl.rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutRequest
     from tirl.rollout.engine import SingleEngineRouter
     from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
@@ -215,7 +215,7 @@ def test_lora_final_folder_is_merged_loads_runs_in_the_agent_loop_and_resumes(tm
     assert (final / "config.json").is_file() and not (final / "adapter_config.json").exists()
     model, tok = load(final, dtype="float32")
     base, _ = load(tiny_model_dir, dtype="float32")
-    assert stop_token_ids(tok) == stop_token_ids(str(tiny_model_dir))
+    assert generation_eos_ids(tok) == generation_eos_ids(str(tiny_model_dir))
     base_sd = base.state_dict()
     assert any(not torch.equal(v, base_sd[k]) for k, v in model.state_dict().items())  # the adapter was merged
     assert not any("lora" in k for k in model.state_dict())

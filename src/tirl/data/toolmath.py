@@ -24,7 +24,8 @@ import functools
 import json
 from pathlib import Path
 
-from tirl.data.training import RLProblem, synthetic_problems
+from tirl.data.problem import Problem
+from tirl.data.training import synthetic_problems
 
 TOOLMATH_KINDS: tuple[str, ...] = (
     "add_big", "multiply", "gcd", "modpow", "digit_sum_power", "sum_of_powers", "divisor_count",
@@ -39,7 +40,7 @@ HELDOUT_PER_KIND = 12
 """Held-out problems per kind (120 in all)."""
 
 
-def heldout_problems() -> list[RLProblem]:
+def heldout_problems() -> list[Problem]:
     """The held-out split: :data:`HELDOUT_PER_KIND` problems of each of :data:`TOOLMATH_KINDS`, generated with
     :data:`HELDOUT_SEED`, in kind-cycling order. Deterministic (the same list on every machine)."""
     return synthetic_problems(HELDOUT_PER_KIND * len(TOOLMATH_KINDS), seed=HELDOUT_SEED, kinds=TOOLMATH_KINDS)

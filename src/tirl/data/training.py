@@ -1,6 +1,6 @@
 """RL training problems: the packaged integer-answer sets, local JSONL files, and synthetic problems.
 
-Covers what ``tirl train rl`` and ``tirl data filter-hard`` read: :class:`RLProblem` records from
+Covers what ``tirl train rl`` and ``tirl data filter-hard`` read: :class:`Problem` records from
 
 * the packaged sets (:data:`RL_SETS`: GSM8K train, MATH train with integer answers, AIME 1983-2023, CHAMP, and
   ``curated``, those four after ``tirl data curate`` (:mod:`tirl.data.curation`); gzip JSONL under
@@ -25,9 +25,10 @@ import math
 import random
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tirl.data.problem import Problem
 
 RL_DATA_DIR = Path(__file__).resolve().parent / "rl"
 
@@ -51,32 +52,7 @@ RL_SETS: dict[str, dict[str, str]] = {
 _INT_RE = re.compile(r"^-?\d+$")
 
 
-@dataclass(frozen=True)
-class RLProblem:
-    """One training problem.
-
-    Attributes:
-        id: unique id (``gsm8k-train-00000``, ``synthetic-modpow-0-17``, ...).
-        problem: the problem text given to the model as the user message.
-        answer: the reference answer, an integer written as a string for the packaged and synthetic sets.
-        source: where it comes from (``repo@commit path``, ``PyPI pkg==ver path`` or ``tirl synthetic``).
-        meta: per-set extras (MATH ``type``/``level``, AIME ``year``, synthetic ``kind``).
-    """
-
-    id: str
-    problem: str
-    answer: str
-    source: str = ""
-    meta: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A flat JSON-serialisable dict: ``id, problem, answer, source`` plus the ``meta`` keys."""
-        row = {k: v for k, v in asdict(self).items() if k != "meta"}
-        row.update(self.meta)
-        return row
-
-
-def _from_row(row: dict[str, Any], where: str, integer_only: bool) -> RLProblem:
+def _from_row(row: dict[str, Any], where: str, integer_only: bool) -> Problem:
     problem, answer = row.get("problem"), row.get("answer")
     if not isinstance(problem, str) or not problem.strip():
         raise ValueError(f"{where}: missing or empty 'problem'")
@@ -88,7 +64,7 @@ def _from_row(row: dict[str, Any], where: str, integer_only: bool) -> RLProblem:
     if integer_only and not _INT_RE.match(answer.replace(",", "")):
         raise ValueError(f"{where}: answer {answer!r} is not an integer (integer_only=True)")
     meta = {k: v for k, v in row.items() if k not in ("id", "problem", "answer", "source")}
-    return RLProblem(id=str(row.get("id", where)), problem=problem, answer=answer.replace(",", "") if integer_only
+    return Problem(id=str(row.get("id", where)), problem=problem, answer=answer.replace(",", "") if integer_only
                      else answer, source=str(row.get("source", "")), meta=meta)
 
 
@@ -108,7 +84,7 @@ def _read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
 
 def load_jsonl_problems(
     path: str | Path, *, integer_only: bool = True, skip_invalid: bool = False
-) -> list[RLProblem]:
+) -> list[Problem]:
     """Problems from a JSONL (or ``.jsonl.gz``) file with ``problem`` and ``answer`` (``id``, ``source`` optional).
 
     Args:
@@ -128,7 +104,7 @@ def load_jsonl_problems(
     if not path.exists():
         raise FileNotFoundError(f"no problem file at {path}")
     stem = path.name.split(".")[0]
-    out: list[RLProblem] = []
+    out: list[Problem] = []
     seen: set[str] = set()
     for lineno, row in _read_jsonl(path):
         row.setdefault("id", f"{stem}-{lineno}")
@@ -145,7 +121,7 @@ def load_jsonl_problems(
     return out
 
 
-def load_rl_set(name: str, limit: int | None = None) -> list[RLProblem]:
+def load_rl_set(name: str, limit: int | None = None) -> list[Problem]:
     """A packaged RL set by name (:data:`RL_SETS`), in file order, optionally the first ``limit`` rows.
 
     Raises:
@@ -290,7 +266,7 @@ HARD_SYNTHETIC_KINDS = ("multiply", "modpow", "digit_sum_power", "prime_count", 
 """The default kinds of :func:`synthetic_problems`: the ones where running code clearly helps."""
 
 
-def synthetic_problems(n: int, seed: int = 0, kinds: Sequence[str] | None = None) -> list[RLProblem]:
+def synthetic_problems(n: int, seed: int = 0, kinds: Sequence[str] | None = None) -> list[Problem]:
     """``n`` generated problems with exact integer answers, cycling over ``kinds`` (default
     :data:`HARD_SYNTHETIC_KINDS`).
 
@@ -312,7 +288,7 @@ def synthetic_problems(n: int, seed: int = 0, kinds: Sequence[str] | None = None
         kind = chosen[i % len(chosen)]
         text, answer = SYNTHETIC_KINDS[kind](rng)
         out.append(
-            RLProblem(
+            Problem(
                 id=f"synthetic-{kind}-{seed}-{i}",
                 problem=text,
                 answer=str(answer),
@@ -329,7 +305,7 @@ def synthetic_problems(n: int, seed: int = 0, kinds: Sequence[str] | None = None
 
 def load_training_problems(
     sources: Sequence[str], *, seed: int = 0, limit: int | None = None, shuffle: bool = True
-) -> list[RLProblem]:
+) -> list[Problem]:
     """Problems from several sources, de-duplicated by id, optionally shuffled and capped.
 
     Args:
@@ -352,7 +328,7 @@ def load_training_problems(
     """
     if not sources:
         raise ValueError("no training data sources given")
-    problems: list[RLProblem] = []
+    problems: list[Problem] = []
     for src in sources:
         name, _, arg = src.partition(":")
         if name in ("synthetic", "toolmath"):
@@ -383,7 +359,7 @@ def load_training_problems(
     return unique[:limit] if limit is not None else unique
 
 
-def write_problems(problems: Iterable[RLProblem], path: str | Path) -> int:
+def write_problems(problems: Iterable[Problem], path: str | Path) -> int:
     """Write problems as JSONL (``to_dict`` rows); returns the number written. Parent folders are created."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -396,7 +372,7 @@ def write_problems(problems: Iterable[RLProblem], path: str | Path) -> int:
 
 
 __all__ = [
-    "RLProblem",
+    "Problem",
     "RL_DATA_DIR",
     "RL_SETS",
     "HARD_SYNTHETIC_KINDS",

@@ -172,8 +172,12 @@ def load_tokenizer(name_or_path: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(str(tokenizer_dir(name_or_path)))
 
 
-def stop_token_ids(name_or_path_or_tokenizer: Any) -> list[int]:
-    """The ids that end an assistant turn: end-of-turn first, then the model's end-of-text if different.
+def generation_eos_ids(name_or_path_or_tokenizer: Any) -> list[int]:
+    """The model's own end-of-generation ids (what its ``generation_config.json`` names ``eos_token_id``):
+    end-of-turn first, then the model's end-of-text if different.
+
+    What the model folder declares, for writing and checking model folders; the agent loop stops a turn on
+    :func:`tirl.protocol.stop_token_ids`, which follows the conversation format.
 
     Accepts a model reference or a loaded tokenizer (whose ``name_or_path`` folder is then consulted).
     For a folder, ``generation_config.json``'s ``eos_token_id`` is used when present (HF convention), then

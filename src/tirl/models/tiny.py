@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tirl.models.cache import build_once, cache_dir
 from tirl.models.gguf import prepare_tokenizer
-from tirl.models.loading import load_tokenizer, stop_token_ids
+from tirl.models.loading import generation_eos_ids, load_tokenizer
 
 
 def build_tiny_model(
@@ -66,7 +66,7 @@ def build_tiny_model(
     if hidden_size % num_heads or num_heads % num_kv_heads:
         raise ValueError("hidden_size must be divisible by num_heads, and num_heads by num_kv_heads")
     tok = load_tokenizer(tokenizer_name_or_path)
-    stops = stop_token_ids(tokenizer_name_or_path)
+    stops = generation_eos_ids(tokenizer_name_or_path)
     for extra in prepare_tokenizer(tok, tok.convert_ids_to_tokens(stops[0])):
         if extra not in stops:
             stops.append(extra)

@@ -9,7 +9,7 @@ full or after a short timeout, by a pool of sender workers):
    backpressure) and awaits its future, at most ``call_deadline_s`` when set.
 2. ``senders`` sender tasks each take a first call, then more until ``batch_size`` or until
    ``flush_interval_s`` passed, and POST the batch to ``/v1/execute/batch`` of the up server with the fewest
-   outstanding items (:mod:`tirl.service.pool`).
+   outstanding items (:mod:`tirl.service.balancer`).
 3. Failures. Retrying an id on the *same* server is always safe: the server de-duplicates by id (it joins the
    run in flight or answers from its cache). So after a connection error, a 5xx or an HTTP read timeout the
    client first probes that server's ``/healthz``; if it answers, the batch is re-sent there with the same ids;
@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 
 from tirl.sandbox.types import ExecutionRequest, ExecutionResult
-from tirl.service.pool import ServerPool, ServerState
+from tirl.service.balancer import ServerPool, ServerState
 from tirl.service.schemas import result_from_wire
 
 log = logging.getLogger(__name__)

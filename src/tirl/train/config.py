@@ -251,7 +251,7 @@ class RLConfig:
         """Check the configuration and the batch arithmetic for ``num_processes`` training processes.
 
         Groups must never span processes: RoC and the group advantage need all of a problem's trajectories
-        in one process (see :mod:`tirl.train.rollout`), so ``problems_per_step`` must be a multiple of the
+        in one process (see :mod:`tirl.train.rollout_func`), so ``problems_per_step`` must be a multiple of the
         number of processes, and each process's trajectories a multiple of the micro-batch size.
 
         Raises:

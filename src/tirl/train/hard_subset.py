@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tirl.data.training import RLProblem, write_problems
+from tirl.data.problem import Problem
+from tirl.data.training import write_problems
 
 
 @dataclass
@@ -53,8 +54,8 @@ class HardSubsetResult:
     correct_counts: dict[str, int] = field(default_factory=dict)
 
 
-Generate = Callable[[Sequence[RLProblem], int], list[Any]]
-ScoreFn = Callable[[Sequence[Any], Sequence[RLProblem]], list[float | None]]
+Generate = Callable[[Sequence[Problem], int], list[Any]]
+ScoreFn = Callable[[Sequence[Any], Sequence[Problem]], list[float | None]]
 
 
 def _read_progress(path: Path, samples: int) -> dict[str, int]:
@@ -74,7 +75,7 @@ def _read_progress(path: Path, samples: int) -> dict[str, int]:
 
 
 def count_correct(
-    problems: Sequence[RLProblem],
+    problems: Sequence[Problem],
     generate: Generate,
     score: ScoreFn,
     progress_path: str | Path,
@@ -135,7 +136,7 @@ def count_correct(
 
 
 def filter_hard(
-    problems: Sequence[RLProblem],
+    problems: Sequence[Problem],
     generate: Generate,
     score: ScoreFn,
     out: str | Path,

@@ -1,11 +1,11 @@
 """GRPO-RoC training on TRL's ``GRPOTrainer``: build the trainer from an :class:`RLConfig`, run, resume, chain stages.
 
-Covers the pieces around :class:`tirl.train.rollout.RocRolloutFunc`: loading the policy (built-in name, HF
+Covers the pieces around :class:`tirl.train.rollout_func.RocRolloutFunc`: loading the policy (built-in name, HF
 folder, GGUF; optional LoRA), the dataset of problems (``prompt`` = problem text), the mapping of tirl's config
 onto ``trl.GRPOConfig`` (one optimiser step per RL step, ``num_generations`` = G), the trainer subclass that
 uses tirl's per-group advantages, metric logging (JSONL, console, TensorBoard/W&B through ``report_to``),
 checkpointing, resume, and starting a new stage from the last checkpoint of the previous one with a fresh
-optimiser. It does not generate or select trajectories itself (:mod:`tirl.train.rollout`).
+optimiser. It does not generate or select trajectories itself (:mod:`tirl.train.rollout_func`).
 
 Resume and stages:
 
@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tirl.data.training import RLProblem, load_training_problems
+from tirl.data.problem import Problem
+from tirl.data.training import load_training_problems
 from tirl.train.config import RLConfig, dump_config
 from tirl.train.metrics import MetricsLog, log_value
-from tirl.train.rollout import (
+from tirl.train.rollout_func import (
     ADVANTAGE_KEY,
     AgentLoopSource,
     RocRolloutFunc,
@@ -241,7 +242,7 @@ class BuiltRun:
 
     trainer: Any
     rollout: RocRolloutFunc
-    problems: list[RLProblem]
+    problems: list[Problem]
     resume_from: Path | None
     metrics_log: MetricsLog | None
 
@@ -358,8 +359,8 @@ def grpo_args(config: RLConfig, num_processes: int = 1) -> Any:
     return trl.GRPOConfig(**kwargs)
 
 
-def filter_prompt_length(problems: Sequence[RLProblem], tokenizer: Any, max_tokens: int,
-                         protocol: Any = None) -> list[RLProblem]:
+def filter_prompt_length(problems: Sequence[Problem], tokenizer: Any, max_tokens: int,
+                         protocol: Any = None) -> list[Problem]:
     """Problems whose rendered prompt (system, tools, user, generation prompt; ``protocol``, a
     :class:`tirl.protocol.ProtocolConfig`, None for the default) has at most ``max_tokens`` tokens."""
     from tirl.protocol import render_prompt_ids
@@ -373,7 +374,7 @@ def filter_prompt_length(problems: Sequence[RLProblem], tokenizer: Any, max_toke
 def build_trainer(
     config: RLConfig,
     *,
-    problems: Sequence[RLProblem] | None = None,
+    problems: Sequence[Problem] | None = None,
     source: TrajectorySource | None = None,
     scorer: Scorer | None = None,
     num_processes: int | None = None,
@@ -383,8 +384,8 @@ def build_trainer(
     Args:
         config: the run.
         problems: training problems (default: from ``config.data``).
-        source: trajectory source (default :class:`~tirl.train.rollout.AgentLoopSource` on the policy).
-        scorer: reward (default :class:`~tirl.train.rollout.VerifierScorer`).
+        source: trajectory source (default :class:`~tirl.train.rollout_func.AgentLoopSource` on the policy).
+        scorer: reward (default :class:`~tirl.train.rollout_func.VerifierScorer`).
         num_processes: training processes (default: the world size the training arguments see).
 
     Returns:
@@ -423,9 +424,9 @@ def build_trainer(
             source.context_window = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if scorer is None:  # verification on the run's executor (a sandbox service URL included), not a second pool
         scorer = VerifierScorer(tokenizer, on_executor=getattr(source, "run_on_executor", None))
-    from tirl.models import stop_token_ids
+    from tirl.protocol.render import stop_token_ids
 
-    stops = list(stop_token_ids(tokenizer))
+    stops = list(stop_token_ids(tokenizer, config.protocol))
     pad_id = stops[0] if stops else tokenizer.eos_token_id
     rollout = RocRolloutFunc(config, problems, source, scorer, pad_token_id=pad_id)
 

@@ -5,7 +5,7 @@ and the verifier, as :func:`tirl.train.hard_subset.count_correct` and the label-
 Covers the wiring only: the model is loaded by :func:`tirl.models.load` (``tiny:<tok>``, built-in names, HF
 folders, GGUF), generation is :class:`tirl.rollout.hf_engine.HFEngine` under
 :func:`tirl.rollout.agent_loop.run_trajectories`, code runs in the RL config's executor (``local`` sandbox pool
-or a service URL), and scoring is :class:`tirl.train.rollout.VerifierScorer`. Heavy imports happen on call.
+or a service URL), and scoring is :class:`tirl.train.rollout_func.VerifierScorer`. Heavy imports happen on call.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def policy_sampler(policy: Any, tokenizer: Any, config: SamplerConfig | None = N
     from tirl.rollout.engine import SingleEngineRouter
     from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
     from tirl.train.config import RLConfig
-    from tirl.train.rollout import BackgroundLoop, VerifierScorer, default_executor_factory
+    from tirl.train.rollout_func import BackgroundLoop, VerifierScorer, default_executor_factory
 
     cfg = config or SamplerConfig()
     run_cfg = RLConfig()

@@ -5,7 +5,7 @@ Covers the two kinds of run tirl writes:
 - an **evaluation run** (``tirl eval``/``tirl demo``): ``RUN_DIR/trajectories.jsonl`` (schema:
   :func:`tirl.eval.runner.trajectory_record`), optionally ``summary.json``;
 - a **training run** with ``logging.log_trajectories``: ``RUN_DIR/trajectories/step_NNNNN_rankR.jsonl``
-  (schema: :meth:`tirl.train.rollout.RocRolloutFunc._log_trajectories`); ``RUN_DIR`` may also be that
+  (schema: :meth:`tirl.train.rollout_func.RocRolloutFunc._log_trajectories`); ``RUN_DIR`` may also be that
   ``trajectories`` folder itself.
 
 and the per-token entropies written by ``tirl analyze entropy`` (``RUN_DIR/entropy/<label>.jsonl``, see

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tirl.data.training import RLProblem
+from tirl.data.problem import Problem
 from tirl.train.hard_subset import Generate, ScoreFn, count_correct
 
 
@@ -40,7 +40,7 @@ class ConsistencyConfig:
 
 
 def label_consistency(
-    problems: Sequence[RLProblem],
+    problems: Sequence[Problem],
     generate: Generate,
     score: ScoreFn,
     progress_path: str | Path,

@@ -34,7 +34,8 @@ from tirl.data.curation.dedup import find_duplicates
 from tirl.data.curation.report import build_report, render_markdown
 from tirl.data.curation.sources import SourceProblem, load_sources
 from tirl.data.curation.text import ngram_hashes, normalize_answer, normalize_problem, word_tokens
-from tirl.data.training import RLProblem, write_problems
+from tirl.data.problem import Problem
+from tirl.data.training import write_problems
 from tirl.sandbox.types import CodeExecutor
 from tirl.train.hard_subset import Generate, ScoreFn
 
@@ -104,7 +105,7 @@ class CurationResult:
         report: the report dict written to ``report.json``.
     """
 
-    kept: list[RLProblem]
+    kept: list[Problem]
     kept_sources: list[str]
     dropped: list[Drop]
     loaded: dict[str, int]

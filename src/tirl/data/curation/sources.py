@@ -20,15 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tirl.data.euler import load_project_euler
-from tirl.data.training import RL_SETS, RLProblem, _from_row, _read_jsonl, load_rl_set
+from tirl.data.problem import Problem
+from tirl.data.training import RL_SETS, _from_row, _read_jsonl, load_rl_set
 
 
 @dataclass(frozen=True)
 class SourceProblem:
-    """One loaded problem and the source spec it came from (the report's per-source key)."""
+    """One loaded problem and the source spec it came from (the report's per-source key).
+
+    Not a second problem type: it pairs a :class:`tirl.data.problem.Problem` with the spec it was loaded
+    from, which curation needs to count drops per source; the problem itself is ``problem``.
+    """
 
     source: str
-    problem: RLProblem
+    problem: Problem
 
 
 @dataclass(frozen=True)

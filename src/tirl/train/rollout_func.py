@@ -47,7 +47,7 @@ from typing import Any, Protocol
 
 from tirl.algo.advantages import group_advantages
 from tirl.algo.roc import Candidate, Selection, candidate, select_group
-from tirl.data.training import RLProblem
+from tirl.data.problem import Problem
 from tirl.protocol.types import Trajectory, token_fields
 from tirl.rollout.agent_loop import AgentLoopConfig
 from tirl.train.config import RLConfig
@@ -69,7 +69,7 @@ class TrajectorySource(Protocol):
     """Generates trajectories with the current policy."""
 
     def generate(
-        self, problems: Sequence[RLProblem], samples_per_problem: int, *, seed: int, trainer: Any
+        self, problems: Sequence[Problem], samples_per_problem: int, *, seed: int, trainer: Any
     ) -> list[Trajectory]:
         """``samples_per_problem`` trajectories per problem, flat and problem-major (group g first)."""
         ...
@@ -93,7 +93,7 @@ class Score:
 class Scorer(Protocol):
     """Scores trajectories against their problems' reference answers."""
 
-    def score(self, trajectories: Sequence[Trajectory], problems: Sequence[RLProblem]) -> list[Score]:
+    def score(self, trajectories: Sequence[Trajectory], problems: Sequence[Problem]) -> list[Score]:
         """One :class:`Score` per trajectory, in order."""
         ...
 
@@ -156,7 +156,7 @@ class VerifierScorer:
         self._verify_batch = verify_batch
         return verify_batch
 
-    def score(self, trajectories: Sequence[Trajectory], problems: Sequence[RLProblem]) -> list[Score]:
+    def score(self, trajectories: Sequence[Trajectory], problems: Sequence[Problem]) -> list[Score]:
         from tirl.reward.types import VerifyItem
 
         items = [
@@ -207,7 +207,7 @@ class RocRolloutFunc:
     def __init__(
         self,
         config: RLConfig,
-        problems: Sequence[RLProblem],
+        problems: Sequence[Problem],
         source: TrajectorySource,
         scorer: Scorer,
         pad_token_id: int,
@@ -216,7 +216,7 @@ class RocRolloutFunc:
         self.source = source
         self.scorer = scorer
         self.pad_token_id = int(pad_token_id)
-        self.by_prompt: dict[str, RLProblem] = {}
+        self.by_prompt: dict[str, Problem] = {}
         for p in problems:
             self.by_prompt.setdefault(p.problem, p)
         self.last = RolloutStats()
@@ -225,7 +225,7 @@ class RocRolloutFunc:
         self.__name__ = "tirl_roc_rollout"
 
     # -- helpers -----------------------------------------------------------------------------------------------
-    def _groups(self, prompts: Sequence[Any]) -> list[RLProblem]:
+    def _groups(self, prompts: Sequence[Any]) -> list[Problem]:
         g = self.config.rollout.group_size
         if len(prompts) % g:
             raise RuntimeError(
@@ -354,7 +354,7 @@ class RocRolloutFunc:
         return result
 
 
-    def _log_trajectories(self, step: int, process_index: int, problems: Sequence[RLProblem], n: int,
+    def _log_trajectories(self, step: int, process_index: int, problems: Sequence[Problem], n: int,
                           trajectories: Sequence[Trajectory], scores: Sequence[Score],
                           candidates: Sequence[Candidate], selections: Sequence[Selection]) -> None:
         """Write every sampled trajectory of this step to ``output_dir/trajectories/step_NNNNN_rankR.jsonl``.
@@ -567,7 +567,7 @@ class AgentLoopSource:
         return self._loop.run(call(), timeout)
 
     def generate(
-        self, problems: Sequence[RLProblem], samples_per_problem: int, *, seed: int, trainer: Any
+        self, problems: Sequence[Problem], samples_per_problem: int, *, seed: int, trainer: Any
     ) -> list[Trajectory]:
         from tirl.rollout.agent_loop import run_trajectories
         from tirl.rollout.engine import SingleEngineRouter

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from tirl.algo.advantages import group_advantages
-from tirl.data.training import RLProblem
+from tirl.data.problem import Problem
 from tirl.protocol import ToolCall, ToolCallRecord, Trajectory, TurnRecord
 from tirl.sandbox import ExecutionResult
 from tirl.train.config import load_config
-from tirl.train.rollout import (
+from tirl.train.rollout_func import (
     ADVANTAGE_KEY,
     METRICS_KEY,
     REWARD_KEY,
@@ -25,7 +25,7 @@ from tirl.train.rollout import (
 )
 
 PAD = 2
-PROBLEMS = [RLProblem(id=f"q{i}", problem=f"problem {i}", answer=str(i)) for i in range(3)]
+PROBLEMS = [Problem(id=f"q{i}", problem=f"problem {i}", answer=str(i)) for i in range(3)]
 
 
 def _traj(prompt: list[int], correct: bool, errors: int = 0, calls: int = 1, length: int = 5,
@@ -270,7 +270,7 @@ def test_plain_grpo_groups_are_not_reported_undersized():
 
 
 def test_vllm_source_does_not_unwrap_the_training_model():
-    from tirl.train.rollout import AgentLoopSource
+    from tirl.train.rollout_func import AgentLoopSource
 
     class Boom:
         def __getattr__(self, name):
@@ -300,7 +300,7 @@ def test_the_rl_scorer_verifies_on_the_runs_executor_not_a_second_pool(qwen_toke
 
     import tirl.reward.verifier as reward_verifier
     from tirl.sandbox import LocalSandbox
-    from tirl.train.rollout import AgentLoopSource, VerifierScorer
+    from tirl.train.rollout_func import AgentLoopSource, VerifierScorer
 
     class CountingExecutor:
         def __init__(self) -> None:
@@ -325,7 +325,7 @@ def test_the_rl_scorer_verifies_on_the_runs_executor_not_a_second_pool(qwen_toke
     scorer = VerifierScorer(qwen_tokenizer, on_executor=source.run_on_executor)
     texts = ["so the answer is \\boxed{\\frac{2}{4}}", "\\boxed{0.25}", "\\boxed{7}"]
     trajectories = [SimpleNamespace(response_ids=qwen_tokenizer.encode(t), final_answer=None) for t in texts]
-    problem = RLProblem(id="p", problem="Half of one?", answer="\\frac{1}{2}")
+    problem = Problem(id="p", problem="Half of one?", answer="\\frac{1}{2}")
     default_before = reward_verifier._default_executor
     try:
         scores = scorer.score(trajectories, [problem] * 3)

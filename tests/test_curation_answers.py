@@ -8,7 +8,7 @@ import pytest
 
 from tirl.data.curation.answers import AnswerPolicy, check_answers, classify_answer
 from tirl.data.curation.text import normalize_answer
-from tirl.reward import close_default_executor
+from tirl.reward.verifier import close_default_executor
 
 
 def kind(raw: str) -> str:

@@ -1,6 +1,6 @@
 """The reward table: (reference, response) pairs with their expected reward, through a real sandbox pool.
 
-Every row is verified in one ``verify_batch`` call through a ``LocalSandbox`` that preloads the reward worker
+Every row is verified in one ``Verifier.verify_batch`` call through a ``LocalSandbox`` that preloads the reward worker
 (symbolic rows run math-verify in forked sandbox children under the 5 s hard deadline), then each row is
 asserted on its own. Rows cite the field cases of ``tests/data/field_cases.jsonl`` (F41-F77) where they come
 from; the rest are MATH-500-style answers and integers written in several ways. The expected rewards follow
@@ -16,7 +16,8 @@ from typing import NamedTuple
 
 import pytest
 
-from tirl.reward import Verdict, VerifierConfig, VerifierStats, VerifyItem, close_default_executor, verify, verify_batch
+from tirl.reward import Verdict, Verifier, VerifierConfig, VerifierStats, VerifyItem, verify
+from tirl.reward.verifier import close_default_executor
 
 
 class Row(NamedTuple):
@@ -261,7 +262,7 @@ DEADLINE_S = 5.0
 def table() -> Iterator[dict[str, Verdict]]:
     """Every row verified in one batch through the shared default ``LocalSandbox`` (the production path)."""
     items = [VerifyItem(row.response, row.gold, question=row.question) for row in ROWS]
-    verdicts = verify_batch(items, config=VerifierConfig(timeout_s=DEADLINE_S), stats=VerifierStats())
+    verdicts = Verifier(config=VerifierConfig(timeout_s=DEADLINE_S), stats=VerifierStats()).verify_batch(items)
     yield {row.id: verdict for row, verdict in zip(ROWS, verdicts)}
     close_default_executor()
 
@@ -321,7 +322,7 @@ def test_random_latex_never_raises_and_always_gets_a_status(table: dict[str, Ver
         gold = "".join(rng.choice(TOKENS) for _ in range(rng.randint(1, 8)))
         pred = "".join(rng.choice(TOKENS) for _ in range(rng.randint(1, 12)))
         items.append(("\\boxed{" + pred + "}", gold))
-    verdicts = verify_batch(items, config=VerifierConfig(timeout_s=2.0), stats=VerifierStats())
+    verdicts = Verifier(config=VerifierConfig(timeout_s=2.0), stats=VerifierStats()).verify_batch(items)
     assert len(verdicts) == len(items)
     assert all(v.status in VERIFY_STATUSES for v in verdicts)
     assert all(v.correct is False or v.status == "ok" for v in verdicts)

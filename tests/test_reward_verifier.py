@@ -15,10 +15,20 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from tirl.reward import Verifier, VerifierConfig, VerifierStats, VerifyItem, averify_batch, verify, verify_batch
+from tirl.reward import Verifier, VerifierConfig, VerifierStats, VerifyItem, verify
 from tirl.reward.payload import PROGRAM, format_worker_output
 from tirl.reward.worker import iter_verdicts
 from tirl.sandbox.types import CodeExecutor, ExecutionRequest, ExecutionResult
+
+
+def verify_batch(items, executor=None, **options):
+    """A batch through a :class:`Verifier` configured with ``executor`` and ``options`` (sync)."""
+    return Verifier(executor, **options).verify_batch(items)
+
+
+async def averify_batch(items, executor=None, **options):
+    """A batch through a :class:`Verifier` configured with ``executor`` and ``options`` (async)."""
+    return await Verifier(executor, **options).averify_batch(items)
 
 
 class ScriptedExecutor:
@@ -430,11 +440,10 @@ def test_sync_verify_works_in_a_forked_child_after_the_parent_used_it() -> None:
     assert os.read(read, 1) == b"1" and status == 0
 
 
-def test_verify_answers_skips_extraction() -> None:
-    from tirl.reward import verify_answers
-
-    verdicts = verify_answers([("\\frac{2}{4}", "\\frac{1}{2}"), ("7 apples", "7"), ("", "7")],
-                              ScriptedExecutor(in_process))
+def test_given_answers_skip_extraction() -> None:
+    pairs = [("\\frac{2}{4}", "\\frac{1}{2}"), ("7 apples", "7"), ("", "7")]
+    verdicts = verify_batch([VerifyItem(None, gold, answer=answer) for answer, gold in pairs],
+                            ScriptedExecutor(in_process))
     assert [v.extracted for v in verdicts] == ["\\frac{2}{4}", "7 apples", None]  # taken as given, not searched
     assert [v.correct for v in verdicts] == [True, True, False]
     assert verdicts[2].status == "no_answer"

@@ -1,18 +1,39 @@
-"""Benchmark evaluation: runs (``tirl.eval.runner``), metrics (``tirl.eval.metrics``), resumable output
-(``tirl.eval.store``) and tables (``tirl.eval.report``).
+"""Benchmark evaluation: runs (:mod:`tirl.eval.runner`), metrics (:mod:`tirl.eval.metrics`), resumable output
+(:mod:`tirl.eval.store`), tables (:mod:`tirl.eval.report`) and the demo (:mod:`tirl.eval.demo`).
 
-Importing this package is cheap: the runner, which pulls in engines and models lazily, is imported on use.
+Entry points: :func:`run_eval` / :func:`run_eval_sync` with :class:`EvalConfig`, :class:`EvalListener` and
+:class:`EvalResult`; the metrics :func:`summarize`, :func:`pass_at_k`, :func:`majority_correct` with
+:class:`SampleOutcome` and :class:`BenchmarkSummary`; :class:`RunStore` and :class:`ResumeMismatch`. Helpers
+stay in their modules.
+
+Names are imported on first use (module ``__getattr__``): importing the package imports no engine or model.
 """
 
-from tirl.eval.metrics import BenchmarkSummary, SampleOutcome, majority_correct, pass_at_k, summarize
-from tirl.eval.store import ResumeMismatch, RunStore
+from __future__ import annotations
 
-__all__ = [
-    "BenchmarkSummary",
-    "ResumeMismatch",
-    "RunStore",
-    "SampleOutcome",
-    "majority_correct",
-    "pass_at_k",
-    "summarize",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "EvalConfig": "tirl.eval.config",
+    "EvalListener": "tirl.eval.runner",
+    "EvalResult": "tirl.eval.runner",
+    "run_eval": "tirl.eval.runner",
+    "run_eval_sync": "tirl.eval.runner",
+    "BenchmarkSummary": "tirl.eval.metrics",
+    "SampleOutcome": "tirl.eval.metrics",
+    "majority_correct": "tirl.eval.metrics",
+    "pass_at_k": "tirl.eval.metrics",
+    "summarize": "tirl.eval.metrics",
+    "ResumeMismatch": "tirl.eval.store",
+    "RunStore": "tirl.eval.store",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tirl.eval' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -2,7 +2,8 @@
 
 Public API: :class:`ProtocolConfig`; answer extraction and format score (:func:`extract_answer`,
 :func:`count_answer_blocks`, :func:`format_penalty`); tool calls (:func:`parse_tool_calls`,
-:func:`render_tool_call`); prompt text and tool schema (:func:`system_prompt`, :func:`tool_schema`);
+:func:`render_tool_call`); prompt text and tool schema (:func:`system_prompt`, :func:`cot_system_prompt`,
+:func:`tool_schema`);
 tool-response text (:func:`render_tool_response`, :func:`render_parse_error`); token-level rendering
 (:func:`render_prompt_ids`, :func:`tool_response_segment_ids`, :func:`stop_token_ids`,
 :func:`render_conversation_ids`); the shared data types of ``tirl.protocol.types``.
@@ -22,7 +23,14 @@ from tirl.protocol.answer import (
 )
 from tirl.protocol.config import DEFAULT_FUNCTION_NAME, RELEASE_FUNCTION_NAME, ProtocolConfig
 from tirl.protocol.parse import ERROR_KINDS, parse_tool_calls, render_tool_call
-from tirl.protocol.prompt import default_system_prompt, prompt_messages, system_prompt, tool_schema, tools_block
+from tirl.protocol.prompt import (
+    cot_system_prompt,
+    default_system_prompt,
+    prompt_messages,
+    system_prompt,
+    tool_schema,
+    tools_block,
+)
 from tirl.protocol.render import (
     ConversationTurn,
     RenderedConversation,
@@ -74,6 +82,7 @@ __all__ = [
     "TurnRecord",
     "classify_tool_call",
     "conversation_messages",
+    "cot_system_prompt",
     "count_answer_blocks",
     "default_system_prompt",
     "end_of_turn_text",

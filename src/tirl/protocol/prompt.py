@@ -50,6 +50,21 @@ def system_prompt(config: ProtocolConfig | None = None) -> str:
     return cfg.system_prompt if cfg.system_prompt is not None else default_system_prompt(cfg)
 
 
+def cot_system_prompt(config: ProtocolConfig | None = None) -> str:
+    """The system prompt of the tool-free baseline (``tirl eval --no-tools``): reason inside the reasoning
+    tags, answer inside the answer tags with the value in ``\\boxed{}``; it never mentions a tool.
+    ``config.system_prompt``, when set, is used as is."""
+    cfg = resolve_config(config)
+    if cfg.system_prompt is not None:
+        return cfg.system_prompt
+    ro, rc, ao, ac = cfg.reason_open, cfg.reason_close, cfg.answer_open, cfg.answer_close
+    return (
+        f"You are a careful problem solver. Work out the problem step by step inside {ro} {rc} tags. "
+        f"When you are done, close {rc} and give the final answer inside {ao} {ac} tags, with the final value "
+        f"in \\boxed{{}}, for example: {ro} reasoning here {rc} {ao} The answer is \\boxed{{42}}. {ac}"
+    )
+
+
 def tool_schema(config: ProtocolConfig | None = None) -> dict[str, Any]:
     """The Python tool as an OpenAI-style function schema (what ``tokenizer.apply_chat_template(tools=[...])``
     and OpenAI-compatible servers take).

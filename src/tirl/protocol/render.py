@@ -1,9 +1,10 @@
 """Conversations as chat-template text and token ids: the prompt, the tool-response segment, SFT rendering.
 
 Covers turning a problem and a conversation into exactly the text and token ids the model sees:
-:func:`render_prompt_ids` (system + user + generation prompt + prefill), :func:`tool_response_segment_ids`
-(what is appended after the model's end-of-turn token when it called the tool), :func:`stop_token_ids`, and
-:func:`render_conversation_ids` (a whole conversation as ids plus a loss mask, for SFT). It does not generate,
+:func:`render_prompt_ids` (system + user + generation prompt + prefill; with or without the tool),
+:func:`tool_response_segment_ids` (what is appended after the model's end-of-turn token when it called the
+tool), :func:`stop_token_ids`, and :func:`render_conversation_ids` (a whole conversation as ids plus a loss
+mask, for SFT). It does not generate,
 parse tool calls or run code. It works with any Hugging Face-style tokenizer object (``encode``,
 ``apply_chat_template``, ``chat_template``, ``eos_token``, ``eos_token_id``) and never
 imports ``tirl.models``.
@@ -43,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tirl.protocol.config import ProtocolConfig, resolve_config
-from tirl.protocol.prompt import prompt_messages, tool_schema
+from tirl.protocol.prompt import cot_system_prompt, prompt_messages, tool_schema, user_message
 
 CHATML_START = "<|im_start|>"
 CHATML_END = "<|im_end|>"
@@ -175,9 +176,21 @@ def _chatml(role: str, content: str) -> str:
     return f"{CHATML_START}{role}\n{content}{CHATML_END}\n"
 
 
-def render_prompt_text(tokenizer: Any, problem: str, config: ProtocolConfig | None = None) -> str:
-    """The prompt as text: system (with the tools), user problem, assistant header, ``config.prefill``."""
+def render_prompt_text(tokenizer: Any, problem: str, config: ProtocolConfig | None = None, *,
+                       use_tools: bool = True) -> str:
+    """The prompt as text: system (with the tools), user problem, assistant header, ``config.prefill``.
+
+    With ``use_tools=False``, the tool-free baseline prompt (``tirl eval --no-tools``): the same tags, user turn,
+    template choice and pre-filled ``<reason>``, but :func:`tirl.protocol.prompt.cot_system_prompt`, no tools
+    block and no ``tools`` argument.
+    """
     cfg = resolve_config(config)
+    if not use_tools:
+        messages = [{"role": "system", "content": cot_system_prompt(cfg)},
+                    {"role": "user", "content": user_message(problem, cfg)}]
+        if uses_tokenizer_template(tokenizer, cfg):
+            return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + cfg.prefill
+        return "".join(_chatml(m["role"], m["content"]) for m in messages) + f"{CHATML_START}assistant\n{cfg.prefill}"
     if uses_tokenizer_template(tokenizer, cfg):
         native = native_tools(tokenizer, cfg)
         messages = prompt_messages(problem, cfg, include_tools_block=not native)
@@ -189,9 +202,10 @@ def render_prompt_text(tokenizer: Any, problem: str, config: ProtocolConfig | No
             + f"{CHATML_START}assistant\n{cfg.prefill}")
 
 
-def render_prompt_ids(tokenizer: Any, problem: str, config: ProtocolConfig | None = None) -> list[int]:
+def render_prompt_ids(tokenizer: Any, problem: str, config: ProtocolConfig | None = None, *,
+                      use_tools: bool = True) -> list[int]:
     """Token ids of :func:`render_prompt_text` (no extra BOS: the template text is tokenized as is)."""
-    return _encode(tokenizer, render_prompt_text(tokenizer, problem, config))
+    return _encode(tokenizer, render_prompt_text(tokenizer, problem, config, use_tools=use_tools))
 
 
 _DUMMY = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},

@@ -1,7 +1,8 @@
 """Final-answer verification: the binary reward of rStar2-Agent, with hard deadlines and counted failures.
 
-Covers :func:`verify`, :func:`verify_batch`, :func:`averify`, :func:`averify_batch` and the
-:class:`Verifier` behind them. For each ``(response, gold)`` item:
+Covers :class:`Verifier` (sync and async, one item or a batch, reference checks) and :func:`verify`, the one
+convenience function (one response, the shared default executor unless one is given). For each
+``(response, gold)`` item:
 
 1. the answer is extracted with :func:`tirl.protocol.extract_answer` (the last box of the last ``<answer>``
    block, paper section 2.2; tool responses never count); none gives status ``no_answer``;
@@ -21,12 +22,14 @@ Every verdict is counted in a :class:`~tirl.reward.types.VerifierStats` (the mod
 :func:`default_stats` unless one is given); ``unparsable_gold``, ``timeout`` and ``verifier_error`` are also
 logged. Nothing raises for any item content.
 
-Threads and event loops: the async functions run on the caller's loop; the sync ones run on a private
-background loop thread, so they work from any thread (field case F77) and from inside a running loop. With
-no ``executor``, a shared ``LocalSandbox`` that preloads math-verify and this package's worker
-(:data:`tirl.reward.payload.PRELOAD_MODULES`) is created on first symbolic use, lives on that background
-loop, and is closed at exit (or by :func:`close_default_executor`). An explicit executor given to a *sync*
-function is used on the background loop, so it must not be bound to another event loop.
+Threads and event loops: the async methods run on the caller's loop; the sync ones run on a private
+background loop thread, so they work from any thread (field case F77) and from inside a running loop. Runs
+(``tirl eval``, ``tirl train rl``, ``tirl data filter-hard``) always give the verifier their own executor
+(:func:`tirl.runtime.build_verifier`). With no ``executor``, a shared ``LocalSandbox`` that preloads
+math-verify and this package's worker (:data:`tirl.reward.payload.PRELOAD_MODULES`) is created on first
+symbolic use, lives on that background loop, and is closed at exit (or by :func:`close_default_executor`).
+An explicit executor given to a *sync* method is used on the background loop, so it must not be bound to
+another event loop.
 
 It does not decide what counts as the final answer (``tirl.protocol``) nor run the comparison itself
 (``tirl.reward.worker``).
@@ -115,7 +118,7 @@ def _background() -> _LoopThread:
         return _loop_thread
 
 
-def create_default_executor(workers: int | None = None) -> CodeExecutor:
+def _create_default_executor(workers: int | None = None) -> CodeExecutor:
     """A ``LocalSandbox`` set up for verification: it preloads :data:`~tirl.reward.payload.PRELOAD_MODULES`.
 
     Args:
@@ -133,7 +136,7 @@ async def _get_default_executor() -> CodeExecutor:
         _default_executor_lock = asyncio.Lock()
     async with _default_executor_lock:
         if _default_executor is None:
-            _default_executor = create_default_executor()
+            _default_executor = _create_default_executor()
         return _default_executor
 
 
@@ -495,15 +498,6 @@ def _run_inline(coro: Any) -> Any:
     raise RuntimeError("coroutine suspended; it needs an event loop")
 
 
-def _verifier(
-    executor: CodeExecutor | None,
-    config: VerifierConfig | None,
-    stats: VerifierStats | None,
-    protocol_config: ProtocolConfig | None,
-) -> Verifier:
-    return Verifier(executor=executor, config=config, stats=stats, protocol_config=protocol_config)
-
-
 def verify(
     response_text: str | None,
     gold: str,
@@ -526,53 +520,5 @@ def verify(
     Returns:
         The :class:`~tirl.reward.types.Verdict`. Never raises for any text; safe from any thread.
     """
-    return _verifier(executor, config, stats, protocol_config).verify(response_text, gold)
-
-
-def verify_batch(
-    items: Iterable[Any],
-    executor: CodeExecutor | None = None,
-    *,
-    config: VerifierConfig | None = None,
-    stats: VerifierStats | None = None,
-    protocol_config: ProtocolConfig | None = None,
-) -> list[Verdict]:
-    """Verify many items (``(response, gold)`` pairs, dicts or ``VerifyItem``); verdicts in order."""
-    return _verifier(executor, config, stats, protocol_config).verify_batch(items)
-
-
-async def averify_batch(
-    items: Iterable[Any],
-    executor: CodeExecutor | None = None,
-    *,
-    config: VerifierConfig | None = None,
-    stats: VerifierStats | None = None,
-    protocol_config: ProtocolConfig | None = None,
-) -> list[Verdict]:
-    """Async :func:`verify_batch`, on the caller's event loop."""
-    return await _verifier(executor, config, stats, protocol_config).averify_batch(items)
-
-
-async def averify(
-    response_text: str | None,
-    gold: str,
-    *,
-    executor: CodeExecutor | None = None,
-    config: VerifierConfig | None = None,
-    stats: VerifierStats | None = None,
-    protocol_config: ProtocolConfig | None = None,
-) -> Verdict:
-    """Async :func:`verify`."""
-    return await _verifier(executor, config, stats, protocol_config).averify(response_text, gold)
-
-
-def verify_answers(
-    pairs: Sequence[tuple[str, str]],
-    executor: CodeExecutor | None = None,
-    *,
-    config: VerifierConfig | None = None,
-    stats: VerifierStats | None = None,
-) -> list[Verdict]:
-    """Verify already extracted answers: ``pairs`` of ``(answer, gold)``; no extraction is done."""
-    items = [VerifyItem(response=None, gold=gold, answer=answer) for answer, gold in pairs]
-    return _verifier(executor, config, stats, None).verify_batch(items)
+    return Verifier(executor=executor, config=config, stats=stats, protocol_config=protocol_config).verify(
+        response_text, gold)

@@ -56,11 +56,10 @@ from typing import Any
 from tirl.protocol.answer import count_answer_blocks, extract_answer
 from tirl.protocol.config import ProtocolConfig
 from tirl.protocol.parse import parse_tool_calls
-from tirl.protocol.render import stop_token_ids, tool_response_segment_ids
+from tirl.protocol.render import render_prompt_ids, stop_token_ids, tool_response_segment_ids
 from tirl.protocol.response import render_parse_error, render_tool_response
 from tirl.protocol.types import ToolCall, ToolCallError, ToolCallRecord, Trajectory, TurnRecord, classify_tool_call
 from tirl.rollout.engine import Engine, EngineRouter, GenerationOutput, SamplingParams
-from tirl.rollout.prompting import prompt_ids_for
 from tirl.sandbox.types import (
     DEFAULT_MEMORY_MB,
     DEFAULT_TIMEOUT_S,
@@ -248,7 +247,7 @@ class AgentLoop:
         """Token ids of the rendered prompt (system, tools when enabled, user, generation prompt); cached."""
         ids = self._prompt_cache.get(problem)
         if ids is None:
-            ids = prompt_ids_for(self.tokenizer, problem, self.config.protocol, use_tools=self.config.use_tools)
+            ids = render_prompt_ids(self.tokenizer, problem, self.config.protocol, use_tools=self.config.use_tools)
             self._prompt_cache[problem] = ids
         return list(ids)
 

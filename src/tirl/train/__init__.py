@@ -1,8 +1,31 @@
 """Training: the SFT stage and GRPO-RoC agentic RL on TRL (configs, rollout function, trainers, metrics, plots).
 
-Heavy imports (torch, transformers, trl) happen only in :mod:`tirl.train.rl` and when a trainer is built.
+Entry points: :func:`train` (GRPO-RoC, :mod:`tirl.train.rl`) with :class:`RLConfig` and :func:`load_config`
+(:mod:`tirl.train.config`); :func:`train_sft` (:mod:`tirl.train.sft`) with :class:`SFTConfig`
+(:mod:`tirl.train.sft_config`). Helpers stay in their modules.
+
+Names are imported on first use (module ``__getattr__``): importing the package imports neither torch,
+transformers nor trl.
 """
 
-from tirl.train.config import RLConfig, load_config
+from __future__ import annotations
 
-__all__ = ["RLConfig", "load_config"]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "RLConfig": "tirl.train.config",
+    "load_config": "tirl.train.config",
+    "train": "tirl.train.rl",
+    "SFTConfig": "tirl.train.sft_config",
+    "train_sft": "tirl.train.sft",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tirl.train' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -151,10 +151,10 @@ class VerifierScorer:
                 return on_executor(verify)
 
             return on_run_executor
-        from tirl.reward import verify_batch
+        from tirl.reward import Verifier
 
-        self._verify_batch = verify_batch
-        return verify_batch
+        self._verify_batch = Verifier().verify_batch
+        return self._verify_batch
 
     def score(self, trajectories: Sequence[Trajectory], problems: Sequence[Problem]) -> list[Score]:
         from tirl.reward.types import VerifyItem
@@ -486,7 +486,7 @@ class AgentLoopSource:
     adapter before every rollout (:mod:`tirl.train.server_policy`). Otherwise the engine wraps the trainer's
     model object itself (unwrapped from DDP/DeepSpeed with TRL's
     ``unwrap_model_for_generation``), so every step samples from the current weights; no copy is made. With
-    ``use_vllm`` (GPU) it is a :class:`tirl.train.vllm_engine.VLLMEngine` on TRL's colocated vLLM instance,
+    ``use_vllm`` (GPU) it is a :class:`tirl.rollout.vllm_engine.VLLMEngine` on TRL's colocated vLLM instance,
     into which TRL has pushed the current weights before the rollout. The sandbox and the engine live on one
     background event loop for the whole run.
 
@@ -537,7 +537,7 @@ class AgentLoopSource:
                                                                  max_concurrency=max(64, r.engine_batch_size)))
         vllm_generation = getattr(trainer, "vllm_generation", None)
         if getattr(getattr(trainer, "args", None), "use_vllm", False) and vllm_generation is not None:
-            from tirl.train.vllm_engine import VLLMEngine
+            from tirl.rollout.vllm_engine import VLLMEngine
 
             if getattr(vllm_generation, "mode", "colocate") != "colocate":
                 raise ValueError(

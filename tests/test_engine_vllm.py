@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from tirl.rollout.engine import SamplingParams
-from tirl.train.vllm_engine import VLLMEngine, to_generation_output
+from tirl.rollout.vllm_engine import VLLMEngine, to_generation_output
 
 
 @dataclass

@@ -9,7 +9,7 @@ import json
 from rich.console import Console
 
 from tirl.cli.eval_display import ConsoleListener
-from tirl.eval.components import make_gold_checker, make_verifier
+from tirl.eval.components import make_gold_checker, make_grader
 from tirl.eval.runner import EvalComponents, EvalConfig, outcome_from_record, run_eval
 from tirl.protocol.answer import extract_answer_fallback
 from tirl.protocol.types import Trajectory
@@ -49,7 +49,7 @@ def components(tok, *, fallback: bool, check: bool = True) -> EvalComponents:
     # Integer answers never reach the symbolic path, so no executor is needed for the verdicts; the reference
     # check uses the shared default sandbox for the non-integer references.
     return EvalComponents(router=SingleEngineRouter(PlainTextEngine(tok)), tokenizer=tok, executor=None,
-                          verifier=make_verifier(None, answer_fallback=fallback),
+                          grader=make_grader(None, answer_fallback=fallback),
                           check_golds=make_gold_checker(None) if check else None,
                           load_problems=lambda name: PROBLEMS[name])
 
@@ -110,7 +110,7 @@ async def test_the_fallback_setting_is_part_of_what_a_resume_must_share(tmp_path
 
 
 async def test_the_question_reaches_the_verifier() -> None:
-    verify = make_verifier(None)
+    verify = make_grader(None)
     traj = Trajectory(prompt_ids=[1])
     traj.metadata["problem"] = "Convert $83$ to base 8. Express your answer in base 8."
     assert (await verify(traj, "<answer>\\boxed{123}</answer>", "123_8"))["correct"] is True

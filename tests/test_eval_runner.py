@@ -74,7 +74,7 @@ async def verifier(traj, response_text, gold):
 
 def components(tok, engine, executor=None):
     return EvalComponents(router=SingleEngineRouter(engine), tokenizer=tok, executor=executor or Executor(),
-                          verifier=verifier, load_problems=lambda name: PROBLEMS[name])
+                          grader=verifier, load_problems=lambda name: PROBLEMS[name])
 
 
 def config(tmp_path, *, rollout=(), **kw):
@@ -225,7 +225,7 @@ async def test_verifier_exception_is_recorded_as_verifier_error(tmp_path, smollm
     async def broken(traj, text, gold):
         raise RuntimeError("verifier bug")
 
-    comps.verifier = broken
+    comps.grader = broken
     result = await run_eval(config(tmp_path, benchmarks=["other"], samples=2), comps, **QUIET)
     assert result.summaries[0].verdict_statuses == {"verifier_error": 2}
     assert result.summaries[0].avg_pass1 == 0.0

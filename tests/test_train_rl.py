@@ -112,7 +112,7 @@ def _build(config: Any):
     tokenizer = load_tokenizer(config.model.name_or_path)
     source = AgentLoopSource(config, tokenizer, executor_factory=lambda: LocalSandbox(workers=1),
                              engine_factory=engine_factory)
-    run = build_trainer(config, problems=PROBLEMS, source=source, scorer=VerifierScorer(tokenizer),
+    run = build_trainer(config, problems=PROBLEMS, source=source, scorer=VerifierScorer(tokenizer, source.verify),
                         num_processes=1)
     return run, holder
 

@@ -282,12 +282,7 @@ def test_vllm_source_does_not_unwrap_the_training_model():
     trainer = SimpleNamespace(args=SimpleNamespace(use_vllm=True), model_wrapped=Boom(), accelerator=Boom(),
                               model=Boom())
 
-    class Loop:
-        def run(self, coro, timeout=None):
-            coro.close()
-            return []
-
-    src._loop, src._executor = Loop(), object()
+    src.runtime = SimpleNamespace(rollouts=lambda *args, **kwargs: [])  # no loop, no executor, no agent loop
     assert src.generate([], 2, seed=0, trainer=trainer) == []
     assert engine_calls == [None]
 
@@ -322,14 +317,14 @@ def test_the_rl_scorer_verifies_on_the_runs_executor_not_a_second_pool(qwen_toke
     spy = CountingExecutor()
     config = load_config(None, ["rollout.sandbox_workers=1"])
     source = AgentLoopSource(config, qwen_tokenizer, executor_factory=lambda: spy)
-    scorer = VerifierScorer(qwen_tokenizer, on_executor=source.run_on_executor)
+    scorer = VerifierScorer(qwen_tokenizer, source.verify)
     texts = ["so the answer is \\boxed{\\frac{2}{4}}", "\\boxed{0.25}", "\\boxed{7}"]
     trajectories = [SimpleNamespace(response_ids=qwen_tokenizer.encode(t), final_answer=None) for t in texts]
     problem = Problem(id="p", problem="Half of one?", answer="\\frac{1}{2}")
     default_before = reward_verifier._default_executor
     try:
         scores = scorer.score(trajectories, [problem] * 3)
-        run_loop = id(source._loop.loop)
+        run_loop = id(source.runtime._loop.loop)
     finally:
         source.close()
     assert [s.reward for s in scores] == [1.0, 0.0, 0.0]

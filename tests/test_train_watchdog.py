@@ -151,7 +151,7 @@ def _run(tmp: Path, model_dir: Path, *, call_tools: bool, sandbox_factory: Any, 
         return holder["engine"]
 
     source = AgentLoopSource(config, tokenizer, executor_factory=sandbox_factory, engine_factory=engine_factory)
-    return train, config, source, VerifierScorer(tokenizer), holder
+    return train, config, source, VerifierScorer(tokenizer, source.verify), holder
 
 
 @pytest.mark.slow

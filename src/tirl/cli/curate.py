@@ -86,10 +86,10 @@ def curate_command(
         sampler = None
         try:
             if model is not None:
-                from tirl.cli.data import _load_policy
+                from tirl.runtime import load_sampling_policy
                 from tirl.train.sampler import SamplerConfig, policy_sampler
 
-                policy, tokenizer = _load_policy(model, None, dtype)
+                policy, tokenizer = load_sampling_policy(model, None, dtype)
                 sampler = stack.enter_context(policy_sampler(policy, tokenizer, SamplerConfig(
                     max_turns=max_turns, max_response_tokens=max_tokens, temperature=temperature,
                     tool_timeout_s=tool_timeout, sandbox=sandbox, workers=workers, batch_size=batch_size, seed=seed,

@@ -8,10 +8,8 @@ DIR`` curates problem collections (:mod:`tirl.cli.curate`, docs/data.md). Both s
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -34,25 +32,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-
-def _load_policy(model: str, base: str | None, dtype: str) -> tuple[Any, Any]:
-    """(model, tokenizer) for a built-in name, HF folder, GGUF, ``tiny:<tok>``, or a LoRA adapter folder."""
-    from tirl.models import load
-    from tirl.train.rl import model_reference
-
-    path = Path(model)
-    if (path / "adapter_config.json").exists():
-        from peft import PeftModel
-
-        base_ref = base or json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
-        if not base_ref:
-            raise ValueError(f"{model} is a LoRA adapter without a base model; pass --base")
-        policy, tokenizer = load(model_reference(base_ref), dtype=dtype)
-        policy = PeftModel.from_pretrained(policy, str(path)).merge_and_unload()
-        policy.eval()
-        return policy, tokenizer
-    return load(model_reference(model), dtype=dtype)
 
 
 @app.command("filter-hard")
@@ -82,6 +61,7 @@ def filter_hard_command(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from tirl.data.training import load_training_problems
+    from tirl.runtime import load_sampling_policy
     from tirl.train.hard_subset import filter_hard
     from tirl.train.sampler import policy_sampler
 
@@ -92,7 +72,7 @@ def filter_hard_command(
                          seed=seed, protocol=_P(prompt_style=prompt_style))
         cfg = _H(samples=samples, chunk_problems=chunk)
         problems = load_training_problems(source or _DEFAULT_SOURCES, seed=seed, limit=limit, shuffle=limit is not None)
-        policy, tokenizer = _load_policy(model, base, dtype)
+        policy, tokenizer = load_sampling_policy(model, base, dtype)
     except (ValueError, FileNotFoundError, KeyError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None

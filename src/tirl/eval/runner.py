@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tirl.eval.components import EvalComponents, Verifier, build_default_components
+from tirl.eval.components import EvalComponents, Grader, build_default_components
 from tirl.eval.config import EvalConfig
 from tirl.eval.metrics import BenchmarkSummary, SampleOutcome, summarize
 from tirl.eval.store import RunStore
@@ -222,7 +222,7 @@ async def run_eval(
                 return
             response_text = loop.response_text(traj.response_ids)
             try:
-                verdict = await components.verifier(traj, response_text, meta["gold"])
+                verdict = await components.grader(traj, response_text, meta["gold"])
             except Exception as exc:  # noqa: BLE001 - a verifier bug must not stop the run; it is reported
                 verdict = {"correct": False, "status": "verifier_error", "detail": f"{type(exc).__name__}: {exc}"}
             record = trajectory_record(
@@ -282,7 +282,7 @@ __all__: Sequence[str] = [
     "EvalConfig",
     "EvalListener",
     "EvalResult",
-    "Verifier",
+    "Grader",
     "build_components",
     "default_load_problems",
     "outcome_from_record",

@@ -39,14 +39,13 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import concurrent.futures
 import functools
 import math
 import os
 import threading
 import time
-from collections.abc import Awaitable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from tirl.protocol import extract_answer
 from tirl.protocol.config import ProtocolConfig
@@ -55,8 +54,6 @@ from tirl.reward.normalize import canonical_integer, normalize_text
 from tirl.reward.payload import PRELOAD_MODULES, PROGRAM, encode_payload, parse_worker_output
 from tirl.reward.types import Verdict, VerifierConfig, VerifierStats, VerifyItem
 from tirl.sandbox.types import CodeExecutor, ExecutionRequest, ExecutionResult
-
-T = TypeVar("T")
 
 _DEFAULT_STATS = VerifierStats()
 #: ``averify_batch`` runs extraction and the fast paths in a thread when the batch holds more characters.
@@ -68,32 +65,8 @@ def default_stats() -> VerifierStats:
     return _DEFAULT_STATS
 
 
-class _LoopThread:
-    """An event loop running forever in a daemon thread; coroutines are submitted from any thread."""
-
-    def __init__(self, name: str) -> None:
-        self._ready = threading.Event()
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.thread.start()
-        self._ready.wait()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.call_soon(self._ready.set)
-        self.loop.run_forever()
-
-    def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
-
-    def run(self, coro: Awaitable[T]) -> T:
-        if threading.current_thread() is self.thread:
-            raise RuntimeError("a sync tirl.reward function was called from the reward loop itself")
-        return self.submit(coro).result()
-
-
 _loop_lock = threading.Lock()
-_loop_thread: _LoopThread | None = None
+_loop_thread: Any = None  # tirl.runtime.BackgroundLoop, started on first use
 _default_executor: CodeExecutor | None = None
 _default_executor_lock: asyncio.Lock | None = None
 
@@ -101,7 +74,7 @@ _default_executor_lock: asyncio.Lock | None = None
 _owner_pid = os.getpid()
 
 
-def _background() -> _LoopThread:
+def _background() -> Any:
     """The background loop thread, started on first use (again in a forked child: the parent's loop, thread
     and default executor do not exist there)."""
     global _loop_thread, _default_executor, _default_executor_lock, _owner_pid
@@ -112,7 +85,11 @@ def _background() -> _LoopThread:
             _default_executor = None
             _default_executor_lock = None
         if _loop_thread is None or not _loop_thread.thread.is_alive():
-            _loop_thread = _LoopThread("tirl-reward-loop")
+            # imported here: sandbox workers import this module, and calls there may read only tirl.reward and
+            # tirl.protocol (SandboxConfig.readable_packages)
+            from tirl.runtime import BackgroundLoop
+
+            _loop_thread = BackgroundLoop("tirl-reward-loop")
             _default_executor = None  # it belonged to the dead loop
             _default_executor_lock = None
         return _loop_thread

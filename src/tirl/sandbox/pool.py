@@ -31,7 +31,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -495,15 +494,15 @@ class SyncSandbox:
 
     def __init__(self, workers: int | None = None, preload: Sequence[str] = DEFAULT_PRELOAD, *,
                  config: SandboxConfig | None = None, **options: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="tirl-sandbox", daemon=True)
-        self._thread.start()
+        from tirl.runtime import BackgroundLoop
+
+        self._loop = BackgroundLoop("tirl-sandbox")
         self.sandbox = LocalSandbox(workers, preload, config=config, **options)
         self._closed = False
         self._call(self.sandbox.start())
 
     def _call(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return self._loop.run(coro)
 
     def run(self, request: ExecutionRequest) -> ExecutionResult:
         """Run one request and wait for its result."""
@@ -530,8 +529,6 @@ class SyncSandbox:
         try:
             self._call(self.sandbox.aclose())
         finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(5.0)
             self._loop.close()
 
     def __enter__(self) -> SyncSandbox:

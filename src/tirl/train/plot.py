@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tirl.train.common import checkpoint_step
 from tirl.train.metrics import read_metrics
 
 PREFIX = "tirl/"
@@ -214,13 +215,6 @@ def plot_compare(runs: dict[str, str | Path], out_dir: str | Path, title: str | 
 __all__ = ["COMPARE", "load_runs", "plot_compare", "plot_runs"]
 
 
-def _checkpoint_step(model: str) -> int:
-    """The N of a ``.../checkpoint-N`` model reference; 0 for anything else (the run's starting model)."""
-    name = Path(str(model).rstrip("/")).name
-    head, sep, tail = name.rpartition("checkpoint-")
-    return int(tail) if sep and not head and tail.isdigit() else 0
-
-
 def heldout_points(eval_dirs: Sequence[str | Path]) -> dict[str, list[tuple[int, float]]]:
     """Per benchmark, ``(RL step, avg pass@1)`` of evaluations of a run's checkpoints, sorted by step.
 
@@ -238,7 +232,7 @@ def heldout_points(eval_dirs: Sequence[str | Path]) -> dict[str, list[tuple[int,
         if not file.exists():
             raise FileNotFoundError(f"no summary.json in {d} (an unfinished tirl eval run?)")
         summary = json.loads(file.read_text())
-        step = _checkpoint_step(summary.get("settings", {}).get("model", ""))
+        step = checkpoint_step(summary.get("settings", {}).get("model", ""))
         for name, bench in summary.get("benchmarks", {}).items():
             if isinstance(bench.get("avg_pass1"), (int, float)):
                 points.setdefault(name, []).append((step, float(bench["avg_pass1"])))

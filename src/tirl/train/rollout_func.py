@@ -16,7 +16,7 @@ How TRL forms groups (trl 1.16, read from ``grpo_trainer.py``, ``trainer/utils.p
 4. TRL gathers rewards over processes in process order and normalises them with ``view(-1, G)``; because every
    process's rows are whole, aligned groups, each view row is one problem. tirl nevertheless computes the
    advantage itself on each kept group (:mod:`tirl.algo.advantages`, paper Eq. 7 with masking and a std floor)
-   and :class:`tirl.train.rl.RocGRPOTrainer` puts it in place of TRL's; the largest difference from TRL's own
+   and :class:`tirl.train.trainer.RocGRPOTrainer` puts it in place of TRL's; the largest difference from TRL's own
    value is logged as ``check/adv_diff_vs_trl`` (close to 0 for binary rewards when grouping agrees).
 
 Slots that cannot be filled with a real kept trajectory (a group dropped by ``drop_all_equal``, fewer than G
@@ -32,13 +32,11 @@ This module does not build the trainer or the dataset (:mod:`tirl.train.rl`).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import json
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -116,45 +114,17 @@ class VerifierScorer:
     extractor ignores tool responses); the agent loop's ``final_answer`` is passed along as the extracted
     answer when it has one.
 
-    Where symbolic comparisons run: with ``on_executor`` (what :func:`tirl.train.rl.build_trainer` passes: the
-    rollout source's :meth:`AgentLoopSource.run_on_executor`), on the run's own code executor and event loop, so
-    that with ``rollout.sandbox`` set to a service URL verification runs on the service too; without it, on
-    ``tirl.reward``'s shared default pool in this process.
-
     Args:
         tokenizer: decodes ``response_ids``.
-        verify_batch: ``(items) -> list[Verdict]``; overrides both (tests).
-        on_executor: ``(fn) -> fn(executor)``'s result: runs an ``executor -> awaitable`` on the run's loop.
+        verify: ``(items) -> list[Verdict]`` on the run's executor: :meth:`AgentLoopSource.verify` (what
+            :func:`tirl.train.rl.build_trainer` passes), i.e. :meth:`tirl.runtime.AgentRuntime.verify`, so that
+            with ``rollout.sandbox`` set to a service URL verification runs on the service too; a stand-in in
+            tests.
     """
 
-    def __init__(self, tokenizer: Any, verify_batch: Callable[[list[Any]], list[Any]] | None = None,
-                 on_executor: Callable[[Callable[[Any], Any]], Any] | None = None) -> None:
+    def __init__(self, tokenizer: Any, verify: Callable[[list[Any]], list[Any]]) -> None:
         self.tokenizer = tokenizer
-        self._verify_batch = verify_batch
-        self._on_executor = on_executor
-        self._run_verifier: Any = None  # tirl.reward.Verifier on the run's executor, made on first use
-
-    def _verifier(self) -> Callable[[list[Any]], list[Any]]:
-        if self._verify_batch is not None:
-            return self._verify_batch
-        if self._on_executor is not None:
-            on_executor = self._on_executor
-
-            def on_run_executor(items: list[Any]) -> list[Any]:
-                def verify(executor: Any) -> Any:
-                    if self._run_verifier is None:
-                        from tirl.reward import Verifier
-
-                        self._run_verifier = Verifier(executor=executor)
-                    return self._run_verifier.averify_batch(items)
-
-                return on_executor(verify)
-
-            return on_run_executor
-        from tirl.reward import Verifier
-
-        self._verify_batch = Verifier().verify_batch
-        return self._verify_batch
+        self._verify = verify
 
     def score(self, trajectories: Sequence[Trajectory], problems: Sequence[Problem]) -> list[Score]:
         from tirl.reward.types import VerifyItem
@@ -168,7 +138,7 @@ class VerifierScorer:
             )
             for t, p in zip(trajectories, problems, strict=True)
         ]
-        verdicts = self._verifier()(items)
+        verdicts = self._verify(items)
         return [Score(outcome_reward(v.correct, v.status), v.status) for v in verdicts]
 
 
@@ -434,69 +404,42 @@ def _prompt_text(prompt: Any) -> str:
 # the default source: the agent loop on the trainer's current weights
 
 
-class BackgroundLoop:
-    """One asyncio event loop in a daemon thread, kept for the trainer's life.
-
-    Engines and executors bind to the loop they first run on; a persistent loop lets the local sandbox's warm
-    workers and the engine's batcher survive across RL steps.
-    """
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="tirl-rl-loop", daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Any, timeout: float | None = None) -> Any:
-        """Run ``coro`` on the loop and wait for its result (exceptions propagate)."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        """Stop the loop and join the thread. Idempotent."""
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=10)
-        if not self._thread.is_alive():
-            self.loop.close()
-
-
 ExecutorFactory = Callable[[], Any]
 
 
 def default_executor_factory(config: RLConfig) -> ExecutorFactory:
-    """A factory for the configured code executor: ``LocalSandbox`` or a ``SandboxClient`` for a service URL."""
+    """A factory for the configured code executor (:func:`tirl.runtime.build_executor` of ``rollout.sandbox``
+    and ``rollout.sandbox_workers``)."""
     r = config.rollout
 
     def make() -> Any:
-        if r.sandbox == "local":
-            from tirl.sandbox import LocalSandbox
+        from tirl.runtime import build_executor
 
-            return LocalSandbox(workers=r.sandbox_workers)
-        from tirl.service import SandboxClient
-
-        return SandboxClient(r.sandbox)
+        return build_executor(r.sandbox, r.sandbox_workers)
 
     return make
 
 
 class AgentLoopSource:
-    """:class:`TrajectorySource` running ``tirl.rollout.agent_loop`` with an ``HFEngine`` on the policy.
+    """:class:`TrajectorySource` running ``tirl.rollout.agent_loop`` on the current policy.
 
-    With ``rollout.server_url`` the turns go to an inference server instead, which is sent the current LoRA
-    adapter before every rollout (:mod:`tirl.train.server_policy`). Otherwise the engine wraps the trainer's
-    model object itself (unwrapped from DDP/DeepSpeed with TRL's
+    The pieces come from :mod:`tirl.runtime`: an :class:`~tirl.runtime.AgentRuntime` (one background event
+    loop with the run's code executor and verifier, for the whole run) and the engine of
+    :func:`~tirl.runtime.build_policy_engine`. With ``rollout.server_url`` the turns go to an inference server,
+    which is sent the current LoRA adapter before every rollout (:mod:`tirl.train.server_policy`). Otherwise the
+    engine wraps the trainer's model object itself (unwrapped from DDP/DeepSpeed with TRL's
     ``unwrap_model_for_generation``), so every step samples from the current weights; no copy is made. With
     ``use_vllm`` (GPU) it is a :class:`tirl.rollout.vllm_engine.VLLMEngine` on TRL's colocated vLLM instance,
-    into which TRL has pushed the current weights before the rollout. The sandbox and the engine live on one
-    background event loop for the whole run.
+    into which TRL has pushed the current weights before the rollout.
 
     Args:
         config: the run configuration (turn and token limits, sampling, tool limits).
         tokenizer: the policy's tokenizer.
         executor_factory: builds the code executor on first use (default from ``config.rollout.sandbox``).
-        engine_factory: ``(model) -> Engine``; default ``HFEngine(model)``.
+        engine_factory: ``(model) -> Engine``; default :func:`tirl.runtime.build_policy_engine`.
 
     Attributes:
+        runtime: the background loop with the executor and the verifier.
         context_window: the trajectories' context window in tokens (``rollout.context_window``; the trainer
             sets the model's ``max_position_embeddings`` when that is None).
         last_engine_stats: the engine's :class:`tirl.rollout.hf_engine.EngineStats` counters over the last
@@ -510,12 +453,12 @@ class AgentLoopSource:
         executor_factory: ExecutorFactory | None = None,
         engine_factory: Callable[[Any], Any] | None = None,
     ) -> None:
+        from tirl.runtime import AgentRuntime
+
         self.config = config
         self.tokenizer = tokenizer
-        self._executor_factory = executor_factory or default_executor_factory(config)
+        self.runtime = AgentRuntime(executor_factory or default_executor_factory(config), name="tirl-rl-loop")
         self._engine_factory = engine_factory
-        self._loop: BackgroundLoop | None = None
-        self._executor: Any = None
         self._engine: Any = None
         self._checked = False
         self.context_window: int | None = config.rollout.context_window
@@ -529,51 +472,20 @@ class AgentLoopSource:
     def _make_engine(self, model: Any, trainer: Any) -> Any:
         if self._engine_factory is not None:
             return self._engine_factory(model)
+        from tirl.runtime import build_policy_engine
+
         r = self.config.rollout
-        if r.server_url:
-            from tirl.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
+        return build_policy_engine(model, batch_size=r.engine_batch_size, server_url=r.server_url,
+                                   server_lora_name=r.server_lora_name, trainer=trainer)
 
-            return OpenAIEngine(r.server_url, OpenAIEngineConfig(model=r.server_lora_name, send_seed=False,
-                                                                 max_concurrency=max(64, r.engine_batch_size)))
-        vllm_generation = getattr(trainer, "vllm_generation", None)
-        if getattr(getattr(trainer, "args", None), "use_vllm", False) and vllm_generation is not None:
-            from tirl.rollout.vllm_engine import VLLMEngine
-
-            if getattr(vllm_generation, "mode", "colocate") != "colocate":
-                raise ValueError(
-                    "multi-turn rollouts need rollout.vllm_mode=colocate (TRL's server mode is single-turn)")
-            return VLLMEngine(vllm_generation.llm)
-        from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
-
-        return HFEngine(model, HFEngineConfig(max_batch_size=self.config.rollout.engine_batch_size))
-
-    def _start(self) -> None:
-        """The background loop and the code executor, started once for the run."""
-        if self._loop is None:
-            self._loop = BackgroundLoop()
-        if self._executor is None:
-            self._executor = self._loop.run(_construct(self._executor_factory))
-
-    def run_on_executor(self, fn: Callable[[Any], Any], timeout: float | None = None) -> Any:
-        """``fn(executor)`` (an awaitable) run on this source's event loop with its code executor (both started
-        when missing); how :class:`VerifierScorer` verifies on the run's sandbox. Exceptions propagate."""
-        self._start()
-        assert self._loop is not None
-        executor = self._executor
-
-        async def call() -> Any:
-            return await fn(executor)
-
-        return self._loop.run(call(), timeout)
+    def verify(self, items: Sequence[Any]) -> list[Any]:
+        """Verdicts of ``tirl.reward.VerifyItem`` items on the run's executor and loop (what
+        :class:`VerifierScorer` calls)."""
+        return self.runtime.verify(items)
 
     def generate(
         self, problems: Sequence[Problem], samples_per_problem: int, *, seed: int, trainer: Any
     ) -> list[Trajectory]:
-        from tirl.rollout.agent_loop import run_trajectories
-        from tirl.rollout.engine import SingleEngineRouter
-
-        self._start()
-        assert self._loop is not None
         rows = [{"problem": p.problem, "id": p.id} for p in problems]
         uses_vllm = self._engine_factory is None and getattr(getattr(trainer, "args", None), "use_vllm", False)
         # vLLM already holds the current weights (TRL syncs them before the rollout): no unwrapping, in
@@ -592,21 +504,10 @@ class AgentLoopSource:
                                                   Path(self.config.output_dir) / "served_adapter",
                                                   self.config.rollout.server_lora_name)
                 self._sync.push(model)
-            check = not self._checked
             stats = getattr(self._engine, "stats", None)
             before = stats.snapshot() if stats is not None else None
-            trajectories = self._loop.run(
-                run_trajectories(
-                    rows,
-                    samples_per_problem,
-                    SingleEngineRouter(self._engine),
-                    self._executor,
-                    self.tokenizer,
-                    self._agent_config(),
-                    seed=seed,
-                    check_sandbox=check,
-                )
-            )
+            trajectories = self.runtime.rollouts(rows, samples_per_problem, self._engine, self.tokenizer,
+                                                 self._agent_config(), seed=seed, check_sandbox=not self._checked)
             self._checked = True
         if before is not None:
             after = stats.snapshot()
@@ -616,24 +517,9 @@ class AgentLoopSource:
         return trajectories
 
     def close(self) -> None:
-        """Close the executor, the engine's batcher and the background loop. Idempotent."""
-        if self._loop is None:
-            return
-        for obj in (self._engine, self._executor):
-            closer = getattr(obj, "aclose", None)
-            if closer is not None:
-                try:
-                    self._loop.run(closer(), timeout=30)
-                except Exception as exc:  # noqa: BLE001 - closing must not mask the run's outcome
-                    logger.warning("closing %s failed: %s", type(obj).__name__, exc)
-        self._loop.close()
-        self._loop = None
-        self._executor = self._engine = None
-
-
-async def _construct(factory: ExecutorFactory) -> Any:
-    """Build the executor on the background loop (so it binds there)."""
-    return factory()
+        """Close the engine's batcher, the executor and the background loop. Idempotent."""
+        self.runtime.close(self._engine)
+        self._engine = None
 
 
 class _policy_for_generation:
@@ -667,7 +553,6 @@ class _policy_for_generation:
 __all__ = [
     "ADVANTAGE_KEY",
     "AgentLoopSource",
-    "BackgroundLoop",
     "METRICS_KEY",
     "REWARD_KEY",
     "RocRolloutFunc",

@@ -2,10 +2,10 @@
 and the verifier, as :func:`tirl.train.hard_subset.count_correct` and the label-consistency step of
 ``tirl data curate`` (:mod:`tirl.data.curation.consistency`) take them.
 
-Covers the wiring only: the model is loaded by :func:`tirl.models.load` (``tiny:<tok>``, built-in names, HF
-folders, GGUF), generation is :class:`tirl.rollout.hf_engine.HFEngine` under
-:func:`tirl.rollout.agent_loop.run_trajectories`, code runs in the RL config's executor (``local`` sandbox pool
-or a service URL), and scoring is :class:`tirl.train.rollout_func.VerifierScorer`. Heavy imports happen on call.
+The pieces come from :mod:`tirl.runtime`, as in RL training: generation is an in-process engine
+(:func:`tirl.runtime.build_hf_engine`) under the agent loop, code runs in the configured executor (``local``
+sandbox pool or a service URL, :func:`tirl.runtime.build_executor`) on an :class:`tirl.runtime.AgentRuntime`,
+and scoring is :class:`tirl.train.rollout_func.VerifierScorer` on that executor. Heavy imports happen on call.
 """
 
 from __future__ import annotations
@@ -45,38 +45,28 @@ class SamplerConfig(AgentLoopSettings):
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
 
 
-async def _make(factory: Any) -> Any:
-    return factory()
-
-
 @contextlib.contextmanager
 def policy_sampler(policy: Any, tokenizer: Any, config: SamplerConfig | None = None) -> Iterator[tuple[Any, Any]]:
     """``(generate, score)`` for a loaded policy; the engine and executor are closed on exit.
 
     ``generate(problems, n)`` returns ``n`` trajectories per problem (problem-major) from the agent loop with
     the Python tool; ``score(trajectories, repeated_problems)`` returns the verifier's rewards (1.0 correct).
+    Both run on one :class:`tirl.runtime.AgentRuntime` (its executor serves the tool calls and the verifier).
     """
-    from tirl.rollout.agent_loop import run_trajectories
-    from tirl.rollout.engine import SingleEngineRouter
-    from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
-    from tirl.train.config import RLConfig
-    from tirl.train.rollout_func import BackgroundLoop, VerifierScorer, default_executor_factory
+    from tirl.runtime import AgentRuntime, build_executor, build_hf_engine
+    from tirl.train.rollout_func import VerifierScorer
 
     cfg = config or SamplerConfig()
-    run_cfg = RLConfig()
-    run_cfg.rollout.sandbox, run_cfg.rollout.sandbox_workers = cfg.sandbox, cfg.workers
-    loop = BackgroundLoop()
-    executor = loop.run(_make(default_executor_factory(run_cfg)))
-    engine = HFEngine(policy, HFEngineConfig(max_batch_size=cfg.batch_size))
+    runtime = AgentRuntime(lambda: build_executor(cfg.sandbox, cfg.workers), name="tirl-sampler-loop")
+    engine = build_hf_engine(policy, batch_size=cfg.batch_size)
     agent_cfg = cfg.agent_loop_config(cfg.protocol)
-    scorer = VerifierScorer(tokenizer, on_executor=lambda fn: loop.run(fn(executor)))
+    scorer = VerifierScorer(tokenizer, runtime.verify)
     calls = {"n": 0}
 
     def generate(problems: Sequence[Any], n: int) -> list[Any]:
         rows = [{"problem": p.problem, "id": p.id} for p in problems]
         calls["n"] += 1
-        return loop.run(run_trajectories(rows, n, SingleEngineRouter(engine), executor, tokenizer, agent_cfg,
-                                         seed=cfg.seed, check_sandbox=calls["n"] == 1))
+        return runtime.rollouts(rows, n, engine, tokenizer, agent_cfg, seed=cfg.seed, check_sandbox=calls["n"] == 1)
 
     def score(trajectories: Sequence[Any], repeated: Sequence[Any]) -> list[float | None]:
         return [s.reward for s in scorer.score(trajectories, repeated)]
@@ -84,14 +74,7 @@ def policy_sampler(policy: Any, tokenizer: Any, config: SamplerConfig | None = N
     try:
         yield generate, score
     finally:
-        for obj in (engine, executor):
-            closer = getattr(obj, "aclose", None)
-            if closer is not None:
-                try:
-                    loop.run(closer(), timeout=30)
-                except Exception:  # noqa: BLE001 - closing must not hide the result
-                    pass
-        loop.close()
+        runtime.close(engine)
 
 
 __all__ = ["SamplerConfig", "policy_sampler"]

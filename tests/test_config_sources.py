@@ -202,7 +202,7 @@ def test_eval_config_file_takes_an_rl_recipes_rollout_and_protocol_sections(tmp_
 
     from tirl.eval.config import load_eval_config
 
-    recipe_path = Path(__file__).resolve().parents[1] / "configs" / "cpu-toolmath-roc.yaml"
+    recipe_path = Path(__file__).resolve().parents[1] / "configs" / "rl" / "cpu-toolmath-roc.yaml"
     recipe = yaml.safe_load(recipe_path.read_text())
     shared = {f.name for f in dataclasses.fields(AgentLoopSettings)}
     path = tmp_path / "eval.yaml"

@@ -15,19 +15,20 @@ from tirl.train.hard_subset import HardSubsetConfig, filter_hard
 from tirl.train.metrics import MetricsLog, percentile, read_metrics
 from tirl.train.plot import load_runs, plot_runs
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "rl"
 runner = CliRunner()
 
 
 def test_train_rl_prints_resolved_config_with_overrides():
-    result = runner.invoke(app, ["train", "rl", "--config", str(CONFIGS / "cpu-tiny.yaml"), "--print-config",
+    result = runner.invoke(app, ["train", "rl", "--config", str(CONFIGS / "cpu-tiny-smoke.yaml"), "--print-config",
                                  "rollout.group_size=4", "optim.learning_rate=3e-5"])
     assert result.exit_code == 0, result.output
     assert "group_size: 4" in result.output and "learning_rate: 3.0e-05" in result.output
 
 
 def test_train_rl_rejects_bad_override_with_exit_2():
-    result = runner.invoke(app, ["train", "rl", "--config", str(CONFIGS / "cpu-tiny.yaml"), "rollout.gruop_size=4"])
+    result = runner.invoke(app, ["train", "rl", "--config", str(CONFIGS / "cpu-tiny-smoke.yaml"),
+                                 "rollout.gruop_size=4"])
     assert result.exit_code == 2
     assert "unknown key" in result.output
 

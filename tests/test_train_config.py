@@ -8,7 +8,7 @@ import pytest
 
 from tirl.train.config import RLConfig, dump_config, load_config, parse_overrides
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "rl"
 
 
 def test_defaults_are_the_reports():
@@ -87,16 +87,55 @@ def test_validate_rejects(override, match):
         load_config(None, [override]).validate(1)
 
 
-@pytest.mark.parametrize("name,processes", [("stage1", 64), ("stage2", 64), ("stage3", 64), ("cpu-tiny", 1),
-                                            ("cpu-smollm2", 1), ("cpu-qwen0.5b", 1),
+@pytest.mark.parametrize("name,processes", [("rstar2-stage1", 64), ("rstar2-stage2", 64), ("rstar2-stage3", 64),
+                                            ("cpu-tiny-smoke", 1), ("cpu-smollm2-synthetic", 1),
+                                            ("cpu-qwen0.5b-synthetic", 1),
                                             ("cpu-toolmath-roc", 1), ("cpu-toolmath-grpo", 1)])
 def test_shipped_recipes_load_and_validate(name, processes):
     c = load_config(CONFIGS / f"{name}.yaml")
     c.validate(processes)
 
 
+def test_stage_2_and_3_state_only_what_differs_from_the_stage_before():
+    """stage 2 and 3 extend the previous stage (``base:``); loaded, they are the full recipes they replaced: the
+    previous stage with exactly these keys changed."""
+    import yaml
+
+    s1, s2, s3 = (load_config(CONFIGS / f"rstar2-stage{i}.yaml") for i in (1, 2, 3))
+    assert s2 == load_config(CONFIGS / "rstar2-stage1.yaml", [
+        "stage=stage2", "output_dir=runs/stage2", "init_from=auto:runs/stage1", "max_steps=85", "data.seed=1",
+        "rollout.max_response_tokens=12288"])
+    assert s3 == load_config(CONFIGS / "rstar2-stage2.yaml", [
+        "stage=stage3", "output_dir=runs/stage3", "init_from=auto:runs/stage2", "max_steps=125", "data.seed=2",
+        "data.sources=runs/stage3_hard.jsonl", "rollout.max_turns=15"])
+    assert s1.optim == s2.optim == s3.optim and s1.roc == s3.roc and s1.model == s3.model
+    for i, base in ((2, "rstar2-stage1.yaml"), (3, "rstar2-stage2.yaml")):
+        raw = yaml.safe_load((CONFIGS / f"rstar2-stage{i}.yaml").read_text())
+        assert raw["base"] == base and "optim" not in raw and "model" not in raw
+
+
+def test_a_config_file_extends_its_base_section_by_section(tmp_path):
+    from tirl.config import read_yaml_mapping
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.yaml").write_text("stage: a\nmax_steps: 5\nrollout: {group_size: 4, max_turns: 3}\n"
+                                     "data: {sources: [x, y]}\n")
+    (tmp_path / "sub" / "b.yaml").write_text("base: ../a.yaml\nstage: b\nrollout: {max_turns: 7}\n"
+                                             "data: {sources: [z]}\n")
+    assert read_yaml_mapping(tmp_path / "sub" / "b.yaml") == {
+        "stage": "b", "max_steps": 5, "rollout": {"group_size": 4, "max_turns": 7}, "data": {"sources": ["z"]}}
+    c = load_config(tmp_path / "sub" / "b.yaml", ["rollout.group_size=2"])
+    assert (c.stage, c.max_steps, c.rollout.group_size, c.rollout.max_turns) == ("b", 5, 2, 7)
+    (tmp_path / "a.yaml").write_text("base: sub/b.yaml\n")
+    with pytest.raises(ValueError, match="cycle"):
+        read_yaml_mapping(tmp_path / "sub" / "b.yaml")
+    (tmp_path / "c.yaml").write_text("base: missing.yaml\n")
+    with pytest.raises(FileNotFoundError):
+        read_yaml_mapping(tmp_path / "c.yaml")
+
+
 def test_stage_recipes_follow_the_report():
-    s1, s2, s3 = (load_config(CONFIGS / f"stage{i}.yaml") for i in (1, 2, 3))
+    s1, s2, s3 = (load_config(CONFIGS / f"rstar2-stage{i}.yaml") for i in (1, 2, 3))
     assert [s.rollout.max_response_tokens for s in (s1, s2, s3)] == [8192, 12288, 12288]
     assert [s.rollout.max_turns for s in (s1, s2, s3)] == [10, 10, 15]
     assert [s.max_steps for s in (s1, s2, s3)] == [300, 85, 125]
@@ -144,7 +183,7 @@ def test_the_sft_recipe_and_the_cpu_rl_recipe_share_one_protocol():
     from tirl.train.sft_config import load_sft_config
 
     root = Path(__file__).resolve().parent.parent / "configs"
-    sft = load_sft_config(root / "sft-cpu-qwen0.5b.yaml")
-    rl = load_config(root / "cpu-toolmath-roc.yaml")
+    sft = load_sft_config(root / "sft" / "cpu-qwen0.5b.yaml")
+    rl = load_config(root / "rl" / "cpu-toolmath-roc.yaml")
     assert sft.protocol == rl.protocol
     assert rl.protocol.prompt_style == "compact"

@@ -333,7 +333,7 @@ def test_train_token_rows_config_errors(tmp_path, tiny_model_dir):
 
 def test_cli_prints_the_cpu_recipe_and_rejects_bad_keys(tmp_path):
     runner = CliRunner()
-    result = runner.invoke(app, ["train", "sft", "--config", str(CONFIGS / "sft-cpu-qwen0.5b.yaml"),
+    result = runner.invoke(app, ["train", "sft", "--config", str(CONFIGS / "sft" / "cpu-qwen0.5b.yaml"),
                                  "--print-config", "optim.max_steps=7"])
     assert result.exit_code == 0, result.output
     import yaml
@@ -341,8 +341,8 @@ def test_cli_prints_the_cpu_recipe_and_rejects_bad_keys(tmp_path):
     printed = yaml.safe_load(result.stdout)
     assert printed["optim"]["max_steps"] == 7 and printed["model"]["lora"]["enabled"] is True
     assert printed["merge_lora"] is True
-    bad = runner.invoke(app, ["train", "sft", "--config", str(CONFIGS / "sft-cpu-qwen0.5b.yaml"), "optim.lr=1"])
+    bad = runner.invoke(app, ["train", "sft", "--config", str(CONFIGS / "sft" / "cpu-qwen0.5b.yaml"), "optim.lr=1"])
     assert bad.exit_code == 2 and "unknown key" in bad.output
-    odd = runner.invoke(app, ["train", "sft", "--config", str(CONFIGS / "sft-cpu-qwen0.5b.yaml"),
+    odd = runner.invoke(app, ["train", "sft", "--config", str(CONFIGS / "sft" / "cpu-qwen0.5b.yaml"),
                               "optim.batch_size=3", "optim.per_device_train_batch_size=2"])
     assert odd.exit_code == 2 and "multiple" in odd.output

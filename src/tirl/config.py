@@ -4,7 +4,8 @@ Every entry point's options are one dataclass (``tirl.train.config.RLConfig``, `
 ``tirl.eval.config.EvalConfig``) whose sections are nested dataclasses; this module maps a YAML mapping onto it:
 unknown keys are errors that list the known ones, values are converted to the field types (YAML 1.1 reads
 ``1e-6`` as a string; ``a,b`` is a list; ``null``/``none`` is None where the field allows it), and the
-dataclasses' own validation runs. It defines no settings itself.
+dataclasses' own validation runs. A file can extend another with a top-level ``base: other.yaml`` and state only
+what differs (:func:`read_yaml_mapping`). It defines no settings itself.
 """
 
 from __future__ import annotations
@@ -163,12 +164,22 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
-    """The top-level mapping of a YAML file (an empty file is an empty mapping).
+BASE_KEY = "base"
+"""Top-level key of a configuration file naming the file it extends (a path relative to the file's folder)."""
+
+
+def read_yaml_mapping(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The top-level mapping of a YAML file (an empty file is an empty mapping), with its ``base`` resolved.
+
+    A file may start from another one: ``base: stage1.yaml`` (a path relative to the file's own folder) reads
+    that file first (itself possibly with a ``base``) and applies this file's keys over it with :func:`merge`:
+    mappings (sections) are merged key by key, any other value (a list included) replaces the base's. So a
+    recipe states only what differs from the one it extends. The ``base`` key itself is not part of the result.
 
     Raises:
-        FileNotFoundError: ``path`` does not exist.
-        ValueError: invalid YAML, or a top level that is not a mapping.
+        FileNotFoundError: ``path`` (or a base) does not exist.
+        ValueError: invalid YAML, a top level that is not a mapping, a ``base`` that is not a string, or a
+            cycle of bases.
     """
     path = Path(path)
     if not path.exists():
@@ -179,7 +190,17 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: invalid YAML: {exc}") from exc
     if loaded is not None and not isinstance(loaded, dict):
         raise ValueError(f"{path}: the top level must be a mapping")
-    return loaded or {}
+    data = dict(loaded or {})
+    if BASE_KEY not in data:
+        return data
+    base = data.pop(BASE_KEY)
+    if not isinstance(base, str) or not base.strip():
+        raise ValueError(f"{path}: '{BASE_KEY}' must be the path of another config file, got {base!r}")
+    base_path = (path.parent / base).resolve()
+    seen = (*_seen, path.resolve())
+    if base_path in seen:
+        raise ValueError(f"{path}: '{BASE_KEY}: {base}' makes a cycle ({' -> '.join(map(str, (*seen, base_path)))})")
+    return merge(read_yaml_mapping(base_path, seen), data)
 
 
 def load_dataclass_config(cls: type, path: str | Path | None = None, overrides: Sequence[str] = ()) -> Any:
@@ -202,6 +223,7 @@ def dump_config(config: Any, path: str | Path) -> None:
 
 
 __all__ = [
+    "BASE_KEY",
     "build_dataclass",
     "dump_config",
     "load_dataclass_config",

@@ -36,7 +36,7 @@ app = typer.Typer(
 
 @app.command("rl")
 def rl_command(
-    config: Path = typer.Option(..., "--config", "-c", help="YAML recipe (configs/stage1.yaml, configs/cpu-*.yaml)."),
+    config: Path = typer.Option(..., "--config", "-c", help="YAML recipe (configs/rl/*.yaml)."),
     overrides: list[str] | None = typer.Argument(
         None, help="Overrides such as rollout.group_size=8 optim.learning_rate=2e-5 (dotted keys of the recipe)."
     ),
@@ -57,7 +57,7 @@ def rl_command(
 
 @app.command("sft")
 def sft_command(
-    config: Path = typer.Option(..., "--config", "-c", help="YAML recipe (configs/sft-*.yaml)."),
+    config: Path = typer.Option(..., "--config", "-c", help="YAML recipe (configs/sft/*.yaml)."),
     overrides: list[str] | None = typer.Argument(
         None, help="Overrides such as optim.max_steps=10 data.sources=gsm8k_tir:200 (dotted keys of the recipe)."
     ),

@@ -1,7 +1,7 @@
 """Configuration of GRPO-RoC training: dataclasses, YAML loading and ``key=value`` overrides.
 
 Covers :class:`RLConfig` and its sections (model, data, rollout, RoC, optimisation, logging), :func:`load_config`
-(a YAML recipe, ``configs/*.yaml``, with dotted overrides from the command line such as
+(a YAML recipe, ``configs/rl/*.yaml``, with dotted overrides from the command line such as
 ``rollout.group_size=8``, read and type-checked by :mod:`tirl.config`), and the batch arithmetic that maps an RL
 step onto TRL's ``GRPOConfig``. The ``rollout`` section's agent-loop settings are
 :class:`tirl.rollout.agent_loop.AgentLoopSettings`, shared with ``tirl eval``. It does not build the trainer

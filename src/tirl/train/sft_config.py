@@ -1,7 +1,7 @@
 """Configuration of the SFT stage (``tirl train sft``): dataclasses, YAML loading and ``key=value`` overrides.
 
 Covers :class:`SFTConfig` and its sections (model, data, optimisation, logging), read from a YAML recipe
-(``configs/sft-*.yaml``) with the same loader, type checks and override syntax as the RL configuration
+(``configs/sft/*.yaml``) with the same loader, type checks and override syntax as the RL configuration
 (:func:`tirl.config.load_dataclass_config`), and the batch arithmetic onto TRL's ``SFTConfig``. It does not
 build the trainer (:mod:`tirl.train.sft`) or load data (:mod:`tirl.data.sft`).
 

@@ -10,16 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tirl.protocol import (
-    ProtocolConfig,
-    Trajectory,
-    TurnRecord,
-    count_answer_blocks,
-    extract_answer,
-    find_boxes,
-    format_penalty,
-    trajectory_format_penalty,
-)
+from tirl.protocol import ProtocolConfig, Trajectory, TurnRecord, extract_answer
+from tirl.protocol.answer import count_answer_blocks, find_boxes, format_penalty, trajectory_format_penalty
 
 FIELD_CASES = Path(__file__).resolve().parent / "data" / "field_cases.jsonl"
 

@@ -238,7 +238,8 @@ def test_config_replace_keeps_other_fields():
 
 
 def test_compact_prompt_is_far_shorter_and_declares_the_call_format(qwen_tokenizer):
-    from tirl.protocol import ProtocolConfig, render_prompt_ids, render_prompt_text
+    from tirl.protocol import ProtocolConfig, render_prompt_ids
+    from tirl.protocol.render import render_prompt_text
 
     full = render_prompt_ids(qwen_tokenizer, "What is 2+2?", ProtocolConfig())
     compact_cfg = ProtocolConfig(prompt_style="compact")
@@ -251,7 +252,8 @@ def test_compact_prompt_is_far_shorter_and_declares_the_call_format(qwen_tokeniz
 
 
 def test_compact_prompt_keeps_the_tool_response_segment_of_the_full_style(qwen_tokenizer):
-    from tirl.protocol import ProtocolConfig, tool_response_segment_ids
+    from tirl.protocol import ProtocolConfig
+    from tirl.protocol.render import tool_response_segment_ids
 
     full = tool_response_segment_ids(qwen_tokenizer, ["42", "7"], ProtocolConfig())
     compact = tool_response_segment_ids(qwen_tokenizer, ["42", "7"], ProtocolConfig(prompt_style="compact"))
@@ -259,13 +261,8 @@ def test_compact_prompt_keeps_the_tool_response_segment_of_the_full_style(qwen_t
 
 
 def test_compact_conversation_ids_equal_the_pieces_the_rollout_appends(qwen_tokenizer):
-    from tirl.protocol import (
-        ConversationTurn,
-        ProtocolConfig,
-        render_conversation_ids,
-        render_prompt_ids,
-        tool_response_segment_ids,
-    )
+    from tirl.protocol import ConversationTurn, ProtocolConfig, render_conversation_ids, render_prompt_ids
+    from tirl.protocol.render import tool_response_segment_ids
 
     cfg = ProtocolConfig(prompt_style="compact")
     turns = [ConversationTurn(text="x <tool_call>{}</tool_call>", tool_responses=["1"]),

@@ -22,17 +22,10 @@ from tirl.data.sft import (
     load_sft_set,
     render_sft_example,
 )
-from tirl.protocol import (
-    ProtocolConfig,
-    ToolCall,
-    conversation_messages,
-    count_answer_blocks,
-    extract_answer,
-    format_penalty,
-    parse_tool_calls,
-    tool_schema,
-    uses_tokenizer_template,
-)
+from tirl.protocol import ProtocolConfig, ToolCall, extract_answer, parse_tool_calls
+from tirl.protocol.answer import count_answer_blocks, format_penalty
+from tirl.protocol.prompt import tool_schema
+from tirl.protocol.render import conversation_messages, uses_tokenizer_template
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # A short system prompt and tool descriptions keep the tiny model's sequences (and its 151,936-way logits) small.

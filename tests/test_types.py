@@ -2,7 +2,8 @@
 
 import pytest
 
-from tirl.protocol import ToolCall, ToolCallError, Trajectory, classify_tool_call
+from tirl.protocol import ToolCall, ToolCallError, Trajectory
+from tirl.protocol.types import classify_tool_call
 from tirl.sandbox import ExecutionRequest, ExecutionResult
 
 

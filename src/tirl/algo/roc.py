@@ -60,7 +60,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from tirl.protocol import trajectory_format_penalty
+from tirl.protocol.answer import trajectory_format_penalty
 from tirl.protocol.types import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ def p_format(trajectory: Trajectory) -> float:
     ``1.0`` when the trajectory has no ``<answer>`` block; otherwise ``min(1, (answer_blocks - 1) / turns)``
     where ``answer_blocks`` is the number of ``<answer>...</answer>`` blocks over all assistant turns and
     ``turns`` the number of assistant turns. One answer gives 0; repeated answers are penalised in proportion
-    to the number of turns. The rule lives in the protocol (``tirl.protocol.trajectory_format_penalty``).
+    to the number of turns. The rule lives in the protocol (``tirl.protocol.answer.trajectory_format_penalty``).
 
     Args:
         trajectory: a finished trajectory whose turns carry ``answer_blocks`` counts.

@@ -21,8 +21,10 @@ import math
 import random
 from collections.abc import Callable
 
-from tirl.protocol import ConversationTurn, ProtocolConfig, render_tool_call, render_tool_response
+from tirl.protocol import ConversationTurn, ProtocolConfig
 from tirl.protocol.config import resolve_config
+from tirl.protocol.parse import render_tool_call
+from tirl.protocol.response import render_tool_response
 from tirl.sandbox.types import ExecutionResult
 
 SEED = 20_261_130

@@ -8,7 +8,7 @@ conversation format (``tirl.protocol``), code execution (a ``CodeExecutor``) or 
 
 Token-in/token-out (report §3.1; field case F85): the prompt is tokenized once; every later engine call gets
 ``prompt_ids + response_ids`` exactly as sampled, never re-tokenized from text; only the tool-response segment
-is newly tokenized (``tirl.protocol.tool_response_segment_ids``) and appended with loss mask 0 and log-prob 0.0.
+is newly tokenized (``tirl.protocol.render.tool_response_segment_ids``) and appended with loss mask 0 and log-prob 0.0.
 
 Stops (the trajectory's ``finish_reason``):
 

@@ -29,7 +29,7 @@ import concurrent.futures
 import json
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from tirl.reward.verifier import Verifier
     from tirl.rollout.agent_loop import AgentLoopConfig
     from tirl.rollout.engine import Engine, EngineRouter
+    from tirl.rollout.hf_engine import HFEngine
     from tirl.sandbox.types import CodeExecutor
 
 logger = logging.getLogger(__name__)
@@ -71,11 +72,11 @@ class BackgroundLoop:
         """Whether the loop's thread still runs."""
         return self.thread.is_alive() and not self.loop.is_closed()
 
-    def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Schedule ``coro`` on the loop; returns a concurrent future of its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and wait for its result (exceptions propagate).
 
         Raises:
@@ -132,7 +133,7 @@ def build_verifier(executor: CodeExecutor | None, **options: Any) -> Verifier:
     return Verifier(executor=executor, **options)
 
 
-def build_hf_engine(model: Any, *, batch_size: int, seed: int | None = None) -> Engine:
+def build_hf_engine(model: Any, *, batch_size: int, seed: int | None = None) -> HFEngine:
     """An in-process :class:`tirl.rollout.hf_engine.HFEngine` over a loaded model, batching up to
     ``batch_size`` concurrent calls."""
     from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
@@ -199,7 +200,7 @@ def build_router(
         assert model_and_tokenizer is not None
         model, _ = model_and_tokenizer
         engine = build_hf_engine(model, batch_size=config.concurrency, seed=config.seed)
-        return SingleEngineRouter(engine), engine.aclose, engine.max_model_len  # type: ignore[attr-defined]
+        return SingleEngineRouter(engine), engine.aclose, engine.max_model_len
     from tirl.models import lora_adapter_folder
 
     served_name = None  # None: the served model name is discovered from /v1/models
@@ -293,7 +294,7 @@ class AgentRuntime:
             self._executor = self._loop.run(construct())
         return self._loop
 
-    def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run a coroutine on the runtime's loop (started when missing) and wait for its result."""
         return self._start().run(coro, timeout)
 

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TypeGuard
 
 DEFAULT_EPS = 1e-6
 DEFAULT_STD_FLOOR = 1e-2
 
 
-def _scored(r: float | None) -> bool:
+def _scored(r: float | None) -> TypeGuard[float]:
     return r is not None and not math.isnan(float(r))
 
 
@@ -74,7 +75,7 @@ def group_advantages(
     denom = (max(math.sqrt(var), std_floor) + eps) if scale else 1.0
     for i, r in enumerate(rewards):
         if _scored(r):
-            out[i] = (float(r) - mean) / denom  # type: ignore[arg-type]
+            out[i] = (float(r) - mean) / denom
     return out
 
 
@@ -100,7 +101,7 @@ def grouped_advantages(
         raise ValueError(f"{len(rewards)} rewards do not split into groups of {group_size}")
     out: list[float] = []
     for start in range(0, len(rewards), group_size):
-        out.extend(group_advantages(rewards[start : start + group_size], **kwargs))  # type: ignore[arg-type]
+        out.extend(group_advantages(rewards[start : start + group_size], **kwargs))  # type: ignore[arg-type]  # one type for all keywords
     return out
 
 

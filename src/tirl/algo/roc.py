@@ -58,7 +58,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeGuard
 
 from tirl.protocol.answer import trajectory_format_penalty
 from tirl.protocol.types import Trajectory
@@ -204,7 +204,7 @@ def candidate(trajectory: Trajectory, reward: float | None, config: RocConfig | 
     return Candidate(reward=reward, penalty=penalty, p_err=err, p_format=fmt)
 
 
-def is_scored(reward: float | None) -> bool:
+def is_scored(reward: float | None) -> TypeGuard[float]:
     """True when ``reward`` is a finite number (None and NaN are unscorable)."""
     return reward is not None and not (isinstance(reward, float) and math.isnan(reward))
 
@@ -348,16 +348,16 @@ def select_group(
         raise ValueError(f"target_size must be >= 1, got {target_size}")
     if mode not in ROC_MODES:
         raise ValueError(f"mode must be one of {ROC_MODES}, got {mode!r}")
-    pos = [i for i, c in enumerate(group) if is_scored(c.reward) and float(c.reward) > 0]  # type: ignore[arg-type]
-    neg = [i for i, c in enumerate(group) if is_scored(c.reward) and float(c.reward) <= 0]  # type: ignore[arg-type]
+    pos = [i for i, c in enumerate(group) if is_scored(c.reward) and float(c.reward) > 0]
+    neg = [i for i, c in enumerate(group) if is_scored(c.reward) and float(c.reward) <= 0]
     sel = Selection(n_pos=len(pos), n_neg=len(neg), n_unscored=len(group) - len(pos) - len(neg))
     scored = sorted(pos + neg)
     if not scored:
         sel.status = "empty"
         return sel
     if drop_all_equal:
-        first = float(group[scored[0]].reward)  # type: ignore[arg-type]
-        if all(math.isclose(float(group[i].reward), first, rel_tol=1e-9, abs_tol=1e-12) for i in scored):  # type: ignore[arg-type]
+        values = [float(c.reward) for c in group if is_scored(c.reward)]
+        if all(math.isclose(v, values[0], rel_tol=1e-9, abs_tol=1e-12) for v in values):
             sel.status = "dropped_equal"
             return sel
     if len(scored) <= target_size:

@@ -74,7 +74,7 @@ def curate_command(
     console = Console(stderr=True)
     try:
         config = CurationConfig(
-            answers=AnswerPolicy(accept=accept, max_digits=max_digits, deadline_s=deadline),  # type: ignore[arg-type]
+            answers=AnswerPolicy(accept=accept, max_digits=max_digits, deadline_s=deadline),  # type: ignore[arg-type]  # typer gives a str; AnswerPolicy checks it
             dedup_n=dedup_n, dedup_threshold=dedup_threshold, decontam_n=ngram, decontam_common_refs=common_refs,
             benchmarks=tuple(benchmark or DEFAULT_BENCHMARKS) + tuple(against or ()),
             consistency=ConsistencyConfig(samples=samples, min_correct=min_correct, chunk_problems=chunk),

@@ -273,8 +273,10 @@ def load_sft_examples(sources: Sequence[str], *, seed: int = 0, limit: int | Non
             raise ValueError(f"SFT source {src!r} is neither a packaged set ({', '.join(SFT_SETS)}) nor "
                              f"{GENERATED_PROGRAMS!r}")
         examples.extend(load_sft_set(name, _row_range(arg, name), config))
-    seen: set[str] = set()
-    unique = [e for e in examples if not (e.id in seen or seen.add(e.id))]  # type: ignore[func-returns-value]
+    first: dict[str, SFTExample] = {}
+    for e in examples:
+        first.setdefault(e.id, e)  # the first example of each id, in order
+    unique = list(first.values())
     if shuffle:
         random.Random(seed).shuffle(unique)
     return unique[:limit] if limit is not None else unique

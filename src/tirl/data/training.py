@@ -69,8 +69,7 @@ def _from_row(row: dict[str, Any], where: str, integer_only: bool) -> Problem:
 
 
 def _read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
+    with gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh.read().split("\n"), 1):
             if line.strip():
                 try:

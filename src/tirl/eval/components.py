@@ -119,7 +119,7 @@ async def build_default_components(config: EvalConfig) -> EvalComponents:
     from tirl.runtime import build_executor, build_router
 
     executor = build_executor(config.sandbox)
-    close_executor = executor.aclose  # type: ignore[attr-defined]
+    close_executor = executor.aclose
     closers: list[Any] = [close_executor]
     try:
         if config.engine == "hf":

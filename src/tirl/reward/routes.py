@@ -98,7 +98,7 @@ def _executor_of(request: Request) -> CodeExecutor | None:
     state = request.app.state
     service = getattr(state, "service", None)
     if service is not None and hasattr(service, "execute_batch"):
-        return _ServiceExecutor(service)  # type: ignore[return-value]
+        return _ServiceExecutor(service)
     return getattr(state, "executor", None)
 
 

@@ -381,7 +381,7 @@ class Verifier:
             for (i, gold, extracted, elapsed, _, _), (status, correct, detail, seconds) in zip(pending, outcomes):
                 verdicts[i] = Verdict(
                     correct=correct,
-                    status=status,  # type: ignore[arg-type]
+                    status=status,  # type: ignore[arg-type]  # a VerifyStatus, read back as str
                     extracted=extracted,
                     gold=gold,
                     path="symbolic",

@@ -55,7 +55,9 @@ class VLLMEngine:
     def _sampling_params(self, p: SamplingParams) -> Any:
         cls = self._sp_cls
         if cls is None:
-            from vllm import SamplingParams as cls  # type: ignore[no-redef]
+            import vllm
+
+            cls = vllm.SamplingParams
         return cls(
             n=1,
             max_tokens=p.max_new_tokens,

@@ -38,7 +38,7 @@ class _CountingFileIO(io.FileIO):
 
     written = 0
 
-    def write(self, data):  # type: ignore[override]
+    def write(self, data):
         n = super().write(data)
         if n:
             self.written += n
@@ -131,7 +131,7 @@ def _install_streams() -> _CountingFileIO:
     inp = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "rb", closefd=False)), encoding="utf-8",
                            errors="replace")
     sys.stdin, sys.stdout, sys.stderr = inp, out, err
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = inp, out, err  # type: ignore[misc]
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = inp, out, err  # type: ignore[misc]  # Final in typeshed; replaced on purpose
     return raw_out
 
 
@@ -140,7 +140,7 @@ def _finalize_like_interpreter() -> None:
     threading = sys.modules.get("threading")
     if threading is not None:
         try:
-            threading._shutdown()  # type: ignore[attr-defined]
+            threading._shutdown()
         except Exception:
             pass
     atexit._run_exitfuncs()

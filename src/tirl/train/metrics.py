@@ -102,14 +102,14 @@ def step_metrics(
     if selections and n_traj % len(selections):
         raise ValueError(f"{n_traj} trajectories do not split into {len(selections)} groups")
     per_group = n_traj // len(selections) if selections else 0
-    correct = [is_scored(r) and float(r) > 0 for r in rewards]  # type: ignore[arg-type]
+    correct = [is_scored(r) and float(r) > 0 for r in rewards]
     kept: list[int] = [g * per_group + i for g, sel in enumerate(selections) for i in sel.indices]
-    scored_rewards = [float(r) for r in rewards if is_scored(r)]  # type: ignore[arg-type]
+    scored_rewards = [float(r) for r in rewards if is_scored(r)]
     lengths = [float(t.num_model_tokens) for t in trajectories]
     calls = [len(t.tool_call_records) for t in trajectories]
     out = {
         "reward/mean": _mean(scored_rewards),
-        "reward/kept_mean": _mean([float(rewards[i]) for i in kept if is_scored(rewards[i])]),  # type: ignore[arg-type]
+        "reward/kept_mean": _mean([float(r) for r in (rewards[i] for i in kept) if is_scored(r)]),
         "reward/unscored": float(n_traj - len(scored_rewards)),
         "accuracy": _mean([float(c) for c in correct]),
         "tool_error_in_correct/before": tool_error_share(t for t, c in zip(trajectories, correct) if c),

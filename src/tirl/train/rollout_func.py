@@ -275,7 +275,7 @@ class RocRolloutFunc:
                     out["completion_ids"].append([self.pad_token_id])
                     out["logprobs"].append([0.0])
                     out["env_mask"].append([0])
-                    out[REWARD_KEY].append(None if traj is None else rewards[idx])  # type: ignore[index]
+                    out[REWARD_KEY].append(None if idx is None else rewards[idx])
                     out[ADVANTAGE_KEY].append(0.0)
                     slot_sources.append(None)
                     continue

@@ -64,7 +64,7 @@ def test_seccomp_filter_policy_in_a_child():
 
     def body():
         _linux.set_no_new_privs()
-        seccomp.install_filter(program)
+        seccomp.PreparedFilter(program).install()
         import subprocess
 
         a, b = socket.socketpair()

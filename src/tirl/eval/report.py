@@ -1,4 +1,4 @@
-"""Human-readable evaluation reports: the rich table printed by ``tirl eval`` and a Markdown variant.
+"""Human-readable evaluation reports: the rich table printed by ``tirl eval``.
 
 Covers formatting of :class:`tirl.eval.metrics.BenchmarkSummary` rows as a table with one *column* per
 benchmark and one row per metric (so that it stays readable in an 80-column terminal or a CI log). It does not
@@ -61,9 +61,3 @@ def summary_table(summaries: Sequence[BenchmarkSummary], title: str | None = Non
     return table
 
 
-def summary_markdown(summaries: Sequence[BenchmarkSummary]) -> str:
-    """The same table as GitHub Markdown (for the README and docs)."""
-    lines = ["| metric | " + " | ".join(s.benchmark for s in summaries) + " |",
-             "|---|" + "---:|" * len(summaries)]
-    lines += [f"| {label} | " + " | ".join(cell(s) for s in summaries) + " |" for label, cell in _rows(summaries)]
-    return "\n".join(lines)

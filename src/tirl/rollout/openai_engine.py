@@ -31,7 +31,6 @@ Not covered: streaming, ``n > 1`` per request, server start-up, KV-capacity prob
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -307,8 +306,3 @@ def _parse_sglang(data: dict[str, Any], params: SamplingParams) -> GenerationOut
     kind = fr.get("type") if isinstance(fr, dict) else fr
     return GenerationOutput(token_ids=ids, logprobs=logprobs,
                             finish_reason=_finish(kind, ids[-1] if ids else None, params))
-
-
-def logprobs_complete(out: GenerationOutput) -> bool:
-    """Whether every generated token of ``out`` has a finite log-prob (servers may send null for some)."""
-    return len(out.logprobs) == len(out.token_ids) and all(math.isfinite(x) for x in out.logprobs)

@@ -37,9 +37,6 @@ from dataclasses import asdict, dataclass, field
 from tirl.sandbox import _linux, cgroup, landlock, seccomp, uids
 from tirl.sandbox.config import LAYER_NAMES, THREAD_ENV_VARS
 
-#: Environment variables copied from the worker's (already allowlisted) environment into each call.
-BASE_ENV_KEYS: tuple[str, ...] = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
-
 
 class LayerError(RuntimeError):
     """A per-call isolation layer could not be applied; ``layer`` names it."""

@@ -145,12 +145,3 @@ class PreparedFilter:
             OSError: the kernel refused (EACCES without no-new-privs, EINVAL without seccomp support).
         """
         _linux.prctl(_linux.PR_SET_SECCOMP, _linux.SECCOMP_MODE_FILTER, self._address)
-
-
-def install_filter(program: bytes) -> None:
-    """Install ``program`` (from :func:`build_filter`) on the calling thread; irreversible.
-
-    Raises:
-        OSError: the kernel refused (EACCES without no-new-privs, EINVAL without seccomp support).
-    """
-    PreparedFilter(program).install()

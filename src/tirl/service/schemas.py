@@ -62,17 +62,6 @@ class ExecuteRequest(BaseModel):
             request_id=self.request_id,
         )
 
-    @classmethod
-    def from_request(cls, request: ExecutionRequest) -> ExecuteRequest:
-        """Build from the shared dataclass (no validation beyond pydantic's)."""
-        return cls(
-            request_id=request.request_id,
-            code=request.code,
-            stdin=request.stdin,
-            timeout_s=request.timeout_s,
-            memory_mb=request.memory_mb,
-        )
-
 
 class BatchExecuteRequest(BaseModel):
     """The body of ``POST /v1/execute/batch``: requests answered in the same order."""

@@ -75,11 +75,6 @@ class WorkloadSpec:
         if self.max_turns < 1 or self.max_response_tokens < self.min_response_tokens:
             raise ValueError("max_turns >= 1 and max_response_tokens >= min_response_tokens are required")
 
-    @property
-    def max_budget_tokens(self) -> int:
-        """Largest KV footprint of a trajectory: longest prompt + response budget."""
-        return self.prompt_tokens[1] + self.max_response_tokens
-
 
 @dataclass
 class TrajectoryPlan:
@@ -112,11 +107,6 @@ class TrajectoryPlan:
     def response_tokens(self) -> int:
         """Generated + tool tokens (<= the response budget)."""
         return sum(self.gen_tokens) + sum(self.tool_tokens)
-
-    @property
-    def final_context_tokens(self) -> int:
-        """KV footprint at the end: prompt + response."""
-        return self.prompt_tokens + self.response_tokens
 
 
 @dataclass

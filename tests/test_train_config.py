@@ -114,6 +114,65 @@ def test_stage_2_and_3_state_only_what_differs_from_the_stage_before():
         assert raw["base"] == base and "optim" not in raw and "model" not in raw
 
 
+# cpu-toolmath-grpo.yaml as it was before it extended cpu-toolmath-roc.yaml with ``base:``: every setting stated
+# (its comments left out).
+TOOLMATH_GRPO_FULL = """\
+stage: cpu-toolmath-grpo
+output_dir: runs/cpu-toolmath-grpo
+max_steps: 40
+problems_per_step: 4
+save_steps: 1
+model:
+  name_or_path: qwen2.5-coder-0.5b-tirl-sft
+  dtype: auto
+  lora:
+    enabled: true
+    r: 8
+    alpha: 16
+data:
+  sources: [toolmath:3000, gsm8k:600]
+  seed: 0
+rollout:
+  group_size: 4
+  oversample: 2
+  max_turns: 3
+  max_response_tokens: 384
+  max_prompt_tokens: 384
+  context_window: 768
+  temperature: 1.0
+  tool_timeout_s: 5.0
+  sandbox: local
+  sandbox_workers: 2
+  engine_batch_size: 32
+roc:
+  enabled: false
+  min_per_class: 1
+optim:
+  learning_rate: 3.0e-5
+  warmup_steps: 0
+  per_device_train_batch_size: 4
+logging:
+  log_trajectories: true
+protocol:
+  prompt_style: compact
+"""
+
+
+def test_toolmath_grpo_states_only_what_differs_from_roc(tmp_path):
+    """cpu-toolmath-grpo.yaml extends cpu-toolmath-roc.yaml (``base:``); loaded, it is the full recipe it
+    replaced, and the RoC recipe with exactly the ablation's keys changed."""
+    import yaml
+
+    full = tmp_path / "cpu-toolmath-grpo-full.yaml"
+    full.write_text(TOOLMATH_GRPO_FULL)
+    grpo = load_config(CONFIGS / "cpu-toolmath-grpo.yaml")
+    assert grpo == load_config(full)
+    assert grpo == load_config(CONFIGS / "cpu-toolmath-roc.yaml", [
+        "stage=cpu-toolmath-grpo", "output_dir=runs/cpu-toolmath-grpo", "max_steps=40", "roc.enabled=false"])
+    raw = yaml.safe_load((CONFIGS / "cpu-toolmath-grpo.yaml").read_text())
+    assert raw["base"] == "cpu-toolmath-roc.yaml" and set(raw) == {"base", "stage", "output_dir", "max_steps", "roc"}
+
+
 def test_a_config_file_extends_its_base_section_by_section(tmp_path):
     from tirl.config import read_yaml_mapping
 

@@ -7,20 +7,24 @@
   ``fail`` (status ``error``), ``timeout`` (status ``timeout``), ``internal`` (status ``internal``),
   ``internal-once`` (``internal`` on the first run of this request id, then carry on), ``raise`` (the executor
   itself raises), ``hang`` (never returns), ``stdin`` (echo the request's stdin).
-* :class:`RoutingTransport`: an httpx transport that sends each request to an in-process ASGI app chosen by the
-  URL's host:port, and can simulate a dead server (connection refused) or a lost response (the server ran the
-  batch, the client never got the answer).
+* :class:`RoutingTransport`: a :class:`~tirl.service.transport.HttpTransport` (what ``SandboxClient`` sends
+  through) that hands each request to an in-process ASGI app chosen by the URL's host:port (through httpx's
+  ASGI transport: no sockets), and can simulate a dead server (connection refused) or a lost response (the
+  server ran the batch, the client never got the answer). The client's real transport (aiohttp) is tested
+  over sockets in tests/test_service_client.py and tests/test_service_fault.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 
 import httpx
 
 from tirl.sandbox.types import ExecutionRequest, ExecutionResult
+from tirl.service.transport import HttpResponse, TransportError
 
 
 @dataclass
@@ -83,7 +87,7 @@ class ScriptedExecutor:
         self.closed = True
 
 
-class RoutingTransport(httpx.AsyncBaseTransport):
+class RoutingTransport:
     """Route by ``host:port`` to in-process ASGI apps; simulate dead servers and lost responses."""
 
     def __init__(self, apps: dict[str, object]) -> None:
@@ -94,24 +98,28 @@ class RoutingTransport(httpx.AsyncBaseTransport):
         self.posts: Counter = Counter()
         self.batch_sizes: list[int] = []
         self.read_timeouts: list[float] = []
+        self.closed = False
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def request(self, method: str, url: str, *, body: bytes | None = None, read_timeout_s: float,
+                      connect_timeout_s: float) -> HttpResponse:
+        request = httpx.Request(method, url, content=body,
+                                headers={"content-type": "application/json"} if body is not None else None)
         netloc = f"{request.url.host}:{request.url.port}"
         if netloc in self.down or netloc not in self.transports:
-            raise httpx.ConnectError("connection refused (simulated)", request=request)
+            raise TransportError("ConnectError: connection refused (simulated)")
         is_batch = request.url.path == "/v1/execute/batch"
         if is_batch:
             self.posts[netloc] += 1
-            self.read_timeouts.append(request.extensions.get("timeout", {}).get("read"))
-            import json
-
-            self.batch_sizes.append(len(json.loads(request.content)["requests"]))
+            self.read_timeouts.append(read_timeout_s)
+            self.batch_sizes.append(len(json.loads(body or b"")["requests"]))
         response = await self.transports[netloc].handle_async_request(request)
+        content = await response.aread()
         if is_batch and netloc in self.lose_next_batch_response:
             self.lose_next_batch_response.discard(netloc)
-            await response.aread()
-            raise httpx.ReadError("connection reset after the server answered (simulated)", request=request)
+            raise TransportError("ReadError: connection reset after the server answered (simulated)")
         if is_batch and netloc in self.garbage_batch_response:
-            await response.aread()
-            return httpx.Response(200, json={"results": []}, request=request)
-        return response
+            return HttpResponse(200, json.dumps({"results": []}).encode())
+        return HttpResponse(response.status_code, content)
+
+    async def aclose(self) -> None:
+        self.closed = True

@@ -6,7 +6,7 @@ Server side: :func:`create_app` (FastAPI app; endpoints, limits, idempotency by 
 See docs/service.md for the API and multi-node deployment.
 
 Names are imported lazily, so ``from tirl.service import SandboxClient`` needs only the base dependencies
-(httpx, pydantic), not the ``service`` extra (FastAPI, uvicorn, prometheus-client).
+(aiohttp, pydantic), not the ``service`` extra (FastAPI, uvicorn, prometheus-client).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+from tirl.service.transport import HttpTransport, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class ServerPool:
 
     Args:
         urls: base URLs of the servers (at least one; duplicates removed).
-        http: the shared async HTTP client used for health probes.
+        http: the client's HTTP transport, used for health probes.
         probe_interval_s: seconds between probes of a down server.
         probe_timeout_s: timeout of one health probe.
 
@@ -75,7 +75,7 @@ class ServerPool:
     def __init__(
         self,
         urls: list[str],
-        http: httpx.AsyncClient,
+        http: HttpTransport,
         probe_interval_s: float = 0.5,
         probe_timeout_s: float = 2.0,
     ) -> None:
@@ -110,13 +110,17 @@ class ServerPool:
     async def probe(self, server: ServerState) -> bool:
         """One ``GET /healthz``; True on a 200 with a JSON body (then ``boot_id``/``limits`` are updated)."""
         try:
-            resp = await self.http.get(server.url + "/healthz", timeout=self.probe_timeout_s)
-            if resp.status_code != 200:
-                server.last_error = f"healthz answered {resp.status_code}"
+            resp = await self.http.request("GET", server.url + "/healthz", read_timeout_s=self.probe_timeout_s,
+                                           connect_timeout_s=self.probe_timeout_s)
+            if resp.status != 200:
+                server.last_error = f"healthz answered {resp.status}"
                 return False
             body = resp.json()
-        except (httpx.HTTPError, ValueError) as exc:
-            server.last_error = f"healthz failed: {type(exc).__name__}: {exc}"
+        except TransportError as exc:
+            server.last_error = f"healthz failed: {exc}"
+            return False
+        except ValueError as exc:
+            server.last_error = f"healthz answered a body that is not JSON: {exc}"
             return False
         if isinstance(body, dict):
             server.boot_id = body.get("boot_id", server.boot_id)

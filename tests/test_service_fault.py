@@ -77,6 +77,47 @@ async def test_real_server_endpoints_and_busy_neighbours():
     assert 'tirl_service_executions_total{status="timeout"} 4.0' in metrics
 
 
+async def test_client_single_calls_and_batches_through_a_real_server():
+    """What RL and eval send (``rollout.sandbox`` a URL): single calls from many coroutines and batches, every
+    answer the one its code gives; a call the server refuses comes back as a structured ``internal`` result."""
+    (server,) = start(1, workers=2)
+    server_extra = ServiceProcess(workers=1, extra_args=["--preload", "", "--max-code-kb", "1"])
+    server_extra.start(timeout_s=120)
+    calls = workload(48, seed=3)
+    try:
+        async with SandboxClient(server.url, ClientConfig(senders=4)) as client:
+            queue = list(calls)
+            singles: list = []
+
+            async def caller() -> None:
+                while queue:
+                    request, expected = queue.pop()
+                    singles.append((request, await client.run(request), expected))
+
+            await asyncio.gather(*(caller() for _ in range(8)))
+            batch = [ExecutionRequest(code=f"print({i} ** 2)", timeout_s=5) for i in range(16)]
+            batch_results = await client.run_batch(batch)
+            health = await client.check_health()
+        async with SandboxClient(server_extra.url, ClientConfig(flush_interval_s=0.05)) as client:
+            small, big = await asyncio.gather(
+                client.run(ExecutionRequest(code="print(7)", request_id="small")),
+                client.run(ExecutionRequest(code="print(1)  # " + "x" * 2048, request_id="big")),
+            )
+    finally:
+        server.stop()
+        server_extra.stop()
+    assert health == {server.url: True}
+    assert len(singles) == len(calls)
+    for request, result, (status, stdout, error_type) in singles:
+        assert result.request_id == request.request_id and result.status == status
+        assert stdout is None or result.stdout == stdout
+        assert error_type is None or result.error_type == error_type
+    assert [r.stdout for r in batch_results] == [f"{i ** 2}\n" for i in range(16)]
+    assert [r.request_id for r in batch_results] == [r.request_id for r in batch]
+    assert small.status == "ok" and small.stdout == "7\n"
+    assert big.status == "internal" and big.request_id == "big" and "HTTP 413" in big.stderr
+
+
 async def test_unreachable_url_fails_health_check_fast():
     """Field case F89: a misconfigured sandbox URL is reported at start-up, not discovered mid-training."""
     sock = socket.socket()

@@ -1,0 +1,122 @@
+"""The client's real HTTP layer (aiohttp) over loopback sockets: what it returns, what it raises, and how
+``SandboxClient`` turns a server's 5xx and an HTTP read timeout into structured ``internal`` results.
+
+The servers are small FastAPI apps served by uvicorn in this process on 127.0.0.1 (port 0), stopped by each test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+from fastapi import FastAPI, Request, Response
+
+from tirl.sandbox.types import ExecutionRequest
+from tirl.service.client import ClientConfig, SandboxClient
+from tirl.service.server import serve_app
+from tirl.service.transport import AiohttpTransport, TransportError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def misbehaving_app() -> tuple[FastAPI, dict[str, int], asyncio.Event]:
+    """``/healthz`` answers; ``/v1/execute/batch`` answers 500 for code ``boom``, and for ``hang`` only once the
+    returned event is set (so the server can stop without cancelling handlers)."""
+    app = FastAPI()
+    hits: dict[str, int] = {"batch": 0, "healthz": 0}
+    release = asyncio.Event()
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        hits["healthz"] += 1
+        return {"status": "ok", "limits": {"deadline_grace_s": 0}}
+
+    @app.post("/echo")
+    async def echo(request: Request) -> Response:
+        return Response(await request.body(), media_type=request.headers.get("content-type", "text/plain"))
+
+    @app.get("/boom")
+    async def boom() -> Response:
+        return Response("boom", status_code=500)
+
+    @app.get("/slow")
+    async def slow() -> dict:
+        await release.wait()
+        return {}
+
+    @app.post("/v1/execute/batch")
+    async def batch(request: Request) -> Response:
+        hits["batch"] += 1
+        codes = [r["code"] for r in (await request.json())["requests"]]
+        if "hang" in codes:
+            await release.wait()
+        return Response("boom", status_code=500)
+
+    return app, hits, release
+
+
+@asynccontextmanager
+async def serving(app: FastAPI, release: asyncio.Event) -> AsyncIterator[str]:
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(serve_app(app, "127.0.0.1", 0, graceful_shutdown_s=1, stop=stop,
+                                           on_ready=ready.set_result))
+    try:
+        yield await asyncio.wait_for(ready, 10)
+    finally:
+        release.set()
+        stop.set()
+        await asyncio.wait_for(task, 20)
+
+
+def free_port() -> int:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+async def test_aiohttp_transport_returns_every_http_answer_and_raises_only_without_one():
+    app, _, release = misbehaving_app()
+    async with serving(app, release) as url:
+        http = AiohttpTransport(max_connections=2, keepalive_expiry_s=4)
+        body = '{"x":"é\\udcff"}'.encode()
+        echoes = [await http.request("POST", url + "/echo", body=body, read_timeout_s=5, connect_timeout_s=5)
+                  for _ in range(5)]  # more requests than connections: keep-alive reuse
+        boom = await http.request("GET", url + "/boom", read_timeout_s=5, connect_timeout_s=5)
+        with pytest.raises(TransportError, match="Timeout"):
+            await http.request("GET", url + "/slow", read_timeout_s=0.2, connect_timeout_s=5)
+        with pytest.raises(TransportError):
+            await http.request("GET", f"http://127.0.0.1:{free_port()}/healthz", read_timeout_s=5,
+                               connect_timeout_s=5)
+        await http.aclose()
+        await http.aclose()
+        with pytest.raises(TransportError, match="closed"):
+            await http.request("GET", url + "/healthz", read_timeout_s=5, connect_timeout_s=5)
+    assert all(e.status == 200 and e.body == body and e.json() == {"x": "é\udcff"} for e in echoes)
+    assert boom.status == 500 and boom.text == "boom"
+
+
+async def test_client_turns_a_5xx_and_a_read_timeout_into_internal_results():
+    app, hits, release = misbehaving_app()
+    config = ClientConfig(server_grace_s=0, http_timeout_margin_s=0.3, max_attempts=2, batch_size=1, senders=2,
+                          probe_interval_s=0.05)
+    async with serving(app, release) as url:
+        async with SandboxClient(url, config) as client:
+            boom, hang = await asyncio.gather(
+                client.run(ExecutionRequest("boom", timeout_s=0.1, request_id="b")),
+                client.run(ExecutionRequest("hang", timeout_s=0.1, request_id="h")),
+            )
+            stats = client.stats()
+    assert boom.status == "internal" and boom.request_id == "b"
+    assert "gave up after 2 attempts" in boom.stderr and "HTTP 500: boom" in boom.stderr
+    assert hang.status == "internal" and hang.request_id == "h"
+    assert "gave up after 2 attempts" in hang.stderr and "Timeout" in hang.stderr
+    # The server answered its health probe each time, so every batch went back to it with the same ids.
+    assert stats.resent_same_server >= 2 and stats.failovers == 0
+    assert stats.servers[url]["up"] is True
+    assert hits["batch"] == 4 and hits["healthz"] >= 2

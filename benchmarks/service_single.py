@@ -1,20 +1,29 @@
 """Single-call requests through ``tirl sandbox serve`` against the in-process pool and a fresh process per call
 (issue 13, item 7).
 
-A client on the same machine keeps K = 16 single-call ``POST /v1/execute`` requests in flight (httpx, one
-request per call, keep-alive connections; no batching). The same calls, in the same run:
+A client on the same machine keeps K = 16 calls in flight. The same calls, in the same run, per executor (the
+HTTP client each row uses in brackets):
 
-- ``in_process``: ``LocalSandbox`` (same workers, same preload) called directly by K coroutines;
-- ``service``: one ``tirl sandbox serve`` process, single-call requests;
-- ``service_routes``: the same through a second server started with ``--no-fast-path`` (every request through
-  FastAPI's routing: the configuration before issue 13's fast path);
-- ``in_process_batch`` / ``service_batch``: ``run_batch`` of 16 calls, ``--batches-in-flight`` batches at a time
-  (default 2: the next batch waits while one runs, as in an RL step), in process and through
-  ``POST /v1/execute/batch`` of the same server (the shape ``SandboxClient`` sends);
+- ``in_process``: ``LocalSandbox`` (same workers, same preload) called directly by K coroutines (no HTTP);
+- ``service``: one ``tirl sandbox serve`` process, one raw ``POST /v1/execute`` per call (aiohttp, keep-alive,
+  no batching);
+- ``service_httpx``: the same requests through httpx (the client of the runs before the switch to aiohttp;
+  kept for comparison);
+- ``service_client``: the same server through ``SandboxClient.run`` with its default ``ClientConfig`` (aiohttp):
+  what RL and eval use when ``rollout.sandbox`` is a URL; it coalesces the K callers' calls into
+  ``POST /v1/execute/batch`` requests (sent when 64 are waiting or 5 ms after the first);
+- ``service_routes``: raw single-call requests (aiohttp) to a second server started with ``--no-fast-path``
+  (every request through FastAPI's routing: the configuration before issue 13's fast path);
+- ``in_process_batch`` / ``service_batch`` / ``service_client_batch``: batches of 16 calls,
+  ``--batches-in-flight`` batches at a time (default 2: the next batch waits while one runs, as in an RL step):
+  ``LocalSandbox.run_batch``; one raw ``POST /v1/execute/batch`` per batch (aiohttp); ``SandboxClient.run_batch``
+  (aiohttp; the client may merge the batches in flight into one POST);
 - ``fresh``: one ``python -I -c`` per call with the same limits (``sandbox_bench.run_baseline``).
 
 Workloads (each answer checked): ``trivial`` (``print(1)``), ``sympy`` (solve a quadratic), ``numpy`` (200x200
-matmul), from :mod:`sandbox_bench`. Reported: calls/s, p50/p99, ``service / in_process`` and ``x fresh`` ratios,
+matmul), from :mod:`sandbox_bench`. Reported: calls/s, p50/p99, the ratios of each service row to its in-process
+row (``service_client / in_process`` and ``service_client_batch / in_process_batch`` are issue 13's target) and
+``x fresh`` ratios,
 and the CPU time per call outside the sandbox workers, which does not depend on the machine's load: this
 process (the client; in-process, the pool's host side) and the server process itself (without its workers).
 
@@ -25,6 +34,7 @@ Usage::
     .venv/bin/python benchmarks/service_single.py --json out.json
 
 Writes JSON (default ``benchmarks/results/service_single.json``) with the load average before and after.
+Rows by executor name: the JSON's ``rows`` and ``summary`` keys are the executor names above.
 """
 
 from __future__ import annotations
@@ -47,10 +57,12 @@ from rich.table import Table
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sandbox_bench import run_baseline, workload  # noqa: E402
 from tirl.sandbox import ExecutionRequest, ExecutionResult, LocalSandbox  # noqa: E402
+from tirl.service.client import SandboxClient  # noqa: E402
 from tirl.service.process import ServiceProcess  # noqa: E402
 from tirl.service.schemas import result_from_wire  # noqa: E402
+from tirl.service.transport import AiohttpTransport  # noqa: E402
 
-console = Console(width=None if sys.stdout.isatty() else 150)
+console = Console(width=None if sys.stdout.isatty() else 200)
 PRELOAD = "numpy,scipy,sympy"
 
 
@@ -145,30 +157,41 @@ async def main_async(args: argparse.Namespace) -> dict:
     server.start()
     routes.start()
     rows: list[dict] = []
+    raw = AiohttpTransport(max_connections=args.k, keepalive_expiry_s=4.0)  # the raw aiohttp rows' connections
     try:
         limits = httpx.Limits(max_connections=args.k, max_keepalive_connections=args.k)
         async with LocalSandbox(workers=args.workers, preload=tuple(PRELOAD.split(","))) as sb, \
-                httpx.AsyncClient(timeout=120, limits=limits, trust_env=False) as http:
+                httpx.AsyncClient(timeout=120, limits=limits, trust_env=False) as hx, \
+                SandboxClient(server.url) as client:
+
+            def wire(req: ExecutionRequest) -> dict:
+                return {"request_id": req.request_id, "code": req.code, "timeout_s": req.timeout_s}
 
             def single(url: str):
+                """Raw single-call requests over aiohttp."""
                 async def via(req: ExecutionRequest) -> ExecutionResult:
-                    body = {"request_id": req.request_id, "code": req.code, "timeout_s": req.timeout_s}
-                    response = await http.post(url + "/v1/execute", json=body)
+                    response = await raw.request("POST", url + "/v1/execute", body=json.dumps(wire(req)).encode(),
+                                                 read_timeout_s=120, connect_timeout_s=10)
                     return result_from_wire(response.json(), req.request_id)
                 return via
+
+            async def via_httpx(req: ExecutionRequest) -> ExecutionResult:
+                """Raw single-call requests over httpx (the earlier runs' client)."""
+                response = await hx.post(server.url + "/v1/execute", json=wire(req))
+                return result_from_wire(response.json(), req.request_id)
 
             via_service, via_routes = single(server.url), single(routes.url)
 
             async def batch_via_service(reqs: list[ExecutionRequest]) -> list[ExecutionResult]:
-                body = {"requests": [{"request_id": r.request_id, "code": r.code, "timeout_s": r.timeout_s}
-                                     for r in reqs]}
-                response = await http.post(server.url + "/v1/execute/batch", json=body)
+                body = json.dumps({"requests": [wire(r) for r in reqs]}).encode()
+                response = await raw.request("POST", server.url + "/v1/execute/batch", body=body,
+                                             read_timeout_s=120, connect_timeout_s=10)
                 return [result_from_wire(w, r.request_id) for r, w in zip(reqs, response.json()["results"])]
 
-            for _ in range(2 * sb.max_concurrency):  # warm both
+            for _ in range(2 * sb.max_concurrency):  # warm every path
                 await sb.run(ExecutionRequest("print(1)"))
-                await via_service(ExecutionRequest("print(1)", request_id=uuid.uuid4().hex))
-                await via_routes(ExecutionRequest("print(1)", request_id=uuid.uuid4().hex))
+                for via in (via_service, via_httpx, via_routes, client.run):
+                    await via(ExecutionRequest("print(1)", request_id=uuid.uuid4().hex))
             for rnd in range(args.rounds):
                 for name, (n, n_fresh) in counts.items():
                     n = max(args.k, int(n * scale))
@@ -176,6 +199,10 @@ async def main_async(args: argparse.Namespace) -> dict:
                                  **await measured(drive(workload(name, n), args.k, sb.run), None, n)})
                     rows.append({"round": rnd, "workload": name, "executor": "service",
                                  **await measured(drive(workload(name, n), args.k, via_service), server.pid, n)})
+                    rows.append({"round": rnd, "workload": name, "executor": "service_httpx",
+                                 **await measured(drive(workload(name, n), args.k, via_httpx), server.pid, n)})
+                    rows.append({"round": rnd, "workload": name, "executor": "service_client",
+                                 **await measured(drive(workload(name, n), args.k, client.run), server.pid, n)})
                     rows.append({"round": rnd, "workload": name, "executor": "service_routes",
                                  **await measured(drive(workload(name, n), args.k, via_routes), routes.pid, n)})
                     rows.append({"round": rnd, "workload": name, "executor": "in_process_batch",
@@ -185,18 +212,29 @@ async def main_async(args: argparse.Namespace) -> dict:
                                  **await measured(drive_batches(workload(name, n), args.k, batch_via_service,
                                                                 args.batches_in_flight),
                                                   server.pid, n)})
+                    rows.append({"round": rnd, "workload": name, "executor": "service_client_batch",
+                                 **await measured(drive_batches(workload(name, n), args.k, client.run_batch,
+                                                                args.batches_in_flight),
+                                                  server.pid, n)})
                     if rnd == 0:
                         rows.append({"round": rnd, "workload": name, "executor": "fresh",
                                      **await drive(workload(name, max(args.k, int(n_fresh * scale))), args.k,
                                                    run_baseline)})
     finally:
+        await raw.aclose()
         server.stop()
         routes.stop()
     return {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "k": args.k, "workers": args.workers,
+            "batches_in_flight": args.batches_in_flight,
             "machine": {"platform": platform.platform(), "python": platform.python_version(),
                         "cores": len(os.sched_getaffinity(0)), "load_avg_before": load_before,
                         "load_avg_after": os.getloadavg()},
             "rows": rows, "summary": summarize(rows)}
+
+
+#: Every executor row, in the order they run (the module docstring says what each is and which client it uses).
+EXECUTORS = ("in_process", "service", "service_httpx", "service_client", "service_routes", "in_process_batch",
+             "service_batch", "service_client_batch", "fresh")
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -204,7 +242,7 @@ def summarize(rows: list[dict]) -> dict:
     out: dict = {}
     for name in dict.fromkeys(r["workload"] for r in rows):
         med, cpu = {}, {}
-        for ex in ("in_process", "service", "service_routes", "in_process_batch", "service_batch", "fresh"):
+        for ex in EXECUTORS:
             mine = [r for r in rows if r["workload"] == name and r["executor"] == ex]
             values = sorted(r["calls_per_s"] for r in mine)
             med[ex] = values[len(values) // 2] if values else None
@@ -215,38 +253,56 @@ def summarize(rows: list[dict]) -> dict:
         fresh = med["fresh"] or float("nan")
         out[name] = {**{f"{k}_calls_per_s": v for k, v in med.items()}, **cpu,
                      "service_over_in_process": round(med["service"] / med["in_process"], 3),
+                     "httpx_over_in_process": round(med["service_httpx"] / med["in_process"], 3),
+                     "client_over_in_process": round(med["service_client"] / med["in_process"], 3),
                      "routes_over_in_process": round(med["service_routes"] / med["in_process"], 3),
                      "batch_over_in_process_batch": round(med["service_batch"] / med["in_process_batch"], 3),
+                     "client_batch_over_in_process_batch":
+                         round(med["service_client_batch"] / med["in_process_batch"], 3),
                      "service_x_fresh": round(med["service"] / fresh, 1),
+                     "client_x_fresh": round(med["service_client"] / fresh, 1),
                      "in_process_x_fresh": round(med["in_process"] / fresh, 1)}
     return out
 
 
 def render(report: dict) -> None:
     m = report["machine"]
-    table = Table(title=f"service_single {report['date']} (K = {report['k']}, {report['workers']} workers, "
-                        f"{m['cores']} cores, load {m['load_avg_before'][0]:.1f} -> {m['load_avg_after'][0]:.1f})")
-    for col in ("workload", "in-process /s", "service /s", "svc/in-proc", "no fast path /s", "in-proc batch /s",
-                "svc batch /s", "batch svc/in-proc", "fresh /s", "service x fresh", "in-process x fresh"):
-        table.add_column(col)
+    head = (f"service_single {report['date']} (K = {report['k']}, {report['workers']} workers, {m['cores']} cores, "
+            f"load {m['load_avg_before'][0]:.1f} -> {m['load_avg_after'][0]:.1f})")
+    single = Table(title=f"{head}: single calls, K in flight")
+    for col in ("workload", "in-process /s", "raw aiohttp /s", "raw/in-proc", "raw httpx /s", "httpx/in-proc",
+                "SandboxClient.run /s", "client/in-proc", "raw aiohttp, no fast path /s", "fresh /s",
+                "client x fresh", "in-process x fresh"):
+        single.add_column(col)
     for name, s in report["summary"].items():
-        table.add_row(name, str(s["in_process_calls_per_s"]), str(s["service_calls_per_s"]),
-                      f"{s['service_over_in_process']:.2f}", str(s["service_routes_calls_per_s"]),
-                      str(s["in_process_batch_calls_per_s"]),
-                      str(s["service_batch_calls_per_s"]), f"{s['batch_over_in_process_batch']:.2f}",
-                      str(s["fresh_calls_per_s"]), f"{s['service_x_fresh']}", f"{s['in_process_x_fresh']}")
-    console.print(table)
-    cpu = Table(title="CPU ms per call outside the sandbox workers (medians): the client / the pool's host side "
-                      "in-process, and the server process itself")
-    for col in ("workload", "in-process host", "service: client", "service: server", "no fast path: server",
-                "batch in-process host", "batch: client", "batch: server"):
-        cpu.add_column(col)
+        single.add_row(name, str(s["in_process_calls_per_s"]), str(s["service_calls_per_s"]),
+                       f"{s['service_over_in_process']:.2f}", str(s["service_httpx_calls_per_s"]),
+                       f"{s['httpx_over_in_process']:.2f}", str(s["service_client_calls_per_s"]),
+                       f"{s['client_over_in_process']:.2f}", str(s["service_routes_calls_per_s"]),
+                       str(s["fresh_calls_per_s"]), f"{s['client_x_fresh']}", f"{s['in_process_x_fresh']}")
+    console.print(single)
+    batches = Table(title=f"batches of {report['k']}, {report.get('batches_in_flight', '?')} in flight")
+    for col in ("workload", "in-process run_batch /s", "raw aiohttp POST /s", "raw/in-proc",
+                "SandboxClient.run_batch /s", "client/in-proc"):
+        batches.add_column(col)
     for name, s in report["summary"].items():
-        cpu.add_row(name, *(str(s.get(k, "")) for k in (
-            "in_process_client_cpu_ms_per_call", "service_client_cpu_ms_per_call", "service_server_cpu_ms_per_call",
-            "service_routes_server_cpu_ms_per_call",
-            "in_process_batch_client_cpu_ms_per_call", "service_batch_client_cpu_ms_per_call",
-            "service_batch_server_cpu_ms_per_call")))
+        batches.add_row(name, str(s["in_process_batch_calls_per_s"]), str(s["service_batch_calls_per_s"]),
+                        f"{s['batch_over_in_process_batch']:.2f}", str(s["service_client_batch_calls_per_s"]),
+                        f"{s['client_batch_over_in_process_batch']:.2f}")
+    console.print(batches)
+    cpu = Table(title="CPU ms per call outside the sandbox workers (medians): this process (the client; in process, "
+                      "the pool's host side) / the server process itself")
+    cpu.add_column("executor (client)")
+    names = list(report["summary"])
+    for name in names:
+        cpu.add_column(name)
+    labels = {"in_process": "in-process (no HTTP)", "service": "single (raw aiohttp)",
+              "service_httpx": "single (raw httpx)", "service_client": "single (SandboxClient.run)",
+              "service_routes": "single, no fast path (raw aiohttp)", "in_process_batch": "batch in-process",
+              "service_batch": "batch (raw aiohttp)", "service_client_batch": "batch (SandboxClient.run_batch)"}
+    for ex, label in labels.items():
+        cpu.add_row(label, *(f"{report['summary'][n].get(f'{ex}_client_cpu_ms_per_call', '')} / "
+                             f"{report['summary'][n].get(f'{ex}_server_cpu_ms_per_call', '-')}" for n in names))
     console.print(cpu)
     bad = [r for r in report["rows"] if r["wrong"]]
     console.print("no wrong answers" if not bad else f"[red]{len(bad)} phases with wrong answers[/]")

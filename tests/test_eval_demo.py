@@ -1,4 +1,4 @@
-"""The main job's logic (tirl.eval.demo): two models side by side, progress visible off a terminal."""
+"""The main job's logic (tirl.eval.demo): the models side by side, progress visible off a terminal."""
 
 from __future__ import annotations
 
@@ -9,13 +9,23 @@ import pytest
 from rich.console import Console
 
 from tirl.cli.eval_display import ConsoleListener
-from tirl.eval.demo import BASE_MODEL, TRAINED_MODEL, DemoSettings, comparison_table, demo_configs, run_demo
+from tirl.eval.demo import (
+    BASE_MODEL,
+    SFT_MODEL,
+    TRAINED_MODEL,
+    DemoSettings,
+    comparison_table,
+    demo_configs,
+    run_demo,
+)
+from tirl.models.trained import trained_models
 
 
-def test_default_demo_compares_the_base_and_the_trained_model_in_the_trained_protocol(tmp_path):
+def test_default_demo_compares_the_base_the_sft_and_the_rl_model_in_the_trained_protocol(tmp_path):
     configs = demo_configs(tmp_path)
-    assert [c.model for c in configs] == [BASE_MODEL, TRAINED_MODEL]
-    assert [c.out_dir.name for c in configs] == ["base", "tirl-sft"]
+    assert [c.model for c in configs] == [BASE_MODEL, SFT_MODEL, TRAINED_MODEL]
+    assert [c.out_dir.name for c in configs] == ["base", "tirl-sft", "tirl-rl"]
+    assert {SFT_MODEL, TRAINED_MODEL} <= set(trained_models())  # both ship inside the package
     assert all(c.use_tools and c.protocol.prompt_style == "compact" for c in configs)
     assert configs[0].benchmarks == ["toolmath", "math500"]
 

@@ -4,8 +4,8 @@ Thin wrappers: read ``--config FILE`` (if given) and the flags given on the comm
 :class:`tirl.eval.config.EvalConfig` (:func:`tirl.eval.config.load_eval_config`; flags win, and the defaults of
 the flags are the dataclass's), call :func:`tirl.eval.runner.run_eval`, turn the expected failures (unknown
 model or benchmark, unusable sandbox, an output folder from another run) into a one-line message and exit code
-2. ``demo`` is the README's main job (:mod:`tirl.eval.demo`): the packaged Qwen2.5-Coder-0.5B and the
-tirl-trained model side by side.
+2. ``demo`` is the README's main job (:mod:`tirl.eval.demo`): the packaged Qwen2.5-Coder-0.5B and the same
+model after tirl's SFT stage and after GRPO-RoC, side by side.
 
 Both commands set ``OMP_WAIT_POLICY=PASSIVE`` (unless the environment sets it) before torch is loaded: on a
 shared CPU machine, spinning OpenMP threads make in-process generation many times slower (see
@@ -223,8 +223,9 @@ def run_demo(out: Path, fresh: bool = False, console: Console | None = None) -> 
         results, labels, title=f"{' vs '.join(f'{label} = {model}' for label, model in settings.models)}; with the "
                                f"Python tool, T={settings.temperature}, {settings.max_turns} turns, "
                                f"{settings.max_tokens} tokens")
-    if not console.is_terminal and console.width < 118:  # five columns: not squeezed into 80 in a log
-        console = Console(width=118)
+    width = 38 + 20 * len(labels) * len(settings.benchmarks)  # every column readable, not squeezed into 80 in a log
+    if not console.is_terminal and console.width < width:
+        console = Console(width=width)
     console.print(table)
     new = sum(r.new_samples for r in results)
     console.print(f"demo finished in {elapsed / 60:.1f} min ({new} trajectories generated now; outputs in {out}/; "
@@ -236,7 +237,8 @@ def demo_command(
     out: Path = typer.Option(Path("runs/demo"), "--out", "-o", help="Output folder of the demo runs."),
     fresh: bool = typer.Option(False, "--fresh", help="Delete earlier demo outputs first (else resume)."),
 ) -> None:
-    """The main job: the packaged Qwen2.5-Coder-0.5B and the same model trained with tirl, side by side on
-    held-out toolmath and MATH-500 problems with the Python tool (local sandbox). About 15 minutes on 2 cores."""
+    """The main job: the packaged Qwen2.5-Coder-0.5B and the same model after tirl's SFT stage and after GRPO-RoC,
+    side by side on held-out toolmath and MATH-500 problems with the Python tool (local sandbox). About 10 minutes
+    on 2 cores."""
     _passive_openmp()
     run_demo(out, fresh=fresh)

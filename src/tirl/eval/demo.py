@@ -1,6 +1,8 @@
-"""The main job (``tirl demo``): the packaged base model and the tirl-trained model, side by side.
+"""The main job (``tirl demo``): the packaged base model and the same model after each stage of tirl's recipe.
 
-Both models answer the same problems with the Python tool (local sandbox pool) in the protocol the trained
+Three models, side by side: the packaged Qwen2.5-Coder-0.5B-Instruct, the same model after tirl's SFT stage
+(``qwen2.5-coder-0.5b-tirl-sft``) and after the SFT stage and GRPO-RoC on toolmath (``qwen2.5-coder-0.5b-tirl``).
+All answer the same problems with the Python tool (local sandbox pool) in the protocol the trained
 model learnt (the compact prompt): the first problems of the held-out ``toolmath`` split (generated problems
 where one short program is decisive; :mod:`tirl.data.toolmath`) and of MATH-500. Each model is one resumable
 :func:`tirl.eval.runner.run_eval` run under ``out/<label>/``; the comparison table puts their columns next to
@@ -27,7 +29,8 @@ from tirl.protocol.config import PromptStyle, ProtocolConfig
 from tirl.rollout.agent_loop import AgentLoopSettings
 
 BASE_MODEL = "qwen2.5-coder-0.5b-instruct"
-TRAINED_MODEL = "qwen2.5-coder-0.5b-tirl-sft"
+SFT_MODEL = "qwen2.5-coder-0.5b-tirl-sft"
+TRAINED_MODEL = "qwen2.5-coder-0.5b-tirl"
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,8 @@ class DemoSettings:
         prompt_style: the protocol's prompt style (the trained model's).
     """
 
-    models: tuple[tuple[str, str], ...] = (("base", BASE_MODEL), ("tirl-sft", TRAINED_MODEL))
+    models: tuple[tuple[str, str], ...] = (
+        ("base", BASE_MODEL), ("tirl-sft", SFT_MODEL), ("tirl-rl", TRAINED_MODEL))
     benchmarks: tuple[tuple[str, int], ...] = (("toolmath", 20), ("math500", 10))
     samples: int = 1
     temperature: float = 0.6
@@ -105,4 +109,4 @@ async def run_demo(out: Path, settings: DemoSettings = DemoSettings(), *, fresh:
     return results, time.perf_counter() - started
 
 
-__all__ = ["BASE_MODEL", "DemoSettings", "TRAINED_MODEL", "comparison_table", "demo_configs", "run_demo"]
+__all__ = ["BASE_MODEL", "DemoSettings", "SFT_MODEL", "TRAINED_MODEL", "comparison_table", "demo_configs", "run_demo"]

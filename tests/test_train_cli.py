@@ -13,7 +13,7 @@ from tirl.data.problem import Problem
 from tirl.data.training import load_jsonl_problems
 from tirl.train.hard_subset import HardSubsetConfig, filter_hard
 from tirl.train.metrics import MetricsLog, percentile, read_metrics
-from tirl.train.plot import load_runs, plot_runs
+from tirl.train.plot import SMOOTH_WINDOW, load_runs, plot_runs, trailing_mean
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "rl"
 runner = CliRunner()
@@ -248,3 +248,26 @@ def test_compare_overlays_runs_at_equal_steps_and_equal_wall_time(tmp_path):
         assert image.shape[0] > 500 and image.shape[1] > 800 and image.std() > 0.01  # a drawn figure
     with pytest.raises(ValueError):
         plot_compare({}, tmp_path / "q")
+
+
+def test_trailing_mean_averages_each_step_with_the_steps_before_it():
+    assert trailing_mean([0.0, 1.0, 2.0, 3.0, 4.0], 3) == [0.0, 0.5, 1.0, 2.0, 3.0]
+    assert trailing_mean([5.0], 10) == [5.0]
+    with pytest.raises(ValueError, match="window"):
+        trailing_mean([1.0], 0)
+
+
+def _dark_pixels(path) -> int:
+    import matplotlib.image
+
+    image = matplotlib.image.imread(path)[..., :3]
+    return int((image.max(axis=-1) < 0.15).sum())
+
+
+def test_reward_plot_draws_the_trailing_mean_once_there_are_enough_steps(tmp_path):
+    _write_run(tmp_path / "short", "s", SMOOTH_WINDOW - 1, 0.1)
+    _write_run(tmp_path / "long", "s", SMOOTH_WINDOW, 0.1)
+    plot_runs([tmp_path / "short"], tmp_path / "p_short")
+    plot_runs([tmp_path / "long"], tmp_path / "p_long")
+    # the black trailing-mean line adds dark pixels beyond the axes and text
+    assert _dark_pixels(tmp_path / "p_long" / "reward.png") > _dark_pixels(tmp_path / "p_short" / "reward.png") + 300

@@ -72,6 +72,29 @@ TITLES = {
     "tool_errors": ("Failing tool calls inside correct trajectories (Figure 4)", "share of tool calls"),
     "length": ("Response length", "model tokens"),
 }
+# A trailing mean drawn over the per-step line: with 4 problems a step, one step's reward is noise around the trend.
+SMOOTHED = {"reward": ("reward/mean", "reward (all sampled)"),
+            "tool_errors": ("tool_error_in_correct/before", "before selection")}
+SMOOTH_WINDOW = 10
+
+
+def trailing_mean(ys: Sequence[float], window: int) -> list[float]:
+    """The mean of each value and the ``window - 1`` before it (fewer at the start); same length as ``ys``.
+
+    Raises:
+        ValueError: ``window`` < 1.
+    """
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    out, total = [], 0.0
+    for i, y in enumerate(ys):
+        total += y
+        if i >= window:
+            total -= ys[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
 OVERVIEW = [("p_format/mean", "p_format"), ("truncation_rate", "truncation rate"),
             ("tool_calls/per_traj", "tool calls / trajectory"), ("groups/dropped", "groups dropped"),
             ("time/rollout_s", "rollout s"), ("time/update_s", "update s")]
@@ -79,6 +102,9 @@ OVERVIEW = [("p_format/mean", "p_format"), ("truncation_rate", "truncation rate"
 
 def plot_runs(paths: Sequence[str | Path], out_dir: str | Path, title: str | None = None) -> list[Path]:
     """Draw ``reward.png``, ``tool_errors.png``, ``length.png`` and ``overview.png`` into ``out_dir``.
+
+    With at least :data:`SMOOTH_WINDOW` steps, ``reward.png`` and ``tool_errors.png`` also draw the trailing mean
+    of the sampled reward and of the failing-call share before selection (:func:`trailing_mean`).
 
     Returns:
         The written files.
@@ -108,6 +134,12 @@ def plot_runs(paths: Sequence[str | Path], out_dir: str | Path, title: str | Non
             xs, ys = _series(records, key)
             if xs:
                 ax.plot(xs, ys, marker="o", markersize=3, label=label)
+        if name in SMOOTHED:
+            key, label = SMOOTHED[name]
+            xs, ys = _series(records, key)
+            if len(xs) >= SMOOTH_WINDOW:
+                ax.plot(xs, trailing_mean(ys, SMOOTH_WINDOW), color="black", linewidth=2.2,
+                        label=f"{label}, mean of the last {SMOOTH_WINDOW} steps")
         for b in boundaries:
             ax.axvline(b, color="grey", linestyle=":", linewidth=1)
         heading, ylabel = TITLES[name]

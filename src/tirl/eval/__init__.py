@@ -11,8 +11,7 @@ Names are imported on first use (module ``__getattr__``): importing the package 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tirl._lazy import lazy_getattr
 
 _EXPORTS = {
     "EvalConfig": "tirl.eval.config",
@@ -32,8 +31,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tirl.eval' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -13,8 +13,7 @@ neither torch nor an HTTP client.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tirl._lazy import lazy_getattr
 
 _EXPORTS = {
     "AgentLoop": "tirl.rollout.agent_loop",
@@ -36,8 +35,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tirl.rollout' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

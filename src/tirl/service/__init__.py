@@ -11,8 +11,7 @@ Names are imported lazily, so ``from tirl.service import SandboxClient`` needs o
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tirl._lazy import lazy_getattr
 
 _EXPORTS = {
     "ClientConfig": "tirl.service.client",
@@ -31,8 +30,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tirl.service' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -10,8 +10,7 @@ transformers nor trl.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tirl._lazy import lazy_getattr
 
 _EXPORTS = {
     "RLConfig": "tirl.train.config",
@@ -24,8 +23,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tirl.train' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

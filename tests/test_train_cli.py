@@ -250,6 +250,30 @@ def test_compare_overlays_runs_at_equal_steps_and_equal_wall_time(tmp_path):
         plot_compare({}, tmp_path / "q")
 
 
+def _pixels_near(path, rgb, tol=0.03) -> int:
+    import matplotlib.image
+    import numpy as np
+
+    image = matplotlib.image.imread(path)[..., :3]
+    return int((np.abs(image - np.array(rgb)).max(axis=-1) < tol).sum())
+
+
+def test_compare_draws_faint_steps_under_a_trend_once_a_run_is_long_enough(tmp_path):
+    from matplotlib.colors import to_rgb
+
+    from tirl.train.plot import plot_compare
+
+    _write_run(tmp_path / "short", "s", SMOOTH_WINDOW - 1, 0.1)
+    _write_run(tmp_path / "long", "s", SMOOTH_WINDOW, 0.1)
+    plot_compare({"A": tmp_path / "short"}, tmp_path / "p_short")
+    plot_compare({"A": tmp_path / "long"}, tmp_path / "p_long")
+    # the first run's colour at alpha 0.35 over white: only the faint per-step line under a trailing mean has it
+    faint = tuple(0.35 * c + 0.65 for c in to_rgb("C0"))
+    short = _pixels_near(tmp_path / "p_short" / "compare_steps.png", faint)
+    long = _pixels_near(tmp_path / "p_long" / "compare_steps.png", faint)
+    assert long > 3 * short  # measured: 120 (anti-aliased edges) against 662
+
+
 def test_trailing_mean_averages_each_step_with_the_steps_before_it():
     assert trailing_mean([0.0, 1.0, 2.0, 3.0, 4.0], 3) == [0.0, 0.5, 1.0, 2.0, 3.0]
     assert trailing_mean([5.0], 10) == [5.0]

@@ -172,8 +172,12 @@ def plot_runs(paths: Sequence[str | Path], out_dir: str | Path, title: str | Non
     return written
 
 
+# The ablation's panels. "failing calls in correct, sampled" is the report's Figure 4 measurement (the policy's own
+# positives, before any selection); "trained on" is what RoC's selection leaves (the same as sampled without RoC).
 COMPARE = [("reward/mean", "reward (all sampled)"),
+           ("tool_error_in_correct/before", "failing calls in correct, sampled (Fig. 4)"),
            ("tool_error_in_correct/after", "failing calls in correct, trained on"),
+           ("tool_calls/error_rate", "failing calls (all)"),
            ("tool_calls/per_traj", "tool calls / trajectory"), ("length/mean", "response length (model tokens)")]
 
 
@@ -193,7 +197,8 @@ def plot_compare(runs: dict[str, str | Path], out_dir: str | Path, title: str | 
     Args:
         runs: label -> run folder (or ``metrics.jsonl``); each run is read on its own step axis.
         out_dir: where ``compare_steps.png`` (x = RL step) and ``compare_time.png`` (x = cumulative hours of
-            ``time/step_s``) go, each with the panels of :data:`COMPARE`.
+            ``time/step_s``) go, each with the panels of :data:`COMPARE`. A run with at least
+            :data:`SMOOTH_WINDOW` steps is drawn as faint step values under its trailing mean (:func:`trailing_mean`).
         title: suffix for the figure titles.
 
     Returns:
@@ -218,10 +223,11 @@ def plot_compare(runs: dict[str, str | Path], out_dir: str | Path, title: str | 
     out.mkdir(parents=True, exist_ok=True)
     written = []
     suffix = f" - {title}" if title else ""
+    colors = [f"C{i % 10}" for i in range(len(loaded))]
     for axis in ("steps", "time"):
-        fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+        fig, axes = plt.subplots(2, 3, figsize=(15, 7))
         for ax, (key, label) in zip(axes.flat, COMPARE):
-            for run_label, records in loaded.items():
+            for color, (run_label, records) in zip(colors, loaded.items()):
                 hours = _wall_hours(records)
                 xs, ys = [], []
                 for rec, h in zip(records, hours):
@@ -229,8 +235,12 @@ def plot_compare(runs: dict[str, str | Path], out_dir: str | Path, title: str | 
                     if isinstance(value, (int, float)) and math.isfinite(value):
                         xs.append(rec["global_step"] if axis == "steps" else h)
                         ys.append(float(value))
-                if xs:
-                    ax.plot(xs, ys, marker="o", markersize=2, label=run_label)
+                if len(xs) >= SMOOTH_WINDOW:  # the step values faint, the trend drawn over them
+                    ax.plot(xs, ys, color=color, marker="o", markersize=2, linewidth=0.8, alpha=0.35)
+                    ax.plot(xs, trailing_mean(ys, SMOOTH_WINDOW), color=color, linewidth=2.2,
+                            label=f"{run_label} (mean of the last {SMOOTH_WINDOW} steps)")
+                elif xs:
+                    ax.plot(xs, ys, color=color, marker="o", markersize=2, label=run_label)
             ax.set_title(label)
             ax.set_xlabel("RL step" if axis == "steps" else "wall time (hours)")
             ax.grid(alpha=0.3)

@@ -8,6 +8,11 @@ production, a test double in tests). For each request it
 3. runs it in the executor under a safety deadline of ``timeout_s + deadline_grace_s`` counted from when it
    got its slot, so a broken executor still yields an answer (``internal``) instead of a hung request.
 
+Batches: :meth:`ExecutionService.execute_batch` answers all items at once, in request order (``POST
+/v1/execute/batch``); :meth:`ExecutionService.execute_each` yields each item as soon as it finishes, in completion
+order (``POST /v1/execute/stream``). Both run every item through :meth:`ExecutionService.execute`, so cache,
+de-duplication, admission, deadlines and metrics are the same.
+
 It never raises for a request: executor failures become ``internal`` results. Size checks (413) and schema
 checks (422) happen before, in :mod:`tirl.service.app`; this module only offers
 :meth:`ServiceConfig.oversize_reason`.
@@ -16,14 +21,17 @@ checks (422) happen before, in :mod:`tirl.service.app`; this module only offers
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from tirl.sandbox.types import CodeExecutor, ExecutionRequest, ExecutionResult
 from tirl.service.cache import CacheSource, ResultCache
 from tirl.service.metrics import ServiceMetrics
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_CONCURRENCY = 64
 
@@ -146,6 +154,42 @@ class ExecutionService:
         """Answer many requests concurrently; ``results[i]`` answers ``requests[i]``."""
         self.metrics.batch_size.observe(len(requests))
         return list(await asyncio.gather(*(self.execute(r) for r in requests)))
+
+    async def execute_each(self, requests: Sequence[ExecutionRequest]) -> AsyncIterator[tuple[int, ExecutionResult]]:
+        """Answer many requests concurrently; yield ``(i, result)`` for ``requests[i]`` as soon as it finishes.
+
+        Items come in completion order, each exactly once. Every item goes through :meth:`execute` (cache,
+        de-duplication by ``request_id``, admission, safety deadline, metrics), as in :meth:`execute_batch`. An
+        item whose :meth:`execute` raised (a server bug: it never raises for a request's content) is answered
+        ``internal`` instead of failing the others.
+
+        Closing the iterator early (``aclose``, or cancelling the task iterating it: the client disconnected)
+        cancels the per-item waits but not the executions: those belong to the idempotency cache, finish, and
+        are cached for a retry of the same id. No task of this iterator outlives it.
+        """
+        self.metrics.batch_size.observe(len(requests))
+        finished: asyncio.Queue[int] = asyncio.Queue()
+        tasks: list[asyncio.Task[ExecutionResult]] = []
+        for i, request in enumerate(requests):
+            task = asyncio.ensure_future(self._execute_item(request))
+            task.add_done_callback(lambda _task, i=i: finished.put_nowait(i))
+            tasks.append(task)
+        try:
+            for _ in range(len(tasks)):
+                i = await finished.get()
+                yield i, tasks[i].result()
+        finally:
+            for task in tasks:
+                task.cancel()  # no-op for finished ones; the executions themselves are shielded by the cache
+
+    async def _execute_item(self, request: ExecutionRequest) -> ExecutionResult:
+        try:
+            return await self.execute(request)
+        except Exception as exc:  # CancelledError is not an Exception: it propagates
+            log.exception("execute failed for request %r", request.request_id)
+            return ExecutionResult.internal_error(
+                f"unexpected server error: {type(exc).__name__}: {exc}", request.request_id
+            )
 
     def _count(self, result: ExecutionResult, source: CacheSource, latency_s: float) -> None:
         self.metrics.calls.labels(status=result.status, source=source).inc()

@@ -1,7 +1,8 @@
 """Wire format of the code-execution service: pydantic models for requests, results and health.
 
-This module covers the JSON bodies of ``/v1/execute``, ``/v1/execute/batch`` and ``/healthz`` and their
-conversion to and from the shared dataclasses of :mod:`tirl.sandbox.types`. It does not check sizes against
+This module covers the JSON bodies of ``/v1/execute``, ``/v1/execute/batch``, ``/v1/execute/stream`` (its
+request body and the objects on its lines) and ``/healthz`` and their conversion to and from the shared
+dataclasses of :mod:`tirl.sandbox.types`. It does not check sizes against
 the server's limits (that is a 413, decided by the app) and does not run anything.
 
 The request and result models mirror :class:`~tirl.sandbox.types.ExecutionRequest` and
@@ -64,7 +65,8 @@ class ExecuteRequest(BaseModel):
 
 
 class BatchExecuteRequest(BaseModel):
-    """The body of ``POST /v1/execute/batch``: requests answered in the same order."""
+    """The body of ``POST /v1/execute/batch`` (requests answered in the same order) and of
+    ``POST /v1/execute/stream`` (each answered on its own line as it finishes)."""
 
     model_config = STRICT_REQUEST
 
@@ -91,6 +93,13 @@ class BatchExecuteResponse(BaseModel):
     """The answer to ``POST /v1/execute/batch``: ``results[i]`` answers ``requests[i]``."""
 
     results: list[ExecuteResult]
+
+
+class StreamedResult(BaseModel):
+    """One line of the answer to ``POST /v1/execute/stream``: ``result`` answers ``requests[index]``."""
+
+    index: int = Field(ge=0, description="Position of the answered request in the body's requests.")
+    result: ExecuteResult
 
 
 class ServiceLimits(BaseModel):

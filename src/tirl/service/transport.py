@@ -9,13 +9,19 @@ itself; aiohttp parses responses with a compiled parser (about 0.3-0.4 ms per ca
 The client sees only :class:`HttpTransport`: ``request(method, url, body, read_timeout_s, connect_timeout_s)``
 returns an :class:`HttpResponse` (status and the whole body) for any HTTP answer, 4xx and 5xx included, and
 raises :class:`TransportError` when no answer arrived (connection refused or reset, a timeout, a truncated
-body). Which of those is the server's fault is the client's decision, not this module's. Tests give the client
-their own ``HttpTransport`` (in-process apps, simulated faults) instead of :class:`AiohttpTransport`.
+body). ``stream_lines(...)`` (same arguments) is an async context manager for an answer read line by line as it
+arrives (``POST /v1/execute/stream``): it gives a :class:`LineStream` with the ``status`` and the body's lines;
+``TransportError`` when no answer arrived, and from the line iterator when the connection breaks or times out
+mid-body, after the lines that did arrive. Which of those is the server's fault is the client's decision, not
+this module's. Tests give the client their own ``HttpTransport`` (in-process apps, simulated faults) instead
+of :class:`AiohttpTransport`; one without ``stream_lines`` makes the client use ``/v1/execute/batch``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -47,6 +53,29 @@ class TransportError(Exception):
     """No HTTP answer: connection refused or reset, connect or read timeout, a body cut short."""
 
 
+class LineStream(Protocol):
+    """An HTTP answer whose body is read as it arrives (from :meth:`HttpTransport.stream_lines`)."""
+
+    status: int
+
+    def lines(self) -> AsyncIterator[bytes]:
+        """The body's lines, without their ``\n``, each as soon as it is complete (a last line without a
+        newline is given at the end). Read it once.
+
+        Raises:
+            TransportError: the connection broke, or no bytes came for ``read_timeout_s``, before the body ended.
+        """
+        ...
+
+    async def read(self) -> bytes:
+        """The rest of the body at once (for an error answer).
+
+        Raises:
+            TransportError: the body did not arrive complete.
+        """
+        ...
+
+
 class HttpTransport(Protocol):
     """What :class:`~tirl.service.client.SandboxClient` needs from an HTTP library."""
 
@@ -66,6 +95,23 @@ class HttpTransport(Protocol):
 
         Raises:
             TransportError: no complete answer arrived.
+        """
+        ...
+
+    def stream_lines(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: bytes | None = None,
+        read_timeout_s: float,
+        connect_timeout_s: float,
+    ) -> AbstractAsyncContextManager[LineStream]:
+        """Send one request as :meth:`request` does; entering gives the answer's status at once and its body
+        line by line as it arrives. Leaving before the body ended closes that connection (it is not reused).
+
+        Raises:
+            TransportError: on entering, no answer arrived; from :meth:`LineStream.lines`, the body broke off.
         """
         ...
 
@@ -113,20 +159,93 @@ class AiohttpTransport:
         connect_timeout_s: float,
     ) -> HttpResponse:
         session = self._get_session()
-        # No total timeout and no bound on the wait for a pooled connection (the pool is sized for every
-        # sender and probe, as httpx's pool timeout equalled the read timeout); sock_connect bounds the TCP
-        # connect, sock_read each wait for the server's bytes.
-        timeout = aiohttp.ClientTimeout(total=None, connect=None, sock_connect=connect_timeout_s,
-                                        sock_read=read_timeout_s)
-        headers = {"Content-Type": "application/json"} if body is not None else None
         try:
-            async with session.request(method, url, data=body, headers=headers, timeout=timeout) as resp:
+            async with session.request(method, url, data=body, headers=_headers(body),
+                                       timeout=_timeout(read_timeout_s, connect_timeout_s)) as resp:
                 return HttpResponse(resp.status, await resp.read())
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except _ERRORS as exc:
             raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+
+    @asynccontextmanager
+    async def stream_lines(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: bytes | None = None,
+        read_timeout_s: float,
+        connect_timeout_s: float,
+    ) -> AsyncIterator[LineStream]:
+        session = self._get_session()
+        try:
+            resp = await session.request(method, url, data=body, headers=_headers(body),
+                                         timeout=_timeout(read_timeout_s, connect_timeout_s))
+        except _ERRORS as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+        try:
+            yield _AiohttpLineStream(resp)
+        finally:
+            if resp.content.at_eof():
+                resp.release()  # the whole body was read: the connection goes back to the pool
+            else:
+                resp.close()  # bytes may still come: never reuse this connection
 
     async def aclose(self) -> None:
         self._closed = True
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+
+
+#: What aiohttp raises when no (complete) answer arrived: connection errors, payload errors, timeouts.
+_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+
+
+def _headers(body: bytes | None) -> dict[str, str] | None:
+    return {"Content-Type": "application/json"} if body is not None else None
+
+
+def _timeout(read_timeout_s: float, connect_timeout_s: float) -> aiohttp.ClientTimeout:
+    # No total timeout and no bound on the wait for a pooled connection (the pool is sized for every sender and
+    # probe, as httpx's pool timeout equalled the read timeout); sock_connect bounds the TCP connect, sock_read
+    # each wait for the server's bytes.
+    return aiohttp.ClientTimeout(total=None, connect=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
+
+
+class _AiohttpLineStream:
+    """:class:`LineStream` over an aiohttp response. Lines are split here, not with aiohttp's ``readline``,
+    which refuses lines over its buffer size (128 KiB by default; a result line can be megabytes)."""
+
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self._resp = resp
+        self.status = resp.status
+
+    async def read(self) -> bytes:
+        try:
+            return await self._resp.read()
+        except _ERRORS as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        content = self._resp.content
+        partial = bytearray()
+        while True:
+            try:
+                chunk = await content.readany()
+            except _ERRORS as exc:
+                raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+            if not chunk:
+                break
+            start = 0
+            while (end := chunk.find(b"\n", start)) >= 0:
+                if partial:
+                    partial += chunk[start:end]
+                    line = bytes(partial)
+                    partial.clear()
+                else:
+                    line = chunk[start:end]
+                yield line
+                start = end + 1
+            partial += chunk[start:]
+        if partial:
+            yield bytes(partial)

@@ -1,7 +1,9 @@
 """SandboxClient: batching, ordering, balancing, failover without re-running, deadlines, backpressure, closing.
 
 Servers are in-process apps behind :class:`RoutingTransport` (no sockets), so faults are exact and fast; the
-subprocess test with real servers and real kills is tests/test_service_fault.py.
+subprocess test with real servers and real kills is tests/test_service_fault.py. Tests marked with the
+``stream`` parameter run both ways the client sends a batch (``/v1/execute/stream``, the default, and
+``/v1/execute/batch``); what only streaming does is in tests/test_service_stream.py.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from tirl.service.client import ClientConfig, SandboxClient
 from tirl.service.core import ServiceConfig
 
 A, B = "a.test:9001", "b.test:9002"
+
+both_ways = pytest.mark.parametrize("stream", [True, False], ids=["stream", "batch"])
 
 
 def cluster(n: int = 2, workers: int = 8, service: ServiceConfig | None = None):
@@ -64,10 +68,11 @@ async def test_many_coroutines_get_their_own_results_in_few_batches():
     assert stats.answered == {"ok": 300}
 
 
-async def test_run_batch_keeps_order_with_mixed_statuses():
+@both_ways
+async def test_run_batch_keeps_order_with_mixed_statuses(stream):
     urls, _, transport = cluster(2)
     codes = ["echo 0", "fail", "sleep 0.02; echo 2", "timeout", "echo 4"]
-    async with SandboxClient(urls, fast(), transport=transport) as client:
+    async with SandboxClient(urls, fast(stream=stream), transport=transport) as client:
         results = await client.run_batch([req(c, f"k{i}") for i, c in enumerate(codes)])
     assert [r.status for r in results] == ["ok", "error", "ok", "timeout", "ok"]
     assert results[2].stdout == "2\n"
@@ -117,10 +122,11 @@ def test_bad_urls_and_config_rejected():
         ClientConfig(batch_size=0)
 
 
-async def test_dead_server_calls_fail_over_with_same_ids_and_server_is_reprobed():
+@both_ways
+async def test_dead_server_calls_fail_over_with_same_ids_and_server_is_reprobed(stream):
     urls, executors, transport = cluster(2)
     transport.down.add(A)
-    async with SandboxClient(urls, fast(), transport=transport) as client:
+    async with SandboxClient(urls, fast(stream=stream), transport=transport) as client:
         results = await asyncio.gather(*(client.run(req(f"echo {i}", f"r{i}")) for i in range(40)))
         stats = client.stats()
         assert stats.servers["http://a.test:9001"]["up"] is False
@@ -135,11 +141,12 @@ async def test_dead_server_calls_fail_over_with_same_ids_and_server_is_reprobed(
     assert stats.failovers >= 1
 
 
-async def test_lost_response_is_resent_to_the_same_server_which_does_not_run_it_again():
+@both_ways
+async def test_lost_response_is_resent_to_the_same_server_which_does_not_run_it_again(stream):
     urls, executors, transport = cluster(2)
     transport.lose_next_batch_response.add(A)
     transport.lose_next_batch_response.add(B)
-    async with SandboxClient(urls, fast(senders=1), transport=transport) as client:
+    async with SandboxClient(urls, fast(senders=1, stream=stream), transport=transport) as client:
         results = await client.run_batch([req(f"echo {i}", f"r{i}") for i in range(10)])
         stats = client.stats()
     assert [r.stdout for r in results] == [f"{i}\n" for i in range(10)]
@@ -147,14 +154,15 @@ async def test_lost_response_is_resent_to_the_same_server_which_does_not_run_it_
     assert stats.resent_same_server >= 1 and stats.failovers == 0
 
 
-async def test_garbage_answer_moves_batch_elsewhere():
+@both_ways
+async def test_garbage_answer_moves_batch_elsewhere(stream):
     urls, executors, transport = cluster(2)
     transport.garbage_batch_response.add(A)
     transport.garbage_batch_response.add(B)
-    async with SandboxClient(urls, fast(max_attempts=3), transport=transport) as client:
+    async with SandboxClient(urls, fast(max_attempts=3, stream=stream), transport=transport) as client:
         result = await client.run(req("echo 1", "g"))
     assert result.status == "internal" and "gave up after 3 attempts" in result.stderr
-    assert "results for 1 requests" in result.stderr
+    assert ("unreadable stream line" if stream else "results for 1 requests") in result.stderr
 
 
 async def test_all_servers_down_gives_internal_results_not_exceptions():
@@ -219,9 +227,10 @@ async def test_bounded_queue_applies_backpressure():
     assert all(r.ok for r in results)
 
 
-async def test_oversize_item_rejected_alone_others_still_run():
+@both_ways
+async def test_oversize_item_rejected_alone_others_still_run(stream):
     urls, executors, transport = cluster(1, service=ServiceConfig(max_code_bytes=20))
-    async with SandboxClient(urls, fast(flush_interval_s=0.05), transport=transport) as client:
+    async with SandboxClient(urls, fast(flush_interval_s=0.05, stream=stream), transport=transport) as client:
         results = await asyncio.gather(
             client.run(req("echo ok", "small")), client.run(req("echo " + "x" * 50, "big")),
             client.run(req("echo 2", "s2")),
@@ -232,18 +241,20 @@ async def test_oversize_item_rejected_alone_others_still_run():
     assert stats.rejected == 1 and executors[A].runs["big"] == 0
 
 
-async def test_invalid_field_rejected_alone():
+@both_ways
+async def test_invalid_field_rejected_alone(stream):
     urls, _, transport = cluster(1)
-    async with SandboxClient(urls, fast(flush_interval_s=0.05), transport=transport) as client:
+    async with SandboxClient(urls, fast(flush_interval_s=0.05, stream=stream), transport=transport) as client:
         results = await asyncio.gather(client.run(req("echo ok", "fine")), client.run(req("echo", "neg", timeout_s=-1)))
     assert [r.status for r in results] == ["ok", "internal"]
     assert "HTTP 422" in results[1].stderr and "timeout_s" in results[1].stderr
 
 
+@both_ways
 @pytest.mark.parametrize("retries,expected", [(1, "ok"), (0, "internal")])
-async def test_internal_result_retried_with_same_id(retries, expected):
+async def test_internal_result_retried_with_same_id(retries, expected, stream):
     urls, executors, transport = cluster(1)
-    async with SandboxClient(urls, fast(retry_internal=retries), transport=transport) as client:
+    async with SandboxClient(urls, fast(retry_internal=retries, stream=stream), transport=transport) as client:
         result = await client.run(req("internal-once; echo second", "x"))
     assert result.status == expected
     assert executors[A].runs["x"] == 1 + retries

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 from fastapi import FastAPI, Request, Response
+from fastapi.responses import StreamingResponse
 
 from tirl.sandbox.types import ExecutionRequest
 from tirl.service.client import ClientConfig, SandboxClient
@@ -22,12 +23,39 @@ from tirl.service.transport import AiohttpTransport, TransportError
 pytestmark = pytest.mark.timeout(60)
 
 
+BIG_LINE = b"x" * 300_000  # over aiohttp's readline limit (128 KiB by default)
+
+
 def misbehaving_app() -> tuple[FastAPI, dict[str, int], asyncio.Event]:
     """``/healthz`` answers; ``/v1/execute/batch`` answers 500 for code ``boom``, and for ``hang`` only once the
-    returned event is set (so the server can stop without cancelling handlers)."""
+    returned event is set (so the server can stop without cancelling handlers). There is no
+    ``/v1/execute/stream`` (a server from before it: 404). ``/lines`` streams lines, the second only once
+    ``release`` is set; ``/cut`` streams one line and then breaks the connection."""
     app = FastAPI()
-    hits: dict[str, int] = {"batch": 0, "healthz": 0}
+    hits: dict[str, int] = {"batch": 0, "healthz": 0, "stream": 0}
     release = asyncio.Event()
+
+    @app.exception_handler(404)
+    async def not_found(request: Request, exc: Exception) -> Response:
+        if request.url.path == "/v1/execute/stream":
+            hits["stream"] += 1
+        return Response('{"detail": "Not Found"}', status_code=404, media_type="application/json")
+
+    @app.get("/lines")
+    async def lines() -> Response:
+        async def body():
+            yield b"first\n"
+            await release.wait()
+            yield b"sec"  # a line in two chunks
+            yield b"ond\n" + BIG_LINE + b"\n\nlast without newline"
+        return StreamingResponse(body(), media_type="application/x-ndjson")
+
+    @app.get("/cut")
+    async def cut() -> Response:
+        async def body():
+            yield b"only\n"
+            raise RuntimeError("the server broke mid-stream (on purpose)")
+        return StreamingResponse(body(), media_type="application/x-ndjson")
 
     @app.get("/healthz")
     async def healthz() -> dict:
@@ -101,6 +129,38 @@ async def test_aiohttp_transport_returns_every_http_answer_and_raises_only_witho
     assert boom.status == 500 and boom.text == "boom"
 
 
+async def test_aiohttp_stream_lines_gives_each_line_as_it_arrives_and_raises_when_cut():
+    app, _, release = misbehaving_app()
+    async with serving(app, release) as url:
+        http = AiohttpTransport(max_connections=2, keepalive_expiry_s=4)
+        got: list[bytes] = []
+        async with http.stream_lines("GET", url + "/lines", read_timeout_s=10, connect_timeout_s=5) as stream:
+            status = stream.status
+            lines = stream.lines()
+            got.append(await anext(lines))
+            assert not release.is_set()  # the first line came while the server still held back the rest
+            release.set()
+            got.extend([line async for line in lines])
+        async with http.stream_lines("GET", url + "/boom", read_timeout_s=10, connect_timeout_s=5) as stream:
+            boom = (stream.status, await stream.read())
+        cut: list[bytes] = []
+        with pytest.raises(TransportError, match="ClientPayloadError"):
+            async with http.stream_lines("GET", url + "/cut", read_timeout_s=10, connect_timeout_s=5) as stream:
+                async for line in stream.lines():
+                    cut.append(line)
+        with pytest.raises(TransportError):
+            async with http.stream_lines("GET", f"http://127.0.0.1:{free_port()}/lines", read_timeout_s=5,
+                                         connect_timeout_s=5):
+                pass
+        after = await http.request("GET", url + "/healthz", read_timeout_s=5, connect_timeout_s=5)
+        await http.aclose()
+    assert status == 200
+    assert got == [b"first", b"second", BIG_LINE, b"", b"last without newline"]
+    assert boom == (500, b"boom")
+    assert cut == [b"only"]
+    assert after.status == 200
+
+
 async def test_client_turns_a_5xx_and_a_read_timeout_into_internal_results():
     app, hits, release = misbehaving_app()
     config = ClientConfig(server_grace_s=0, http_timeout_margin_s=0.3, max_attempts=2, batch_size=1, senders=2,
@@ -120,3 +180,6 @@ async def test_client_turns_a_5xx_and_a_read_timeout_into_internal_results():
     assert stats.resent_same_server >= 2 and stats.failovers == 0
     assert stats.servers[url]["up"] is True
     assert hits["batch"] == 4 and hits["healthz"] >= 2
+    # The server has no /v1/execute/stream: a 404 there (one per sender that posted before the first 404 came
+    # back), then batches only; the 404 is not counted as a failed attempt.
+    assert 1 <= hits["stream"] <= config.senders

@@ -8,18 +8,28 @@ full or after a short timeout, by a pool of sender workers):
 1. ``run(request)`` puts the call on a bounded queue (``max_queue``; a full queue makes callers wait:
    backpressure) and awaits its future, at most ``call_deadline_s`` when set.
 2. ``senders`` sender tasks each take a first call, then more until ``batch_size`` or until
-   ``flush_interval_s`` passed, and POST the batch to ``/v1/execute/batch`` of the up server with the fewest
-   outstanding items (:mod:`tirl.service.balancer`).
+   ``flush_interval_s`` passed, and POST the batch to the up server with the fewest outstanding items
+   (:mod:`tirl.service.balancer`).
+   The POST goes to ``/v1/execute/stream`` (``stream``, the default): the server writes each item's result on
+   its own line as soon as that item finishes, and the client answers that call at once, so no caller waits
+   for the slowest item of its batch and the callers' next calls reach the server while the rest of the batch
+   still runs (the sandbox workers do not go idle at each batch's tail). The server's ``outstanding`` count
+   drops with each answered item. A server that answers 404 there (older than the endpoint) is sent
+   ``/v1/execute/batch`` from then on, as is every server when ``stream`` is False: one JSON answer once the
+   whole batch ran.
 3. Failures. Retrying an id on the *same* server is always safe: the server de-duplicates by id (it joins the
-   run in flight or answers from its cache). So after a connection error, a 5xx or an HTTP read timeout the
-   client first probes that server's ``/healthz``; if it answers, the batch is re-sent there with the same ids;
-   if not, the server is taken out of rotation (and re-probed in the background) and the batch moves to
-   another server with the same ids. The HTTP read timeout is the batch's largest ``timeout_s`` plus the
-   server's grace plus ``http_timeout_margin_s``, so the client never gives up on a batch the server is still
-   entitled to be running.
+   run in flight or answers from its cache). So after a connection error, a 5xx, an HTTP read timeout, or a
+   stream that broke off or ended before every item was answered, the client first probes that server's
+   ``/healthz``; if it answers, the calls still unanswered are re-sent there with the same ids; if not, the
+   server is taken out of rotation (and re-probed in the background) and those calls move to another server
+   with the same ids. Calls the stream already answered stay answered and are never sent again. The HTTP read
+   timeout (each wait for the server's bytes) is the batch's largest ``timeout_s`` plus the server's grace plus
+   ``http_timeout_margin_s``, so the client never gives up on a batch the server is still entitled to be
+   running.
 4. 413/422 answers name the offending items; those get ``internal`` results with the server's message, the
    others are re-sent. An ``internal`` result (a worker died) is retried up to ``retry_internal`` times (the
-   server does not cache ``internal``, so the retry runs again). When no server is up for
+   server does not cache ``internal``, so the retry runs again); on a stream that call is put back to be
+   re-sent when its line comes, with the rest of the batch's leftovers. When no server is up for
    ``unavailable_wait_s``, or a batch failed ``max_attempts`` times, its calls get ``internal`` results.
 
 The client never raises for a request's content. Use it from one event loop. It does not start servers
@@ -28,7 +38,8 @@ The client never raises for a request's content. Use it from one event loop. It 
 HTTP goes through :mod:`tirl.service.transport`: aiohttp, whose compiled HTTP/1.1 parser costs the client
 about a third of the CPU per request that httpx's pure-Python one did (the client usually shares the cores
 with the sandbox workers). Batches and health probes share one keep-alive pool of ``senders + 2 x servers``
-connections; a test passes its own transport instead.
+connections (a stream holds its connection until its last line); a test passes its own transport instead (one
+without ``stream_lines`` gets batch POSTs).
 """
 
 from __future__ import annotations
@@ -60,7 +71,10 @@ class ClientConfig:
     Attributes:
         batch_size: most calls in one batch (the report: 64). Must not exceed the servers' ``max_batch_size``.
         flush_interval_s: longest wait for a batch to fill after its first call.
-        senders: sender tasks, i.e. batches in flight at once (the report: 32).
+        stream: send batches to ``/v1/execute/stream`` and answer each call as its line arrives; False sends
+            ``/v1/execute/batch`` (every call of a batch answered when the slowest one finished).
+        senders: sender tasks, i.e. batches in flight at once (the report: 32); a batch is in flight until its
+            last call is answered.
         max_queue: calls waiting to be sent before ``run`` blocks (backpressure).
         call_deadline_s: total seconds a call may take (queueing, sending, retries); past it the caller gets
             an ``internal`` result. None: no overall deadline (attempts and ``unavailable_wait_s`` still bound it).
@@ -80,6 +94,7 @@ class ClientConfig:
 
     batch_size: int = 64
     flush_interval_s: float = 0.005
+    stream: bool = True
     senders: int = 32
     max_queue: int = 8192
     call_deadline_s: float | None = None
@@ -109,15 +124,17 @@ class ClientStats:
     Attributes:
         calls: calls submitted.
         answered: calls answered, by result status.
-        batches: batch POSTs made (including re-sends).
+        batches: batch POSTs made (streamed or not, including re-sends and a 404 answered by a server without
+            the stream endpoint).
         items_sent: items in those POSTs.
-        resent_same_server: batches re-sent to the same server after it passed a health probe.
+        resent_same_server: batches re-sent to the same server after it passed a health probe (only the calls
+            still unanswered).
         failovers: batches moved to another server after their server failed.
         internal_retries: calls re-sent because a server answered ``internal``.
         rejected: calls answered ``internal`` because a server refused them (413/422).
         deadline_exceeded: calls answered ``internal`` because ``call_deadline_s`` passed.
         queue_depth: calls waiting to be sent now.
-        in_flight: calls sent and not yet answered now.
+        in_flight: calls taken by a sender and not yet answered now.
         servers: per server URL: up, outstanding, times marked down, last error.
         latency_p50_s, latency_p99_s, latency_mean_s: over the last ``latency_window`` answered calls.
     """
@@ -145,13 +162,14 @@ class ClientStats:
 
 
 class _Call:
-    __slots__ = ("request", "future", "start", "internal_retries")
+    __slots__ = ("request", "future", "start", "internal_retries", "in_flight")
 
     def __init__(self, request: ExecutionRequest, future: asyncio.Future[ExecutionResult]) -> None:
         self.request = request
         self.future = future
         self.start = time.perf_counter()
         self.internal_retries = 0
+        self.in_flight = False  # counted in SandboxClient._in_flight
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -179,7 +197,11 @@ def encode_json(payload: Any) -> bytes:
 
 
 class _ServerFailed(Exception):
-    """The POST failed for a reason that may be the server's (transport error, 5xx, bad body)."""
+    """The POST failed for a reason that may be the server's (transport error, 5xx, bad body, broken stream)."""
+
+
+class _NoStream(Exception):
+    """The server answered 404 to ``/v1/execute/stream``: it predates the endpoint."""
 
 
 class SandboxClient:
@@ -214,6 +236,7 @@ class SandboxClient:
         self._senders: list[asyncio.Task[None]] = []
         self._closed = False
         self._in_flight = 0
+        self._no_stream: set[str] = set()  # servers that answered 404 to /v1/execute/stream
         self._unanswered: set[_Call] = set()
         self._counts: Counter[str] = Counter()
         self._answered: Counter[str] = Counter()
@@ -353,11 +376,17 @@ class SandboxClient:
 
     def _resolve(self, call: _Call, result: ExecutionResult) -> None:
         self._unanswered.discard(call)
+        self._landed(call)
         if call.future.done():
             return
         call.future.set_result(result)
         self._answered[result.status] += 1
         self._latencies.append(time.perf_counter() - call.start)
+
+    def _landed(self, call: _Call) -> None:
+        if call.in_flight:
+            call.in_flight = False
+            self._in_flight -= 1
 
     async def _next_batch(self) -> list[_Call]:
         assert self._queue is not None
@@ -390,6 +419,8 @@ class SandboxClient:
             live = [c for c in batch if not c.future.done()]
             if not live:
                 continue
+            for call in live:
+                call.in_flight = True
             self._in_flight += len(live)
             try:
                 await self._send(live)
@@ -404,7 +435,8 @@ class SandboxClient:
                     message = f"client error: {type(exc).__name__}: {exc}"
                     self._resolve(call, ExecutionResult.internal_error(message, call.request.request_id))
             finally:
-                self._in_flight -= len(live)
+                for call in live:  # callers that gave up (cancelled) were never resolved
+                    self._landed(call)
 
     async def _send(self, batch: list[_Call]) -> None:
         """Deliver ``batch`` (same ids throughout) until every call is answered."""
@@ -451,16 +483,40 @@ class SandboxClient:
     async def _post(self, server: ServerState, calls: list[_Call]) -> list[_Call]:
         """POST one batch to ``server``; answer what can be answered and return the calls to send again.
 
+        Streams (``/v1/execute/stream``) unless ``config.stream`` is off, the transport cannot stream, or the
+        server answered 404 there before (then, and right after such a 404, ``/v1/execute/batch``).
+
         Raises:
-            _ServerFailed: transport error, timeout, 5xx, or a body that is not a matching result list.
+            _ServerFailed: transport error, timeout, 5xx, a body that is not a matching result list, or a
+                stream that broke off or ended early (the calls it answered are resolved already).
         """
-        cfg = self.config
         assert self._http is not None
-        payload = {"requests": [{k: getattr(c.request, k) for k in _REQUEST_FIELDS} for c in calls]}
-        body = encode_json(payload)
+        cfg = self.config
+        body = encode_json({"requests": [{k: getattr(c.request, k) for k in _REQUEST_FIELDS} for c in calls]})
         longest = max((_finite(c.request.timeout_s) for c in calls), default=0.0)
         grace = max(cfg.server_grace_s, _finite(server.limits.get("deadline_grace_s", 0.0)))
         read_timeout = longest + grace + cfg.http_timeout_margin_s
+        if cfg.stream and server.url not in self._no_stream and hasattr(self._http, "stream_lines"):
+            try:
+                return await self._post_stream(server, calls, body, read_timeout)
+            except _NoStream:
+                log.info("sandbox server %s has no /v1/execute/stream (404): sending it batches", server.url)
+                self._no_stream.add(server.url)
+        return await self._post_batch(server, calls, body, read_timeout)
+
+    def _answer(self, call: _Call, data: Any, retry: list[_Call]) -> None:
+        """Resolve ``call`` with the server's result ``data``, or put it on ``retry`` (the ``internal`` rule)."""
+        result = result_from_wire(data, call.request.request_id)
+        if result.status == "internal" and call.internal_retries < self.config.retry_internal:
+            call.internal_retries += 1
+            self._counts["internal_retries"] += 1
+            retry.append(call)
+        else:
+            self._resolve(call, result)
+
+    async def _post_batch(self, server: ServerState, calls: list[_Call], body: bytes,
+                          read_timeout: float) -> list[_Call]:
+        assert self._http is not None
         self._counts["batches"] += 1
         self._counts["items_sent"] += len(calls)
         server.outstanding += len(calls)
@@ -470,7 +526,7 @@ class SandboxClient:
                 server.url + "/v1/execute/batch",
                 body=body,
                 read_timeout_s=read_timeout,
-                connect_timeout_s=cfg.connect_timeout_s,
+                connect_timeout_s=self.config.connect_timeout_s,
             )
         except TransportError as exc:
             raise _ServerFailed(str(exc)) from exc
@@ -489,13 +545,57 @@ class SandboxClient:
             raise _ServerFailed(f"batch answer has {count} results for {len(calls)} requests")
         retry: list[_Call] = []
         for call, data in zip(calls, results):
-            result = result_from_wire(data, call.request.request_id)
-            if result.status == "internal" and call.internal_retries < cfg.retry_internal:
-                call.internal_retries += 1
-                self._counts["internal_retries"] += 1
-                retry.append(call)
-            else:
-                self._resolve(call, result)
+            self._answer(call, data, retry)
+        return retry
+
+    async def _post_stream(self, server: ServerState, calls: list[_Call], body: bytes,
+                           read_timeout: float) -> list[_Call]:
+        """POST to ``/v1/execute/stream`` and answer each call as its line arrives.
+
+        Raises:
+            _NoStream: the server answered 404 (nothing was run).
+            _ServerFailed: as :meth:`_post`; calls answered before the stream broke stay answered, the others
+                are left pending for the caller's failure handling.
+        """
+        assert self._http is not None
+        self._counts["batches"] += 1
+        self._counts["items_sent"] += len(calls)
+        waiting = dict(enumerate(calls))  # index -> call without a line yet
+        retry: list[_Call] = []
+        server.outstanding += len(calls)
+        try:
+            async with self._http.stream_lines(
+                "POST",
+                server.url + "/v1/execute/stream",
+                body=body,
+                read_timeout_s=read_timeout,
+                connect_timeout_s=self.config.connect_timeout_s,
+            ) as stream:
+                if stream.status != 200:
+                    resp = HttpResponse(stream.status, await stream.read())
+                    if resp.status == 404:
+                        raise _NoStream()
+                    if resp.status in (413, 422):
+                        return self._handle_rejection(resp, calls)
+                    raise _ServerFailed(f"HTTP {resp.status}: {resp.text[:300]}")
+                async for line in stream.lines():
+                    if not line.strip():
+                        continue
+                    try:
+                        item = json.loads(line)
+                        call = waiting.pop(item["index"])
+                        data = item["result"]
+                    except (ValueError, KeyError, TypeError) as exc:  # a line not of this batch's items
+                        raise _ServerFailed(f"unreadable stream line ({exc!r}): {line[:200]!r}") from exc
+                    server.outstanding -= 1
+                    self._answer(call, data, retry)
+        except TransportError as exc:
+            answered = len(calls) - len(waiting)
+            raise _ServerFailed(f"stream broke after {answered} of {len(calls)} results: {exc}") from exc
+        finally:
+            server.outstanding -= len(waiting)
+        if waiting:
+            raise _ServerFailed(f"stream ended after {len(calls) - len(waiting)} of {len(calls)} results")
         return retry
 
     def _handle_rejection(self, resp: HttpResponse, calls: list[_Call]) -> list[_Call]:

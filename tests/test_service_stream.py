@@ -5,8 +5,8 @@ Server side: lines come in completion order, each as its item finishes (real soc
 off, idempotency shared with the other endpoints, and a client that disconnects mid-stream. Client side (in-process
 apps behind ``RoutingTransport``, whose streams deliver each line as the app sends it): calls answered one by one
 with the balancer's ``outstanding`` dropping per item, a stream cut mid-way (server alive, or dead) re-sending
-only the unanswered ids, and the fallback to ``/v1/execute/batch`` for a server without the endpoint.
-Orderings are checked with events (gates, in-flight counts), never with timings.
+only the unanswered ids, the fallback to ``/v1/execute/batch`` for a server without the endpoint, and the flush
+policy of an idle client. Orderings are checked with events (gates, in-flight counts), never with timings.
 """
 
 from __future__ import annotations
@@ -416,6 +416,27 @@ async def test_a_transport_without_streaming_gets_batches():
     async with SandboxClient(URL_A, fast(), transport=Plain(transport)) as client:
         result = await client.run(req("echo 0", "p0"))
     assert [path for _, path, _ in transport.sent] == ["/v1/execute/batch"] and result.stdout == "0\n"
+
+
+async def test_idle_client_sends_at_once_and_a_busy_one_waits_to_fill_its_batch():
+    executors, transport = cluster(A)
+    # No flush wait would ever end by itself within the test: only "idle, send at once" and "batch full" send.
+    async with SandboxClient(URL_A, fast(flush_interval_s=3600, batch_size=2), transport=transport) as client:
+        lone = asyncio.ensure_future(client.run(req("echo lone", "i0")))
+        await until(lone.done, "the lone call of an idle client is answered")
+        gated = asyncio.ensure_future(client.run(req("gate g; echo gated", "i1")))
+        await until(lambda: len(transport.sent) == 2, "the gated call is sent")
+        x = asyncio.ensure_future(client.run(req("echo x", "i2")))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        sent_while_filling = len(transport.sent)
+        y = asyncio.ensure_future(client.run(req("echo y", "i3")))
+        await until(lambda: x.done() and y.done(), "x and y are answered once their batch is full")
+        executors[A].gate("g").set()
+        await gated
+    assert lone.result().stdout == "lone\n"
+    assert sent_while_filling == 2
+    assert [ids for _, _, ids in transport.sent] == [["i0"], ["i1"], ["i2", "i3"]]
 
 
 async def test_a_broken_line_is_a_server_failure_and_the_call_still_gets_its_answer():

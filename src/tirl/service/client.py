@@ -7,9 +7,11 @@ full or after a short timeout, by a pool of sender workers):
 
 1. ``run(request)`` puts the call on a bounded queue (``max_queue``; a full queue makes callers wait:
    backpressure) and awaits its future, at most ``call_deadline_s`` when set.
-2. ``senders`` sender tasks each take a first call, then more until ``batch_size`` or until
-   ``flush_interval_s`` passed, and POST the batch to the up server with the fewest outstanding items
-   (:mod:`tirl.service.balancer`).
+2. ``senders`` sender tasks take turns filling a batch: the one whose turn it is takes a first call, then more
+   until ``batch_size`` or until ``flush_interval_s`` passed, and POSTs the batch to the up server with the
+   fewest outstanding items (:mod:`tirl.service.balancer`) while the next sender fills the next batch. When
+   the client has nothing in flight the batch is sent at once, with the calls already queued
+   (``flush_when_idle``): waiting only pays while earlier calls keep the servers busy.
    The POST goes to ``/v1/execute/stream`` (``stream``, the default): the server writes each item's result on
    its own line as soon as that item finishes, and the client answers that call at once, so no caller waits
    for the slowest item of its batch and the callers' next calls reach the server while the rest of the batch
@@ -71,10 +73,15 @@ class ClientConfig:
     Attributes:
         batch_size: most calls in one batch (the report: 64). Must not exceed the servers' ``max_batch_size``.
         flush_interval_s: longest wait for a batch to fill after its first call.
+        flush_when_idle: when the client has no call in flight, send a batch at once instead of waiting up to
+            ``flush_interval_s`` (calls queued in the same event-loop turn, as from ``run_batch`` or a
+            ``gather``, still go together). Waiting buys fewer POSTs per call, which is worth a few ms only
+            while the servers are busy with earlier calls; an idle client would only add that wait to the
+            call's latency and leave the workers idle meanwhile.
         stream: send batches to ``/v1/execute/stream`` and answer each call as its line arrives; False sends
             ``/v1/execute/batch`` (every call of a batch answered when the slowest one finished).
         senders: sender tasks, i.e. batches in flight at once (the report: 32); a batch is in flight until its
-            last call is answered.
+            last call is answered. They fill batches one at a time, so calls that trickle in are coalesced.
         max_queue: calls waiting to be sent before ``run`` blocks (backpressure).
         call_deadline_s: total seconds a call may take (queueing, sending, retries); past it the caller gets
             an ``internal`` result. None: no overall deadline (attempts and ``unavailable_wait_s`` still bound it).
@@ -94,6 +101,7 @@ class ClientConfig:
 
     batch_size: int = 64
     flush_interval_s: float = 0.005
+    flush_when_idle: bool = True
     stream: bool = True
     senders: int = 32
     max_queue: int = 8192
@@ -233,6 +241,7 @@ class SandboxClient:
         self._http: HttpTransport | None = None
         self._pool: ServerPool | None = None
         self._queue: asyncio.Queue[_Call] | None = None
+        self._forming: asyncio.Lock | None = None  # held by the one sender filling a batch
         self._senders: list[asyncio.Task[None]] = []
         self._closed = False
         self._in_flight = 0
@@ -255,6 +264,7 @@ class SandboxClient:
         )
         self._pool = ServerPool(self.urls, self._http, cfg.probe_interval_s, cfg.probe_timeout_s)
         self._queue = asyncio.Queue(maxsize=cfg.max_queue)
+        self._forming = asyncio.Lock()
         self._senders = [asyncio.ensure_future(self._sender_loop()) for _ in range(cfg.senders)]
 
     async def check_health(self) -> dict[str, bool]:
@@ -392,6 +402,10 @@ class SandboxClient:
         assert self._queue is not None
         queue = self._queue
         batch = [await queue.get()]
+        if self.config.flush_when_idle and self._in_flight == 0:
+            while len(batch) < self.config.batch_size and not queue.empty():
+                batch.append(queue.get_nowait())
+            return batch
         loop = asyncio.get_running_loop()
         flush_at = loop.time() + self.config.flush_interval_s
         while len(batch) < self.config.batch_size:
@@ -414,8 +428,12 @@ class SandboxClient:
         return batch
 
     async def _sender_loop(self) -> None:
+        assert self._forming is not None
         while True:
-            batch = await self._next_batch()
+            # One sender fills a batch at a time: calls that arrive while it waits go into its batch, not to
+            # other idle senders each starting a batch of one.
+            async with self._forming:
+                batch = await self._next_batch()
             live = [c for c in batch if not c.future.done()]
             if not live:
                 continue

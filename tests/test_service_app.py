@@ -366,7 +366,8 @@ async def test_healthz_reports_limits_and_draining_is_503():
 async def test_openapi_schema_lists_the_endpoints():
     async with client_for(create_app(ScriptedExecutor())) as c:
         spec = (await c.get("/openapi.json")).json()
-    assert {"/v1/execute", "/v1/execute/batch", "/healthz", "/metrics"} <= set(spec["paths"])
+    assert {"/v1/execute", "/v1/execute/batch", "/v1/execute/stream", "/healthz", "/metrics"} <= set(spec["paths"])
+    assert "StreamedResult" in spec["components"]["schemas"]
     assert "ExecuteRequest" in spec["components"]["schemas"]
 
 

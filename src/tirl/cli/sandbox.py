@@ -35,7 +35,8 @@ def serve(
     fast_path: bool = typer.Option(True, help="Answer well-formed execute requests without FastAPI's routing "
                                    "(same answers, less CPU); --no-fast-path routes every request."),
 ) -> None:
-    """Serve the code-execution API (POST /v1/execute, /v1/execute/batch, /v1/verify/batch; GET /healthz, /metrics).
+    """Serve the code-execution API (POST /v1/execute, /v1/execute/batch, /v1/execute/stream, /v1/verify/batch;
+    GET /healthz, /metrics).
 
     One process, one event loop, one idempotency cache. Scale out with more serve processes or nodes,
     and give the client all their URLs (see docs/service.md).

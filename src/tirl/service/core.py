@@ -43,7 +43,8 @@ class ServiceConfig:
     Attributes:
         max_code_bytes: largest ``code`` accepted, in UTF-8 bytes; larger gets a 413.
         max_stdin_bytes: largest ``stdin`` accepted, in UTF-8 bytes; larger gets a 413.
-        max_batch_size: most items in one ``/v1/execute/batch`` request; more gets a 413.
+        max_batch_size: most items in one ``/v1/execute/batch`` or ``/v1/execute/stream`` request; more gets a
+            413.
         max_body_bytes: largest HTTP request body read; larger gets a 413 before it is parsed.
         max_timeout_s: largest ``timeout_s`` accepted; larger gets a 422.
         max_concurrency: executions handed to the executor at once. None: the executor's
@@ -55,9 +56,10 @@ class ServiceConfig:
             own grace (``LocalSandbox``: ``host_grace_s``, 10 s) so the executor's handling answers first.
         cache_max_entries: finished results kept for idempotent retries.
         cache_max_bytes: estimated bytes of finished results kept.
-        fast_path: answer well-formed ``/v1/execute`` and ``/v1/execute/batch`` requests without FastAPI's
-            routing (:class:`tirl.service.app.FastExecutePath`: same answers, about 0.2 ms less server CPU
-            per single-call request, see docs/benchmarks.md); False sends every request through the routes.
+        fast_path: answer well-formed ``/v1/execute``, ``/v1/execute/batch`` and ``/v1/execute/stream`` requests
+            without FastAPI's routing (:class:`tirl.service.app.FastExecutePath`: same answers, about 0.2 ms less
+            server CPU per single-call request, see docs/benchmarks.md); False sends every request through the
+            routes.
     """
 
     max_code_bytes: int = 1 << 20

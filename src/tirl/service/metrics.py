@@ -12,7 +12,7 @@ process (tests, the load script) without sharing counters. Names (all prefixed `
 ``executions_total{status}``       counter    executions actually started in the executor, by status
 ``call_latency_seconds``           histogram  arrival of an item to its answer (queueing + execution)
 ``execution_seconds``              histogram  time inside the executor
-``batch_size``                     histogram  items per ``/v1/execute/batch`` request
+``batch_size``                     histogram  items per ``/v1/execute/batch`` or ``/stream`` request
 ``rejected_total{code}``           counter    requests refused with an HTTP error (413, 422, ...)
 ``cache_entries``                  gauge      finished results held in the idempotency cache
 =================================  =========  ===========================================================

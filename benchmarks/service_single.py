@@ -11,13 +11,18 @@ HTTP client each row uses in brackets):
   kept for comparison);
 - ``service_client``: the same server through ``SandboxClient.run`` with its default ``ClientConfig`` (aiohttp):
   what RL and eval use when ``rollout.sandbox`` is a URL; it coalesces the K callers' calls into
-  ``POST /v1/execute/batch`` requests (sent when 64 are waiting or 5 ms after the first);
+  ``POST /v1/execute/stream`` requests (sent when 64 are waiting or 5 ms after the first; at once when nothing
+  is in flight) and answers each call as its line arrives (before the stream endpoint these rows went through
+  ``POST /v1/execute/batch``, every call of a batch answered when its slowest one finished);
 - ``service_routes``: raw single-call requests (aiohttp) to a second server started with ``--no-fast-path``
   (every request through FastAPI's routing: the configuration before issue 13's fast path);
-- ``in_process_batch`` / ``service_batch`` / ``service_client_batch``: batches of 16 calls,
+- ``in_process_batch`` / ``service_batch`` / ``service_stream`` / ``service_client_batch``: batches of 16 calls,
   ``--batches-in-flight`` batches at a time (default 2: the next batch waits while one runs, as in an RL step):
-  ``LocalSandbox.run_batch``; one raw ``POST /v1/execute/batch`` per batch (aiohttp); ``SandboxClient.run_batch``
-  (aiohttp; the client may merge the batches in flight into one POST);
+  ``LocalSandbox.run_batch``; one raw ``POST /v1/execute/batch`` per batch (aiohttp); one raw
+  ``POST /v1/execute/stream`` per batch (aiohttp, lines read as they come; the batch's caller still takes the
+  results when the last line came, so this row differs from ``service_batch`` only by the stream's cost);
+  ``SandboxClient.run_batch`` (aiohttp, through the stream endpoint: each call of the batch answered as it
+  finishes; the client may merge the batches in flight into one POST);
 - ``fresh``: one ``python -I -c`` per call with the same limits (``sandbox_bench.run_baseline``).
 
 Workloads (each answer checked): ``trivial`` (``print(1)``), ``sympy`` (solve a quadratic), ``numpy`` (200x200
@@ -188,6 +193,17 @@ async def main_async(args: argparse.Namespace) -> dict:
                                              read_timeout_s=120, connect_timeout_s=10)
                 return [result_from_wire(w, r.request_id) for r, w in zip(reqs, response.json()["results"])]
 
+            async def batch_via_stream(reqs: list[ExecutionRequest]) -> list[ExecutionResult]:
+                body = json.dumps({"requests": [wire(r) for r in reqs]}).encode()
+                results: list[ExecutionResult | None] = [None] * len(reqs)
+                async with raw.stream_lines("POST", server.url + "/v1/execute/stream", body=body,
+                                            read_timeout_s=120, connect_timeout_s=10) as stream:
+                    async for line in stream.lines():
+                        item = json.loads(line)
+                        results[item["index"]] = result_from_wire(item["result"], reqs[item["index"]].request_id)
+                return [r if r is not None else ExecutionResult.internal_error("no line", q.request_id)
+                        for r, q in zip(results, reqs)]
+
             for _ in range(2 * sb.max_concurrency):  # warm every path
                 await sb.run(ExecutionRequest("print(1)"))
                 for via in (via_service, via_httpx, via_routes, client.run):
@@ -212,6 +228,10 @@ async def main_async(args: argparse.Namespace) -> dict:
                                  **await measured(drive_batches(workload(name, n), args.k, batch_via_service,
                                                                 args.batches_in_flight),
                                                   server.pid, n)})
+                    rows.append({"round": rnd, "workload": name, "executor": "service_stream",
+                                 **await measured(drive_batches(workload(name, n), args.k, batch_via_stream,
+                                                                args.batches_in_flight),
+                                                  server.pid, n)})
                     rows.append({"round": rnd, "workload": name, "executor": "service_client_batch",
                                  **await measured(drive_batches(workload(name, n), args.k, client.run_batch,
                                                                 args.batches_in_flight),
@@ -234,7 +254,7 @@ async def main_async(args: argparse.Namespace) -> dict:
 
 #: Every executor row, in the order they run (the module docstring says what each is and which client it uses).
 EXECUTORS = ("in_process", "service", "service_httpx", "service_client", "service_routes", "in_process_batch",
-             "service_batch", "service_client_batch", "fresh")
+             "service_batch", "service_stream", "service_client_batch", "fresh")
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -257,6 +277,7 @@ def summarize(rows: list[dict]) -> dict:
                      "client_over_in_process": round(med["service_client"] / med["in_process"], 3),
                      "routes_over_in_process": round(med["service_routes"] / med["in_process"], 3),
                      "batch_over_in_process_batch": round(med["service_batch"] / med["in_process_batch"], 3),
+                     "stream_over_in_process_batch": round(med["service_stream"] / med["in_process_batch"], 3),
                      "client_batch_over_in_process_batch":
                          round(med["service_client_batch"] / med["in_process_batch"], 3),
                      "service_x_fresh": round(med["service"] / fresh, 1),
@@ -283,11 +304,12 @@ def render(report: dict) -> None:
     console.print(single)
     batches = Table(title=f"batches of {report['k']}, {report.get('batches_in_flight', '?')} in flight")
     for col in ("workload", "in-process run_batch /s", "raw aiohttp POST /s", "raw/in-proc",
-                "SandboxClient.run_batch /s", "client/in-proc"):
+                "raw aiohttp stream /s", "stream/in-proc", "SandboxClient.run_batch /s", "client/in-proc"):
         batches.add_column(col)
     for name, s in report["summary"].items():
         batches.add_row(name, str(s["in_process_batch_calls_per_s"]), str(s["service_batch_calls_per_s"]),
-                        f"{s['batch_over_in_process_batch']:.2f}", str(s["service_client_batch_calls_per_s"]),
+                        f"{s['batch_over_in_process_batch']:.2f}", str(s["service_stream_calls_per_s"]),
+                        f"{s['stream_over_in_process_batch']:.2f}", str(s["service_client_batch_calls_per_s"]),
                         f"{s['client_batch_over_in_process_batch']:.2f}")
     console.print(batches)
     cpu = Table(title="CPU ms per call outside the sandbox workers (medians): this process (the client; in process, "
@@ -299,7 +321,8 @@ def render(report: dict) -> None:
     labels = {"in_process": "in-process (no HTTP)", "service": "single (raw aiohttp)",
               "service_httpx": "single (raw httpx)", "service_client": "single (SandboxClient.run)",
               "service_routes": "single, no fast path (raw aiohttp)", "in_process_batch": "batch in-process",
-              "service_batch": "batch (raw aiohttp)", "service_client_batch": "batch (SandboxClient.run_batch)"}
+              "service_batch": "batch (raw aiohttp)", "service_stream": "batch, streamed (raw aiohttp)",
+              "service_client_batch": "batch (SandboxClient.run_batch)"}
     for ex, label in labels.items():
         cpu.add_row(label, *(f"{report['summary'][n].get(f'{ex}_client_cpu_ms_per_call', '')} / "
                              f"{report['summary'][n].get(f'{ex}_server_cpu_ms_per_call', '-')}" for n in names))

@@ -439,7 +439,9 @@ async def test_idle_client_sends_at_once_and_a_busy_one_waits_to_fill_its_batch(
     assert [ids for _, _, ids in transport.sent] == [["i0"], ["i1"], ["i2", "i3"]]
 
 
-async def test_a_broken_line_is_a_server_failure_and_the_call_still_gets_its_answer():
+@pytest.mark.parametrize("bad", [b'{"index": 7, "result": {}}', b'{"index": 0}', b"[0]", b"not json"],
+                         ids=["other index", "no result", "not an object", "not json"])
+async def test_a_broken_line_is_a_server_failure_and_the_call_still_gets_its_answer(bad):
     executors, transport = cluster(A)
 
     original = transport.stream_lines
@@ -450,7 +452,7 @@ async def test_a_broken_line_is_a_server_failure_and_the_call_still_gets_its_ans
             lines = stream.lines
 
             async def patched():
-                yield b'{"index": 7, "result": {}}'  # not an item of this batch
+                yield bad
                 async for line in lines():
                     yield line
 
@@ -463,4 +465,5 @@ async def test_a_broken_line_is_a_server_failure_and_the_call_still_gets_its_ans
         result = await client.run(req("echo fine", "b0"))
         stats = client.stats()
     assert result.stdout == "fine\n" and stats.resent_same_server == 1
+    assert stats.servers[URL_A]["outstanding"] == 0
     assert executors[A].runs["b0"] == 1

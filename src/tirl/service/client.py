@@ -601,8 +601,8 @@ class SandboxClient:
                         continue
                     try:
                         item = json.loads(line)
-                        call = waiting.pop(item["index"])
                         data = item["result"]
+                        call = waiting.pop(item["index"])
                     except (ValueError, KeyError, TypeError) as exc:  # a line not of this batch's items
                         raise _ServerFailed(f"unreadable stream line ({exc!r}): {line[:200]!r}") from exc
                     server.outstanding -= 1

@@ -251,6 +251,23 @@ async def test_invalid_field_rejected_alone(stream):
 
 
 @both_ways
+async def test_a_request_json_cannot_hold_fails_alone_and_its_batch_still_runs(stream):
+    urls, executors, transport = cluster(1)
+    not_text = req("echo obj", "obj")
+    not_text.stdin = object()  # type: ignore[assignment]
+    huge = req("echo huge", "huge", memory_mb=10**5000)  # json.dumps refuses integers over 4300 digits
+    async with SandboxClient(urls, fast(stream=stream), transport=transport) as client:
+        results = await client.run_batch([req("echo 1", "fine"), not_text, huge, req("echo 2", "s2")])
+        stats = client.stats()
+    assert [r.status for r in results] == ["ok", "internal", "internal", "ok"]
+    assert [r.stdout for r in (results[0], results[3])] == ["1\n", "2\n"]
+    assert "cannot be sent as JSON" in results[1].stderr and "object" in results[1].stderr
+    assert "cannot be sent as JSON" in results[2].stderr and "4300 digits" in results[2].stderr
+    assert stats.batches == 1 and stats.items_sent == 2
+    assert executors[A].runs["obj"] == executors[A].runs["huge"] == 0
+
+
+@both_ways
 @pytest.mark.parametrize("retries,expected", [(1, "ok"), (0, "internal")])
 async def test_internal_result_retried_with_same_id(retries, expected, stream):
     urls, executors, transport = cluster(1)

@@ -204,6 +204,15 @@ def encode_json(payload: Any) -> bytes:
         return json.dumps(payload, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
+def _encode_batch(calls: Sequence[_Call]) -> bytes:
+    """The body of a batch or stream POST.
+
+    Raises:
+        TypeError, ValueError: a request field JSON cannot hold.
+    """
+    return encode_json({"requests": [{k: getattr(c.request, k) for k in _REQUEST_FIELDS} for c in calls]})
+
+
 class _ServerFailed(Exception):
     """The POST failed for a reason that may be the server's (transport error, 5xx, bad body, broken stream)."""
 
@@ -510,7 +519,13 @@ class SandboxClient:
         """
         assert self._http is not None
         cfg = self.config
-        body = encode_json({"requests": [{k: getattr(c.request, k) for k in _REQUEST_FIELDS} for c in calls]})
+        try:
+            body = _encode_batch(calls)
+        except (TypeError, ValueError):  # a field JSON cannot hold: answer those calls alone, send the rest
+            calls = self._drop_unencodable(calls)
+            if not calls:
+                return []
+            body = _encode_batch(calls)
         longest = max((_finite(c.request.timeout_s) for c in calls), default=0.0)
         grace = max(cfg.server_grace_s, _finite(server.limits.get("deadline_grace_s", 0.0)))
         read_timeout = longest + grace + cfg.http_timeout_margin_s
@@ -521,6 +536,20 @@ class SandboxClient:
                 log.info("sandbox server %s has no /v1/execute/stream (404): sending it batches", server.url)
                 self._no_stream.add(server.url)
         return await self._post_batch(server, calls, body, read_timeout)
+
+    def _drop_unencodable(self, calls: list[_Call]) -> list[_Call]:
+        """Answer ``internal`` each call whose request JSON cannot hold (an ``object()`` or bytes for a string, an
+        integer over 4300 digits); return the others."""
+        sendable = []
+        for call in calls:
+            try:
+                _encode_batch([call])
+            except (TypeError, ValueError) as exc:
+                message = f"request cannot be sent as JSON: {type(exc).__name__}: {exc}"
+                self._resolve(call, ExecutionResult.internal_error(message, call.request.request_id))
+            else:
+                sendable.append(call)
+        return sendable
 
     def _answer(self, call: _Call, data: Any, retry: list[_Call]) -> None:
         """Resolve ``call`` with the server's result ``data``, or put it on ``retry`` (the ``internal`` rule)."""

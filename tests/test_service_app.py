@@ -156,10 +156,13 @@ async def test_lone_surrogates_round_trip_without_server_error():
         (json.dumps({"request_id": "a", "code": "x", "timeout_s": 0}).encode(),
          "timeout_s: Input should be greater than 0"),
         (json.dumps({"request_id": "a", "code": "x", "stdn": ""}).encode(), "stdn: Extra inputs are not permitted"),
-        # FastAPI answered these two with a bare 400 "There was an error parsing the body"
+        # FastAPI answered these three with a bare 400 "There was an error parsing the body"
         (b'{"request_id": "a", "code": "\xff"}', "body is not valid JSON: not valid UTF-8 (byte 29)"),
         (b'{"request_id": "a", "code": "x", "stdin": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
          "body is not valid JSON: nested too deeply"),
+        # and this one (json.loads refuses integers over 4300 digits with a plain ValueError)
+        (b'{"request_id": "a", "code": "x", "memory_mb": 1' + b"0" * 5000 + b"}",
+         "body is not valid JSON: Exceeds the limit (4300 digits) for integer string conversion"),
     ],
 )
 async def test_malformed_single_request_gets_readable_422(body, fragment):

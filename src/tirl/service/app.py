@@ -422,11 +422,16 @@ def create_app(
     @app.exception_handler(StarletteHTTPException)
     async def _on_http(request: Request, exc: StarletteHTTPException) -> Response:
         cause = exc.__cause__
-        if exc.status_code == 400 and isinstance(cause, (UnicodeDecodeError, RecursionError)):
-            # FastAPI answers a body it cannot decode at all with a bare 400; it is a malformed body (422).
+        if exc.status_code == 400 and isinstance(cause, (ValueError, RecursionError)):
+            # FastAPI answers a body json.loads refuses with other than JSONDecodeError (bad UTF-8, too deep, an
+            # integer over 4300 digits) with a bare 400; it is a malformed body (422).
             count_reject(422)
-            reason = (f"not valid UTF-8 (byte {cause.start})" if isinstance(cause, UnicodeDecodeError)
-                      else "nested too deeply")
+            if isinstance(cause, UnicodeDecodeError):
+                reason = f"not valid UTF-8 (byte {cause.start})"
+            elif isinstance(cause, RecursionError):
+                reason = "nested too deeply"
+            else:
+                reason = str(cause)
             return _error(422, "invalid_request", f"body is not valid JSON: {reason}")
         count_reject(exc.status_code)
         return _error(exc.status_code, "http_error", str(exc.detail))

@@ -242,6 +242,22 @@ async def test_oversize_item_rejected_alone_others_still_run(stream):
 
 
 @both_ways
+async def test_batch_over_the_body_limit_is_split_and_only_an_item_too_big_alone_is_rejected(stream):
+    # Each item is within the server's limits, three together are over max_body_bytes: a 413 naming no item.
+    urls, executors, transport = cluster(1, service=ServiceConfig(max_body_bytes=400, max_code_bytes=200))
+    fits = [req("echo " + str(i) * 150, f"fits{i}") for i in range(3)]
+    alone_too_big = req("echo x", "too_big", stdin="y" * 400)
+    async with SandboxClient(urls, fast(stream=stream), transport=transport) as client:
+        results = await client.run_batch([*fits, alone_too_big])
+        stats = client.stats()
+    assert [r.status for r in results] == ["ok", "ok", "ok", "internal"]
+    assert [r.stdout for r in results[:3]] == [str(i) * 150 + "\n" for i in range(3)]
+    assert "HTTP 413" in results[3].stderr and "over the limit of 400 bytes" in results[3].stderr
+    assert stats.rejected == 1
+    assert total_runs(executors) == {f"fits{i}": 1 for i in range(3)}
+
+
+@both_ways
 async def test_invalid_field_rejected_alone(stream):
     urls, _, transport = cluster(1)
     async with SandboxClient(urls, fast(flush_interval_s=0.05, stream=stream), transport=transport) as client:

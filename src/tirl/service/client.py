@@ -29,7 +29,8 @@ full or after a short timeout, by a pool of sender workers):
    ``http_timeout_margin_s``, so the client never gives up on a batch the server is still entitled to be
    running.
 4. 413/422 answers name the offending items; those get ``internal`` results with the server's message, the
-   others are re-sent. An ``internal`` result (a worker died) is retried up to ``retry_internal`` times (the
+   others are re-sent. A 413 naming no item (the batch over the body size or item count) splits the batch in
+   halves, down to single calls. An ``internal`` result (a worker died) is retried up to ``retry_internal`` times (the
    server does not cache ``internal``, so the retry runs again); on a stream that call is put back to be
    re-sent when its line comes, with the rest of the batch's leftovers. When no server is up for
    ``unavailable_wait_s``, or a batch failed ``max_attempts`` times, its calls get ``internal`` results.
@@ -215,6 +216,11 @@ def _encode_batch(calls: Sequence[_Call]) -> bytes:
 
 class _ServerFailed(Exception):
     """The POST failed for a reason that may be the server's (transport error, 5xx, bad body, broken stream)."""
+
+
+class _BatchTooLarge(Exception):
+    """A 413 naming no item for a batch of several calls: the batch as a whole is over a server limit (body size,
+    item count) that its items alone may well not be."""
 
 
 class _NoStream(Exception):
@@ -489,6 +495,10 @@ class SandboxClient:
             attempts += 1
             try:
                 retry = await self._post(server, pending)
+            except _BatchTooLarge:  # send it in halves, down to single calls (which a 413 then answers)
+                half = len(pending) // 2
+                await asyncio.gather(self._send(pending[:half]), self._send(pending[half:]))
+                return
             except _ServerFailed as exc:
                 errors.append(f"{server.url}: {exc}")
                 if await self._pool.probe(server):
@@ -516,6 +526,7 @@ class SandboxClient:
         Raises:
             _ServerFailed: transport error, timeout, 5xx, a body that is not a matching result list, or a
                 stream that broke off or ended early (the calls it answered are resolved already).
+            _BatchTooLarge: a 413 naming no item for several calls (nothing ran).
         """
         assert self._http is not None
         cfg = self.config
@@ -646,7 +657,11 @@ class SandboxClient:
         return retry
 
     def _handle_rejection(self, resp: HttpResponse, calls: list[_Call]) -> list[_Call]:
-        """Answer the calls a 413/422 names with ``internal`` (the server's message); return the rest."""
+        """Answer the calls a 413/422 names with ``internal`` (the server's message); return the rest.
+
+        Raises:
+            _BatchTooLarge: a 413 that names no item, for more than one call (the batch is split instead).
+        """
         try:
             body = resp.json()
         except ValueError:
@@ -663,6 +678,8 @@ class SandboxClient:
             loc = item.get("loc")
             if isinstance(loc, list) and len(loc) >= 3 and loc[:2] == ["body", "requests"] and isinstance(loc[2], int):
                 bad.add(loc[2])
+        if not bad and resp.status == 413 and len(calls) > 1:
+            raise _BatchTooLarge()
         if not bad or not all(0 <= i < len(calls) for i in bad):
             bad = set(range(len(calls)))
         for i in sorted(bad):

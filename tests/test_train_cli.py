@@ -107,6 +107,34 @@ def test_heldout_curve_reads_checkpoint_steps_from_eval_summaries(tmp_path):
         heldout_points([tmp_path / "unfinished"])
 
 
+def test_compare_draws_one_heldout_line_per_run(tmp_path):
+    import json
+
+    from matplotlib.colors import to_rgb
+
+    def write_eval(name: str, model: str, pass1: float) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "summary.json").write_text(json.dumps({"settings": {"model": model},
+                                                    "benchmarks": {"toolmath": {"avg_pass1": pass1}}}))
+        return d
+
+    start = write_eval("e0", "sft", 0.3)
+    a40, b40 = write_eval("a40", "runs/a/checkpoint-40", 0.5), write_eval("b40", "runs/b/checkpoint-40", 0.7)
+    _write_run(tmp_path / "a", "a", 3, 0.1)
+    _write_run(tmp_path / "b", "b", 3, 0.1)
+    base = ["plot", "--compare", f"A={tmp_path / 'a'}", f"B={tmp_path / 'b'}"]
+    one = runner.invoke(app, base + ["--out", str(tmp_path / "p1"), "--eval", f"A={start}", "--eval", f"A={a40}"])
+    two = runner.invoke(app, base + ["--out", str(tmp_path / "p2"), "--eval", f"A={start}", "--eval", f"A={a40}",
+                                     "--eval", f"B={start}", "--eval", f"B={b40}"])
+    assert one.exit_code == 0 and two.exit_code == 0, one.output + two.output
+    # the second run's line (colour C1) is drawn only when its evaluations are given
+    assert _pixels_near(tmp_path / "p1" / "heldout.png", to_rgb("C1")) < 20
+    assert _pixels_near(tmp_path / "p2" / "heldout.png", to_rgb("C1")) > 200
+    bad = runner.invoke(app, base + ["--out", str(tmp_path / "p3"), "--eval", str(a40)])
+    assert bad.exit_code == 2 and "LABEL=DIR" in bad.output
+
+
 def test_load_runs_chains_stages(tmp_path):
     _write_run(tmp_path / "a", "stage1", 3, 0.1)
     _write_run(tmp_path / "b", "stage2", 2, 0.5)

@@ -14,8 +14,9 @@ def plot_command(
     title: str = typer.Option("", "--title", help="Suffix for the figure titles."),
     compare: bool = typer.Option(False, "--compare", help="Overlay the runs (each LABEL=DIR or DIR) instead of "
                                                           "chaining them: at equal steps and at equal wall time."),
-    evals: list[Path] = typer.Option([], "--eval", help="A tirl eval folder of one of the run's checkpoints "
-                                                        "(repeat): draws heldout.png, avg pass@1 against step."),
+    evals: list[str] = typer.Option([], "--eval", help="A tirl eval folder of one of the run's checkpoints "
+                                                       "(repeat): draws heldout.png, avg pass@1 against step; "
+                                                       "with --compare LABEL=DIR, LABEL one of the runs'."),
     table: Path | None = typer.Option(None, "--table", help="Also write the steps as a Markdown table to this "
                                                             "file (not with --compare)."),
 ) -> None:
@@ -24,7 +25,7 @@ def plot_command(
     equal wall time."""
     from rich.console import Console
 
-    from tirl.train.plot import plot_compare, plot_runs
+    from tirl.train.plot import plot_compare, plot_heldout, plot_runs
 
     console = Console(stderr=True)
     try:
@@ -34,6 +35,15 @@ def plot_command(
                 label, sep, path = item.partition("=")
                 labelled[label if sep else Path(item).name] = path if sep else item
             written = plot_compare(labelled, out, title or None)
+            if evals:
+                groups: dict[str, list[str]] = {}
+                for item in evals:
+                    label, sep, path = item.partition("=")
+                    if not sep or label not in labelled:
+                        raise ValueError(f"--eval with --compare takes LABEL=DIR, LABEL one of "
+                                         f"{', '.join(labelled)}; got {item!r}")
+                    groups.setdefault(label, []).append(path)
+                written.append(plot_heldout(groups, out, title or None))
         else:
             written = plot_runs(runs, out, title or None)
             if table is not None:
@@ -43,8 +53,6 @@ def plot_command(
                 table.write_text(step_table(runs), encoding="utf-8")
                 written.append(table)
             if evals:
-                from tirl.train.plot import plot_heldout
-
                 written.append(plot_heldout(evals, out, title or None))
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/] {exc}")

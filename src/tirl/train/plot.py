@@ -10,7 +10,7 @@ format penalty, truncation rate, tool calls per trajectory and the time split. I
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -281,8 +281,16 @@ def heldout_points(eval_dirs: Sequence[str | Path]) -> dict[str, list[tuple[int,
     return {name: sorted(pts) for name, pts in points.items()}
 
 
-def plot_heldout(eval_dirs: Sequence[str | Path], out_dir: str | Path, title: str | None = None) -> Path:
-    """Draw ``heldout.png``: avg pass@1 of each evaluated checkpoint against its RL step, one line per benchmark.
+def plot_heldout(eval_dirs: Sequence[str | Path] | Mapping[str, Sequence[str | Path]], out_dir: str | Path,
+                 title: str | None = None) -> Path:
+    """Draw ``heldout.png``: avg pass@1 of each evaluated checkpoint against its RL step.
+
+    Args:
+        eval_dirs: ``tirl eval`` folders of one run's checkpoints (one line per benchmark), or label -> such
+            folders for several runs (an ablation: one line per run and benchmark, named ``label: benchmark``;
+            the starting model's evaluation can be given to each label).
+        out_dir: where ``heldout.png`` goes.
+        title: suffix for the figure title.
 
     Raises:
         FileNotFoundError: a folder has no ``summary.json``.
@@ -294,13 +302,17 @@ def plot_heldout(eval_dirs: Sequence[str | Path], out_dir: str | Path, title: st
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    points = heldout_points(eval_dirs)
-    if not points:
+    groups = dict(eval_dirs) if isinstance(eval_dirs, Mapping) else {"": list(eval_dirs)}
+    lines: dict[str, list[tuple[int, float]]] = {}
+    for label, dirs in groups.items():
+        for name, pts in sorted(heldout_points(dirs).items()):
+            lines[f"{label}: {name}" if label else name] = pts
+    if not lines:
         raise ValueError("no benchmark results in the given evaluation folders")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7, 4))
-    for name, pts in sorted(points.items()):
+    for name, pts in lines.items():
         ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", label=name)
     ax.set_title("Held-out accuracy of the checkpoints" + (f" - {title}" if title else ""))
     ax.set_xlabel("RL step (0 = starting model)")

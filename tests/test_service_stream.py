@@ -15,19 +15,17 @@ import asyncio
 import dataclasses
 import json
 import logging
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
 import pytest
 
 from test_service_app import metric
-from test_service_support import RoutingTransport, ScriptedExecutor
+from test_service_support import RoutingTransport, ScriptedExecutor, serving
 from tirl.sandbox.types import ExecutionRequest, ExecutionResult
 from tirl.service.app import create_app
 from tirl.service.client import ClientConfig, SandboxClient
 from tirl.service.core import ExecutionService, ServiceConfig
-from tirl.service.server import serve_app
 from tirl.service.transport import AiohttpTransport
 
 pytestmark = pytest.mark.timeout(120)
@@ -66,19 +64,6 @@ async def until(predicate, what: str, tries: int = 2000) -> None:
 
 def stream_tasks() -> list[asyncio.Task]:
     return [t for t in asyncio.all_tasks() if getattr(t.get_coro(), "__qualname__", "") in STREAM_TASKS]
-
-
-@asynccontextmanager
-async def serving(app) -> AsyncIterator[str]:
-    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    stop = asyncio.Event()
-    task = asyncio.ensure_future(serve_app(app, "127.0.0.1", 0, graceful_shutdown_s=2, stop=stop,
-                                           on_ready=ready.set_result))
-    try:
-        yield await asyncio.wait_for(ready, 10)
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
 
 
 def lines_of(text: str | bytes) -> list[dict]:

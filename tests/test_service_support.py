@@ -14,6 +14,7 @@
   (connection refused), a lost response (the server ran the batch, the client never got the answer), garbage,
   and a stream cut after some lines. The client's real transport (aiohttp) is tested over sockets in
   tests/test_service_transport.py, tests/test_service_stream.py and tests/test_service_fault.py.
+* :func:`serving`: serve an ASGI app with uvicorn in this process on 127.0.0.1 (port 0) for a ``with`` block.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 import httpx
 
 from tirl.sandbox.types import ExecutionRequest, ExecutionResult
+from tirl.service.server import serve_app
 from tirl.service.transport import HttpResponse, TransportError
 
 EXECUTE_PATHS = ("/v1/execute/batch", "/v1/execute/stream")
@@ -263,3 +265,21 @@ class _AsgiStream:
         self._gone.set()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
+
+
+@asynccontextmanager
+async def serving(app: Any, graceful_shutdown_s: float = 2, before_stop: asyncio.Event | None = None
+                  ) -> AsyncIterator[str]:
+    """Serve ``app`` on 127.0.0.1 (a free port) while the block runs; yields its base URL. On leaving,
+    ``before_stop`` is set (to release handlers a test holds back), then the server stops."""
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(serve_app(app, "127.0.0.1", 0, graceful_shutdown_s=graceful_shutdown_s, stop=stop,
+                                           on_ready=ready.set_result))
+    try:
+        yield await asyncio.wait_for(ready, 10)
+    finally:
+        if before_stop is not None:
+            before_stop.set()
+        stop.set()
+        await asyncio.wait_for(task, 30)

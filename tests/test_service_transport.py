@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import pytest
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 
+from test_service_support import serving
 from tirl.sandbox.types import ExecutionRequest
 from tirl.service.client import ClientConfig, SandboxClient
-from tirl.service.server import serve_app
 from tirl.service.transport import AiohttpTransport, TransportError
 
 pytestmark = pytest.mark.timeout(60)
@@ -86,20 +84,6 @@ def misbehaving_app() -> tuple[FastAPI, dict[str, int], asyncio.Event]:
     return app, hits, release
 
 
-@asynccontextmanager
-async def serving(app: FastAPI, release: asyncio.Event) -> AsyncIterator[str]:
-    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    stop = asyncio.Event()
-    task = asyncio.ensure_future(serve_app(app, "127.0.0.1", 0, graceful_shutdown_s=1, stop=stop,
-                                           on_ready=ready.set_result))
-    try:
-        yield await asyncio.wait_for(ready, 10)
-    finally:
-        release.set()
-        stop.set()
-        await asyncio.wait_for(task, 20)
-
-
 def free_port() -> int:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -110,7 +94,7 @@ def free_port() -> int:
 
 async def test_aiohttp_transport_returns_every_http_answer_and_raises_only_without_one():
     app, _, release = misbehaving_app()
-    async with serving(app, release) as url:
+    async with serving(app, graceful_shutdown_s=1, before_stop=release) as url:
         http = AiohttpTransport(max_connections=2, keepalive_expiry_s=4)
         body = '{"x":"é\\udcff"}'.encode()
         echoes = [await http.request("POST", url + "/echo", body=body, read_timeout_s=5, connect_timeout_s=5)
@@ -131,7 +115,7 @@ async def test_aiohttp_transport_returns_every_http_answer_and_raises_only_witho
 
 async def test_aiohttp_stream_lines_gives_each_line_as_it_arrives_and_raises_when_cut():
     app, _, release = misbehaving_app()
-    async with serving(app, release) as url:
+    async with serving(app, graceful_shutdown_s=1, before_stop=release) as url:
         http = AiohttpTransport(max_connections=2, keepalive_expiry_s=4)
         got: list[bytes] = []
         async with http.stream_lines("GET", url + "/lines", read_timeout_s=10, connect_timeout_s=5) as stream:
@@ -165,7 +149,7 @@ async def test_client_turns_a_5xx_and_a_read_timeout_into_internal_results():
     app, hits, release = misbehaving_app()
     config = ClientConfig(server_grace_s=0, http_timeout_margin_s=0.3, max_attempts=2, batch_size=1, senders=2,
                           probe_interval_s=0.05)
-    async with serving(app, release) as url:
+    async with serving(app, graceful_shutdown_s=1, before_stop=release) as url:
         async with SandboxClient(url, config) as client:
             boom, hang = await asyncio.gather(
                 client.run(ExecutionRequest("boom", timeout_s=0.1, request_id="b")),

@@ -64,6 +64,7 @@ from tirl.service.schemas import (
     HealthResponse,
     ServiceLimits,
     StreamedResult,
+    encode_json,
     result_to_wire,
 )
 
@@ -74,15 +75,7 @@ class JSONBytesResponse(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return _json_bytes(content)
-
-
-def _json_bytes(content: Any) -> bytes:
-    text = json.dumps(content, ensure_ascii=False, separators=(",", ":"))
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        return encode_json(content)
 
 
 class NdjsonStream(JSONResponse):
@@ -120,7 +113,7 @@ class NdjsonStream(JSONResponse):
         items = self.items
         try:
             async for index, result in items:
-                line = _json_bytes({"index": index, "result": result_to_wire(result)}) + b"\n"
+                line = encode_json({"index": index, "result": result_to_wire(result)}) + b"\n"
                 await send({"type": "http.response.body", "body": line, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:

@@ -59,7 +59,7 @@ from typing import Any
 
 from tirl.sandbox.types import ExecutionRequest, ExecutionResult
 from tirl.service.balancer import ServerPool, ServerState
-from tirl.service.schemas import result_from_wire
+from tirl.service.schemas import encode_json, result_from_wire
 from tirl.service.transport import AiohttpTransport, HttpResponse, HttpTransport, TransportError
 
 log = logging.getLogger(__name__)
@@ -194,15 +194,6 @@ def _finite(value: Any) -> float:
     except (TypeError, ValueError):
         return 0.0
     return x if math.isfinite(x) and x > 0 else 0.0
-
-
-def encode_json(payload: Any) -> bytes:
-    """UTF-8 JSON; text with lone surrogates (which UTF-8 cannot hold) is sent ``\\uXXXX``-escaped instead."""
-    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(payload, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 def _encode_batch(calls: Sequence[_Call]) -> bytes:

@@ -16,6 +16,7 @@ where a float is expected, ``memory_mb`` must be an integer, ``timeout_s`` finit
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -160,3 +161,13 @@ def result_from_wire(data: Any, request_id: str) -> ExecutionResult:
             f"server answered request {request_id!r} with the result of {result.request_id!r}", request_id
         )
     return result
+
+
+def encode_json(payload: Any) -> bytes:
+    """Compact UTF-8 JSON for the wire; text with lone surrogates (which UTF-8 cannot hold) is written
+    ``\\uXXXX``-escaped instead, so encoding never fails on what a sandboxed program printed."""
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(payload, ensure_ascii=True, separators=(",", ":")).encode("ascii")

@@ -10,8 +10,9 @@ Conversion rules (so the SFT targets obey the protocol the agent loop and the ve
 
 * **gsm8k_tir** (OpenAI-style tool-calling conversations derived from GSM8K train): every assistant message
   with ``tool_calls`` becomes one turn: its text content (when not empty), then each call written by
-  :func:`tirl.protocol.parse.render_tool_call` (``<tool_call>\\n{"name": ..., "arguments": {"code", "input"}}\\n
-  </tool_call>``, the configured function name), joined by newlines; the following ``tool`` messages become
+  :func:`tirl.protocol.parse.render_tool_call` in the configured ``protocol.tool_call_format`` (by default
+  ``<tool_call>\\n{"name": ..., "arguments": {"code", "input"}}\\n</tool_call>``, the configured function name),
+  joined by newlines; the following ``tool`` messages become
   that turn's tool responses, rendered by :func:`tirl.protocol.response.render_tool_response` as the sandbox's stdout
   would be. The final message's last line ``The answer is $\\boxed{N}$.`` becomes the answer block: the turn
   text is ``{reasoning}</reason> <answer>The answer is \\boxed{N}.</answer>`` (the prefill ``<reason>`` opens

@@ -18,6 +18,8 @@ Defaults and why (rStar2-Agent, arXiv 2508.20722, section 2.2 and Fig. 2-3; the 
   still fit an 8K-token budget).
 * ``answer_fallback = "last_box_final_turn"``: with no ``<answer>`` block, the last box of the final assistant
   turn is the answer (``"none"`` makes a missing ``<answer>`` block mean no answer).
+* ``tool_call_format = "hermes"``: JSON inside ``<tool_call>``, what Qwen2.5 and the release write; ``"qwen3_xml"``
+  is the ``<function=NAME><parameter=KEY>`` format of Qwen3-Coder and Qwen3.5 (:mod:`tirl.protocol.formats`).
 * ``keep_newline_after_eot = True``: the tool-response segment starts with the chat template's newline after
   the model's end-of-turn token, so token streams equal the chat template's rendering (the release has no
   newline there: ``False`` reproduces it).
@@ -27,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+from tirl.protocol.formats import format_names
 
 DEFAULT_FUNCTION_NAME = "execute_python_code_with_standard_io"
 RELEASE_FUNCTION_NAME = "python_code_with_standard_io"
@@ -55,6 +59,10 @@ class ProtocolConfig:
         reason_open, reason_close: reasoning tags.
         answer_open, answer_close: final-answer tags.
         tool_call_open, tool_call_close: tool-call tags.
+        tool_call_format: how a call is written between the tool-call tags: a name in the registry
+            :mod:`tirl.protocol.formats` (``"hermes"``: JSON; ``"qwen3_xml"``: ``<function=NAME>`` with
+            ``<parameter=KEY>`` blocks). It decides parsing, :func:`~tirl.protocol.parse.render_tool_call`, the
+            tools section's wording and the parse-error hint; tags, drafts and ``multi_call`` stay as set here.
         tool_response_open, tool_response_close: tool-response tags.
         think_open, think_close: draft-block tags whose tool calls are ignored when ``ignore_think_drafts``.
         prefill: text appended after the assistant header of every generation prompt (loss mask 0).
@@ -96,6 +104,7 @@ class ProtocolConfig:
     answer_close: str = "</answer>"
     tool_call_open: str = "<tool_call>"
     tool_call_close: str = "</tool_call>"
+    tool_call_format: str = "hermes"
     tool_response_open: str = "<tool_response>"
     tool_response_close: str = "</tool_response>"
     think_open: str = "<think>"
@@ -123,6 +132,9 @@ class ProtocolConfig:
             raise ValueError(f"prompt_style must be 'full' or 'compact', got {self.prompt_style!r}")
         if not self.function_name:
             raise ValueError("function_name must not be empty")
+        if self.tool_call_format not in format_names():
+            raise ValueError(f"tool_call_format must be one of {', '.join(format_names())}, "
+                             f"got {self.tool_call_format!r}")
         for name in ("tool_call_open", "tool_call_close", "answer_open", "answer_close"):
             if not getattr(self, name):
                 raise ValueError(f"{name} must not be empty")

@@ -4,6 +4,13 @@ Covers :func:`parse_tool_calls` (model text -> calls and structured errors) and 
 :func:`render_tool_call`. It does not execute anything and does not render tool responses
 (``tirl.protocol.response``). Nothing here raises on model text.
 
+Two layers. The turn scan (:func:`parse_tool_calls`, :func:`draft_spans`: opening tags, drafts, ``multi_call``)
+is the same for every tool-call format; what a block holds is the format's (``config.tool_call_format``, the
+registry in :mod:`tirl.protocol.formats`). The rest of this module is the default ``hermes`` format's parser,
+which :mod:`tirl.protocol.formats.hermes` wraps; the XML format of the Qwen3-Coder family is
+:mod:`tirl.protocol.formats.qwen3_xml`. The policies below are the Hermes format's, except drafts and
+``multi_call``, which hold for every format.
+
 A call is JSON between ``<tool_call>`` and ``</tool_call>``:
 ``{"name": "execute_python_code_with_standard_io", "arguments": {"code": "...", "input": "..."}}``.
 
@@ -55,6 +62,7 @@ import re
 from typing import Any
 
 from tirl.protocol.config import ProtocolConfig, resolve_config
+from tirl.protocol.formats import ToolCallFormat, get_format
 from tirl.protocol.types import ToolCall, ToolCallError
 
 ERROR_KINDS: dict[str, str] = {
@@ -390,9 +398,14 @@ def _draft_close(text: str, pos: int, cfg: ProtocolConfig) -> int:
             return -1
         call = text.find(cfg.tool_call_open, pos)
         if 0 <= call < close:
-            pos = _block_end(text, call, cfg)
+            pos = max(_format(cfg).block_end(text, call, cfg), call + 1)
             continue
         return close
+
+
+def _format(cfg: ProtocolConfig) -> ToolCallFormat:
+    """The tool-call format ``cfg.tool_call_format`` names (validated when the config was built)."""
+    return get_format(cfg.tool_call_format)
 
 
 def _prefill_opens_draft(cfg: ProtocolConfig) -> bool:
@@ -435,7 +448,7 @@ def draft_spans(text: str, config: ProtocolConfig | None = None, *,
             return spans
         call = text.find(cfg.tool_call_open, pos, think)
         if call >= 0:  # a tool-call block first: a <think> inside its JSON is not a tag
-            pos = max(_block_end(text, call, cfg), call + 1)
+            pos = max(_format(cfg).block_end(text, call, cfg), call + 1)
             continue
         close = _draft_close(text, think + len(cfg.think_open), cfg)
         if close < 0:
@@ -467,19 +480,21 @@ def parse_tool_calls(text: str, config: ProtocolConfig | None = None, *,
 
     Args:
         text: the text the model generated in this turn (without the pre-filled prefix).
-        config: tags, function name and policies (see the module docstring).
+        config: tags, function name, tool-call format (``tool_call_format``) and policies (see the module
+            docstring and :mod:`tirl.protocol.formats`).
         lenient: overrides ``config.lenient`` when given.
 
     Returns:
         A list of :class:`ToolCall` (valid; ``arguments == {"code": str, "input": str}``) and
-        :class:`ToolCallError` (kind in :data:`ERROR_KINDS`) in text order; empty when the turn has no
-        ``<tool_call>`` outside drafts. With ``multi_call="first"`` at most one item. Never raises; non-string
-        input gives an empty list.
+        :class:`ToolCallError` (kind in the format's ``error_kinds``: :data:`ERROR_KINDS` for ``hermes``) in
+        text order; empty when the turn has no ``<tool_call>`` outside drafts. With ``multi_call="first"`` at
+        most one item. Never raises; non-string input gives an empty list.
     """
     if not isinstance(text, str):
         return []
     cfg = resolve_config(config)
     use_lenient = cfg.lenient if lenient is None else lenient
+    fmt = _format(cfg)
     drafts = cfg.think_drafts_active
     results: list[ToolCall | ToolCallError] = []
     pos = 0
@@ -501,7 +516,7 @@ def parse_tool_calls(text: str, config: ProtocolConfig | None = None, *,
             else:
                 pos = close + len(cfg.think_close)
             continue
-        item, pos = _parse_block(text, call, cfg, use_lenient)
+        item, pos = fmt.parse_block(text, call, cfg, use_lenient)
         results.append(item)
         if cfg.multi_call == "first":
             break
@@ -509,18 +524,22 @@ def parse_tool_calls(text: str, config: ProtocolConfig | None = None, *,
 
 
 def render_tool_call(code: str, stdin: str = "", config: ProtocolConfig | None = None) -> str:
-    """The text of one tool call, as the model should write it (and as Qwen2.5's chat template renders a
-    structured call): ``<tool_call>\\n{"name": ..., "arguments": {"code": ..., "input": ...}}\\n</tool_call>``.
+    """The text of one tool call, as the model should write it in ``config.tool_call_format`` (and as that
+    format's chat template renders a structured call). For ``hermes``, Qwen2.5's layout:
+    ``<tool_call>\\n{"name": ..., "arguments": {"code": ..., "input": ...}}\\n</tool_call>``; for ``qwen3_xml``
+    see :mod:`tirl.protocol.formats.qwen3_xml`.
 
     Args:
         code: Python source.
         stdin: text for standard input.
-        config: function name and tags.
+        config: function name, tags and format.
 
     Returns:
         The block; :func:`parse_tool_calls` reads it back to the same ``code`` and ``input``.
+
+    Raises:
+        ValueError: the format cannot write this code or input (``qwen3_xml``: a value holding the opening tag
+            or a closing ``</parameter>`` sequence; ``hermes`` writes every string).
     """
     cfg = resolve_config(config)
-    payload = json.dumps({"name": cfg.function_name, "arguments": {"code": code, "input": stdin}},
-                         ensure_ascii=False)
-    return f"{cfg.tool_call_open}\n{payload}\n{cfg.tool_call_close}"
+    return _format(cfg).render_call(cfg.function_name, {"code": code, "input": stdin}, cfg)

@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from tirl.protocol.config import ProtocolConfig, resolve_config
+from tirl.protocol.formats import get_format
 
 
 def default_system_prompt(config: ProtocolConfig | None = None) -> str:
@@ -94,19 +95,19 @@ def tool_schema(config: ProtocolConfig | None = None) -> dict[str, Any]:
 
 def tools_block(config: ProtocolConfig | None = None) -> str:
     """The tools section appended to the system prompt when the chat template cannot render tools itself
-    (the built-in ChatML template) or ``prompt_style="compact"``: the schema as JSON inside ``<tools>`` and how
-    to write a call; for the compact style only the example call."""
+    (the built-in ChatML template, or a template whose own tools section asks for another tool-call format) or
+    ``prompt_style="compact"``: the schema as JSON inside ``<tools>`` and how to write a call, worded by the
+    tool-call format (``config.tool_call_format``); for the compact style only the example call."""
     cfg = resolve_config(config)
-    example = json.dumps({"name": cfg.function_name, "arguments": {"code": "print(2 + 2)", "input": ""}})
+    fmt = get_format(cfg.tool_call_format)
+    example = fmt.render_call(cfg.function_name, {"code": "print(2 + 2)", "input": ""}, cfg)
     if cfg.prompt_style == "compact":
-        return f"To run Python, write:\n{cfg.tool_call_open}\n{example}\n{cfg.tool_call_close}"
+        return f"To run Python, write:\n{example}"
     schema = json.dumps(tool_schema(cfg), ensure_ascii=False)
     return (
         "# Tools\n\nYou can call the function described inside <tools></tools>:\n"
         f"<tools>\n{schema}\n</tools>\n\n"
-        f"To call it, write one JSON object with the function name and its arguments inside "
-        f"{cfg.tool_call_open}{cfg.tool_call_close} tags, for example:\n"
-        f"{cfg.tool_call_open}\n{example}\n{cfg.tool_call_close}"
+        f"To call it, {fmt.call_instructions(cfg)}, for example:\n{example}"
     )
 
 

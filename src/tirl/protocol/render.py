@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tirl.protocol.config import ProtocolConfig, resolve_config
+from tirl.protocol.formats import get_format
 from tirl.protocol.prompt import cot_system_prompt, prompt_messages, tool_schema, user_message
 
 CHATML_START = "<|im_start|>"
@@ -106,9 +107,13 @@ def template_supports_tools(tokenizer: Any) -> bool:
 
 def native_tools(tokenizer: Any, config: ProtocolConfig | None = None) -> bool:
     """Whether the tool is declared through the tokenizer's chat template (its own tools block and ``tool``
-    messages): the template renders tools and ``config.prompt_style`` is ``"full"``. Otherwise tirl's tools
-    block goes into the system prompt and tool responses are user messages (the same text for Qwen2.5)."""
-    return template_supports_tools(tokenizer) and resolve_config(config).prompt_style == "full"
+    messages): the template renders tools, writes calls in ``config.tool_call_format``
+    (:meth:`~tirl.protocol.formats.ToolCallFormat.template_writes_calls`) and ``config.prompt_style`` is
+    ``"full"``. Otherwise tirl's tools block goes into the system prompt and tool responses are user messages
+    (the same text for Qwen2.5)."""
+    cfg = resolve_config(config)
+    return (template_supports_tools(tokenizer) and cfg.prompt_style == "full"
+            and get_format(cfg.tool_call_format).template_writes_calls(_template_string(tokenizer)))
 
 
 def uses_tokenizer_template(tokenizer: Any, config: ProtocolConfig | None = None) -> bool:

@@ -28,6 +28,7 @@ output itself, which is what the paper's Fig. 2 examples show.
 from __future__ import annotations
 
 from tirl.protocol.config import ProtocolConfig, resolve_config
+from tirl.protocol.formats import get_format
 from tirl.protocol.types import ToolCall, ToolCallError
 from tirl.sandbox.types import ExecutionResult
 
@@ -134,13 +135,12 @@ def render_parse_error(error: ToolCallError, config: ProtocolConfig | None = Non
     """The tool-response text for a call that could not be decoded: the error and the expected format.
 
     Returns:
-        ``Tool call error (<kind>): <message>`` followed by a one-line example of a valid call, cut like
-        :func:`render_tool_response`.
+        ``Tool call error (<kind>): <message>`` followed by an example of a valid call in
+        ``config.tool_call_format`` (one line for ``hermes``), cut like :func:`render_tool_response`.
     """
     cfg = resolve_config(config)
-    example = (f'{{"name": "{cfg.function_name}", "arguments": {{"code": "print(1 + 1)", "input": ""}}}}')
-    text = (f"Tool call error ({error.kind}): {error.message}\n"
-            f"Nothing was run. A valid call is a JSON object inside the tags, e.g. {example}")
+    hint = get_format(cfg.tool_call_format).parse_error_hint(cfg)  # the example call, in the configured format
+    text = f"Tool call error ({error.kind}): {error.message}\nNothing was run. {hint}"
     return truncate_middle(text, cfg.tool_response_max_chars)
 
 

@@ -36,7 +36,7 @@ class ToolCall:
     Attributes:
         name: function name as the model wrote it.
         arguments: decoded argument object (for the Python tool: ``code`` and ``input``, both strings).
-        raw: the text between ``<tool_call>`` and ``</tool_call>``.
+        raw: the text between ``<tool_call>`` and ``</tool_call>`` (in any tool-call format).
         span: (start, end) character offsets of the whole block, tags included, in the turn text.
         repaired: True when lenient parsing had to repair the text; ``repairs`` lists what was done.
         warnings: machine-readable notes on a valid call that is probably not what the model meant, e.g.
@@ -71,8 +71,9 @@ class ToolCallError:
 
     Attributes:
         kind: machine-readable cause (``unclosed_tag``, ``invalid_json``, ``not_an_object``, ``missing_name``,
-            ``unknown_function``, ``arguments_not_object``, ``missing_code``, ``bad_argument_type``, ...; the
-            parser module documents the full list).
+            ``unknown_function``, ``arguments_not_object``, ``missing_code``, ``bad_argument_type``, ...; each
+            tool-call format lists its own in ``error_kinds``: ``tirl.protocol.parse.ERROR_KINDS`` for ``hermes``,
+            ``tirl.protocol.formats.qwen3_xml.ERROR_KINDS``).
         message: a short human-readable explanation that can be fed back to the model.
         raw: the text of the block (or of the unclosed remainder).
         span: (start, end) character offsets in the turn text.

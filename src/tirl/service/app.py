@@ -330,6 +330,7 @@ def create_app(
     *,
     routers: Sequence[APIRouter] = (),
     close_executor: bool = False,
+    check_executor: CodeExecutor | None = None,
 ) -> FastAPI:
     """Build the service app over ``executor``.
 
@@ -338,12 +339,17 @@ def create_app(
         config: limits and policies; ``ServiceConfig()`` when None.
         routers: extra routers to include (for example ``POST /v1/verify/batch`` of the reward part).
         close_executor: await ``executor.aclose()`` when the app shuts down (set when the app owns it).
+        check_executor: runs the answer checks of ``/v1/verify/batch`` (a pool of their own, so that reference
+            answers never reach the workers of ``/v1/execute``); None checks on ``executor``. Closed with
+            ``executor`` when ``close_executor``.
 
     Returns:
-        The FastAPI app; ``app.state.service`` holds the :class:`ExecutionService`.
+        The FastAPI app; ``app.state.service`` holds the :class:`ExecutionService`, ``app.state.check_service``
+        the one over ``check_executor`` (None without it).
     """
     config = config or ServiceConfig()
     service = ExecutionService(executor, config)
+    check_service = ExecutionService(check_executor, config) if check_executor is not None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -352,6 +358,8 @@ def create_app(
         await service.cache.drain()
         if close_executor:
             await executor.aclose()
+            if check_executor is not None:
+                await check_executor.aclose()
 
     app = FastAPI(
         title="tirl code-execution service",
@@ -360,6 +368,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
+    app.state.check_service = check_service
     app.state.executor = executor
     app.state.config = config
 

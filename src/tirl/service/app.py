@@ -21,7 +21,8 @@ disconnects mid-stream stops the stream; its executions still finish and are cac
 Errors never crash the server and always have a JSON body ``{"error", "message", "detail"}``:
 malformed JSON or fields (wrong JSON types included: ``"5"`` or ``true`` for a number) -> 422 with a readable
 message naming the field; code/stdin over the configured size, too many items in a batch, or a body over
-``max_body_bytes`` -> 413; ``timeout_s`` over ``max_timeout_s`` -> 422. Anything the executor does wrong
+``max_body_bytes`` -> 413; ``timeout_s`` over ``max_timeout_s`` or ``memory_mb`` over ``max_memory_mb`` (default:
+the executor's limit) -> 422. Anything the executor does wrong
 becomes an ``internal`` result inside a 200.
 
 Extending the app: pass extra ``fastapi.APIRouter`` objects as ``create_app(..., routers=[router])``. Their
@@ -349,6 +350,10 @@ def create_app(
     """
     config = config or ServiceConfig()
     service = ExecutionService(executor, config)
+    memory_limit = config.max_memory_mb if config.max_memory_mb is not None else getattr(
+        getattr(executor, "config", None), "max_memory_mb", None)
+    if not isinstance(memory_limit, int) or isinstance(memory_limit, bool):
+        memory_limit = None  # an executor without a known limit: it decides
     check_service = ExecutionService(check_executor, config) if check_executor is not None else None
 
     @asynccontextmanager
@@ -452,6 +457,14 @@ def create_app(
         ]
         if too_slow:
             raise InvalidField("; ".join(f"item {d['index']}: {d['message']}" for d in too_slow[:10]), too_slow)
+        too_much = [
+            {"index": i, "request_id": it.request_id, "message": f"memory_mb {it.memory_mb} is over the limit of "
+             f"{memory_limit}"}
+            for i, it in enumerate(items)
+            if memory_limit is not None and it.memory_mb > memory_limit
+        ]
+        if too_much:
+            raise InvalidField("; ".join(f"item {d['index']}: {d['message']}" for d in too_much[:10]), too_much)
         too_big = []
         for i, it in enumerate(items):
             reason = config.oversize_reason(it.code, it.stdin)

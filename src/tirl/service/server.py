@@ -152,9 +152,9 @@ async def serve_local_sandbox(config: ServeConfig, routers: Sequence[Any] = ()) 
         checks = LocalSandbox(workers=config.check_workers, preload=PRELOAD_MODULES)
     app = create_app(sandbox, config.service, routers=routers, close_executor=True, check_executor=checks)
     try:
+        if checks is not None:  # starts beside the serving (idempotent): /v1/execute does not wait for it
+            check_start = asyncio.ensure_future(checks.start())
         await sandbox.start()  # announce ready only once the workers have imported their preload
-        if checks is not None:
-            await checks.start()
         await serve_app(
             app,
             config.host,
@@ -167,6 +167,7 @@ async def serve_local_sandbox(config: ServeConfig, routers: Sequence[Any] = ()) 
     finally:
         await sandbox.aclose()  # idempotent; also covers a failure before the app's lifespan ran
         if checks is not None:
+            check_start.cancel()
             await checks.aclose()
 
 

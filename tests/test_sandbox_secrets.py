@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 
 import pytest
 
+from sandbox_helpers import host_pids_with_marker, unique_marker
 from tirl.reward import PRELOAD_MODULES, Verifier, VerifyItem
 from tirl.sandbox import ExecutionRequest, LocalSandbox
 
@@ -62,8 +64,9 @@ print(json.dumps(sorted(found)))
 
 #: An ordinary call carrying all three kinds of secret: in its code, its stdin and its output.
 SECRET_CODE = f"secret = {CODE_MARKER!r}\nline = input()\nprint('QOUT' + '4444', len(line), len(secret))"
-#: The same, still running (holding its data) while other calls start in its worker.
-SLOW_SECRET_CODE = SECRET_CODE + "\nimport sys, time\nsys.stdout.flush()\ntime.sleep(4)"
+#: The same, still running (holding its data) while other calls start in its worker: after printing, it
+#: waits in ``sleep 100.<tag>`` (a host process the test can see, and kills once it has scanned).
+SLOW_SECRET_CODE = SECRET_CODE + "\nimport subprocess, sys\nsys.stdout.flush()\nsubprocess.run(['sleep', '100.{tag}'])"
 
 
 async def scan(sb: LocalSandbox, stdin: str = "") -> list[str]:
@@ -119,10 +122,21 @@ async def test_other_workers_and_concurrent_calls_are_unreadable():
     already written, their requests delivered) and after they ended."""
     async with LocalSandbox(workers=2, slots_per_worker=2, preload=PRELOAD_MODULES) as sb:
         await secrets_round(sb, 6)
-        slow = [asyncio.ensure_future(sb.run(ExecutionRequest(SLOW_SECRET_CODE, stdin=STDIN_MARKER + "\n",
-                                                              timeout_s=60))) for _ in range(2)]
-        await asyncio.sleep(1.0)  # the slow calls started (one per worker) and printed their marker
+        tag = unique_marker()
+        slow = [asyncio.ensure_future(sb.run(ExecutionRequest(SLOW_SECRET_CODE.format(tag=tag),
+                                                              stdin=STDIN_MARKER + "\n", timeout_s=200)))
+                for _ in range(2)]
+        for _ in range(600):  # both slow calls (one per worker) printed their marker and now sleep
+            if len(host_pids_with_marker(tag)) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the slow calls did not start")
         found = await asyncio.gather(*(scan(sb) for _ in range(2)))
+        sleepers = host_pids_with_marker(tag)
+        assert len(sleepers) >= 2  # the scans ran while both slow calls were running
+        for pid in sleepers:
+            os.kill(pid, signal.SIGKILL)  # the slow calls' subprocess.run returns; they end normally
         assert [f for f in found if f] == []
         done = await asyncio.gather(*slow)
         assert all(r.status == "ok" and OUT_MARKER in r.stdout for r in done), done

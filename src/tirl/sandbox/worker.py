@@ -36,6 +36,7 @@ calls beyond its preloaded modules.
 
 from __future__ import annotations
 
+import errno
 import gc
 import importlib
 import os
@@ -494,7 +495,12 @@ class Worker:
         for stream in (call.out, call.err, call.res):
             offset = 0
             while offset < stream.kept:
-                n = os.splice(stream.mem, self.ctl_out, stream.kept - offset, offset_src=offset)
+                try:
+                    n = os.splice(stream.mem, self.ctl_out, stream.kept - offset, offset_src=offset)
+                except OSError as exc:  # splice needs a pipe: the pool's end may be a socket
+                    if exc.errno != errno.EINVAL:
+                        raise
+                    n = os.sendfile(self.ctl_out, stream.mem, offset, stream.kept - offset)
                 if n <= 0:
                     raise OSError("the memory file of a call's output ended early")
                 offset += n

@@ -205,7 +205,7 @@ def test_doctor_cli_reports_layers_and_probes_as_json():
     report = json.loads(result.output)
     assert [layer["name"] for layer in report["layers"]] == list(LAYER_NAMES)
     probes = {p["name"]: p for p in report["probes"]}
-    assert len(probes) == 10 and all(p["detail"] for p in probes.values())
+    assert len(probes) == 12 and all(p["detail"] for p in probes.values())
     active = {layer["name"] for layer in report["layers"] if layer["active"]}
     if "seccomp" in active or "network_namespace" in active:
         assert probes["tcp connect to 127.0.0.1"]["held"]
@@ -219,8 +219,10 @@ def test_doctor_cli_reports_layers_and_probes_as_json():
     for layer, probe in (("private_proc", "list /proc (only the call's own pids)"),
                          ("landlock", "read the project's source"),
                          ("private_shm", "ProcessPoolExecutor (needs /dev/shm)"),
-                         ("uid_per_call", "two concurrent calls run as different uids")):
+                         ("uid_per_call", "two concurrent calls run as different uids"),
+                         ("seccomp", "connect to a host Unix socket")):
         if layer in active:
             assert probes[probe]["held"], (probe, probes[probe])
+    assert probes["memory scan for the previous call's code, stdin, output"]["held"], probes  # no layer needed
     assert report["all_active"] == (all(layer["active"] for layer in report["layers"]) and all(
         p["held"] for p in report["probes"]))

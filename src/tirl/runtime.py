@@ -7,6 +7,8 @@ Covers:
 * :func:`build_executor`: the code executor for tool calls *and* symbolic answer checks (``local``: one
   ``LocalSandbox`` whose workers preload numpy, scipy, sympy and the verifier's modules; an ``http(s)://`` URL
   or several separated by commas: a ``SandboxClient``);
+* :func:`build_check_executor`: the answer checks' own pool, apart from the policy's tool calls (RL and the
+  sampler use it through :class:`AgentRuntime`; ``tirl eval`` checks on its tool executor);
 * :func:`build_verifier`: the :class:`tirl.reward.Verifier` on the run's executor (always given explicitly:
   no run verifies on a module-global pool);
 * the engines: :func:`build_hf_engine` (in process), :func:`build_server_engine` (an OpenAI-compatible server),
@@ -123,6 +125,28 @@ def build_executor(sandbox: str, workers: int | None = None) -> CodeExecutor:
 
         return SandboxClient([u.strip() for u in sandbox.split(",") if u.strip()])
     raise ValueError(f"sandbox must be 'local' or an http(s):// URL, got {sandbox!r}")
+
+
+def build_check_executor(tool_executor: Any) -> Any:
+    """A pool of its own for the answer checks of a run whose tool calls run on ``tool_executor``: answer
+    checks send reference answers on stdin, so they never share workers (a process lineage, a scratch
+    tmpfs) with the policy's calls (docs/sandbox.md "What a call can read").
+
+    A ``LocalSandbox`` gets a second ``LocalSandbox`` with its configuration, half its workers (at least
+    one) and the verifier's preload (:data:`tirl.reward.PRELOAD_MODULES`); a service client (the service's
+    ``/v1/execute`` pool runs the policy's calls) gets a local one-worker pool; any other executor (a test
+    double) is returned as it is.
+    """
+    from tirl.reward import PRELOAD_MODULES
+    from tirl.sandbox import LocalSandbox
+    from tirl.service.client import SandboxClient
+
+    if isinstance(tool_executor, LocalSandbox):
+        return LocalSandbox(workers=max(1, tool_executor.workers // 2), preload=PRELOAD_MODULES,
+                            config=tool_executor.config)
+    if isinstance(tool_executor, SandboxClient):
+        return LocalSandbox(workers=1, preload=PRELOAD_MODULES)
+    return tool_executor
 
 
 def build_verifier(executor: CodeExecutor | None, **options: Any) -> Verifier:
@@ -261,8 +285,9 @@ def load_sampling_policy(model: str, base: str | None = None, dtype: str = "auto
 class AgentRuntime:
     """A background event loop holding a run's code executor and verifier, on which agent loops run.
 
-    The executor is built on the loop on first use (so it binds there) and serves both the tool calls and the
-    verifier's symbolic checks. Used by RL training and by the data sampler; closed once at the end.
+    The executor is built on the loop on first use (so it binds there) and serves the tool calls; the
+    verifier's symbolic checks run on a pool of their own (:func:`build_check_executor`, built on first
+    use). Used by RL training and by the data sampler; closed once at the end.
 
     Args:
         executor_factory: ``() -> CodeExecutor``, called on the loop (e.g. ``lambda: build_executor(...)``).
@@ -275,6 +300,7 @@ class AgentRuntime:
         self._loop: BackgroundLoop | None = None
         self._executor: Any = None
         self._verifier: Any = None
+        self._checks: Any = None  # the answer checks' own executor (build_check_executor)
 
     @property
     def executor(self) -> Any:
@@ -302,7 +328,13 @@ class AgentRuntime:
         """Verdicts of :class:`tirl.reward.VerifyItem` items, verified on the run's executor and loop."""
         loop = self._start()
         if self._verifier is None:
-            self._verifier = build_verifier(self._executor)
+            tools = self._executor
+
+            async def construct() -> Any:
+                return build_check_executor(tools)
+
+            self._checks = loop.run(construct())
+            self._verifier = build_verifier(self._checks)
         return loop.run(self._verifier.averify_batch(list(items)))
 
     def rollouts(self, rows: Sequence[dict[str, Any]], samples_per_problem: int, engine: Any, tokenizer: Any,
@@ -320,7 +352,8 @@ class AgentRuntime:
         """Close ``others`` (engines: their ``aclose``), the executor and the loop. Idempotent."""
         if self._loop is None:
             return
-        for obj in (*others, self._executor):
+        checks = self._checks if self._checks is not self._executor else None
+        for obj in (*others, self._executor, checks):
             closer = getattr(obj, "aclose", None)
             if closer is not None:
                 try:
@@ -329,12 +362,13 @@ class AgentRuntime:
                     logger.warning("closing %s failed: %s", type(obj).__name__, exc)
         self._loop.close()
         self._loop = None
-        self._executor = self._verifier = None
+        self._executor = self._verifier = self._checks = None
 
 
 __all__ = [
     "AgentRuntime",
     "BackgroundLoop",
+    "build_check_executor",
     "build_executor",
     "build_hf_engine",
     "build_policy_engine",

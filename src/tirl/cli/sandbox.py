@@ -22,6 +22,8 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind; use a private address for other nodes."),
     port: int = typer.Option(8088, help="TCP port; 0 picks a free one (printed on the ready line)."),
     workers: int = typer.Option(4, min=1, help="Sandbox worker processes (LocalSandbox(workers=N))."),
+    check_workers: int = typer.Option(1, min=0, help="Worker processes of the answer checks' own pool"
+                                      " (/v1/verify/batch), apart from those of /v1/execute; 0 shares them."),
     preload: str = typer.Option(
         SERVE_PRELOAD,
         help="Modules each worker imports once at start, comma-separated ('' for none). The default adds the"
@@ -53,7 +55,8 @@ def serve(
     )
     modules = tuple(m.strip() for m in preload.split(",") if m.strip())
     config = ServeConfig(
-        host=host, port=port, workers=workers, preload=modules, log_level=log_level, service=service
+        host=host, port=port, workers=workers, preload=modules, log_level=log_level, service=service,
+        check_workers=check_workers,
     )
     try:
         from tirl.reward.routes import create_verify_router  # POST /v1/verify/batch (answer verification)

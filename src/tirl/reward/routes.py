@@ -96,7 +96,9 @@ class _ServiceExecutor:
 
 def _executor_of(request: Request) -> CodeExecutor | None:
     state = request.app.state
-    service = getattr(state, "service", None)
+    # The checks' own pool when the app has one (``create_app(check_executor=...)``): reference answers then
+    # never reach the workers that run /v1/execute's (the policy's) code.
+    service = getattr(state, "check_service", None) or getattr(state, "service", None)
     if service is not None and hasattr(service, "execute_batch"):
         return _ServiceExecutor(service)
     return getattr(state, "executor", None)

@@ -53,7 +53,7 @@ MACHINE = platform.machine()
 
 # Syscall numbers (from the kernel's unistd tables) of the calls the seccomp filter and Landlock use.
 _X86_64 = {
-    "socket": 41, "socketpair": 53, "ptrace": 101, "mount": 165, "umount2": 166, "swapon": 167,
+    "socket": 41, "socketpair": 53, "connect": 42, "ptrace": 101, "mount": 165, "umount2": 166, "swapon": 167,
     "swapoff": 168, "reboot": 169, "sethostname": 170, "setdomainname": 171, "iopl": 172, "ioperm": 173,
     "init_module": 175, "finit_module": 313, "delete_module": 176, "quotactl": 179, "acct": 163,
     "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159, "chroot": 161,
@@ -67,7 +67,7 @@ _X86_64 = {
     "landlock_create_ruleset": 444, "landlock_add_rule": 445, "landlock_restrict_self": 446,
 }
 _GENERIC = {  # aarch64 and the other architectures of asm-generic/unistd.h
-    "socket": 198, "socketpair": 199, "ptrace": 117, "mount": 40, "umount2": 39, "swapon": 224,
+    "socket": 198, "socketpair": 199, "connect": 203, "ptrace": 117, "mount": 40, "umount2": 39, "swapon": 224,
     "swapoff": 225, "reboot": 142, "sethostname": 161, "setdomainname": 162, "init_module": 105,
     "finit_module": 273, "delete_module": 106, "quotactl": 60, "acct": 89, "settimeofday": 170,
     "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171, "chroot": 51, "pivot_root": 41,

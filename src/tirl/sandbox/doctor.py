@@ -7,8 +7,10 @@ a double-forked child that ignores SIGTERM and outlives the deadline, four proce
 the call's memory limit (killed only by the ``cgroup`` layer), a System V shared memory segment that must
 not outlive the call (gone only with the ``ipc_namespace`` layer; a leftover is reported, then removed),
 a listing of ``/proc`` (only the call's own pid with ``private_proc``), a read of tirl's own source (denied
-by Landlock), ``ProcessPoolExecutor`` (needs ``private_shm``) and two concurrent calls' uids (different with
-``uid_per_call``).
+by Landlock), ``ProcessPoolExecutor`` (needs ``private_shm``), two concurrent calls' uids (different with
+``uid_per_call``), a connect to a world-writable listening Unix socket of the host (denied by ``seccomp``)
+and a scan of a call's own memory for the code, stdin and output of the call before it (nothing found: the
+worker never holds a call's data).
 It also times trivial calls. It does not change any setting; it only reports.
 """
 
@@ -17,7 +19,10 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import os
+import shutil
+import socket
 import statistics
+import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -109,6 +114,71 @@ PROCESS_POOL_PROBE = (
 )
 
 
+#: Scans the call's own readable anonymous, [heap], [stack] and writable mappings (``/proc/self/maps`` and
+#: ``/proc/self/mem``) for ``TIRLDOC`` and 12 hex digits; prints how many distinct such markers it found.
+MEMORY_SCAN_PROBE = r"""
+import re
+pattern = re.compile(rb"TIRLDOC[0-9a-f]{12}")
+found = set()
+with open("/proc/self/maps") as fh:
+    maps = fh.read().splitlines()
+with open("/proc/self/mem", "rb", buffering=0) as mem:
+    for line in maps:
+        parts = line.split()
+        perms, path = parts[1], (parts[5] if len(parts) > 5 else "")
+        if "r" not in perms or path in ("[vvar]", "[vsyscall]", "[vdso]", "[vvar_vclock]"):
+            continue
+        if path and not path.startswith("[") and "w" not in perms:
+            continue
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        try:
+            mem.seek(lo)
+            found.update(pattern.findall(mem.read(hi - lo)))
+        except (OSError, OverflowError, ValueError):
+            continue
+print(len(found))
+"""
+
+
+async def _secrets_probe(sb: LocalSandbox) -> ProbeOutcome:
+    """A call with a marker in its code, its stdin and its output, then a memory scan by the next call."""
+    marker = "TIRLDOC" + uuid.uuid4().hex[:12]
+    half = len(marker) // 2
+    code = f"x = {marker!r}\ny = input()\nprint({marker[:half]!r} + {marker[half:]!r}, len(x + y))"
+    first = await sb.run(ExecutionRequest(code, stdin=marker + "\n", timeout_s=10))
+    scans = [await sb.run(ExecutionRequest(MEMORY_SCAN_PROBE, timeout_s=30)) for _ in range(2)]
+    held = first.status == "ok" and all(r.status == "ok" and r.stdout.strip() == "0" for r in scans)
+    return ProbeOutcome("memory scan for the previous call's code, stdin, output", held,
+                        "markers found: " + ", ".join(r.stdout.strip() or r.status for r in scans))
+
+
+async def _unix_socket_probe(sb: LocalSandbox) -> ProbeOutcome:
+    """A connect from a call to a world-writable listening Unix socket of the host (in a temporary directory)."""
+    root = tempfile.mkdtemp(prefix="tirl-doctor-")
+    path = os.path.join(root, "host.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    try:
+        os.chmod(root, 0o755)
+        listener.bind(path)
+        os.chmod(path, 0o777)
+        listener.listen(1)
+        listener.setblocking(False)
+        code = (f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(2)\ns.connect({path!r})\n"
+                "print('connected')")
+        result = await sb.run(ExecutionRequest(code, timeout_s=10))
+        try:
+            listener.accept()[0].close()
+            reached = True
+        except BlockingIOError:
+            reached = False
+    finally:
+        listener.close()
+        shutil.rmtree(root, ignore_errors=True)
+    return ProbeOutcome("connect to a host Unix socket", result.status == "error" and not reached,
+                        f"{result.status}: {result.error_type or result.stdout.strip()}; "
+                        f"host socket reached: {reached}")
+
+
 async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
     outside = f"/tmp/tirl-doctor-{uuid.uuid4().hex}"
     marker = str(900_000_000 + uuid.uuid4().int % 99_999_999)
@@ -154,6 +224,8 @@ async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
     ])
     # Alone in the pool, so that both run at once (a worker runs at least 2 calls at a time by default).
     uid_a, uid_b = await sb.run_batch([ExecutionRequest(uid_code, timeout_s=5)] * 2)
+    unix = await _unix_socket_probe(sb)
+    secrets = await _secrets_probe(sb)
     return [
         ProbeOutcome("tcp connect to 127.0.0.1", net.status == "error",
                      f"{net.status}: {net.error_type or ''} {(net.traceback or '').strip().splitlines()[-1:]}"),
@@ -179,6 +251,8 @@ async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
         ProbeOutcome("two concurrent calls run as different uids",
                      uid_a.status == uid_b.status == "ok" and uid_a.stdout != uid_b.stdout,
                      f"uids {uid_a.stdout.strip() or uid_a.status} and {uid_b.stdout.strip() or uid_b.status}"),
+        unix,
+        secrets,
     ]
 
 

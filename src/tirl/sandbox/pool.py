@@ -35,7 +35,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import tirl
-from tirl.sandbox import isolation, wire
+from tirl.sandbox import isolation, outcome, wire
 from tirl.sandbox.config import DEFAULT_PRELOAD, SandboxConfig
 from tirl.sandbox.types import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, ExecutionRequest, ExecutionResult
 
@@ -396,7 +396,15 @@ class LocalSandbox:
                 message = await self._read_frame(w)
                 if message is None:
                     break
-                if message.get("op") != "result":
+                op = message.get("op")
+                if op == "done":  # what the worker observed, then the call's kept output bytes, unread by it
+                    assert w.proc is not None and w.proc.stdout is not None
+                    blobs = [await w.proc.stdout.readexactly(int(message[k]))
+                             for k in ("out_bytes", "err_bytes", "res_bytes")]
+                    fields = outcome.assemble(message, *blobs)
+                elif op == "result":  # answered without running (the worker could not start the call)
+                    fields = message.get("result") or {}
+                else:
                     continue
                 entry = w.inflight.pop(int(message.get("id", -1)), None)
                 if entry is None:
@@ -404,7 +412,7 @@ class LocalSandbox:
                 pending, handle = entry
                 if handle is not None:
                     handle.cancel()
-                fields = {k: v for k, v in (message.get("result") or {}).items() if k in _RESULT_FIELDS}
+                fields = {k: v for k, v in fields.items() if k in _RESULT_FIELDS}
                 try:
                     result = ExecutionResult(**fields, request_id=pending.request.request_id)
                 except TypeError as exc:  # pragma: no cover - worker and pool are the same version
@@ -473,8 +481,13 @@ class LocalSandbox:
             if pending.future.done():
                 continue
             req = pending.request
-            frame = wire.encode({"op": "run", "id": pending.cid, "code": req.code, "stdin": req.stdin,
-                                 "timeout_s": float(req.timeout_s), "memory_mb": int(req.memory_mb)})
+            # The code and stdin follow the frame raw: the worker splices them into the call's memory files
+            # and never holds them (a later call, a fork of the worker, would inherit them).
+            code = req.code.encode("utf-8", "surrogatepass")
+            stdin = req.stdin.encode("utf-8", "replace")
+            frame = wire.encode({"op": "run", "id": pending.cid, "timeout_s": float(req.timeout_s),
+                                 "memory_mb": int(req.memory_mb), "code_bytes": len(code),
+                                 "stdin_bytes": len(stdin)}) + code + stdin
             assert self._loop is not None and w.proc is not None and w.proc.stdin is not None
             handle = self._loop.call_later(float(req.timeout_s) + self.config.host_grace_s,
                                            self._on_watchdog, w, pending.cid)

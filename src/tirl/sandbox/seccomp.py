@@ -6,9 +6,17 @@ allowed):
 
 - wrong architecture (for example 32-bit ``int 0x80`` calls on x86_64): the process is killed;
 - x32 system calls on x86_64: EPERM;
-- ``socket``: allowed only for ``AF_UNIX`` (asyncio's self-pipe and ``multiprocessing`` need local
-  socketpairs; they cannot reach the network, which a new network namespace removes anyway); other
-  families get EPERM, so ``socket.socket()`` raises ``PermissionError``;
+- ``socket`` and ``socketpair``: allowed only for ``AF_UNIX`` stream and seqpacket sockets (asyncio's
+  self-pipe and ``multiprocessing`` need local socketpairs; they cannot reach the network, which a new
+  network namespace removes anyway); other families get EPERM, so ``socket.socket()`` raises
+  ``PermissionError``, and so do ``AF_UNIX`` datagram sockets (``SOCK_DGRAM``, ``SOCK_RAW``: ``sendto`` or
+  ``sendmsg`` with an address would reach any pathname datagram socket of the host, ``/dev/log`` or
+  systemd's notify socket, without ``connect``);
+- ``connect``: EPERM. A call holds only ``AF_UNIX`` sockets, so any ``connect`` names a pathname or an
+  abstract socket, and Landlock (up to ABI 7) does not restrict connecting to pathname sockets: without
+  this a call reached every world-writable socket of the host (X11, D-Bus, container runtimes, local
+  model servers). A call's own listeners (``multiprocessing.Manager``, ``multiprocessing.connection``
+  with an ``AF_UNIX`` address) are unusable for the same reason;
 - ``clone`` with any namespace flag, ``unshare``, ``setns``: EPERM (no escape into fresh namespaces);
 - ``clone3``: ENOSYS, so the C library falls back to ``clone`` whose flags the filter can inspect;
 - ``ptrace``, ``process_vm_readv/writev``, ``mount`` and the new mount API, ``pivot_root``, ``chroot``,
@@ -37,7 +45,7 @@ DENIED_SYSCALLS: tuple[str, ...] = (
     "add_key", "request_key", "userfaultfd", "open_by_handle_at", "name_to_handle_at", "io_uring_setup",
     "io_uring_enter", "io_uring_register", "fanotify_init", "settimeofday", "clock_settime",
     "clock_adjtime", "adjtimex", "syslog", "acct", "quotactl", "vhangup", "lookup_dcookie", "uselib",
-    "personality",
+    "personality", "connect",
 )
 
 # Classic BPF opcodes.
@@ -56,6 +64,7 @@ _X32_SYSCALL_BIT = 0x40000000
 _OFF_NR = 0
 _OFF_ARCH = 4
 _OFF_ARG0 = 16
+_OFF_ARG1 = 24
 
 
 class _SockFilter(ctypes.Structure):
@@ -92,6 +101,7 @@ def build_filter() -> bytes:
     if _linux.MACHINE == "x86_64":
         emit(_JGE_K, _X32_SYSCALL_BIT, "eperm", 0)
     emit(_JEQ_K, numbers["socket"], "socket", 0)
+    emit(_JEQ_K, numbers["socketpair"], "socket", 0)
     emit(_JEQ_K, numbers["clone"], "clone", 0)
     emit(_JEQ_K, numbers["clone3"], "enosys", 0)
     for name in DENIED_SYSCALLS:
@@ -99,9 +109,13 @@ def build_filter() -> bytes:
             emit(_JEQ_K, numbers[name], "eperm", 0)
     label("allow")
     emit(_RET_K, _RET_ALLOW)
-    label("socket")
+    label("socket")  # socket(family, type, ...) and socketpair(family, type, ...)
     emit(_LD_W_ABS, _OFF_ARG0)
-    emit(_JEQ_K, socket.AF_UNIX, "allow_arg", "eperm")
+    emit(_JEQ_K, socket.AF_UNIX, 0, "eperm")
+    emit(_LD_W_ABS, _OFF_ARG1)
+    # SOCK_DGRAM (2) and SOCK_RAW (3, a datagram socket for AF_UNIX) have bit 1 set; SOCK_STREAM (1) and
+    # SOCK_SEQPACKET (5) do not, nor do the flags SOCK_NONBLOCK and SOCK_CLOEXEC.
+    emit(_JSET_K, 0x2, "eperm", "allow_arg")
     label("clone")
     emit(_LD_W_ABS, _OFF_ARG0)
     emit(_JSET_K, _linux.CLONE_NAMESPACE_FLAGS, "eperm", "allow_arg")

@@ -5,19 +5,29 @@ Started by the pool as ``python -I -m tirl.sandbox.worker`` with two pipes: fram
 configuration; the worker then sets up its isolation (:func:`tirl.sandbox.isolation.setup_worker`),
 imports the preload modules, probes the per-call layers, and answers ``ready`` with the layer report.
 
+**The worker never holds a call's data** (code, stdin, outputs) in its own memory, because every later
+call is a fork of that memory: a ``run`` frame's JSON carries only the metadata, its code and stdin follow
+as raw bytes that the worker moves from the control pipe into the call's memory files with ``splice``
+(kernel to kernel), the call process reads its own code, and the call's outputs are spliced from their
+pipes into memory files and from there to the pool, which assembles the result
+(:mod:`tirl.sandbox.outcome`). A call therefore inherits the worker's post-import image and metadata
+(ids, limits) of other calls, nothing else.
+
 For each ``run`` frame it (single-threaded, with a ``selectors`` loop over all its calls):
 
 1. creates the call's scratch directory, its cgroup (when the cgroup layer is active: memory and pids of all
-   the call's processes together, see :mod:`tirl.sandbox.cgroup`), an in-memory stdin file and pipes for
-   stdout, stderr and the runner's result record;
+   the call's processes together, see :mod:`tirl.sandbox.cgroup`), memory files for its code and stdin
+   (filled from the control pipe) and for its outputs, and pipes for stdout, stderr, the runner's result
+   record and signal notes;
 2. with PID namespaces: points its children's PID namespace to a fresh one, so the call process it forks
    next is that namespace's init (PID 1): when it exits or is killed, the kernel kills every process the
    call started, and it can be reaped only once they are all gone;
 3. forks the call process, which applies the per-call layers and runs :func:`tirl.sandbox.runner.execute`;
-4. reads the outputs as they stream, storing at most ``max_output_bytes`` of each;
+4. moves the outputs as they stream into their memory files, at most ``max_output_bytes`` of each (the
+   rest to ``/dev/null``, counted);
 5. when the call process exits (or at the deadline, when it is killed), kills the rest of the call's
    processes, drains the pipes, reads the OOM kills of its cgroup, removes the cgroup and the scratch
-   directory and sends the result.
+   directory and sends a ``done`` frame (what it observed) followed by the kept output bytes.
 
 The worker is a child subreaper and reaps every child it gets, so no zombies accumulate. It does not
 queue requests (the pool never sends more than ``slots_per_worker`` at once) and keeps no state between
@@ -26,10 +36,9 @@ calls beyond its preloaded modules.
 
 from __future__ import annotations
 
-import codecs
+import errno
 import gc
 import importlib
-import math
 import os
 import selectors
 import shutil
@@ -42,30 +51,31 @@ from typing import NoReturn
 
 from tirl.sandbox import _linux, cgroup, isolation, landlock, runner, wire
 from tirl.sandbox.isolation import LayerError, WorkerIsolation
+from tirl.sandbox.outcome import SETUP_FAILED as _SETUP_FAILED
+from tirl.sandbox.outcome import SETUP_OK as _SETUP_OK
 
 _READ_CHUNK = 1 << 16
-_SETUP_OK = b"S"
-_SETUP_FAILED = b"F"
 _RESULT_RECORD_SLACK = 1 << 20
-_SIGNAL_NAMES = {getattr(signal, n): n for n in dir(signal) if n.startswith("SIG") and not n.startswith("SIG_")}
+_SPLICE_NONBLOCK = getattr(os, "SPLICE_F_NONBLOCK", 2)
+#: The call process's descriptor for signal notes (its C-level SIGABRT handler writes the signal number).
+_SIGNAL_FD = 4
 
 
-def _sanitize(text: str | None) -> str | None:
-    """Replace lone surrogates so the text is valid UTF-8 on any wire."""
-    if text is None:
-        return None
-    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+def _memfd(name: str) -> int:
+    return os.memfd_create(name, os.MFD_CLOEXEC)
 
 
 class _Stream:
-    """One output pipe of a call: bytes kept up to ``cap``, the total seen, and EOF."""
+    """One output pipe of a call, moved unread into a memory file: ``kept`` bytes up to ``cap`` (the rest to
+    ``/dev/null``), the ``total`` seen, and EOF."""
 
-    __slots__ = ("fd", "cap", "data", "total", "eof")
+    __slots__ = ("fd", "cap", "mem", "kept", "total", "eof")
 
     def __init__(self, fd: int, cap: int) -> None:
         self.fd = fd
         self.cap = cap
-        self.data = bytearray()
+        self.mem = _memfd("out")
+        self.kept = 0
         self.total = 0
         self.eof = False
 
@@ -73,20 +83,15 @@ class _Stream:
     def truncated(self) -> bool:
         return self.total > self.cap
 
-    def text(self) -> str:
-        """Decoded as UTF-8 with replacement; a multi-byte character cut by the cap is dropped."""
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        return decoder.decode(bytes(self.data), final=not self.truncated)
-
 
 class _Call:
-    __slots__ = ("id", "code", "timeout_s", "memory_mb", "pid", "scratch", "out", "err", "res",
+    __slots__ = ("id", "timeout_s", "memory_mb", "pid", "scratch", "out", "err", "res", "sig_r",
                  "started", "deadline", "exited_at", "wait_status", "kill_reason", "no_pid_namespace", "cgroup",
                  "oom_kills", "uid")
 
     def __init__(self, cid: int, msg: dict) -> None:
         self.id = cid
-        self.code = msg["code"]
+        self.sig_r = -1
         self.timeout_s = float(msg["timeout_s"])
         self.memory_mb = int(msg["memory_mb"])
         self.pid = 0
@@ -116,7 +121,10 @@ class Worker:
         self.iso = iso
         self.ctl_in = ctl_in
         self.ctl_out = ctl_out
-        self.frames = wire.FrameBuffer()
+        self.inbox = bytearray()  # the frame being read: its length prefix, then its JSON (metadata only)
+        self.inbox_want = wire.HEADER.size
+        self.inbox_json = False
+        self.body: tuple[dict, list[list[int]]] | None = None  # a run frame's raw payload being spliced
         self.env = dict(os.environ)
         self.calls: dict[int, _Call] = {}
         self.by_pid: dict[int, _Call] = {}
@@ -147,52 +155,98 @@ class Worker:
             n = os.write(self.ctl_out, view)
             view = view[n:]
 
-    def _on_ctl(self) -> None:
-        try:
-            data = os.read(self.ctl_in, _READ_CHUNK)
-        except BlockingIOError:
-            return
-        if not data:
-            self.closing = True  # the pool is gone
-            return
-        for msg in self.frames.feed(data):
+    def _on_ctl(self, max_steps: int = 64) -> None:
+        """Read the control pipe exactly: never a byte of a run frame's payload into this process's memory.
+
+        A frame is a length prefix and a JSON object (read into ``inbox``); a ``run`` frame's object names
+        ``code_bytes`` and ``stdin_bytes``, which follow it raw and are spliced into the call's memory files.
+        """
+        for _ in range(max_steps):
+            if self.body is not None:
+                if not self._splice_body():
+                    return
+                continue
+            try:
+                data = os.read(self.ctl_in, self.inbox_want - len(self.inbox))
+            except BlockingIOError:
+                return
+            if not data:
+                self.closing = True  # the pool is gone
+                return
+            self.inbox += data
+            if len(self.inbox) < self.inbox_want:
+                continue
+            if not self.inbox_json:
+                (length,) = wire.HEADER.unpack(self.inbox)
+                if not 0 < length <= wire.MAX_FRAME_BYTES:
+                    raise ValueError(f"control frame of {length} bytes")
+                self.inbox_json, self.inbox_want, self.inbox = True, length, bytearray()
+                continue
+            msg = wire.decode_body(bytes(self.inbox))
+            self.inbox_json, self.inbox_want, self.inbox = False, wire.HEADER.size, bytearray()
             op = msg.get("op")
             if op == "run":
-                self.start_call(msg)
+                parts = [[_memfd("code"), int(msg["code_bytes"])], [_memfd("stdin"), int(msg["stdin_bytes"])]]
+                self.body = (msg, parts)
             elif op == "shutdown":
                 self.closing = True
+                return
+
+    def _splice_body(self) -> bool:
+        """Move what has arrived of the current run frame's payload into its memory files; start the call
+        once all of it is there. False when the pipe has nothing more now (or closed)."""
+        assert self.body is not None
+        msg, parts = self.body
+        for part in parts:
+            while part[1] > 0:
+                try:
+                    n = os.splice(self.ctl_in, part[0], min(part[1], 1 << 20), flags=_SPLICE_NONBLOCK)
+                except BlockingIOError:
+                    return False
+                if n == 0:
+                    self.closing = True
+                    return False
+                part[1] -= n
+        self.body = None
+        self.start_call(msg, parts[0][0], parts[1][0])
+        return True
 
     # ----- starting a call --------------------------------------------------------------------------
-    def start_call(self, msg: dict) -> None:
+    def start_call(self, msg: dict, code_fd: int, stdin_fd: int) -> None:
+        """Start the call of a ``run`` frame whose code and stdin are in the memory files ``code_fd`` and
+        ``stdin_fd`` (closed here)."""
         call = _Call(int(msg["id"]), msg)
         try:
-            self._spawn(call, msg.get("stdin", ""))
+            self._spawn(call, code_fd, stdin_fd)
         except Exception as exc:  # noqa: BLE001 - any set-up failure is tirl's, answered as internal
             self._cleanup(call)
+            self._close_memory(call)
             self.send({"op": "result", "id": call.id, "result": {
                 "status": "internal", "stderr": f"tirl-sandbox: could not start the call: {exc}"}})
 
-    def _spawn(self, call: _Call, stdin: str) -> None:
+    def _spawn(self, call: _Call, code_fd: int, stdin_fd: int) -> None:
         plan = self.iso.plan
-        call.scratch = os.path.join(self.iso.scratch_dir, f"c{call.id}")
-        os.mkdir(call.scratch, 0o700)
-        if plan.uid_per_call and self.iso.uid_allocator is not None:
-            call.uid = self.iso.uid_allocator.claim()
-            os.chown(call.scratch, call.uid, call.uid)
-        elif plan.uid_mode.startswith("drop"):
-            os.chown(call.scratch, plan.uid, plan.gid)
-        if plan.cgroup and self.iso.cgroups is not None:
-            call.cgroup = self.iso.cgroups.acquire(call.memory_mb * 1024 * 1024, plan.nproc)
-        stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
-        data = stdin.encode("utf-8", "replace")
-        view = memoryview(data)
-        while view:
-            view = view[os.write(stdin_fd, view):]
-        os.lseek(stdin_fd, 0, os.SEEK_SET)
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        res_r, res_w = os.pipe()
-        child_fds = (stdin_fd, out_w, err_w, res_w)
+        opened = [code_fd, stdin_fd]  # closed here on failure; once forked, the child's ends are closed below
+        try:
+            call.scratch = os.path.join(self.iso.scratch_dir, f"c{call.id}")
+            os.mkdir(call.scratch, 0o700)
+            if plan.uid_per_call and self.iso.uid_allocator is not None:
+                call.uid = self.iso.uid_allocator.claim()
+                os.chown(call.scratch, call.uid, call.uid)
+            elif plan.uid_mode.startswith("drop"):
+                os.chown(call.scratch, plan.uid, plan.gid)
+            if plan.cgroup and self.iso.cgroups is not None:
+                call.cgroup = self.iso.cgroups.acquire(call.memory_mb * 1024 * 1024, plan.nproc)
+            os.lseek(stdin_fd, 0, os.SEEK_SET)
+            for _ in range(4):
+                opened.extend(os.pipe())
+        except BaseException:
+            for fd in opened:
+                os.close(fd)
+            raise
+        _, _, out_r, out_w, err_r, err_w, res_r, res_w, call.sig_r, sig_w = opened
+        os.set_blocking(call.sig_r, False)
+        child_fds = (stdin_fd, out_w, err_w, res_w, sig_w, code_fd)
         ns_fd = self.iso.self_pid_ns_fd
         try:
             if plan.pid_namespace and ns_fd is not None:
@@ -225,23 +279,31 @@ class Worker:
             os.set_blocking(stream.fd, False)
             self.sel.register(stream.fd, selectors.EVENT_READ, (call, stream))
 
-    def _call_process(self, call: _Call, fds: tuple[int, int, int, int]) -> NoReturn:
-        stdin_fd, out_w, err_w, res_w = fds
+    def _call_process(self, call: _Call, fds: tuple[int, ...]) -> NoReturn:
+        stdin_fd, out_w, err_w, res_w, sig_w, code_fd = fds
         try:
             signal.set_wakeup_fd(-1)
             for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
                 signal.signal(sig, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            code = _read_file(code_fd).decode("utf-8", "surrogatepass")  # the call's own code, in its memory
             os.dup2(stdin_fd, 0)
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
             os.dup2(res_w, 3, inheritable=False)
+            os.dup2(sig_w, _SIGNAL_FD, inheritable=False)
+            # As its PID namespace's init the call ignores its own SIGABRT without a handler, and abort() then
+            # ends it by SIGSEGV: a handler makes the signal's C-level part write its number to the signal
+            # pipe (the wake-up descriptor), so the result can name SIGABRT.
+            os.set_blocking(_SIGNAL_FD, False)
+            signal.signal(signal.SIGABRT, _ignore_signal)
+            signal.set_wakeup_fd(_SIGNAL_FD, warn_on_full_buffer=False)
             isolation.enter_call(self.iso.plan, call.scratch, isolation.call_env(self.env, call.scratch),
                                  call.timeout_s, call.memory_mb, self.iso.seccomp_filter, self.iso.landlock_rules,
                                  call.cgroup, call.uid)
             if self.call_sys_path is not None:
                 sys.path[:] = self.call_sys_path  # without the worker's own entries (the source tree)
-            os.closerange(4, 1 << 20)  # after Landlock, which uses the worker's prepared path descriptors
+            os.closerange(_SIGNAL_FD + 1, 1 << 20)  # after Landlock, which uses the worker's prepared path descriptors
             # The first byte of the result pipe says whether set-up succeeded. It is written before the
             # user's code runs, so that code cannot pass its own failure off as tirl's (``internal``).
             os.write(3, _SETUP_OK)
@@ -252,26 +314,31 @@ class Worker:
                 os.write(3, _SETUP_FAILED + message.encode("utf-8", "replace")[:4000])
             finally:
                 os._exit(70)
-        runner.execute(call.code, 3, self.max_out)
+        runner.execute(code, 3, self.max_out)
 
     # ----- supervising ------------------------------------------------------------------------------
     def _on_stream(self, call: _Call, stream: _Stream, max_chunks: int = 16) -> None:
         # At most max_chunks reads per event, so a flooding writer cannot keep the loop from its deadlines.
+        # splice: the bytes go from the pipe to the memory file (or /dev/null past the cap), never through
+        # this process's memory.
         for _ in range(max_chunks):
+            room = stream.cap - stream.kept
             try:
-                chunk = os.read(stream.fd, _READ_CHUNK)
+                if room > 0:
+                    n = os.splice(stream.fd, stream.mem, min(room, _READ_CHUNK), flags=_SPLICE_NONBLOCK)
+                else:
+                    n = os.splice(stream.fd, self.devnull, _READ_CHUNK, flags=_SPLICE_NONBLOCK)
             except BlockingIOError:
                 return
             except OSError:
-                chunk = b""
-            if not chunk:
+                n = 0
+            if not n:
                 stream.eof = True
                 self.sel.unregister(stream.fd)
                 return
-            room = stream.cap - len(stream.data)
             if room > 0:
-                stream.data += chunk[:room]
-            stream.total += len(chunk)
+                stream.kept += n
+            stream.total += n
             if stream.truncated and stream is not call.res and self.cfg["kill_on_output_overflow"]:
                 self.kill_call(call, "output")
                 return
@@ -361,6 +428,12 @@ class Worker:
                 os.close(stream.fd)
             except OSError:
                 pass
+        if call.sig_r >= 0:
+            try:
+                os.close(call.sig_r)
+            except OSError:
+                pass
+            call.sig_r = -1
         if call.scratch:
             _remove_tree(call.scratch)
         # With a PID namespace nothing of the call is left once its init was reaped (or never forked).
@@ -394,85 +467,50 @@ class Worker:
         self.calls.pop(call.id, None)
         if call.cgroup is not None:
             call.oom_kills = call.cgroup.oom_kills()
+        note = b""
+        try:
+            note = os.read(call.sig_r, 64)  # signal numbers only: written by the C-level handler
+        except OSError:
+            pass
         self._cleanup(call)
         if self.scan_orphans or call.no_pid_namespace:
             self._kill_orphans()
-        self.send({"op": "result", "id": call.id, "result": self.build_result(call)})
+        try:
+            self.send_done(call, note)
+        finally:
+            self._close_memory(call)
 
-    def build_result(self, call: _Call) -> dict:
-        """The ``ExecutionResult`` fields (without ``request_id``) of a finished call."""
+    def send_done(self, call: _Call, signal_note: bytes) -> None:
+        """The ``done`` frame (what the worker observed; :func:`tirl.sandbox.outcome.assemble` builds the
+        result from it on the host), then the kept bytes of stdout, stderr and the result record, spliced
+        from their memory files."""
         assert call.out is not None and call.err is not None and call.res is not None
         end = call.exited_at if call.exited_at is not None else time.monotonic()
-        status_code = os.waitstatus_to_exitcode(call.wait_status) if call.wait_status is not None else None
-        record: dict = {}
-        setup = bytes(call.res.data[:1])
-        setup_error = None
-        if setup == _SETUP_FAILED:
-            setup_error = bytes(call.res.data[1:]).decode("utf-8", "replace") or "call set-up failed"
-        elif setup == _SETUP_OK and len(call.res.data) > 1 and not call.res.truncated:
-            try:
-                record = wire.decode_body(bytes(call.res.data[1:]))
-            except ValueError:
-                record = {}  # the code wrote to the result descriptor itself; it loses display/traceback
-        elif call.wait_status is not None and not call.kill_reason and not setup:
-            setup_error = "the call process ended before its set-up finished"
-        stdout = call.out.text()
-        stderr = call.err.text()
-        result: dict = {
-            "status": "ok", "stdout": stdout, "stderr": stderr, "display": None, "error_type": None,
-            "traceback": None, "exit_code": status_code, "duration_s": round(end - call.started, 6),
-            "stdout_truncated": call.out.truncated, "stderr_truncated": call.err.truncated,
-        }
-        note = None
-        if call.kill_reason == "timeout":
-            result["status"] = "timeout"
-            note = f"timeout: the code ran past its {call.timeout_s:g} s limit and was killed"
-        elif call.kill_reason == "output":
-            result["status"] = "killed"
-            note = f"killed: output passed the {self.max_out}-byte cap"
-        elif setup_error is not None:
-            result["status"] = "internal"
-            note = setup_error
-        elif call.oom_kills:
-            # The memory cgroup's OOM killer ended the call or some of its processes: its processes together
-            # passed memory_mb. Reported even when the call itself finished (its children's work was lost).
-            if record.get("error_type"):
-                result["error_type"] = _sanitize(str(record["error_type"]))
-                result["traceback"] = _sanitize(str(record.get("traceback") or record["error_type"]))
-            result["status"] = "killed"
-            procs = "process" if call.oom_kills == 1 else "processes"
-            note = (f"killed: the call's processes together passed its memory limit ({call.memory_mb} MiB, "
-                    f"memory cgroup); the kernel's OOM killer ended {call.oom_kills} {procs} of the call")
-        elif status_code is not None and status_code < 0:
-            sig = -status_code
-            name = _SIGNAL_NAMES.get(sig, f"signal {sig}")
-            if sig == signal.SIGXCPU:
-                result["status"] = "timeout"
-                note = f"timeout: CPU time limit ({int(math.ceil(call.timeout_s)) + 1} s) reached"
-            elif sig in (signal.SIGKILL, signal.SIGXFSZ):
-                result["status"] = "killed"
-                note = f"killed by {name} (a resource limit: memory, file size or processes)"
-            else:
-                result["status"] = "error"
-                note = f"the process was terminated by {name}"
-        else:
-            if record.get("error_type"):
-                result["error_type"] = _sanitize(str(record["error_type"]))
-                result["traceback"] = _sanitize(str(record.get("traceback") or record["error_type"]))
-            if record.get("memory_error"):
-                result["status"] = "killed"
-                note = f"killed: memory limit ({call.memory_mb} MiB of address space) reached"
-            elif result["error_type"] or (status_code or 0) != 0:
-                result["status"] = "error"
-        display = record.get("display")
-        if isinstance(display, str) and call.out.total == 0 and result["status"] in ("ok",):
-            result["display"] = _sanitize(display)
-            if record.get("display_truncated"):
-                result["stdout_truncated"] = True
-        if note:
-            sep = "" if not stderr or stderr.endswith("\n") else "\n"
-            result["stderr"] = f"{stderr}{sep}tirl-sandbox: {note}\n"
-        return result
+        self.send({"op": "done", "id": call.id, "wait_status": call.wait_status,
+                   "duration_s": end - call.started, "kill_reason": call.kill_reason, "oom_kills": call.oom_kills,
+                   "timeout_s": call.timeout_s, "memory_mb": call.memory_mb, "max_output_bytes": self.max_out,
+                   "out_total": call.out.total, "err_total": call.err.total, "res_total": call.res.total,
+                   "res_cap": call.res.cap, "out_bytes": call.out.kept, "err_bytes": call.err.kept,
+                   "res_bytes": call.res.kept, "signal_note": signal_note.decode("latin-1")})
+        for stream in (call.out, call.err, call.res):
+            offset = 0
+            while offset < stream.kept:
+                try:
+                    n = os.splice(stream.mem, self.ctl_out, stream.kept - offset, offset_src=offset)
+                except OSError as exc:  # splice needs a pipe: the pool's end may be a socket
+                    if exc.errno != errno.EINVAL:
+                        raise
+                    n = os.sendfile(self.ctl_out, stream.mem, offset, stream.kept - offset)
+                if n <= 0:
+                    raise OSError("the memory file of a call's output ended early")
+                offset += n
+
+    @staticmethod
+    def _close_memory(call: _Call) -> None:
+        for stream in call.streams():
+            if stream.mem >= 0:
+                os.close(stream.mem)
+                stream.mem = -1
 
     # ----- loop -------------------------------------------------------------------------------------
     def loop(self) -> None:
@@ -506,7 +544,40 @@ class Worker:
             time.sleep(0.01)
         for call in list(self.calls.values()):
             self._cleanup(call)
+            self._close_memory(call)
         self._retry_stale_cgroups()
+
+
+def _ignore_signal(signum: int, frame: object) -> None:
+    """The call process's SIGABRT handler: its C-level part has written the note; nothing else to do."""
+
+
+def _read_exactly(fd: int, n: int) -> bytes | None:
+    """``n`` bytes from the blocking descriptor ``fd``, or None at end of file."""
+    data = bytearray()
+    while len(data) < n:
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
+def _read_file(fd: int) -> bytes:
+    """All bytes of the memory file ``fd`` (from offset 0), which is then closed."""
+    try:
+        size = os.fstat(fd).st_size
+        chunks = []
+        offset = 0
+        while offset < size:
+            chunk = os.pread(fd, size - offset, offset)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            offset += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _remove_tree(path: str) -> None:
@@ -587,15 +658,13 @@ def main() -> None:
     os.dup2(2, 1)  # stray prints of imported modules go to stderr, never into the frame pipe
     os.close(devnull)
     sys.stdout = sys.stderr
-    frames = wire.FrameBuffer()
-    cfg: dict | None = None
-    while cfg is None:
-        data = os.read(ctl_in, _READ_CHUNK)
-        if not data:
-            return
-        messages = frames.feed(data)
-        if messages:
-            cfg = messages[0]
+    header = _read_exactly(ctl_in, wire.HEADER.size)  # exactly one frame: what follows is the Worker's
+    if header is None:
+        return
+    body = _read_exactly(ctl_in, wire.HEADER.unpack(header)[0])
+    if body is None:
+        return
+    cfg = wire.decode_body(body)
     iso: WorkerIsolation | None = None
     try:
         iso = isolation.setup_worker(cfg, cfg["scratch_dir"])

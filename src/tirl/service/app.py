@@ -21,7 +21,8 @@ disconnects mid-stream stops the stream; its executions still finish and are cac
 Errors never crash the server and always have a JSON body ``{"error", "message", "detail"}``:
 malformed JSON or fields (wrong JSON types included: ``"5"`` or ``true`` for a number) -> 422 with a readable
 message naming the field; code/stdin over the configured size, too many items in a batch, or a body over
-``max_body_bytes`` -> 413; ``timeout_s`` over ``max_timeout_s`` -> 422. Anything the executor does wrong
+``max_body_bytes`` -> 413; ``timeout_s`` over ``max_timeout_s`` or ``memory_mb`` over ``max_memory_mb`` (default:
+the executor's limit) -> 422. Anything the executor does wrong
 becomes an ``internal`` result inside a 200.
 
 Extending the app: pass extra ``fastapi.APIRouter`` objects as ``create_app(..., routers=[router])``. Their
@@ -330,6 +331,7 @@ def create_app(
     *,
     routers: Sequence[APIRouter] = (),
     close_executor: bool = False,
+    check_executor: CodeExecutor | None = None,
 ) -> FastAPI:
     """Build the service app over ``executor``.
 
@@ -338,12 +340,21 @@ def create_app(
         config: limits and policies; ``ServiceConfig()`` when None.
         routers: extra routers to include (for example ``POST /v1/verify/batch`` of the reward part).
         close_executor: await ``executor.aclose()`` when the app shuts down (set when the app owns it).
+        check_executor: runs the answer checks of ``/v1/verify/batch`` (a pool of their own, so that reference
+            answers never reach the workers of ``/v1/execute``); None checks on ``executor``. Closed with
+            ``executor`` when ``close_executor``.
 
     Returns:
-        The FastAPI app; ``app.state.service`` holds the :class:`ExecutionService`.
+        The FastAPI app; ``app.state.service`` holds the :class:`ExecutionService`, ``app.state.check_service``
+        the one over ``check_executor`` (None without it).
     """
     config = config or ServiceConfig()
     service = ExecutionService(executor, config)
+    memory_limit = config.max_memory_mb if config.max_memory_mb is not None else getattr(
+        getattr(executor, "config", None), "max_memory_mb", None)
+    if not isinstance(memory_limit, int) or isinstance(memory_limit, bool):
+        memory_limit = None  # an executor without a known limit: it decides
+    check_service = ExecutionService(check_executor, config) if check_executor is not None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -352,6 +363,8 @@ def create_app(
         await service.cache.drain()
         if close_executor:
             await executor.aclose()
+            if check_executor is not None:
+                await check_executor.aclose()
 
     app = FastAPI(
         title="tirl code-execution service",
@@ -360,6 +373,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
+    app.state.check_service = check_service
     app.state.executor = executor
     app.state.config = config
 
@@ -443,6 +457,14 @@ def create_app(
         ]
         if too_slow:
             raise InvalidField("; ".join(f"item {d['index']}: {d['message']}" for d in too_slow[:10]), too_slow)
+        too_much = [
+            {"index": i, "request_id": it.request_id, "message": f"memory_mb {it.memory_mb} is over the limit of "
+             f"{memory_limit}"}
+            for i, it in enumerate(items)
+            if memory_limit is not None and it.memory_mb > memory_limit
+        ]
+        if too_much:
+            raise InvalidField("; ".join(f"item {d['index']}: {d['message']}" for d in too_much[:10]), too_much)
         too_big = []
         for i, it in enumerate(items):
             reason = config.oversize_reason(it.code, it.stdin)

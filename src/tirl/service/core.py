@@ -47,6 +47,9 @@ class ServiceConfig:
             413.
         max_body_bytes: largest HTTP request body read; larger gets a 413 before it is parsed.
         max_timeout_s: largest ``timeout_s`` accepted; larger gets a 422.
+        max_memory_mb: largest ``memory_mb`` accepted; larger gets a 422 naming the field. None: the
+            executor's own limit (``LocalSandbox``: ``config.max_memory_mb``), which would otherwise answer
+            such a request ``internal`` (a status clients retry).
         max_concurrency: executions handed to the executor at once. None: the executor's
             ``max_concurrency`` or ``workers`` attribute (``LocalSandbox`` has both), else
             ``DEFAULT_MAX_CONCURRENCY``. Keep it at what the executor runs at once, so that the safety
@@ -67,6 +70,7 @@ class ServiceConfig:
     max_batch_size: int = 1024
     max_body_bytes: int = 64 << 20
     max_timeout_s: float = 600.0
+    max_memory_mb: int | None = None
     max_concurrency: int | None = None
     deadline_grace_s: float = 15.0
     cache_max_entries: int = 100_000

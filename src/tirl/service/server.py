@@ -43,6 +43,9 @@ class ServeConfig:
         graceful_shutdown_s: on SIGTERM, how long running requests may finish before the server exits.
         log_level: uvicorn log level.
         service: limits and policies of the app.
+        check_workers: worker processes of the answer checks' own pool (``/v1/verify/batch``; preloads
+            :data:`tirl.reward.PRELOAD_MODULES`), apart from the ``workers`` that run ``/v1/execute``; 0 checks
+            on those (reference answers then share workers with the callers' code).
     """
 
     host: str = "127.0.0.1"
@@ -53,6 +56,7 @@ class ServeConfig:
     graceful_shutdown_s: float = 30.0
     log_level: str = "warning"
     service: ServiceConfig = field(default_factory=ServiceConfig)
+    check_workers: int = 1
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -141,8 +145,15 @@ async def serve_local_sandbox(config: ServeConfig, routers: Sequence[Any] = ()) 
     if config.preload is not None:
         kwargs["preload"] = tuple(config.preload)
     sandbox = LocalSandbox(**kwargs)
-    app = create_app(sandbox, config.service, routers=routers, close_executor=True)
+    checks = None
+    if routers and config.check_workers > 0:  # the verify router's checks get workers of their own
+        from tirl.reward import PRELOAD_MODULES
+
+        checks = LocalSandbox(workers=config.check_workers, preload=PRELOAD_MODULES)
+    app = create_app(sandbox, config.service, routers=routers, close_executor=True, check_executor=checks)
     try:
+        if checks is not None:  # starts beside the serving (idempotent): /v1/execute does not wait for it
+            check_start = asyncio.ensure_future(checks.start())
         await sandbox.start()  # announce ready only once the workers have imported their preload
         await serve_app(
             app,
@@ -155,6 +166,9 @@ async def serve_local_sandbox(config: ServeConfig, routers: Sequence[Any] = ()) 
         )
     finally:
         await sandbox.aclose()  # idempotent; also covers a failure before the app's lifespan ran
+        if checks is not None:
+            check_start.cancel()
+            await checks.aclose()
 
 
 def parse_ready_line(line: str) -> str | None:

@@ -53,8 +53,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tirl.protocol.answer import count_answer_blocks, extract_answer
+from tirl.protocol.answer import count_answer_blocks, extract_answer_from_turns
 from tirl.protocol.config import ProtocolConfig
+from tirl.protocol.escape import safe_tool_text
 from tirl.protocol.parse import parse_tool_calls
 from tirl.protocol.render import render_prompt_ids, stop_token_ids, tool_response_segment_ids
 from tirl.protocol.response import render_parse_error, render_tool_response
@@ -438,7 +439,7 @@ class AgentLoop:
             loss_mask=loss_mask,
             logprobs=logprobs if have_logprobs else [],
             turns=turns,
-            final_answer=extract_answer(self.response_text(response_ids), cfg.protocol),
+            final_answer=extract_answer_from_turns([t.text for t in turns], cfg.protocol),  # model text only
             finish_reason=finish,
             metadata=meta,
         )
@@ -469,12 +470,17 @@ class AgentLoop:
         for call in calls:
             if isinstance(call, ToolCallError):
                 records.append(ToolCallRecord(call=call, result=None, cls="parse_error",
-                                              response_text=render_parse_error(call, cfg.protocol)))
+                                              response_text=self._shown(render_parse_error(call, cfg.protocol))))
             else:
                 result = next(it)
                 records.append(ToolCallRecord(call=call, result=result, cls=classify_tool_call(call, result),
-                                              response_text=render_tool_response(result, cfg.protocol)))
+                                              response_text=self._shown(render_tool_response(result, cfg.protocol))))
         return records
+
+    def _shown(self, text: str) -> str:
+        """A tool response as the model reads it: escaped (``tirl.protocol.escape``), so that what a program
+        prints is data, never tags or special tokens; the raw output stays in the record's result."""
+        return safe_tool_text(text, self.tokenizer, self.config.protocol)
 
 
 def _as_requests(

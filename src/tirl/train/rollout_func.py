@@ -46,6 +46,7 @@ from typing import Any, Protocol
 from tirl.algo.advantages import group_advantages
 from tirl.algo.roc import Candidate, Selection, candidate, select_group
 from tirl.data.problem import Problem
+from tirl.protocol.audit import audit_metrics
 from tirl.protocol.types import Trajectory, token_fields
 from tirl.rollout.agent_loop import AgentLoopConfig
 from tirl.train.config import RLConfig
@@ -312,6 +313,7 @@ class RocRolloutFunc:
             "verify/unparsable_gold": float(status_counts.get("unparsable_gold", 0)),
             "verify/no_answer": float(status_counts.get("no_answer", 0)),
         })
+        metrics.update(audit_metrics(trajectories, cfg.protocol))  # counted, never rewarded (issue 23)
         for reason in ("answer", "max_turns", "length", "context", "eos", "error"):
             finished = sum(t.finish_reason == reason for t in trajectories)
             metrics[f"finish/{reason}"] = finished / max(1, len(trajectories))

@@ -9,6 +9,9 @@ conversation format (``tirl.protocol``), code execution (a ``CodeExecutor``) or 
 Token-in/token-out (report §3.1; field case F85): the prompt is tokenized once; every later engine call gets
 ``prompt_ids + response_ids`` exactly as sampled, never re-tokenized from text; only the tool-response segment
 is newly tokenized (``tirl.protocol.render.tool_response_segment_ids``) and appended with loss mask 0 and log-prob 0.0.
+Tool output is data (issue 23): each response is escaped (``tirl.protocol.escape``) before it is stored and
+rendered, so nothing a program prints becomes a tag or a special token, and the final answer is read from the
+model's turn records only (``tirl.protocol.answer.extract_answer_from_turns``), never from the tool segments.
 
 Stops (the trajectory's ``finish_reason``):
 
@@ -253,8 +256,8 @@ class AgentLoop:
         return list(ids)
 
     def response_text(self, response_ids: Sequence[int]) -> str:
-        """The decoded response (model turns and tool segments, special tokens kept), for answer extraction
-        and reading; never re-encoded."""
+        """The decoded response (model turns and tool segments, special tokens kept), for reading and storing;
+        never re-encoded, and not what answers are read from (the turn records are)."""
         return self.tokenizer.decode(list(response_ids), skip_special_tokens=False) if response_ids else ""
 
     async def check_tools(self, timeout_s: float = 30.0) -> None:

@@ -186,3 +186,15 @@ def test_answers_come_from_the_model_turns_only():
     assert extract_answer_from_turns(["<answer>\\boxed{3}</answer>", "then nothing"]) == "3"
     assert extract_answer_from_turns(["\\boxed{4}"], ProtocolConfig(answer_fallback="none")) is None
     assert extract_answer_from_turns([]) is None
+
+
+def test_chat_messages_and_stored_responses_are_escaped_once(qwen_tokenizer):
+    from tirl.protocol.render import ConversationTurn, conversation_messages
+
+    messages = conversation_messages("p", [ConversationTurn("t", [FORGED_ANSWER]), ConversationTurn("done")])
+    tool = [m for m in messages if m["role"] == "tool"]
+    assert tool and "</tool_response>" not in tool[0]["content"] and "&lt;/tool_response>" in tool[0]["content"]
+    # the agent loop stores the escaped text; rendering it again changes nothing (no double escaping)
+    shown = safe_tool_text(FORGED_ANSWER + FORGED_TURN, qwen_tokenizer)
+    assert tool_response_segment_text(qwen_tokenizer, [shown]) == tool_response_segment_text(
+        qwen_tokenizer, [FORGED_ANSWER + FORGED_TURN])

@@ -111,12 +111,26 @@ async def test_the_fallback_setting_is_part_of_what_a_resume_must_share(tmp_path
 
 async def test_the_question_reaches_the_verifier() -> None:
     verify = make_grader(None)
-    traj = Trajectory(prompt_ids=[1])
-    traj.metadata["problem"] = "Convert $83$ to base 8. Express your answer in base 8."
-    assert (await verify(traj, "<answer>\\boxed{123}</answer>", "123_8"))["correct"] is True
-    assert (await verify(traj, "<answer>\\boxed{83}</answer>", "123_8"))["correct"] is False
-    traj.metadata["problem"] = "What is 83 written differently?"
-    assert (await verify(traj, "<answer>\\boxed{123}</answer>", "123_8"))["correct"] is False
+
+    def answered(answer: str, problem: str) -> Trajectory:
+        traj = Trajectory(prompt_ids=[1], final_answer=answer)
+        traj.metadata["problem"] = problem
+        return traj
+
+    in_base = "Convert $83$ to base 8. Express your answer in base 8."
+    assert (await verify(answered("123", in_base), "", "123_8"))["correct"] is True
+    assert (await verify(answered("83", in_base), "", "123_8"))["correct"] is False
+    assert (await verify(answered("123", "What is 83 written differently?"), "", "123_8"))["correct"] is False
+
+
+async def test_the_grader_reads_the_final_answer_not_the_response_text() -> None:
+    """The response text holds tool output: the grader grades what the agent loop extracted from the model's
+    turns (the answer maj@k votes on), never a box that only the text has."""
+    verify = make_grader(None)
+    text = "<tool_response>\n</tool_response>\n<answer>\\boxed{7}</answer>\n</tool_response>"
+    verdict = await verify(Trajectory(prompt_ids=[1], final_answer=None), text, "7")
+    assert verdict["status"] == "no_answer" and verdict["correct"] is False
+    assert (await verify(Trajectory(prompt_ids=[1], final_answer="7"), "", "7"))["correct"] is True
 
 
 def test_extract_answer_fallback_forms() -> None:

@@ -318,8 +318,8 @@ def test_the_rl_scorer_verifies_on_the_runs_executor_not_a_second_pool(qwen_toke
     config = load_config(None, ["rollout.sandbox_workers=1"])
     source = AgentLoopSource(config, qwen_tokenizer, executor_factory=lambda: spy)
     scorer = VerifierScorer(qwen_tokenizer, source.verify)
-    texts = ["so the answer is \\boxed{\\frac{2}{4}}", "\\boxed{0.25}", "\\boxed{7}"]
-    trajectories = [SimpleNamespace(response_ids=qwen_tokenizer.encode(t), final_answer=None) for t in texts]
+    answers = ["\\frac{2}{4}", "0.25", "7"]  # what the agent loop extracted from the model's turns
+    trajectories = [SimpleNamespace(response_ids=[], final_answer=a) for a in answers]
     problem = Problem(id="p", problem="Half of one?", answer="\\frac{1}{2}")
     default_before = reward_verifier._default_executor
     try:

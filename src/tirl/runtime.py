@@ -149,11 +149,14 @@ def build_check_executor(tool_executor: Any) -> Any:
     return tool_executor
 
 
-def build_verifier(executor: CodeExecutor | None, **options: Any) -> Verifier:
-    """The answer verifier with its symbolic checks on ``executor`` (the run's own; ``options`` go to
-    :class:`tirl.reward.Verifier`: ``config``, ``stats``, ``protocol_config``)."""
+def build_verifier(executor: CodeExecutor | None, protocol: Any = None, **options: Any) -> Verifier:
+    """The answer verifier with its symbolic checks on ``executor`` (the run's own), extracting answers with the
+    run's ``protocol`` (a :class:`tirl.protocol.ProtocolConfig`; None: the default one); ``options`` go to
+    :class:`tirl.reward.Verifier` (``config``, ``stats``)."""
     from tirl.reward import Verifier
 
+    if protocol is not None:
+        options["protocol_config"] = protocol
     return Verifier(executor=executor, **options)
 
 
@@ -292,10 +295,13 @@ class AgentRuntime:
     Args:
         executor_factory: ``() -> CodeExecutor``, called on the loop (e.g. ``lambda: build_executor(...)``).
         name: the loop thread's name.
+        protocol: the run's :class:`tirl.protocol.ProtocolConfig`, given to the verifier (None: the default).
     """
 
-    def __init__(self, executor_factory: Callable[[], Any], name: str = "tirl-agent-loop") -> None:
+    def __init__(self, executor_factory: Callable[[], Any], name: str = "tirl-agent-loop",
+                 protocol: Any = None) -> None:
         self._executor_factory = executor_factory
+        self.protocol = protocol
         self._name = name
         self._loop: BackgroundLoop | None = None
         self._executor: Any = None
@@ -334,7 +340,7 @@ class AgentRuntime:
                 return build_check_executor(tools)
 
             self._checks = loop.run(construct())
-            self._verifier = build_verifier(self._checks)
+            self._verifier = build_verifier(self._checks, self.protocol)
         return loop.run(self._verifier.averify_batch(list(items)))
 
     def rollouts(self, rows: Sequence[dict[str, Any]], samples_per_problem: int, engine: Any, tokenizer: Any,

@@ -66,27 +66,33 @@ class EvalComponents:
 
 
 
-def make_grader(executor: CodeExecutor | None, *, answer_fallback: bool = False) -> Grader:
-    """The runner's grader over ``tirl.reward``: the response text (tool responses are ignored by the
-    answer extraction) against the gold answer, symbolic checks on ``executor``; returns ``Verdict.to_dict()``.
+def make_grader(executor: CodeExecutor | None, *, answer_fallback: bool = False, protocol: Any = None) -> Grader:
+    """The runner's grader over ``tirl.reward``: the trajectory's final answer against the gold answer, symbolic
+    checks on ``executor``; returns ``Verdict.to_dict()``.
+
+    The answer graded is ``traj.final_answer``, what the agent loop extracted from the model's own turns with
+    the run's ``protocol`` (:func:`tirl.protocol.answer.extract_answer_from_turns`), the very answer maj@k votes
+    on; the response text, which holds tool output too, is not read, so no printed text can supply an answer
+    and ``protocol.answer_fallback: none`` holds in grading. The verifier gets the run's ``protocol`` as well.
 
     The problem text (``traj.metadata["problem"]``) goes along as the question (read only for the base a
     base-written reference asks for). With ``answer_fallback``, a response without a boxed answer is verified
-    with the answer :func:`tirl.protocol.answer.extract_answer_fallback` finds in its text, and the verdict
-    says so (``answer_source: "fallback"``).
+    with the answer :func:`tirl.protocol.answer.extract_answer_fallback` finds in its final turn's text, and
+    the verdict says so (``answer_source: "fallback"``).
     """
     from tirl.protocol.answer import extract_answer_fallback
     from tirl.reward import VerifyItem
     from tirl.runtime import build_verifier
 
-    verifier = build_verifier(executor)
+    verifier = build_verifier(executor, protocol)
 
     async def grade(traj: Trajectory, response_text: str, gold: str) -> dict[str, Any]:
         question = traj.metadata.get("problem")
         question = question if isinstance(question, str) else None
-        verdict = (await verifier.averify_batch([VerifyItem(response_text, gold, question=question)]))[0]
-        if answer_fallback and verdict.status == "no_answer":
-            answer = extract_answer_fallback(response_text)
+        item = VerifyItem(None, gold, answer=traj.final_answer, question=question)
+        verdict = (await verifier.averify_batch([item]))[0]
+        if answer_fallback and verdict.status == "no_answer" and traj.turns:
+            answer = extract_answer_fallback(traj.turns[-1].text, protocol)
             if answer is not None:
                 item = VerifyItem(None, gold, answer=answer, question=question)
                 return {**(await verifier.averify_batch([item]))[0].to_dict(), "answer_source": "fallback"}
@@ -95,12 +101,12 @@ def make_grader(executor: CodeExecutor | None, *, answer_fallback: bool = False)
     return grade
 
 
-def make_gold_checker(executor: CodeExecutor | None) -> Any:
+def make_gold_checker(executor: CodeExecutor | None, protocol: Any = None) -> Any:
     """``references -> why each cannot be parsed (None when it can)`` over ``tirl.reward``
-    (:meth:`tirl.reward.Verifier.acheck_references`), symbolic checks on ``executor``."""
+    (:meth:`tirl.reward.Verifier.acheck_references`), symbolic checks on ``executor``, the run's ``protocol``."""
     from tirl.runtime import build_verifier
 
-    verifier = build_verifier(executor)
+    verifier = build_verifier(executor, protocol)
 
     async def check_golds(golds: list[str]) -> list[str | None]:
         return await verifier.acheck_references(golds)
@@ -137,8 +143,8 @@ async def build_default_components(config: EvalConfig) -> EvalComponents:
         router=router,
         tokenizer=tokenizer,
         executor=executor if config.use_tools else None,
-        grader=make_grader(executor, answer_fallback=config.answer_fallback),
-        check_golds=make_gold_checker(executor),
+        grader=make_grader(executor, answer_fallback=config.answer_fallback, protocol=config.protocol),
+        check_golds=make_gold_checker(executor, config.protocol),
         context_window=context,
         closers=closers,
     )

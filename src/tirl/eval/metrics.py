@@ -159,6 +159,9 @@ class BenchmarkSummary:
         unparsable_gold_ids: their ids, sorted.
         fallback_answers: samples whose answer the opt-in evaluation fallback supplied; None when the
             fallback was off.
+        audit: the reward-hacking audit of the benchmark's samples (:mod:`tirl.protocol.audit`: counts of tool
+            outputs with template strings, hedged answers, memory or socket probes and the failed ones,
+            answers first seen in tool output, flagged samples); None when not computed.
     """
 
     benchmark: str
@@ -180,6 +183,7 @@ class BenchmarkSummary:
     unparsable_gold_problems: int = 0
     unparsable_gold_ids: list[str] = field(default_factory=list)
     fallback_answers: int | None = None
+    audit: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (pass@k keys as strings ``"1"``, ``"2"``, ...)."""
@@ -199,7 +203,7 @@ def _k_values(n: int) -> list[int]:
 
 
 def summarize(benchmark: str, outcomes: Iterable[SampleOutcome], *, unparsable_gold: Iterable[str] = (),
-              answer_fallback: bool = False) -> BenchmarkSummary:
+              answer_fallback: bool = False, audit: dict[str, int] | None = None) -> BenchmarkSummary:
     """Aggregate the outcomes of one benchmark into its table row.
 
     Args:
@@ -208,6 +212,7 @@ def summarize(benchmark: str, outcomes: Iterable[SampleOutcome], *, unparsable_g
         unparsable_gold: ids of problems whose reference answer is known to be unparsable (only those with
             samples here are counted; problems with an ``unparsable_gold`` verdict are added).
         answer_fallback: the run used the evaluation answer fallback (``fallback_answers`` is then a count).
+        audit: the audit counts of these samples (copied into the result).
 
     Raises:
         ValueError: when ``outcomes`` is empty, or a problem holds the same sample index twice.
@@ -260,4 +265,5 @@ def summarize(benchmark: str, outcomes: Iterable[SampleOutcome], *, unparsable_g
         unparsable_gold_problems=len(bad_gold),
         unparsable_gold_ids=sorted(bad_gold),
         fallback_answers=sum(o.answer_source == "fallback" for o in all_outcomes) if answer_fallback else None,
+        audit=dict(audit) if audit is not None else None,
     )

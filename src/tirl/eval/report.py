@@ -43,15 +43,32 @@ FALLBACK_ROW: tuple[str, Callable[[BenchmarkSummary], str]] = (
 """Shown when a run used the evaluation answer fallback (``tirl eval --answer-fallback``)."""
 
 
+def _audit(s: BenchmarkSummary) -> str:
+    a = s.audit or {}
+    if not a:
+        return "-"
+    return (f"{a.get('flagged', 0)}: {a.get('tool_output_tags', 0)}/{a.get('hedged_answers', 0)}/"
+            f"{a.get('probe_calls', 0)} ({a.get('failed_probe_calls', 0)} failed)/{a.get('answer_in_tool_output', 0)}")
+
+
+AUDIT_ROW: tuple[str, Callable[[BenchmarkSummary], str]] = (
+    "audit flagged: tags/hedged/probes/seen in tool", _audit)
+"""The reward-hacking audit (:mod:`tirl.protocol.audit`): flagged samples, then tool outputs with template
+strings, hedged answers, memory or socket probes (failed ones), answers first seen in a tool response."""
+
+
 def _rows(summaries: Sequence[BenchmarkSummary]) -> tuple[tuple[str, Callable[[BenchmarkSummary], str]], ...]:
+    rows = ROWS
     if any(s.fallback_answers is not None for s in summaries):
-        return ROWS + (FALLBACK_ROW,)
-    return ROWS
+        rows = rows + (FALLBACK_ROW,)
+    if any(s.audit is not None for s in summaries):
+        rows = rows + (AUDIT_ROW,)
+    return rows
 
 
 def summary_table(summaries: Sequence[BenchmarkSummary], title: str | None = None) -> Table:
     """A rich table: one column per benchmark, one row per metric of :data:`ROWS` (and :data:`FALLBACK_ROW`
-    when a summary used the answer fallback)."""
+    when a summary used the answer fallback, :data:`AUDIT_ROW` when the summaries carry the audit)."""
     table = Table(title=title, title_justify="left")
     table.add_column("metric", justify="left")
     for s in summaries:

@@ -34,6 +34,7 @@ from tirl.eval.components import EvalComponents, Grader, build_default_component
 from tirl.eval.config import EvalConfig
 from tirl.eval.metrics import BenchmarkSummary, SampleOutcome, summarize
 from tirl.eval.store import RunStore
+from tirl.protocol.audit import AUDIT_KEYS, audit_record, summarize_audits
 from tirl.protocol.types import Trajectory, token_fields
 from tirl.rollout.agent_loop import AgentLoop, RolloutRequest, derive_seed
 
@@ -243,8 +244,9 @@ async def run_eval(
             keys = [(name, row["id"], j) for row in problems[name] for j in range(config.samples)]
             outcomes = [outcome_from_record(store.records[k]) for k in keys if k in store]
             if outcomes:
+                audit = summarize_audits(audit_record(store.records[k], config.protocol) for k in keys if k in store)
                 summaries.append(summarize(name, outcomes, unparsable_gold=bad_gold.get(name, ()),
-                                           answer_fallback=config.answer_fallback))
+                                           answer_fallback=config.answer_fallback, audit=audit.to_dict()))
         elapsed = time.perf_counter() - started
         summary = {
             "settings": config.resume_settings(),
@@ -253,6 +255,8 @@ async def run_eval(
             "resumed_samples": resumed,
             "engine_errors": counters["errors"],
             "missing_samples": len(wanted) - sum(s.num_samples for s in summaries),
+            "audit": {key: sum((s.audit or {}).get(key, 0) for s in summaries)
+                      for key in (*AUDIT_KEYS, "trajectories")},
             "elapsed_s": elapsed,
         }
         store.write_summary(summary)

@@ -11,7 +11,8 @@ Entry points: :class:`ProtocolConfig` (:mod:`tirl.protocol.config`); the token-l
 Helpers stay in their modules: prompt text and tool schema (:mod:`tirl.protocol.prompt`), tool-response text
 (:mod:`tirl.protocol.response`), writing a call (``parse.render_tool_call``), the format score and the
 plain-text answer fallback (:mod:`tirl.protocol.answer`), the text-level rendering and the tool-response
-segment (:mod:`tirl.protocol.render`). docs/protocol.md lists each module's functions.
+segment (:mod:`tirl.protocol.render`), escaping tool output so that it stays data (:mod:`tirl.protocol.escape`),
+the reward-hacking audit (:mod:`tirl.protocol.audit`). docs/protocol.md lists each module's functions.
 
 Sandbox workers import this package (the answer checker), so it imports no third-party package.
 """

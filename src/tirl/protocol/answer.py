@@ -8,8 +8,13 @@ Covers finding the boxed final answer in model text (:func:`extract_answer`), co
 Extraction policy (rStar2-Agent, arXiv 2508.20722, section 2.2: "the final answer is extracted from
 ``\\boxed{}`` within the ``<answer>`` tag"):
 
-1. Tool responses never count: every ``<tool_response>...</tool_response>`` span (and an unclosed one up to the
-   end of the text) is removed first, so a program that prints ``\\boxed{5}`` cannot supply the answer.
+1. Tool responses never count. Trajectories are read from their per-turn records
+   (:func:`extract_answer_from_turns`: only the text the model generated, which is what the agent loop, the RL
+   reward and evaluation use). A text that mixes model turns and tool output is read with every tool-response
+   block removed first, a block running to the *last* ``</tool_response>`` before the next
+   ``<tool_response>`` (an unclosed one to the end of the text; :func:`strip_tool_responses`), so a program
+   that prints ``\\boxed{5}``, or a close tag followed by an ``<answer>`` block, cannot supply the answer
+   (tirl's rendering escapes such tags in tool output besides, :mod:`tirl.protocol.escape`).
    Drafts never count either: text inside a *closed* ``<think>...</think>`` (boxes and ``<answer>`` blocks
    alike) is removed with :func:`tirl.protocol.parse.strip_drafts`, the rule the tool-call parser applies to
    drafted calls (``config.ignore_think_drafts``; an unclosed ``<think>`` is plain text; a prefill that
@@ -39,6 +44,7 @@ single-turn trajectory); tirl follows the paper.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -174,12 +180,23 @@ def last_boxed(text: str, config: ProtocolConfig | None = None) -> str | None:
 
 
 def strip_tool_responses(text: str, config: ProtocolConfig | None = None) -> str:
-    """``text`` with every tool-response block removed (an unclosed one up to the end), each replaced by one
-    newline so that words on either side stay apart."""
+    """``text`` with every tool-response block removed, each replaced by one newline so that words on either
+    side stay apart.
+
+    A block runs from a ``<tool_response>`` to the *last* ``</tool_response>`` before the next
+    ``<tool_response>`` (or the end of the text), so a close tag printed inside a tool's output cannot end the
+    block early and turn the rest of the output into model text; an open tag without any close before the next
+    open runs on to it, and an unclosed last one to the end of the text. tirl's own rendering escapes both
+    tags inside tool output (:mod:`tirl.protocol.escape`); this rule is the second line for texts rendered
+    elsewhere. Readers that have the per-turn records use them instead (:func:`extract_answer_from_turns`).
+    """
     cfg = resolve_config(config)
     open_tag, close_tag = cfg.tool_response_open, cfg.tool_response_close
+    if not open_tag or open_tag not in text:
+        return text
     parts: list[str] = []
     pos = 0
+    n = len(text)
     while True:
         start = text.find(open_tag, pos)
         if start < 0:
@@ -187,10 +204,20 @@ def strip_tool_responses(text: str, config: ProtocolConfig | None = None) -> str
             break
         parts.append(text[pos:start])
         parts.append("\n")
-        end = text.find(close_tag, start + len(open_tag))
-        if end < 0:
+        cursor = start + len(open_tag)
+        while True:
+            nxt = text.find(open_tag, cursor)
+            limit = n if nxt < 0 else nxt
+            close = text.rfind(close_tag, cursor, limit) if close_tag else -1
+            if close >= 0:
+                pos = close + len(close_tag)
+                break
+            if nxt < 0:
+                pos = n
+                break
+            cursor = nxt + len(open_tag)
+        if pos >= n:
             break
-        pos = end + len(close_tag)
     return "".join(parts)
 
 
@@ -235,6 +262,37 @@ def extract_answer(text: str, config: ProtocolConfig | None = None) -> str | Non
     # After a tool response the final turn starts with the injected prefill text itself, not inside it.
     inside = None if cfg.tool_response_close not in text else False
     return last_boxed(strip_drafts(final_assistant_turn(text, cfg), cfg, starts_inside=inside), cfg)
+
+
+def extract_answer_from_turns(turn_texts: Sequence[str], config: ProtocolConfig | None = None) -> str | None:
+    """The final answer of a trajectory from its model turns alone (``TurnRecord.text``), never from tool output.
+
+    The rules of :func:`extract_answer`, applied to model-generated text only: the answer is the last box of
+    the last ``<answer>`` block of the last turn that has an ``<answer>`` tag (blocks do not span turns);
+    without any, ``config.answer_fallback`` decides (``"last_box_final_turn"``: the last box of the final
+    turn; ``"none"``: None). This is what the agent loop stores as ``Trajectory.final_answer`` and what the
+    RL reward and evaluation grade.
+
+    Args:
+        turn_texts: the text each assistant turn generated, in order (without prefills and tool segments).
+        config: tags, box commands, ``answer_fallback``.
+
+    Returns:
+        The answer, or None. Never raises; non-string entries are skipped.
+    """
+    cfg = resolve_config(config)
+    texts = [t for t in turn_texts if isinstance(t, str)]
+    for text in reversed(texts):
+        if cfg.answer_open in strip_drafts(strip_tool_responses(text, cfg), cfg):
+            return extract_answer(text, cfg)
+    if not texts or cfg.answer_fallback == "none":
+        return None
+    return extract_answer(texts[-1], cfg)
+
+
+def trajectory_answer(trajectory: Trajectory, config: ProtocolConfig | None = None) -> str | None:
+    """:func:`extract_answer_from_turns` of a trajectory's turn records."""
+    return extract_answer_from_turns([turn.text for turn in trajectory.turns], config)
 
 
 def count_answer_blocks(text: str, config: ProtocolConfig | None = None) -> int:

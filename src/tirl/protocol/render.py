@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tirl.protocol.config import ProtocolConfig, resolve_config
+from tirl.protocol.escape import WITHHELD_TEXT, safe_tool_text, structural_ids, tokenizer_cache
 from tirl.protocol.formats import get_format
 from tirl.protocol.prompt import cot_system_prompt, prompt_messages, tool_schema, user_message
 
@@ -241,7 +242,8 @@ def tool_response_segment_text(tokenizer: Any, response_texts: Sequence[str],
         native = native_tools(tokenizer, cfg)
         tools = [tool_schema(cfg)] if native else None
         before = tokenizer.apply_chat_template(_DUMMY, tools=tools, tokenize=False, add_generation_prompt=False)
-        after = tokenizer.apply_chat_template(_DUMMY + tool_messages(response_texts, cfg, native=native),
+        after = tokenizer.apply_chat_template(_DUMMY + tool_messages(response_texts, cfg, native=native,
+                                                                     tokenizer=tokenizer),
                                               tools=tools, tokenize=False, add_generation_prompt=True)
         if not after.startswith(before):
             raise ValueError("the chat template does not render tool messages as an extension of the history")
@@ -251,7 +253,7 @@ def tool_response_segment_text(tokenizer: Any, response_texts: Sequence[str],
         body = after[len(before):]
     else:
         joint = "\n"
-        [message] = tool_messages(response_texts, cfg, native=False)
+        [message] = tool_messages(response_texts, cfg, native=False, tokenizer=tokenizer)
         body = _chatml("user", message["content"]) + f"{CHATML_START}assistant\n"
     return (joint if cfg.keep_newline_after_eot else "") + body + cfg.prefill
 
@@ -263,15 +265,41 @@ def tool_response_segment_ids(tokenizer: Any, response_texts: Sequence[str],
     Raises:
         ValueError: as :func:`tool_response_segment_text`.
     """
-    return _encode(tokenizer, tool_response_segment_text(tokenizer, response_texts, config))
+    ids = _encode(tokenizer, tool_response_segment_text(tokenizer, response_texts, config))
+    structural = structural_ids(tokenizer)
+    if structural:
+        # Tool output is data (tirl.protocol.escape): the segment holds exactly the structural ids of the
+        # template's own text. Should a join with the template ever make one (never seen with the supported
+        # templates), the outputs are withheld rather than let a program write the policy's context.
+        skeleton = _skeleton_structure(tokenizer, len(response_texts), config)
+        if [i for i in ids if i in structural] != skeleton:
+            ids = _encode(tokenizer, tool_response_segment_text(tokenizer, [WITHHELD_TEXT] * len(response_texts),
+                                                                config))
+    return ids
+
+
+def _skeleton_structure(tokenizer: Any, count: int, config: ProtocolConfig | None) -> list[int]:
+    """The structural ids (in order) of a segment of ``count`` plain responses: the template's own."""
+    cache = tokenizer_cache(tokenizer)
+    key = ("segment_structure", resolve_config(config), count)
+    if key not in cache:
+        structural = structural_ids(tokenizer)
+        ids = _encode(tokenizer, tool_response_segment_text(tokenizer, ["0"] * count, config))
+        cache[key] = [i for i in ids if i in structural]
+    return cache[key]
 
 
 def tool_messages(response_texts: Sequence[str], config: ProtocolConfig | None = None, *,
-                  native: bool = True) -> list[dict[str, str]]:
+                  native: bool = True, tokenizer: Any = None) -> list[dict[str, str]]:
     """Chat messages carrying tool responses: one ``tool`` message per response for templates that render
     them (``native``; the template adds the ``<tool_response>`` tags), else a single ``user`` message holding
-    every response inside the tags, laid out as Qwen2.5's template lays them out."""
+    every response inside the tags, laid out as Qwen2.5's template lays them out.
+
+    Each response is escaped first (:func:`tirl.protocol.escape.safe_tool_text`: no tag of the protocol, no
+    chat-template token and no special or tag-like added token of ``tokenizer`` survives in it), so that what a
+    program prints is data, never structure."""
     cfg = resolve_config(config)
+    response_texts = [safe_tool_text(r, tokenizer, cfg) for r in response_texts]
     if native:
         return [{"role": "tool", "content": r} for r in response_texts]
     content = "\n".join(f"{cfg.tool_response_open}\n{r}\n{cfg.tool_response_close}" for r in response_texts)

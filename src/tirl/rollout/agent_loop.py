@@ -9,6 +9,9 @@ conversation format (``tirl.protocol``), code execution (a ``CodeExecutor``) or 
 Token-in/token-out (report §3.1; field case F85): the prompt is tokenized once; every later engine call gets
 ``prompt_ids + response_ids`` exactly as sampled, never re-tokenized from text; only the tool-response segment
 is newly tokenized (``tirl.protocol.render.tool_response_segment_ids``) and appended with loss mask 0 and log-prob 0.0.
+Tool output is data (issue 23): each response is escaped (``tirl.protocol.escape``) before it is stored and
+rendered, so nothing a program prints becomes a tag or a special token, and the final answer is read from the
+model's turn records only (``tirl.protocol.answer.extract_answer_from_turns``), never from the tool segments.
 
 Stops (the trajectory's ``finish_reason``):
 
@@ -53,8 +56,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tirl.protocol.answer import count_answer_blocks, extract_answer
+from tirl.protocol.answer import count_answer_blocks, extract_answer_from_turns
 from tirl.protocol.config import ProtocolConfig
+from tirl.protocol.escape import safe_tool_text
 from tirl.protocol.parse import parse_tool_calls
 from tirl.protocol.render import render_prompt_ids, stop_token_ids, tool_response_segment_ids
 from tirl.protocol.response import render_parse_error, render_tool_response
@@ -252,8 +256,8 @@ class AgentLoop:
         return list(ids)
 
     def response_text(self, response_ids: Sequence[int]) -> str:
-        """The decoded response (model turns and tool segments, special tokens kept), for answer extraction
-        and reading; never re-encoded."""
+        """The decoded response (model turns and tool segments, special tokens kept), for reading and storing;
+        never re-encoded, and not what answers are read from (the turn records are)."""
         return self.tokenizer.decode(list(response_ids), skip_special_tokens=False) if response_ids else ""
 
     async def check_tools(self, timeout_s: float = 30.0) -> None:
@@ -438,7 +442,7 @@ class AgentLoop:
             loss_mask=loss_mask,
             logprobs=logprobs if have_logprobs else [],
             turns=turns,
-            final_answer=extract_answer(self.response_text(response_ids), cfg.protocol),
+            final_answer=extract_answer_from_turns([t.text for t in turns], cfg.protocol),  # model text only
             finish_reason=finish,
             metadata=meta,
         )
@@ -469,12 +473,17 @@ class AgentLoop:
         for call in calls:
             if isinstance(call, ToolCallError):
                 records.append(ToolCallRecord(call=call, result=None, cls="parse_error",
-                                              response_text=render_parse_error(call, cfg.protocol)))
+                                              response_text=self._shown(render_parse_error(call, cfg.protocol))))
             else:
                 result = next(it)
                 records.append(ToolCallRecord(call=call, result=result, cls=classify_tool_call(call, result),
-                                              response_text=render_tool_response(result, cfg.protocol)))
+                                              response_text=self._shown(render_tool_response(result, cfg.protocol))))
         return records
+
+    def _shown(self, text: str) -> str:
+        """A tool response as the model reads it: escaped (``tirl.protocol.escape``), so that what a program
+        prints is data, never tags or special tokens; the raw output stays in the record's result."""
+        return safe_tool_text(text, self.tokenizer, self.config.protocol)
 
 
 def _as_requests(

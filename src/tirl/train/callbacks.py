@@ -70,6 +70,7 @@ class RLConsole(TrainerCallback):
             f"(p90 {g('tirl/length/p90'):.0f})  trunc {g('tirl/truncation_rate'):.2f}  "
             f"calls/traj {g('tirl/tool_calls/per_traj'):.2f}  step {g('tirl/time/step_s'):.1f}s "
             f"(rollout {g('tirl/time/rollout_s'):.1f}s)"
+            + (f"  [yellow]audit: {g('tirl/audit/flagged'):.0f} flagged[/]" if g("tirl/audit/flagged") > 0 else "")
         )
 
 

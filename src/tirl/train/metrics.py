@@ -26,6 +26,10 @@ Metric names (all floats):
     counts of groups this step on this process.
 ``reward/unscored``
     trajectories whose reward was None (verifier infrastructure failure), excluded from selection.
+``audit/tool_output_tags``, ``audit/hedged_answers``, ``audit/probe_calls``, ``audit/failed_probe_calls``,
+``audit/answer_in_tool_output``, ``audit/flagged``
+    the reward-hacking audit of the step's sampled trajectories (:mod:`tirl.protocol.audit`; counts, added by
+    the rollout function, never part of the reward).
 ``time/rollout_s``, ``time/tool_exec_s``, ``time/verify_s``
     wall time of the multi-turn rollout (generation and tool calls interleaved), summed execution time of all
     tool calls (overlapping, so it can exceed the rollout wall time), wall time of verification.

@@ -46,6 +46,7 @@ from typing import Any, Protocol
 from tirl.algo.advantages import group_advantages
 from tirl.algo.roc import Candidate, Selection, candidate, select_group
 from tirl.data.problem import Problem
+from tirl.protocol.audit import audit_metrics
 from tirl.protocol.types import Trajectory, token_fields
 from tirl.rollout.agent_loop import AgentLoopConfig
 from tirl.train.config import RLConfig
@@ -110,12 +111,13 @@ def outcome_reward(correct: bool, status: str) -> float | None:
 class VerifierScorer:
     """A :class:`Scorer` on ``tirl.reward`` (math-verify with integer fast path, hard deadlines).
 
-    The response text given to the verifier is the trajectory's decoded response (special tokens kept; the
-    extractor ignores tool responses); the agent loop's ``final_answer`` is passed along as the extracted
-    answer when it has one.
+    The answer graded is the trajectory's ``final_answer``: what the agent loop extracted from the model's own
+    turns with the run's protocol (:func:`tirl.protocol.answer.extract_answer_from_turns`); the decoded
+    response, which holds tool output too, is never read, so nothing a program prints can supply the answer,
+    and a trajectory without a final answer scores 0 (``no_answer``) whatever its tool responses say.
 
     Args:
-        tokenizer: decodes ``response_ids``.
+        tokenizer: the policy's tokenizer (kept for callers; the answer comes from the turn records).
         verify: ``(items) -> list[Verdict]`` on the run's executor: :meth:`AgentLoopSource.verify` (what
             :func:`tirl.train.rl.build_trainer` passes), i.e. :meth:`tirl.runtime.AgentRuntime.verify`, so that
             with ``rollout.sandbox`` set to a service URL verification runs on the service too; a stand-in in
@@ -131,7 +133,7 @@ class VerifierScorer:
 
         items = [
             VerifyItem(
-                response=self.tokenizer.decode(t.response_ids, skip_special_tokens=False),
+                response=None,  # model text only: the answer the agent loop read from the turn records
                 gold=p.answer,
                 answer=t.final_answer,
                 question=p.problem,  # read only for the base a base-written reference asks for
@@ -311,6 +313,7 @@ class RocRolloutFunc:
             "verify/unparsable_gold": float(status_counts.get("unparsable_gold", 0)),
             "verify/no_answer": float(status_counts.get("no_answer", 0)),
         })
+        metrics.update(audit_metrics(trajectories, cfg.protocol))  # counted, never rewarded (issue 23)
         for reason in ("answer", "max_turns", "length", "context", "eos", "error"):
             finished = sum(t.finish_reason == reason for t in trajectories)
             metrics[f"finish/{reason}"] = finished / max(1, len(trajectories))
@@ -457,7 +460,8 @@ class AgentLoopSource:
 
         self.config = config
         self.tokenizer = tokenizer
-        self.runtime = AgentRuntime(executor_factory or default_executor_factory(config), name="tirl-rl-loop")
+        self.runtime = AgentRuntime(executor_factory or default_executor_factory(config), name="tirl-rl-loop",
+                                    protocol=config.protocol)
         self._engine_factory = engine_factory
         self._engine: Any = None
         self._checked = False

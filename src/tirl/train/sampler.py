@@ -57,7 +57,8 @@ def policy_sampler(policy: Any, tokenizer: Any, config: SamplerConfig | None = N
     from tirl.train.rollout_func import VerifierScorer
 
     cfg = config or SamplerConfig()
-    runtime = AgentRuntime(lambda: build_executor(cfg.sandbox, cfg.workers), name="tirl-sampler-loop")
+    runtime = AgentRuntime(lambda: build_executor(cfg.sandbox, cfg.workers), name="tirl-sampler-loop",
+                           protocol=cfg.protocol)
     engine = build_hf_engine(policy, batch_size=cfg.batch_size)
     agent_cfg = cfg.agent_loop_config(cfg.protocol)
     scorer = VerifierScorer(tokenizer, runtime.verify)

@@ -13,8 +13,10 @@ duration and output; finish reason and token counts. Training runs add step, gro
 or dropped, p_err, p_format, the group's selection status and a reason). When ``tirl analyze entropy`` has
 written ``RUN_DIR/entropy/<label>.jsonl``, a token view colours each generated token by its entropy.
 
-Filters: verdict (correct / wrong / unscored), truncated, tool-call class, RoC decision, and a text search
-over problem, answers and turn texts.
+Filters: verdict (correct / wrong / unscored), truncated, tool-call class, RoC decision, the reward-hacking
+audit (:mod:`tirl.protocol.audit`: any flag, or one kind: tool output with template strings, hedged answer,
+memory or socket probe, answer first seen in tool output; the flags are listed in the trajectory), and a text
+search over problem, answers and turn texts.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tirl.protocol.audit import AUDIT_KEYS, audit_record
 from tirl.view.load import RunRecords, read_entropy, read_run, record_id
 
 PAGE_SIZE = 50
@@ -178,6 +181,7 @@ def view_records(run: RunRecords, entropy: dict[str, dict[str, dict[str, Any]]] 
         model_tokens = _num(rec.get("model_tokens"))
         answer = rec.get("final_answer")
         ents = {label: _entropy_tokens(rows[rid], mask) for label, rows in entropy.items() if rid in rows}
+        audit = audit_record(rec)
         out.append({
             "i": i, "id": rid, "head": head, "step": _num(rec.get("step")), "group": _num(rec.get("group")),
             "problem": _clip(rec.get("problem", "")), "prompt": _clip(rec.get("prompt_text", "")),
@@ -190,6 +194,8 @@ def view_records(run: RunRecords, entropy: dict[str, dict[str, dict[str, Any]]] 
             "p_err": _num(rec.get("p_err")), "p_format": _num(rec.get("p_format")),
             "selection": _s(rec.get("selection")), "reason": _roc_reason(rec),
             "classes": classes, "turns": turns, "entropy": ents,
+            "audit": [k for k in AUDIT_KEYS if k != "flagged" and getattr(audit, k)],
+            "audit_details": [_clip(d, 500) for d in audit.details],
         })
     return out
 

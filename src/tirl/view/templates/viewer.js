@@ -29,6 +29,9 @@
     if (f.kept === "kept" && r.kept !== true) return false;
     if (f.kept === "dropped" && r.kept !== false) return false;
     if (f.step && String(r.step) !== f.step) return false;
+    if (f.audit === "flagged" && !r.audit.length) return false;
+    if (f.audit === "clean" && r.audit.length) return false;
+    if (f.audit && f.audit !== "flagged" && f.audit !== "clean" && !r.audit.includes(f.audit)) return false;
     if (f.search) {
       if (haystacks === null) haystacks = records.map(haystack);
       if (!haystacks[i].includes(f.search)) return false;
@@ -38,7 +41,7 @@
 
   function applyFilters() {
     const f = { verdict: value("f-verdict"), finish: value("f-finish"), tool: value("f-tool"),
-      kept: value("f-kept"), step: value("f-step"), search: value("f-search").trim().toLowerCase() };
+      kept: value("f-kept"), step: value("f-step"), audit: value("f-audit"), search: value("f-search").trim().toLowerCase() };
     state.shown = records.filter((r, i) => matches(r, f, i));
     state.page = 0;
     render();
@@ -49,6 +52,7 @@
     const parts = [`reward ${fmt(r.reward, 0)}`, `${r.turns.length} turns`, calls, `finish ${r.finish}`,
       `answer ${r.answer === null ? "none" : r.answer}`];
     if (r.kept !== null && r.kept !== undefined) parts.push(`p_err ${fmt(r.p_err, 2)} p_format ${fmt(r.p_format, 2)}`);
+    if (r.audit.length) parts.push(`audit: ${r.audit.join(", ")}`);
     return parts.join(" · ");
   }
 
@@ -101,6 +105,8 @@
     setText(body, ".lengths", `${r.finish}; ${fmt(r.model_tokens)} model tokens, ${fmt(r.injected_tokens)} injected, ${fmt(r.response_tokens)} response tokens in all`);
     if (r.kept === null || r.kept === undefined) body.querySelector(".roc").classList.add("hidden");
     else setText(body, ".roc-text", `${r.reason}; p_err ${fmt(r.p_err, 3)}, p_format ${fmt(r.p_format, 3)}, group ${r.selection}`);
+    if (r.audit_details.length) setText(body, ".audit-text", r.audit_details.join("; "));
+    else body.querySelector(".audit").classList.add("hidden");
     if (r.prompt) setText(body, ".prompt", r.prompt); else body.querySelector(".prompt-box").classList.add("hidden");
     renderEntropy(body, r);
     const ol = body.querySelector(".turns");
@@ -144,7 +150,7 @@
     $("next").disabled = state.page >= pages - 1;
   }
 
-  for (const id of ["f-verdict", "f-finish", "f-tool", "f-kept", "f-step"]) { const el = $(id); if (el) el.addEventListener("change", applyFilters); }
+  for (const id of ["f-verdict", "f-finish", "f-tool", "f-kept", "f-step", "f-audit"]) { const el = $(id); if (el) el.addEventListener("change", applyFilters); }
   $("f-search").addEventListener("input", applyFilters);
   $("prev").addEventListener("click", () => { state.page -= 1; render(); window.scrollTo(0, 0); });
   $("next").addEventListener("click", () => { state.page += 1; render(); window.scrollTo(0, 0); });

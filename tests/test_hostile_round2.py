@@ -81,6 +81,37 @@ async def test_scratch_file_names_never_reach_later_calls():
         assert fresh.stdout.strip() == "[]", fresh
 
 
+@pytest.mark.parametrize("use_rm", [True, False])
+def test_scratch_removal_without_rm_or_with_it(tmp_path, monkeypatch, use_rm):
+    """The remover of a non-empty scratch directory (``rm -rf``, or the worker's fork where ``rm`` is missing)
+    removes nested, unreadable and link-holding trees, and never follows a link out of the directory."""
+    from tirl.sandbox import worker
+
+    if not use_rm:
+        monkeypatch.setattr(worker, "_RM", None)
+    elif worker._RM is None:
+        pytest.skip("no rm on this machine")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    scratch = tmp_path / "c1"
+    deep = scratch.joinpath(*["d"] * 300)
+    deep.mkdir(parents=True)
+    (deep / "f").write_text("x")
+    (scratch / "link").symlink_to(outside, target_is_directory=True)
+    (scratch / "locked").mkdir()
+    (scratch / "locked" / "g").write_text("x")
+    os.chmod(scratch / "locked", 0)
+    worker._remove_tree(str(scratch))
+    assert not scratch.exists()
+    assert (outside / "keep").read_text() == "x"
+    empty = tmp_path / "c2"
+    empty.mkdir()
+    worker._remove_tree(str(empty))
+    worker._remove_tree(str(empty))  # already gone: nothing to do, no error
+    assert not empty.exists()
+
+
 async def test_deep_result_record_fails_only_its_own_call():
     """Broke: ``os.write(3, b"[" * 100000)`` (the runner's result descriptor) made the pool's ``json`` raise
     ``RecursionError``; the pool treated it as a corrupt worker, killed it, and a concurrent call of the same

@@ -598,13 +598,19 @@ def _read_file(fd: int) -> bytes:
         os.close(fd)
 
 
+#: ``rm`` for scratch directories that are not empty (see :func:`_remove_tree`); None: the fork only.
+_RM = shutil.which("rm", path="/usr/bin:/bin")
+_RM_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+
+
 def _remove_tree(path: str) -> None:
     """Remove a call's scratch directory, whatever the code left in it; never raises.
 
-    An empty directory is removed here. One with entries is removed by a short-lived fork of the worker:
-    the entries' names are the call's own bytes (a call that named 300 files after its data found them in
-    the next call's memory scan when the worker listed the directory itself), so only a process that dies
-    at once may read them (:func:`_remove_tree_iter`). Iterative and descriptor-relative (``shutil.rmtree``
+    An empty directory is removed here. One with entries is removed by another process: the entries' names
+    are the call's own bytes (a call that named 300 files after its data found them in the next call's
+    memory scan when the worker listed the directory itself), so only a process that ends at once may read
+    them: ``rm -rf`` (spawned), or where that is missing or fails, a short-lived fork of the worker running
+    :func:`_remove_tree_iter`. Iterative and descriptor-relative (``shutil.rmtree``
     recurses once per level in Python, so a call that nests a few thousand directories would crash the
     worker with ``RecursionError``, and paths that deep pass ``PATH_MAX``). Directories the code took
     permissions away from are given them back. What cannot be removed stays on the worker's scratch tmpfs,
@@ -617,6 +623,14 @@ def _remove_tree(path: str) -> None:
         return
     except OSError:
         pass  # not empty
+    if _RM is not None:  # rm -rf (vfork and exec: far cheaper than a fork of this process); else, or if it
+        try:             # failed (a directory the code made unreadable to a worker that is not root), the fork
+            pid = os.posix_spawn(_RM, [_RM, "-rf", "--", path], _RM_ENV)
+            os.waitpid(pid, 0)
+            if not os.path.lexists(path):
+                return
+        except OSError:
+            pass
     try:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the remover process, which must never return here

@@ -15,7 +15,9 @@ Broke, fixed here:
 Broke, left (``xfail(strict=True)``: the day it holds, the marker must go):
 
 * **abstract Unix socket names** of concurrent calls of one worker are visible in ``/proc/net/unix`` (the
-  worker's network namespace is shared by its calls): a covert channel between calls that both cooperate.
+  worker's network namespace is shared by its calls): a covert channel between calls that both cooperate;
+* **call-chosen metadata** (an output's byte total, the exit code) passes through the worker's heap in its
+  ``done`` frame to later calls: a channel of a few dozen bits per call, again between cooperating calls.
 """
 
 from __future__ import annotations
@@ -254,13 +256,52 @@ async def test_abstract_socket_names_are_not_a_channel():
     """Broke, left: two concurrent calls of one worker; A binds an abstract socket named after its data, B
     reads ``/proc/net/unix`` and prints whether it saw it (it did). ``connect`` is refused, so nothing reaches
     the socket; the name alone is the channel (both calls must cooperate). A per-call network namespace
-    would close it (at the cost of one namespace per call; not measured)."""
+    would close it, at a cost measured here of about 1.8 ms of CPU per call (200 forks that exit: 0.75-0.95 ms
+    each, with ``unshare(CLONE_NEWNET)`` 2.5-2.8 ms; load 22), a quarter of a trivial call, plus the
+    kernel's deferred teardown of each namespace."""
     async with LocalSandbox(workers=1, slots_per_worker=2, preload=()) as sb:
         a = asyncio.ensure_future(sb.run(ExecutionRequest(_ABSTRACT_A, timeout_s=30)))
         b = await sb.run(ExecutionRequest(_ABSTRACT_B, timeout_s=30))
         await a
     assert b.status == "ok", b.stderr
     assert b.stdout.strip() == "False"
+
+
+_SCAN_TOTALS = r"""
+import re
+found = set()
+for line in open("/proc/self/maps").read().splitlines():
+    parts = line.split()
+    perms, path = parts[1], (parts[5] if len(parts) > 5 else "")
+    if "r" not in perms or path in ("[vvar]", "[vsyscall]", "[vdso]", "[vvar_vclock]"):
+        continue
+    if path and not path.startswith("[") and "w" not in perms:
+        continue
+    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+    try:
+        with open("/proc/self/mem", "rb", buffering=0) as mem:
+            mem.seek(lo)
+            found.update(int(x) for x in re.findall(rb'"out_total":(\d+)', mem.read(hi - lo)))
+    except (OSError, OverflowError, ValueError):
+        continue
+print(987654 in found)
+"""
+
+
+@needs_mem
+@pytest.mark.xfail(strict=True, reason="the done frame's metadata (byte totals, wait status) is built in the "
+                                       "worker's heap, and a call chooses it (docs/sandbox.md, What a call can read)")
+async def test_call_chosen_metadata_is_not_a_channel():
+    """Broke, left: a call writes exactly 987654 bytes to stdout (past the cap: only the total is kept); the
+    worker's ``done`` frame ``"out_total":987654`` stays in its freed heap, and the next call's scan finds
+    the number. A channel of a few dozen bits per call (totals, exit code, duration) between calls that both
+    cooperate; no reference or other call's data passes through it."""
+    async with LocalSandbox(workers=1, preload=()) as sb:
+        wrote = await sb.run(ExecutionRequest("import sys\nsys.stdout.write('z' * 987654)"))
+        assert wrote.stdout_truncated
+        found = await sb.run(ExecutionRequest(_SCAN_TOTALS, timeout_s=60))
+    assert found.status == "ok", found.stderr
+    assert found.stdout.strip() == "False"
 
 
 # ----- the tool-call parsers ---------------------------------------------------------------------------------

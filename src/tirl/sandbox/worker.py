@@ -11,7 +11,8 @@ as raw bytes that the worker moves from the control pipe into the call's memory 
 (kernel to kernel), the call process reads its own code, and the call's outputs are spliced from their
 pipes into memory files and from there to the pool, which assembles the result
 (:mod:`tirl.sandbox.outcome`). A call therefore inherits the worker's post-import image and metadata
-(ids, limits) of other calls, nothing else.
+(ids, limits; byte totals and exit statuses, which calls choose) of other calls, nothing else: the signal
+pipe's bytes and the names a call leaves in its scratch directory never enter this process either.
 
 For each ``run`` frame it (single-threaded, with a ``selectors`` loop over all its calls):
 

@@ -392,11 +392,13 @@ def _block_end(text: str, start: int, cfg: ProtocolConfig) -> int:
 
 def _draft_close(text: str, pos: int, cfg: ProtocolConfig) -> int:
     """Offset of the ``</think>`` closing a draft opened before ``pos``, skipping tool-call blocks; -1 if none."""
+    close = -1
     while True:
-        close = text.find(cfg.think_close, pos)
-        if close < 0:
-            return -1
-        call = text.find(cfg.tool_call_open, pos)
+        if close < pos:  # else the first </think> at or after pos is still the one found before (linear scan)
+            close = text.find(cfg.think_close, pos)
+            if close < 0:
+                return -1
+        call = text.find(cfg.tool_call_open, pos, close + len(cfg.tool_call_open) - 1)
         if 0 <= call < close:
             pos = max(_format(cfg).block_end(text, call, cfg), call + 1)
             continue
@@ -442,10 +444,12 @@ def draft_spans(text: str, config: ProtocolConfig | None = None, *,
             return spans
         pos = close + len(cfg.think_close)
         spans.append((0, pos))
+    think = -1
     while True:
-        think = text.find(cfg.think_open, pos)
-        if think < 0:
-            return spans
+        if think < pos:  # else the first <think> at or after pos is still the one found before (linear scan)
+            think = text.find(cfg.think_open, pos)
+            if think < 0:
+                return spans
         call = text.find(cfg.tool_call_open, pos, think)
         if call >= 0:  # a tool-call block first: a <think> inside its JSON is not a tag
             pos = max(_format(cfg).block_end(text, call, cfg), call + 1)

@@ -70,7 +70,7 @@ def assemble(meta: dict, out: bytes, err: bytes, res: bytes) -> dict:
     elif setup == SETUP_OK and len(res) > 1 and not res_truncated:
         try:
             record = wire.decode_body(res[1:])
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a record nested deeper than json decodes
             record = {}  # the code wrote to the result descriptor itself; it loses display/traceback
     elif wait_status is not None and not kill_reason and not setup:
         setup_error = "the call process ended before its set-up finished"

@@ -401,7 +401,11 @@ class LocalSandbox:
                     assert w.proc is not None and w.proc.stdout is not None
                     blobs = [await w.proc.stdout.readexactly(int(message[k]))
                              for k in ("out_bytes", "err_bytes", "res_bytes")]
-                    fields = outcome.assemble(message, *blobs)
+                    try:
+                        fields = outcome.assemble(message, *blobs)
+                    except Exception as exc:  # noqa: BLE001 - the bytes were the call's: fail it, not the worker
+                        fields = {"status": "internal",
+                                  "stderr": f"tirl-sandbox: could not assemble the result: {type(exc).__name__}"}
                 elif op == "result":  # answered without running (the worker could not start the call)
                     fields = message.get("result") or {}
                 else:

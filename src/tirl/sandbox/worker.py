@@ -11,7 +11,8 @@ as raw bytes that the worker moves from the control pipe into the call's memory 
 (kernel to kernel), the call process reads its own code, and the call's outputs are spliced from their
 pipes into memory files and from there to the pool, which assembles the result
 (:mod:`tirl.sandbox.outcome`). A call therefore inherits the worker's post-import image and metadata
-(ids, limits) of other calls, nothing else.
+(ids, limits; byte totals and exit statuses, which calls choose) of other calls, nothing else: the signal
+pipe's bytes and the names a call leaves in its scratch directory never enter this process either.
 
 For each ``run`` frame it (single-threaded, with a ``selectors`` loop over all its calls):
 
@@ -51,6 +52,7 @@ from typing import NoReturn
 
 from tirl.sandbox import _linux, cgroup, isolation, landlock, runner, wire
 from tirl.sandbox.isolation import LayerError, WorkerIsolation
+from tirl.sandbox.outcome import ABORT_NOTE as _ABORT_NOTE
 from tirl.sandbox.outcome import SETUP_FAILED as _SETUP_FAILED
 from tirl.sandbox.outcome import SETUP_OK as _SETUP_OK
 
@@ -129,6 +131,7 @@ class Worker:
         self.calls: dict[int, _Call] = {}
         self.by_pid: dict[int, _Call] = {}
         self.devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        self._note_buf = bytearray(64)  # the signal pipe's bytes land here only (see _read_signal_note)
         self.sel = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -467,11 +470,7 @@ class Worker:
         self.calls.pop(call.id, None)
         if call.cgroup is not None:
             call.oom_kills = call.cgroup.oom_kills()
-        note = b""
-        try:
-            note = os.read(call.sig_r, 64)  # signal numbers only: written by the C-level handler
-        except OSError:
-            pass
+        note = self._read_signal_note(call)
         self._cleanup(call)
         if self.scan_orphans or call.no_pid_namespace:
             self._kill_orphans()
@@ -479,6 +478,26 @@ class Worker:
             self.send_done(call, note)
         finally:
             self._close_memory(call)
+
+    def _read_signal_note(self, call: _Call) -> bytes:
+        """``ABORT_NOTE`` when the call's signal pipe says SIGABRT, else ``b""``.
+
+        The pipe's bytes are the call's to choose (its code holds the write end, descriptor 4), so they are
+        read into one fixed buffer that is cleared at once, never into a new object whose freed copy a later
+        call (a fork of this process) would inherit: only the one bit "SIGABRT seen" leaves it.
+        """
+        buf = self._note_buf
+        seen = False
+        try:
+            for _ in range(1024):  # a full pipe (64 KiB) at most; no process of the call is left to refill it
+                n = os.readv(call.sig_r, [buf])
+                if n <= 0:
+                    break
+                seen = seen or buf.find(_ABORT_NOTE, 0, n) >= 0
+                buf[:n] = bytes(n)
+        except OSError:
+            pass
+        return _ABORT_NOTE if seen else b""
 
     def send_done(self, call: _Call, signal_note: bytes) -> None:
         """The ``done`` frame (what the worker observed; :func:`tirl.sandbox.outcome.assemble` builds the
@@ -580,16 +599,61 @@ def _read_file(fd: int) -> bytes:
         os.close(fd)
 
 
+#: ``rm`` for scratch directories that are not empty (see :func:`_remove_tree`); None: the fork only.
+_RM = shutil.which("rm", path="/usr/bin:/bin")
+_RM_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+
+
 def _remove_tree(path: str) -> None:
     """Remove a call's scratch directory, whatever the code left in it; never raises.
 
-    Iterative and descriptor-relative (``shutil.rmtree`` recurses once per level in Python, so a call that
-    nests a few thousand directories would crash the worker with ``RecursionError``, and paths that deep
-    pass ``PATH_MAX``). Directories the code took permissions away from are given them back. What cannot
-    be removed stays on the worker's scratch tmpfs, which dies with the worker.
+    An empty directory is removed here. One with entries is removed by another process: the entries' names
+    are the call's own bytes (a call that named 300 files after its data found them in the next call's
+    memory scan when the worker listed the directory itself), so only a process that ends at once may read
+    them: ``rm -rf`` (spawned), or where that is missing or fails, a short-lived fork of the worker running
+    :func:`_remove_tree_iter`. Iterative and descriptor-relative (``shutil.rmtree``
+    recurses once per level in Python, so a call that nests a few thousand directories would crash the
+    worker with ``RecursionError``, and paths that deep pass ``PATH_MAX``). Directories the code took
+    permissions away from are given them back. What cannot be removed stays on the worker's scratch tmpfs,
+    which dies with the worker.
     """
     try:
-        _remove_tree_iter(path)
+        os.rmdir(path)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass  # not empty
+    if _RM is not None:  # rm -rf (vfork and exec: far cheaper than a fork of this process); else, or if it
+        try:             # failed (a directory the code made unreadable to a worker that is not root), the fork
+            pid = os.posix_spawn(_RM, [_RM, "-rf", "--", path], _RM_ENV)
+            os.waitpid(pid, 0)
+            if not os.path.lexists(path):
+                return
+        except OSError:
+            pass
+    try:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the remover process, which must never return here
+            code = 1
+            try:
+                _remove_tree_iter(path)
+                code = 0
+            except BaseException as exc:  # noqa: BLE001 - reported by the exit code; names stay here
+                try:
+                    print(f"tirl-sandbox worker: could not remove {path}: {type(exc).__name__}", file=sys.stderr)
+                except BaseException:  # noqa: BLE001
+                    pass
+            finally:
+                os._exit(code)
+        while True:
+            try:
+                os.waitpid(pid, 0)
+                break
+            except ChildProcessError:
+                break
+            except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
+                continue
     except Exception as exc:  # noqa: BLE001 - a left-over directory must never kill the worker
         try:
             print(f"tirl-sandbox worker: could not remove {path}: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -60,6 +60,15 @@ def test_eval_run_groups_and_penalties_come_from_the_records(tmp_path):
     assert g[3].tokens == 13
 
 
+def test_problems_with_fewer_samples_than_the_others_are_left_out(tmp_path):
+    run = _eval_run(tmp_path / "ev", problems=2)
+    rows = (run / "trajectories.jsonl").read_text().splitlines()
+    (run / "trajectories.jsonl").write_text("\n".join(rows[:-3]) + "\n{torn")  # an unfinished run
+    data = load_run(run)
+    assert len(data.groups) == 1 and data.incomplete_groups == 1
+    assert replay(data, replays=2)["summary"]["incomplete_groups_left_out"] == 1
+
+
 def test_roc_keeps_fewer_positives_with_failing_calls_than_random(tmp_path):
     data = load_run(_eval_run(tmp_path / "ev"), RocConfig(min_per_class=1))
     rep = replay(data, replays=100, config=RocConfig(min_per_class=1))

@@ -99,6 +99,8 @@ class ReplayInput:
         groups: the groups, each in rollout (sample) order.
         keys: one label per group (``step/rank/group`` or ``benchmark/problem_id``).
         logged_keep: RL runs: the most trajectories the run kept in a group (its G); None for evaluation runs.
+        incomplete_groups: evaluation runs: problems left out because they have fewer samples than the others
+            (an unfinished run).
     """
 
     run: Path
@@ -106,6 +108,7 @@ class ReplayInput:
     groups: list[list[Member]]
     keys: list[str]
     logged_keep: int | None = None
+    incomplete_groups: int = 0
 
 
 def _member(classes: Sequence[str], turns: Sequence[dict[str, Any]], reward: float | None, tokens: int,
@@ -168,9 +171,14 @@ def load_run(run_dir: str | Path, config: RocConfig | None = None) -> ReplayInpu
     if not grouped:
         raise ValueError(f"{run}: no trajectories in the run's files")
     keys = sorted(grouped)
+    incomplete = 0
+    if kind == "eval":  # an unfinished (or resumed) eval: problems with fewer samples than the others are left out
+        full = max(len(v) for v in grouped.values())
+        incomplete = sum(1 for k in keys if len(grouped[k]) < full)
+        keys = [k for k in keys if len(grouped[k]) == full]
     groups = [[m for _, m in sorted(grouped[k], key=lambda x: x[0])] for k in keys]
     logged = max(sum(bool(m.logged_kept) for m in g) for g in groups) if kind == "rl" else None
-    return ReplayInput(run, kind, groups, ["/".join(map(str, k)) for k in keys], logged)
+    return ReplayInput(run, kind, groups, ["/".join(map(str, k)) for k in keys], logged, incomplete)
 
 
 def kept_metrics(kept: Sequence[Member]) -> dict[str, float]:
@@ -293,7 +301,7 @@ def replay(data: ReplayInput, keep: int | None = None, replays: int = 200, seed:
         "replays": replays,
         "seed": seed,
         "min_per_class": cfg.min_per_class,
-        "summary": group_summary(groups, keep, cfg),
+        "summary": {**group_summary(groups, keep, cfg), "incomplete_groups_left_out": float(data.incomplete_groups)},
         "columns": {col: {k: _stats(v) for k, v in metrics.items()} for col, metrics in columns.items()},
     }
 

@@ -169,5 +169,7 @@ def roc_command(
     pos, fail = int(s["sampled_positives"]), int(s["sampled_pos_with_failing_call"])
     typer.echo(f"groups down-sampled {int(s['groups_downsampled'])}, with both classes {int(s['groups_mixed'])}, "
                f"where RoC can choose among positives {int(s['groups_roc_can_choose'])}; sampled positives {pos}, "
-               f"{fail} with a failing call ({100 * fail / pos if pos else 0:.1f} %)")
+               f"{fail} with a failing call ({100 * fail / pos if pos else 0:.1f} %)"
+               + (f"; {int(s['incomplete_groups_left_out'])} problems with fewer samples left out"
+                  if s.get("incomplete_groups_left_out") else ""))
     typer.echo(str(path))

@@ -190,9 +190,9 @@ class RocConfig:
         """
         from tirl.algo.selection import get_rule, rule_name
 
-        get_rule(rule_name(self))
         if self.mode not in ROC_MODES:
             raise ValueError(f"roc.mode must be one of {ROC_MODES}, got {self.mode!r}")
+        get_rule(rule_name(self))
         if self.min_per_class < 0:
             raise ValueError(f"roc.min_per_class must be >= 0, got {self.min_per_class}")
         if 2 * self.min_per_class > target_size:

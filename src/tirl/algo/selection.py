@@ -87,7 +87,8 @@ def rule_name(config: RocConfig) -> str:
     (``enabled: false`` -> ``all``; ``mode: paper`` -> ``roc_paper``; ``mode: topk`` -> ``roc_release``).
 
     Raises:
-        ValueError: ``rule`` and ``enabled: false`` disagree (``enabled: false`` means ``all``).
+        ValueError: ``rule`` and ``enabled: false`` disagree (``enabled: false`` means ``all``), or no rule and
+            an unknown ``mode``.
     """
     if config.rule:
         if not config.enabled and config.rule != "all":
@@ -96,7 +97,10 @@ def rule_name(config: RocConfig) -> str:
         return config.rule
     if not config.enabled:
         return "all"
-    return {"paper": "roc_paper", "topk": "roc_release"}.get(config.mode, config.mode)
+    by_mode = {"paper": "roc_paper", "topk": "roc_release"}
+    if config.mode not in by_mode:
+        raise ValueError(f"roc.mode must be one of {', '.join(by_mode)}, got {config.mode!r} (or set roc.rule)")
+    return by_mode[config.mode]
 
 
 def _trivial(group: Sequence[Scored], target_size: int, drop_all_equal: bool) -> tuple[Selection, list[int]]:

@@ -266,11 +266,11 @@ class RLConfig:
             raise ValueError("rollout.oversample must be >= 1")
         from tirl.algo.selection import get_rule, rule_name
 
+        self.roc.validate(r.group_size)
         rule = get_rule(rule_name(self.roc))
         if rule.oversamples and r.oversample < 2:
             raise ValueError(f"roc.rule {rule.name} needs rollout.oversample >= 2 (it keeps G of oversample * G); "
                              "use roc.rule=all for plain GRPO")
-        self.roc.validate(r.group_size)
         self.watchdog.validate()
         if r.context_window is not None and r.context_window < 2:
             raise ValueError("rollout.context_window must be >= 2 or null")

@@ -94,8 +94,11 @@ def test_a_task_without_failing_positives_gives_roc_nothing_to_choose(tmp_path):
     assert rep["summary"]["groups_roc_can_choose"] == 0
     for col in ("random", "roc_paper", "roc_release"):
         assert rep["columns"][col]["pos_with_failing_call"]["mean"] == 0.0
-    # all positives look alike to RoC: only which negatives are kept can differ, and negatives all have p_err 1
+    # all positives look alike to RoC and it never ranks negatives: its pick looks like a random one with the
+    # same class counts, so it differs from a random pick only where the random one has other class counts
     assert rep["columns"]["roc_release"]["positive_share"]["mean"] == 0.5
+    same_counts = replay(load_run(_eval_run(tmp_path / "ev2", group=[(True, 0, 1)] * 8)), replays=20)
+    assert same_counts["columns"]["roc_paper"]["differs_from_random"]["mean"] == 0.0
 
 
 def test_kept_metrics_count_calls_formats_and_lengths():

@@ -18,7 +18,8 @@ differ, many times over (the stochastic rules are re-drawn in every replay):
   report's Figure 4 quantity, ``tool_error_in_correct`` in the training metrics), tool calls per trajectory,
   positives without any tool call, positives with a format violation (``p_format > 0``), response length in
   model tokens, and the share of down-sampled groups whose kept set differs from a random pick's (compared by
-  what a rule sees: the multiset of (reward, penalty) values; for ``random`` itself: a second random pick).
+  what a rule sees: the multiset of rewards and positives' penalties; for ``random`` itself: a second random
+  pick).
   Each is reported as mean, standard deviation, minimum and maximum over the replays.
 
 Penalties are recomputed from the records with :mod:`tirl.algo.roc`'s rules (``p_err`` from the tool-call
@@ -202,7 +203,9 @@ def kept_metrics(kept: Sequence[Member]) -> dict[str, float]:
 
 
 def _signature(group: Sequence[Member], indices: Sequence[int]) -> list[tuple[float, float]]:
-    return sorted((float(group[i].reward), round(group[i].penalty, 9)) for i in indices)  # type: ignore[arg-type]
+    """What RoC sees of a kept set: the rewards, and the penalties of the positives (it never ranks negatives)."""
+    return sorted((float(group[i].reward), round(group[i].penalty, 9) if group[i].positive else 0.0)  # type: ignore[arg-type]
+                  for i in indices)
 
 
 def group_summary(groups: Sequence[Sequence[Member]], keep: int, config: RocConfig) -> dict[str, float]:

@@ -331,3 +331,32 @@ def test_the_rl_scorer_verifies_on_the_runs_executor_not_a_second_pool(qwen_toke
     assert spy.requests >= 1  # the symbolic comparison ran on the run's executor
     assert spy.loops == {run_loop}  # on the run's event loop
     assert reward_verifier._default_executor is default_before  # no second, module-global pool was started
+
+
+@pytest.mark.parametrize("rule", ["random", "roc_release", "roc_paper"])
+def test_rollout_calls_the_configured_selection_rule(rule, tmp_path):
+    from tirl.algo.roc import candidate
+    from tirl.algo.selection import apply_rule
+
+    groups = _groups({"q0": [True, False, True, True, False, True, True, False]})
+    cfg = _cfg(**{"roc.rule": rule, "logging.log_trajectories": "true", "output_dir": str(tmp_path)})
+    fn = RocRolloutFunc(cfg, PROBLEMS, ListSource(groups), AnswerScorer(), PAD)
+    fn(["problem 0"] * 4, _trainer(2))
+    assert fn.source.asked == [(["q0"], 8)]
+    # the same rule on the same candidates with the rollout's own rng gives the same kept set
+    cands = [candidate(t, 1.0 if t.final_answer == "ok" else 0.0, cfg.roc) for t in fn.last.trajectories]
+    expected = apply_rule(rule, cands, 4, fn._rng(2, 0), cfg.roc).indices
+    assert fn.last.slot_sources == expected
+    if rule == "roc_release":  # positives 0, 2, 3, 5, 6 (odd ones have a failing call): quotas 2/2, the first two
+        assert expected == [0, 1, 2, 4]  # error-free positives and the first two negatives
+    rows = [json.loads(x) for x in (tmp_path / "trajectories" / "step_00003_rank0.jsonl").read_text().splitlines()]
+    assert {r["rule"] for r in rows} == {rule}
+    assert [r["sample"] for r in rows if r["kept"]] == expected
+
+
+def test_rule_all_samples_g_and_keeps_them():
+    groups = _groups({"q0": [True, False, False, True, True, True, True, True]})
+    fn = RocRolloutFunc(_cfg(**{"roc.rule": "all", "rollout.oversample": 1}), PROBLEMS, ListSource(groups),
+                        AnswerScorer(), PAD)
+    fn(["problem 0"] * 4, _trainer())
+    assert fn.source.asked == [(["q0"], 4)] and fn.last.slot_sources == [0, 1, 2, 3]

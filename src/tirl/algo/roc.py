@@ -163,8 +163,11 @@ class RocConfig:
 
     Attributes:
         enabled: False = plain GRPO (an ablation): the trainer samples only ``target_size`` trajectories per
-            problem and keeps them all.
-        mode: ``paper`` (stochastic) or ``topk`` (the release).
+            problem and keeps them all (the rule ``all``).
+        mode: ``paper`` (stochastic) or ``topk`` (the release); the rule ``roc_paper`` or ``roc_release`` when
+            ``rule`` is not set.
+        rule: the selection rule by name (:mod:`tirl.algo.selection`: ``roc_paper``, ``roc_release``,
+            ``random``, ``all``); None: from ``enabled`` and ``mode`` (:func:`tirl.algo.selection.rule_name`).
         use_error_penalty: include ``p_err`` in ``p_total``.
         use_format_penalty: include ``p_format`` in ``p_total``.
         min_per_class: minimum kept per class, clipped to what exists; ``2 * min_per_class <= target_size``.
@@ -177,15 +180,19 @@ class RocConfig:
     use_format_penalty: bool = True
     min_per_class: int = 2
     drop_all_equal: bool = False
+    rule: str | None = None
 
     def validate(self, target_size: int) -> None:
         """Check the configuration against a target group size.
 
         Raises:
-            ValueError: unknown mode, negative minimum, or ``2 * min_per_class > target_size``.
+            ValueError: unknown mode or rule, negative minimum, or ``2 * min_per_class > target_size``.
         """
+        from tirl.algo.selection import get_rule, rule_name
+
         if self.mode not in ROC_MODES:
             raise ValueError(f"roc.mode must be one of {ROC_MODES}, got {self.mode!r}")
+        get_rule(rule_name(self))
         if self.min_per_class < 0:
             raise ValueError(f"roc.min_per_class must be >= 0, got {self.min_per_class}")
         if 2 * self.min_per_class > target_size:

@@ -120,3 +120,56 @@ def reference_run_command(
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
     typer.echo(str(path))
+
+
+@app.command("roc")
+def roc_command(
+    run_dir: Path = typer.Argument(..., help="An RL run folder (recipe with logging.log_trajectories: true) or a "
+                                   "tirl eval run folder (--samples 2K: groups of 2K)."),
+    keep: int | None = typer.Option(None, "--keep", min=1, help="Trajectories kept per group (G). Default: the "
+                                    "run's G for RL runs, half the samples per problem for eval runs."),
+    replays: int = typer.Option(200, "--replays", min=1, help="Repetitions of the stochastic rules."),
+    seed: int = typer.Option(0, "--seed", help="Base seed of the replays."),
+    min_per_class: int = typer.Option(1, "--min-per-class", min=0, help="RoC's minimum kept per class (roc."
+                                      "min_per_class; 1 in the CPU recipes, 2 in the report's)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="JSON report (default RUN_DIR/roc_replay.json)."),
+) -> None:
+    """Replay random down-sampling against RoC's selection (paper and release modes) on logged groups, many
+    times, and report how the kept sets differ (failing calls in kept positives, calls per trajectory,
+    positives without a call, format violations, length, groups where the pick differs from a random one).
+
+    No training: it says in minutes whether a task gives RoC anything to select. Prints a table and writes JSON.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from tirl.algo.roc import RocConfig
+    from tirl.analysis.roc_replay import METRICS, format_cell, load_run, replay
+
+    console = Console(stderr=True)
+    cfg = RocConfig(min_per_class=min_per_class)
+    try:
+        report = replay(load_run(run_dir, cfg), keep=keep, replays=replays, seed=seed, config=cfg)
+    except (FileNotFoundError, ValueError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    path = out or Path(run_dir) / "roc_replay.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    s = report["summary"]
+    table = Table(title=f"RoC replay: {report['kind']} run, {int(s['groups'])} groups, {int(s['trajectories'])} "
+                        f"trajectories, keep {report['keep']}, {report['replays']} replays (mean ± std \\[min, max])")
+    table.add_column("kept set")
+    cols = list(report["columns"])
+    for col in cols:
+        table.add_column(col, justify="right")
+    for key, label in METRICS:
+        table.add_row(label, *[format_cell(report["columns"][c].get(key, {}), key) for c in cols])
+    Console().print(table)
+    pos, fail = int(s["sampled_positives"]), int(s["sampled_pos_with_failing_call"])
+    typer.echo(f"groups down-sampled {int(s['groups_downsampled'])}, with both classes {int(s['groups_mixed'])}, "
+               f"where RoC can choose among positives {int(s['groups_roc_can_choose'])}; sampled positives {pos}, "
+               f"{fail} with a failing call ({100 * fail / pos if pos else 0:.1f} %)"
+               + (f"; {int(s['incomplete_groups_left_out'])} problems with fewer samples left out"
+                  if s.get("incomplete_groups_left_out") else ""))
+    typer.echo(str(path))

@@ -19,10 +19,12 @@ def plot_command(
                                                        "with --compare LABEL=DIR, LABEL one of the runs'."),
     table: Path | None = typer.Option(None, "--table", help="Also write the steps as a Markdown table to this "
                                                             "file (not with --compare)."),
+    band: str = typer.Option("minmax", "--band", help="With --compare, where several runs share a LABEL (seeds): "
+                                                      "the band around their mean, minmax or std."),
 ) -> None:
     """Draw reward, tool-error-in-correct (before/after RoC), length and overview curves as PNG files (and with
     --table a per-step Markdown table); with --compare, overlay separate runs (an ablation) at equal steps and
-    equal wall time."""
+    equal wall time, the runs that share a LABEL (seeds of one arm) as their mean with a band."""
     from rich.console import Console
 
     from tirl.train.plot import plot_compare, plot_heldout, plot_runs
@@ -30,11 +32,11 @@ def plot_command(
     console = Console(stderr=True)
     try:
         if compare:
-            labelled = {}
+            labelled: dict[str, list[str]] = {}  # a label given to several runs (seeds): drawn as mean and band
             for item in map(str, runs):
                 label, sep, path = item.partition("=")
-                labelled[label if sep else Path(item).name] = path if sep else item
-            written = plot_compare(labelled, out, title or None)
+                labelled.setdefault(label if sep else Path(item).name, []).append(path if sep else item)
+            written = plot_compare(labelled, out, title or None, band=band)
             if evals:
                 groups: dict[str, list[str]] = {}
                 for item in evals:
@@ -43,7 +45,7 @@ def plot_command(
                         raise ValueError(f"--eval with --compare takes LABEL=DIR, LABEL one of "
                                          f"{', '.join(labelled)}; got {item!r}")
                     groups.setdefault(label, []).append(path)
-                written.append(plot_heldout(groups, out, title or None))
+                written.append(plot_heldout(groups, out, title or None, band=band))
         else:
             written = plot_runs(runs, out, title or None)
             if table is not None:

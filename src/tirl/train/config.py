@@ -264,9 +264,13 @@ class RLConfig:
             raise ValueError("rollout.group_size must be >= 2 (GRPO needs a group)")
         if r.oversample < 1:
             raise ValueError("rollout.oversample must be >= 1")
-        if self.roc.enabled and r.oversample < 2:
-            raise ValueError("roc.enabled needs rollout.oversample >= 2 (RoC keeps G of oversample * G)")
+        from tirl.algo.selection import get_rule, rule_name
+
         self.roc.validate(r.group_size)
+        rule = get_rule(rule_name(self.roc))
+        if rule.oversamples and r.oversample < 2:
+            raise ValueError(f"roc.rule {rule.name} needs rollout.oversample >= 2 (it keeps G of oversample * G); "
+                             "use roc.rule=all for plain GRPO")
         self.watchdog.validate()
         if r.context_window is not None and r.context_window < 2:
             raise ValueError("rollout.context_window must be >= 2 or null")

@@ -10,6 +10,7 @@ format penalty, truncation rate, tool calls per trajectory and the time split. I
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -191,32 +192,100 @@ def _wall_hours(records: list[dict[str, Any]]) -> list[float]:
     return out
 
 
-def plot_compare(runs: dict[str, str | Path], out_dir: str | Path, title: str | None = None) -> list[Path]:
+BANDS = ("minmax", "std")
+"""Spread drawn around the mean of several runs under one label: min-max, or mean +- one standard deviation."""
+
+
+def aggregate_series(series: Sequence[tuple[Sequence[float], Sequence[float]]], band: str = "minmax",
+                     grid: Sequence[float] | None = None) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Mean and band of several runs' ``(xs, ys)`` series (seeds of one arm).
+
+    Args:
+        series: one ``(xs, ys)`` per run, ``xs`` ascending.
+        band: ``minmax`` (lowest and highest run) or ``std`` (mean -+ population standard deviation).
+        grid: x values to aggregate at, each run linearly interpolated there (for wall time, where runs do not
+            share x values); only grid points inside every run's range are kept. None: the x values every run
+            has (equal steps).
+
+    Returns:
+        ``(xs, mean, low, high)``; empty lists when the runs share no x.
+
+    Raises:
+        ValueError: an unknown band.
+    """
+    import numpy as np
+
+    if band not in BANDS:
+        raise ValueError(f"band must be one of {BANDS}, got {band!r}")
+    runs = [(list(map(float, xs)), list(map(float, ys))) for xs, ys in series if len(xs)]
+    if not runs:
+        return [], [], [], []
+    if grid is None:
+        common = sorted(set.intersection(*(set(xs) for xs, _ in runs)))
+        values = np.array([[dict(zip(xs, ys))[x] for x in common] for xs, ys in runs])
+    else:
+        lo, hi = max(xs[0] for xs, _ in runs), min(xs[-1] for xs, _ in runs)
+        common = [float(x) for x in grid if lo <= x <= hi]
+        values = np.array([np.interp(common, xs, ys) for xs, ys in runs])
+    if not common:
+        return [], [], [], []
+    mean = values.mean(axis=0)
+    if band == "minmax":
+        low, high = values.min(axis=0), values.max(axis=0)
+    else:
+        std = values.std(axis=0)
+        low, high = mean - std, mean + std
+    return list(common), mean.tolist(), low.tolist(), high.tolist()
+
+
+def _key_series(records: list[dict[str, Any]], key: str, axis: str) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for rec, h in zip(records, _wall_hours(records)):
+        value = rec.get(PREFIX + key)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            xs.append(rec["global_step"] if axis == "steps" else h)
+            ys.append(float(value))
+    return xs, ys
+
+
+def plot_compare(runs: Mapping[str, str | Path | Sequence[str | Path]], out_dir: str | Path,
+                 title: str | None = None, band: str = "minmax") -> list[Path]:
     """Overlay separate runs (an ablation: GRPO-RoC against plain GRPO) at equal steps and at equal wall time.
 
     Args:
-        runs: label -> run folder (or ``metrics.jsonl``); each run is read on its own step axis.
+        runs: label -> run folder (or ``metrics.jsonl``), or label -> several run folders (the seeds of one arm);
+            each run is read on its own step axis.
         out_dir: where ``compare_steps.png`` (x = RL step) and ``compare_time.png`` (x = cumulative hours of
-            ``time/step_s``) go, each with the panels of :data:`COMPARE`. A run with at least
+            ``time/step_s``) go, each with the panels of :data:`COMPARE`. A single run with at least
             :data:`SMOOTH_WINDOW` steps is drawn as faint step values under its trailing mean (:func:`trailing_mean`).
+            Several runs under one label are drawn as the mean of their trailing means (at the steps all of them
+            have; at equal wall time on a common grid of hours inside every run's span) with a shaded band
+            (:func:`aggregate_series`).
         title: suffix for the figure titles.
+        band: the band of a label with several runs: ``minmax`` or ``std`` (:data:`BANDS`).
 
     Returns:
         The written files.
 
     Raises:
         FileNotFoundError: a run has no metrics file.
-        ValueError: fewer than one run, or a run without step records.
+        ValueError: fewer than one run, a run without step records, or an unknown band.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
     if not runs:
         raise ValueError("no runs to compare")
-    loaded = {label: load_runs([path]) for label, path in runs.items()}
-    empty = [label for label, recs in loaded.items() if not recs]
+    if band not in BANDS:
+        raise ValueError(f"band must be one of {BANDS}, got {band!r}")
+    loaded: dict[str, list[list[dict[str, Any]]]] = {}
+    for label, paths in runs.items():
+        group = [paths] if isinstance(paths, (str, Path)) else list(paths)
+        loaded[label] = [load_runs([p]) for p in group]
+    empty = [label for label, recs in loaded.items() if not recs or any(not r for r in recs)]
     if empty:
         raise ValueError(f"no step records with rollout metrics in {', '.join(empty)}")
     out = Path(out_dir)
@@ -224,17 +293,27 @@ def plot_compare(runs: dict[str, str | Path], out_dir: str | Path, title: str | 
     written = []
     suffix = f" - {title}" if title else ""
     colors = [f"C{i % 10}" for i in range(len(loaded))]
+    band_text = "min-max" if band == "minmax" else "mean ± std"
     for axis in ("steps", "time"):
         fig, axes = plt.subplots(2, 3, figsize=(15, 7))
         for ax, (key, label) in zip(axes.flat, COMPARE):
-            for color, (run_label, records) in zip(colors, loaded.items()):
-                hours = _wall_hours(records)
-                xs, ys = [], []
-                for rec, h in zip(records, hours):
-                    value = rec.get(PREFIX + key)
-                    if isinstance(value, (int, float)) and math.isfinite(value):
-                        xs.append(rec["global_step"] if axis == "steps" else h)
-                        ys.append(float(value))
+            for color, (run_label, group) in zip(colors, loaded.items()):
+                if len(group) > 1:  # seeds of one arm: the mean of their trends, the spread as a band
+                    series = []
+                    for records in group:
+                        xs, ys = _key_series(records, key, axis)
+                        series.append((xs, trailing_mean(ys, SMOOTH_WINDOW) if len(xs) >= SMOOTH_WINDOW else ys))
+                    grid = None
+                    if axis == "time":
+                        top = max((xs[-1] for xs, _ in series if xs), default=0.0)
+                        grid = np.linspace(0.0, top, 200).tolist()
+                    gx, mean, low, high = aggregate_series(series, band, grid)
+                    if gx:
+                        ax.fill_between(gx, low, high, color=color, alpha=0.2, linewidth=0)
+                        ax.plot(gx, mean, color=color, linewidth=2.2,
+                                label=f"{run_label} (mean of {len(group)} runs, {band_text})")
+                    continue
+                xs, ys = _key_series(group[0], key, axis)
                 if len(xs) >= SMOOTH_WINDOW:  # the step values faint, the trend drawn over them
                     ax.plot(xs, ys, color=color, marker="o", markersize=2, linewidth=0.8, alpha=0.35)
                     ax.plot(xs, trailing_mean(ys, SMOOTH_WINDOW), color=color, linewidth=2.2,
@@ -254,7 +333,7 @@ def plot_compare(runs: dict[str, str | Path], out_dir: str | Path, title: str | 
     return written
 
 
-__all__ = ["COMPARE", "load_runs", "plot_compare", "plot_runs"]
+__all__ = ["BANDS", "COMPARE", "aggregate_series", "load_runs", "plot_compare", "plot_runs"]
 
 
 def heldout_points(eval_dirs: Sequence[str | Path]) -> dict[str, list[tuple[int, float]]]:
@@ -282,19 +361,21 @@ def heldout_points(eval_dirs: Sequence[str | Path]) -> dict[str, list[tuple[int,
 
 
 def plot_heldout(eval_dirs: Sequence[str | Path] | Mapping[str, Sequence[str | Path]], out_dir: str | Path,
-                 title: str | None = None) -> Path:
+                 title: str | None = None, band: str = "minmax") -> Path:
     """Draw ``heldout.png``: avg pass@1 of each evaluated checkpoint against its RL step.
 
     Args:
         eval_dirs: ``tirl eval`` folders of one run's checkpoints (one line per benchmark), or label -> such
             folders for several runs (an ablation: one line per run and benchmark, named ``label: benchmark``;
-            the starting model's evaluation can be given to each label).
+            the starting model's evaluation can be given to each label). Where one label holds evaluations of
+            several runs at the same step (the seeds of one arm), its line is their mean with a shaded band.
         out_dir: where ``heldout.png`` goes.
         title: suffix for the figure title.
+        band: ``minmax`` or ``std``, the band of a label with several runs (:data:`BANDS`).
 
     Raises:
         FileNotFoundError: a folder has no ``summary.json``.
-        ValueError: no evaluation to plot.
+        ValueError: no evaluation to plot, or an unknown band.
     """
     import matplotlib
 
@@ -302,6 +383,8 @@ def plot_heldout(eval_dirs: Sequence[str | Path] | Mapping[str, Sequence[str | P
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
+    if band not in BANDS:
+        raise ValueError(f"band must be one of {BANDS}, got {band!r}")
     groups = dict(eval_dirs) if isinstance(eval_dirs, Mapping) else {"": list(eval_dirs)}
     lines: dict[str, list[tuple[int, float]]] = {}
     for label, dirs in groups.items():
@@ -312,8 +395,23 @@ def plot_heldout(eval_dirs: Sequence[str | Path] | Mapping[str, Sequence[str | P
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7, 4))
-    for name, pts in lines.items():
-        ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", label=name)
+    for i, (name, pts) in enumerate(lines.items()):
+        by_step: dict[int, list[float]] = {}
+        for step, value in pts:
+            by_step.setdefault(step, []).append(100 * value)
+        steps = sorted(by_step)
+        if any(len(v) > 1 for v in by_step.values()):  # several runs (seeds) under one label: mean and band
+            mean = [statistics.fmean(by_step[s]) for s in steps]
+            if band == "minmax":
+                low, high = [min(by_step[s]) for s in steps], [max(by_step[s]) for s in steps]
+            else:
+                sd = [statistics.pstdev(by_step[s]) for s in steps]
+                low, high = [m - d for m, d in zip(mean, sd)], [m + d for m, d in zip(mean, sd)]
+            ax.fill_between(steps, low, high, color=f"C{i % 10}", alpha=0.2, linewidth=0)
+            most = max(len(v) for v in by_step.values())
+            ax.plot(steps, mean, marker="o", color=f"C{i % 10}", label=f"{name} (mean of up to {most} runs)")
+        else:
+            ax.plot(steps, [by_step[s][0] for s in steps], marker="o", color=f"C{i % 10}", label=name)
     ax.set_title("Held-out accuracy of the checkpoints" + (f" - {title}" if title else ""))
     ax.set_xlabel("RL step (0 = starting model)")
     ax.set_ylabel("avg pass@1 (%)")

@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tirl.algo.advantages import group_advantages
-from tirl.algo.roc import Candidate, Selection, candidate, select_group
+from tirl.algo.roc import Candidate, Selection, candidate
+from tirl.algo.selection import get_rule, rule_name
 from tirl.data.problem import Problem
 from tirl.protocol.audit import audit_metrics
 from tirl.protocol.types import Trajectory, token_fields
@@ -225,7 +226,8 @@ class RocRolloutFunc:
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         cfg = self.config
         g = cfg.rollout.group_size
-        n = cfg.rollout.samples_per_problem if cfg.roc.enabled else g
+        rule = get_rule(rule_name(cfg.roc))  # tirl.algo.selection: roc_paper, roc_release, random, all
+        n = cfg.rollout.samples_per_problem if rule.oversamples else g
         step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
         process_index = int(getattr(getattr(trainer, "accelerator", None), "process_index", 0) or 0)
         problems = self._groups(prompts)
@@ -255,13 +257,7 @@ class RocRolloutFunc:
         for gi in range(len(problems)):
             base = gi * n
             group = candidates[base : base + n]
-            if cfg.roc.enabled:
-                sel = select_group(group, g, rng, cfg.roc.mode, min_per_class=cfg.roc.min_per_class,
-                                   drop_all_equal=cfg.roc.drop_all_equal)
-            else:  # plain GRPO: the G sampled are kept (an all-equal group may still be dropped)
-                sel = select_group(group, g, rng, "topk", min_per_class=0, drop_all_equal=cfg.roc.drop_all_equal)
-                if sel.status == "undersized" and len(sel.indices) == g:
-                    sel.status = "selected"
+            sel = rule.select(group, g, rng, cfg.roc)
             selections.append(sel)
             kept = [base + i for i in sel.indices]
             # an empty response (no model token) carries no loss and must not move the group's mean and spread
@@ -321,7 +317,8 @@ class RocRolloutFunc:
         self.calls += 1
         self.watchdog.observe(step + 1, metrics)
         if cfg.logging.log_trajectories:
-            self._log_trajectories(step, process_index, problems, n, trajectories, scores, candidates, selections)
+            self._log_trajectories(step, process_index, problems, n, trajectories, scores, candidates, selections,
+                                   rule.name)
         result: dict[str, Any] = dict(out)
         result[METRICS_KEY] = metrics  # a non-list extra field: TRL copies it into every input row
         return result
@@ -329,11 +326,12 @@ class RocRolloutFunc:
 
     def _log_trajectories(self, step: int, process_index: int, problems: Sequence[Problem], n: int,
                           trajectories: Sequence[Trajectory], scores: Sequence[Score],
-                          candidates: Sequence[Candidate], selections: Sequence[Selection]) -> None:
+                          candidates: Sequence[Candidate], selections: Sequence[Selection],
+                          rule: str = "") -> None:
         """Write every sampled trajectory of this step to ``output_dir/trajectories/step_NNNNN_rankR.jsonl``.
 
         One line per trajectory: step, group, problem text and reference, the RoC decision (``kept``,
-        ``p_err``, ``p_format``, the group's selection status and mode), reward and verifier status, final
+        ``p_err``, ``p_format``, the group's selection status, mode and ``rule``), reward and verifier status, final
         answer, finish reason, per-turn records (text, tool calls with code, result and class, as in an eval
         run's ``turns``), ``tool_calls`` (classes) and the exact ``prompt_ids``/``response_ids``/``loss_mask``
         (read by ``tirl view`` and ``tirl analyze entropy``).
@@ -351,6 +349,7 @@ class RocRolloutFunc:
                         "step": step + 1, "rank": process_index, "group": gi,
                         "problem_id": problem.id, "problem": problem.problem, "answer": problem.answer,
                         "sample": j, "kept": j in kept, "selection": selections[gi].status, "roc_mode": mode,
+                        "rule": rule,
                         "reward": sc.reward, "verify_status": sc.status, "final_answer": t.final_answer,
                         "p_err": c.p_err, "p_format": c.p_format, "finish_reason": t.finish_reason,
                         "model_tokens": t.num_model_tokens,

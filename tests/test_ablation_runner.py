@@ -1,0 +1,85 @@
+"""The ablation runner (tirl.train.ablation): order, resume after a stop, restarts after an OOM kill (exit 137)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tirl.train.ablation import ARMS, main, plan
+
+FAKE = r'''
+import json, pathlib, sys
+args = sys.argv[1:]
+state = pathlib.Path(sys.argv[0]).with_suffix(".calls")
+with open(state, "a") as fh:
+    fh.write(json.dumps(args) + "\n")
+if args[:2] == ["train", "rl"]:
+    out = pathlib.Path(next(a.split("=", 1)[1] for a in args if a.startswith("output_dir=")))
+    out.mkdir(parents=True, exist_ok=True)
+    if "roc-s0" in str(out) and not (out / "killed_once").exists():
+        (out / "killed_once").write_text("x")
+        sys.exit(137)  # the OOM killer, once: the runner must restart the same command
+    if "grpo2g-s1" in str(out):
+        sys.exit(3)    # the watchdog's stop: logged, not retried
+    for step in (5, 10):
+        (out / f"checkpoint-{step}").mkdir(exist_ok=True)
+elif args[0] == "eval":
+    out = pathlib.Path(args[args.index("--out") + 1])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text("{}")
+'''
+
+
+def _calls(fake: Path) -> list[list[str]]:
+    path = fake.with_suffix(".calls")
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_plan_is_seed_major_with_evals_after_each_run(tmp_path):
+    jobs = plan(tmp_path, arms=list(ARMS), seeds=[0, 1], eval_steps=[10], eval_config="e.yaml",
+                start_model="sft", tirl=["tirl"])
+    names = [j.name for j in jobs]
+    assert names[0] == "eval-start" and names[-1] == "plot"
+    assert names[1:7] == ["train-grpo-s0", "eval-grpo-s0-10", "train-roc-s0", "eval-roc-s0-10",
+                          "train-grpo2g-s0", "eval-grpo2g-s0-10"]
+    train = next(j for j in jobs if j.name == "train-roc-s1")
+    assert train.argv[4:] == [ARMS["roc"], "seed=1", f"output_dir={tmp_path / 'roc-s1'}"]
+    plot = jobs[-1].argv
+    assert plot.count(f"GRPO-RoC (G of 2G)={tmp_path / 'roc-s0'}") == 1  # the seeds of an arm share one label
+    assert f"--eval=GRPO-RoC (G of 2G)={tmp_path / 'eval-start'}" in plot
+
+
+def test_runner_restarts_killed_jobs_resumes_and_skips_what_is_done(tmp_path):
+    fake = tmp_path / "fake_tirl.py"
+    fake.write_text(FAKE)
+    out = tmp_path / "abl"
+    argv = ["--out", str(out), "--seeds", "0", "1", "--eval-steps", "10", "--tirl", f"{sys.executable} {fake}",
+            "--retries", "2"]
+    assert main(argv) == 1  # grpo2g-s1 stopped with 3
+    calls = _calls(fake)
+    trains = [c for c in calls if c[:2] == ["train", "rl"]]
+    roc0 = [c for c in trains if f"output_dir={out / 'roc-s0'}" in c]
+    assert len(roc0) == 2 and roc0[0] == roc0[1]  # killed once, restarted with the same command
+    assert len([c for c in trains if f"output_dir={out / 'grpo2g-s1'}" in c]) == 1  # exit 3: not retried
+    assert (out / "done" / "eval-roc-s0-10").exists() and not (out / "done" / "eval-grpo2g-s1-10").exists()
+    assert not (out / "done" / "plot").exists()
+    log = (out / "runner.log").read_text()
+    assert "killed (exit 137)" in log and "FAILED train-grpo2g-s1 (exit 3)" in log
+    assert "skip eval-grpo2g-s1-10" in log
+    # a re-run continues where it stopped: only the failed run (and what needs it) is tried again
+    before = len(calls)
+    assert main(argv) == 1
+    again = _calls(fake)[before:]
+    assert [c[:2] for c in again] == [["train", "rl"]] and f"output_dir={out / 'grpo2g-s1'}" in again[0]
+
+
+def test_dry_run_prints_the_remaining_commands(tmp_path, capsys):
+    assert main(["--out", str(tmp_path / "abl"), "--seeds", "0", "--arms", "roc", "--dry-run", "--tirl", "tirl",
+                 "--set", "rollout.server_url=http://127.0.0.1:1"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[1].startswith("tirl train rl --config configs/rl/cpu-toolfix-roc.yaml seed=0")
+    assert printed[1].endswith("rollout.server_url=http://127.0.0.1:1")
+    assert printed[2].startswith("tirl eval --config configs/eval/toolfix-heldout.yaml --model ")
+    assert printed[-1].startswith("tirl plot --compare") and len(printed) == 1 + 1 + 3 + 1
+    assert not (tmp_path / "abl" / "done" / "eval-start").exists()  # nothing ran

@@ -298,6 +298,7 @@ class RocRolloutFunc:
         status_counts: dict[str, int] = {}
         for s in scores:
             status_counts[s.status] = status_counts.get(s.status, 0) + 1
+        metrics.update(getattr(self.source, "last_sandbox_stats", None) or {})
         engine_stats = getattr(self.source, "last_engine_stats", None) or {}
         for key in ("prefill_s", "decode_s", "sync_s", "prefill_tokens", "decode_tokens"):
             if key in engine_stats:
@@ -463,6 +464,7 @@ class AgentLoopSource:
         self._checked = False
         self.context_window: int | None = config.rollout.context_window
         self.last_engine_stats: dict[str, float] = {}
+        self.last_sandbox_stats: dict[str, float] = {}
         self._sync: Any = None
 
     def _agent_config(self) -> AgentLoopConfig:
@@ -476,7 +478,7 @@ class AgentLoopSource:
 
         r = self.config.rollout
         return build_policy_engine(model, batch_size=r.engine_batch_size, server_url=r.server_url,
-                                   server_lora_name=r.server_lora_name, trainer=trainer)
+                                   server_lora_name=r.server_lora_name, trainer=trainer, server_api=r.server_api)
 
     def verify(self, items: Sequence[Any]) -> list[Any]:
         """Verdicts of ``tirl.reward.VerifyItem`` items on the run's executor and loop (what
@@ -502,19 +504,35 @@ class AgentLoopSource:
 
                     self._sync = ServerPolicySync(self.config.rollout.server_url,
                                                   Path(self.config.output_dir) / "served_adapter",
-                                                  self.config.rollout.server_lora_name)
+                                                  self.config.rollout.server_lora_name,
+                                                  api=self.config.rollout.server_api)
                 self._sync.push(model)
             stats = getattr(self._engine, "stats", None)
             before = stats.snapshot() if stats is not None else None
+            sandbox_before = self._sandbox_counts()
             trajectories = self.runtime.rollouts(rows, samples_per_problem, self._engine, self.tokenizer,
                                                  self._agent_config(), seed=seed, check_sandbox=not self._checked)
             self._checked = True
+        sandbox_after = self._sandbox_counts()
+        if sandbox_before is not None and sandbox_after is not None:
+            self.last_sandbox_stats = {f"sandbox/{k}": float(sandbox_after[k] - sandbox_before[k])
+                                       for k in sandbox_after}
         if before is not None:
             after = stats.snapshot()
             self.last_engine_stats = {k: float(after[k] - before[k]) for k in after}
         if self._sync is not None:
             self.last_engine_stats = {"sync_s": self._sync.last_sync_s}
         return trajectories
+
+    def _sandbox_counts(self) -> dict[str, int] | None:
+        """Failover counters of a sandbox service client (``SandboxClient.stats``); None for the local pool."""
+        executor = self.runtime._executor if hasattr(self.runtime, "_executor") else None
+        stats = getattr(executor, "stats", None)
+        if not callable(stats) or not hasattr(executor, "check_health"):
+            return None
+        snap = stats()
+        return {"failovers": snap.failovers, "resent": snap.resent_same_server,
+                "internal_retries": snap.internal_retries}
 
     def close(self) -> None:
         """Close the engine's batcher, the executor and the background loop. Idempotent."""
@@ -523,7 +541,8 @@ class AgentLoopSource:
 
 
 class _policy_for_generation:
-    """Context manager yielding the trainer's model ready for generation (DDP/DeepSpeed unwrapped)."""
+    """Context manager yielding the trainer's model ready for generation (DDP/DeepSpeed unwrapped; under FSDP a
+    full, unsharded copy: :func:`fsdp_generation_copy`)."""
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
@@ -534,6 +553,9 @@ class _policy_for_generation:
         accelerator = getattr(self.trainer, "accelerator", None)
         if model_wrapped is None or accelerator is None:
             return self.trainer.model
+        if getattr(accelerator, "is_fsdp2", False) or str(getattr(accelerator, "distributed_type", "")) in (
+                "FSDP", "DistributedType.FSDP"):
+            return fsdp_generation_copy(self.trainer)
         from trl.models import unwrap_model_for_generation
 
         args = getattr(self.trainer, "args", None)
@@ -548,6 +570,49 @@ class _policy_for_generation:
     def __exit__(self, *exc: Any) -> None:
         if self._cm is not None:
             self._cm.__exit__(*exc)
+
+
+def fsdp_generation_copy(trainer: Any) -> Any:
+    """A plain (unsharded) copy of an FSDP-sharded policy with its current weights, for the agent loop.
+
+    Why: under FSDP every forward pass all-gathers the shards, a collective that all ranks must enter together,
+    while each rank's agent loop runs a different number of forward passes (its own trajectories, turns and
+    lengths): generating on the sharded model would hang. So before each rollout all ranks gather the full weights
+    together once (``torch.distributed.checkpoint.state_dict.get_model_state_dict`` with ``full_state_dict``, the
+    one collective) and each loads them into its own unsharded copy (built once per run from the model's config,
+    kept on ``trainer._tirl_generation_copy``), which generates without collectives. Costs one full copy of the
+    weights per rank. Full-weight policies only (a LoRA policy under FSDP is refused).
+
+    Raises:
+        NotImplementedError: a peft (LoRA) policy under FSDP.
+        RuntimeError: the gathered weights do not fit the copy (missing or unexpected keys).
+    """
+    import torch
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model_wrapped)
+    if hasattr(unwrapped, "peft_config"):
+        raise NotImplementedError("a LoRA policy under FSDP is not supported; use DDP or DeepSpeed for LoRA runs")
+    full = get_model_state_dict(trainer.model_wrapped, options=StateDictOptions(full_state_dict=True))
+    copy_model = getattr(trainer, "_tirl_generation_copy", None)
+    if copy_model is None:
+        from transformers import AutoModelForCausalLM
+
+        dtype = next(iter(full.values())).dtype
+        copy_model = AutoModelForCausalLM.from_config(unwrapped.config, dtype=dtype)
+        copy_model.generation_config = unwrapped.generation_config
+        copy_model.eval().requires_grad_(False)
+        trainer._tirl_generation_copy = copy_model
+    with torch.no_grad():
+        result = copy_model.load_state_dict(full, strict=False)
+    tied = {"lm_head.weight"} if getattr(unwrapped.config, "tie_word_embeddings", False) else set()
+    missing = set(result.missing_keys) - tied
+    if missing or result.unexpected_keys:
+        raise RuntimeError(f"FSDP weights do not fit the generation copy: missing {sorted(missing)[:3]}, "
+                           f"unexpected {sorted(result.unexpected_keys)[:3]}")
+    if tied:
+        copy_model.tie_weights()
+    return copy_model
 
 
 __all__ = [

@@ -7,7 +7,8 @@ the verifier, RoC selection, the update), for ``--steps`` steps on one device. T
 config of Qwen2.5-1.5B's shape (``--shape qwen2.5-1.5b``: 28 layers, hidden 1536, 12 heads / 2 KV heads, vocab
 151,936, tied embeddings; about 1.54B parameters) with random weights, on the Qwen2.5 tokenizer given by
 ``--tokenizer`` (a folder: the one tirl builds from its packaged Qwen2.5-Coder GGUF, carried by the shell script).
-``--shape tiny`` is a 2-layer model of the same family for the CPU test (tests/test_gpu_check.py).
+``--shape tiny`` is a 2-layer model of the same architecture for the CPU test (tests/test_gpu_check.py, on the
+SmolLM2 tokenizer there: the update's cost on CPU is mostly the vocabulary-sized logits).
 
 A random model never writes a tool call, so the first turn of every trajectory is scripted to one real tool call
 (a small numpy computation run by the sandbox) and the second turn of every other trajectory to the correct

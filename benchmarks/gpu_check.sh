@@ -12,7 +12,7 @@
 #                                             # model, 3 GRPO-RoC steps in bf16 on one GPU with tool calls through
 #                                             # the real local sandbox; prints the step-time table (rollout, tools,
 #                                             # verify, update), tokens/s and peak GPU memory; writes OUT/gpu_check.json
-#   benchmarks/gpu_check.sh cpu OUT           # the same on CPU with a tiny model of the same family (the CI test,
+#   benchmarks/gpu_check.sh cpu OUT           # the same on CPU with a tiny Qwen2-architecture model on SmolLM2's tokenizer (the CI test,
 #                                             # tests/test_gpu_check.py, runs this Python part)
 #
 # Nothing is downloaded on the GPU machine (pip --no-index; HF_HUB_OFFLINE=1). CARRY is never committed.
@@ -72,7 +72,8 @@ run)
   ;;
 cpu)
   out="$carry"
-  tok=$(PYTHONPATH="$ROOT/src" "$PY" -c "from tirl.models.loading import tokenizer_dir; print(tokenizer_dir('qwen2.5-coder-0.5b-instruct'))")
+  # the SmolLM2 tokenizer (vocabulary 49,152): the Qwen one (151,936) makes the CPU update 3x dearer for nothing
+  tok=$(PYTHONPATH="$ROOT/src" "$PY" -c "from tirl.models.loading import tokenizer_dir; print(tokenizer_dir('smollm2-135m-instruct'))")
   PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" \
     "$PY" "$HERE/gpu_check.py" --tokenizer "$tok" --out "$out" --shape tiny --device cpu --dtype float32 \
     --steps 3 --json "$out/gpu_check.json"

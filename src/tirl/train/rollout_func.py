@@ -216,8 +216,10 @@ class RocRolloutFunc:
             out.append(problem)
         return out
 
-    def _rng(self, step: int, process_index: int) -> random.Random:
-        return random.Random(f"roc/{self.config.seed}/{step}/{process_index}")
+    def _rng(self, step: int, problem_id: str) -> random.Random:
+        # per step and problem, not per process: a group is selected the same whichever rank holds it, so a run
+        # does not depend on the number of processes (docs/scale.md, "Sharded training on CPU")
+        return random.Random(f"roc/{self.config.seed}/{step}/{problem_id}")
 
     # -- the call ----------------------------------------------------------------------------------------------
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
@@ -225,12 +227,13 @@ class RocRolloutFunc:
         g = cfg.rollout.group_size
         n = cfg.rollout.samples_per_problem if cfg.roc.enabled else g
         step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
-        process_index = int(getattr(getattr(trainer, "accelerator", None), "process_index", 0) or 0)
         problems = self._groups(prompts)
 
         t0 = time.perf_counter()
         trajectories = self.source.generate(
-            problems, n, seed=random.Random(f"rollout/{cfg.seed}/{step}/{process_index}").getrandbits(31),
+            # one seed per step on every rank: the agent loop derives each trajectory's seed from it, the problem id
+            # and the sample index, so a trajectory does not depend on the rank that samples it
+            problems, n, seed=random.Random(f"rollout/{cfg.seed}/{step}").getrandbits(31),
             trainer=trainer,
         )
         t_rollout = time.perf_counter() - t0
@@ -245,7 +248,6 @@ class RocRolloutFunc:
         rewards = [s.reward for s in scores]
         candidates: list[Candidate] = [candidate(t, r, cfg.roc) for t, r in zip(trajectories, rewards)]
 
-        rng = self._rng(step, process_index)
         out: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
                                                      REWARD_KEY, ADVANTAGE_KEY)}
         selections: list[Selection] = []
@@ -253,6 +255,7 @@ class RocRolloutFunc:
         for gi in range(len(problems)):
             base = gi * n
             group = candidates[base : base + n]
+            rng = self._rng(step, problems[gi].id)
             if cfg.roc.enabled:
                 sel = select_group(group, g, rng, cfg.roc.mode, min_per_class=cfg.roc.min_per_class,
                                    drop_all_equal=cfg.roc.drop_all_equal)
@@ -319,6 +322,7 @@ class RocRolloutFunc:
         self.calls += 1
         self.watchdog.observe(step + 1, metrics)
         if cfg.logging.log_trajectories:
+            process_index = int(getattr(getattr(trainer, "accelerator", None), "process_index", 0) or 0)
             self._log_trajectories(step, process_index, problems, n, trajectories, scores, candidates, selections)
         result: dict[str, Any] = dict(out)
         result[METRICS_KEY] = metrics  # a non-list extra field: TRL copies it into every input row
@@ -582,6 +586,9 @@ def fsdp_generation_copy(trainer: Any) -> Any:
     one collective) and each loads them into its own unsharded copy (built once per run from the model's config,
     kept on ``trainer._tirl_generation_copy``), which generates without collectives. Costs one full copy of the
     weights per rank. Full-weight policies only (a LoRA policy under FSDP is refused).
+
+    Never run: accelerate (1.15) enables FSDP only on GPUs, and no GPU machine has run tirl's training (on CPU an
+    FSDP config trains as plain data parallel, which never reaches this function; docs/scale.md).
 
     Raises:
         NotImplementedError: a peft (LoRA) policy under FSDP.

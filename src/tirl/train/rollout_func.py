@@ -518,7 +518,8 @@ class AgentLoopSource:
                                                  self._agent_config(), seed=seed, check_sandbox=not self._checked)
             self._checked = True
         sandbox_after = self._sandbox_counts()
-        if sandbox_before is not None and sandbox_after is not None:
+        if sandbox_after is not None:  # the client is built during the first rollout: it counted from 0
+            sandbox_before = sandbox_before or dict.fromkeys(sandbox_after, 0)
             self.last_sandbox_stats = {f"sandbox/{k}": float(sandbox_after[k] - sandbox_before[k])
                                        for k in sandbox_after}
         if before is not None:

@@ -8,8 +8,9 @@ verified there too). The policy is the tiny random model on the SmolLM2 tokenize
 writes a tool call, the first turn of every trajectory is scripted to one call whose program sleeps
 ``--call-sleep-s`` and prints the problem's reference answer (so calls are in flight when the service dies and
 half the trajectories can be correct), every other second turn answers from the tool output, the rest is sampled
-from the policy. In step ``--restart-step`` (1-based), ``--kill-after-s`` after the step's first tool turn, service
-A gets SIGKILL and is started again on the same port ``--down-s`` later.
+from the policy. In step ``--restart-step`` (1-based), ``--kill-after-s`` after the step's first tool turn, the
+service that holds calls at that moment (the client sends a batch to one service) gets SIGKILL, with its sandbox
+workers, and is started again on the same port ``--down-s`` later.
 
 Checks (exit status 1 when one fails): every step holds exactly problems_per_step x 2G sampled trajectories with
 distinct (problem, sample) slots and one answered tool call each (none lost, none counted twice); the metrics of
@@ -106,8 +107,9 @@ class RestartingEngine:
     restart step it schedules the kill and restart of service A just after the step's first tool turn."""
 
     def __init__(self, inner: Any, tokenizer: Any, answers: dict[str, str], args: argparse.Namespace,
-                 service: Service, step_of: Any) -> None:
-        self.inner, self.tok, self.answers, self.args, self.service = inner, tokenizer, answers, args, service
+                 services: list[Service], step_of: Any, client: Any) -> None:
+        self.inner, self.tok, self.answers, self.args, self.services = inner, tokenizer, answers, args, services
+        self.client = client  # () -> the run's SandboxClient, to see which service holds calls
         self.step_of = step_of
         self.second_turns = 0
         self.restart_thread: threading.Thread | None = None
@@ -123,10 +125,20 @@ class RestartingEngine:
         return "0"
 
     def _restart(self) -> None:
+        # the client sends a batch of calls to one service: restart the one that holds calls now
         time.sleep(self.args.kill_after_s)
-        self.service.kill()
+        victim = self.services[0]
+        for _ in range(100):
+            outstanding = {url: info["outstanding"] for url, info in self.client().stats().servers.items()}
+            busy = [s for s in self.services if outstanding.get(s.url, 0) > 0]
+            if busy:
+                victim = busy[0]
+                victim.events.append(f"{time.time():.3f} outstanding calls {outstanding}")
+                break
+            time.sleep(0.05)
+        victim.kill()
         time.sleep(self.args.down_s)
-        self.service.start()
+        victim.start()
 
     async def generate(self, prompt_ids: list[int], params: Any) -> Any:
         from tirl.rollout.engine import GenerationOutput
@@ -188,7 +200,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     def engine_factory(model: Any) -> Any:
         holder["engine"] = RestartingEngine(HFEngine(model, HFEngineConfig(max_batch_size=16, seed=0)), tokenizer,
-                                            answers, args, a, lambda: step["n"] + 1)
+                                            answers, args, [a, b], lambda: step["n"] + 1,
+                                            lambda: source.runtime.executor)
         return holder["engine"]
 
     source = AgentLoopSource(config, tokenizer, engine_factory=engine_factory)

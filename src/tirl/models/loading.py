@@ -11,18 +11,23 @@ A model reference (``name_or_path``) is one of:
   its base with the adapter (and the SFT stage's trained rows) merged, built once into
   ``$TIRL_CACHE/models/adapter-...``;
 - the name of a model trained with tirl that ships inside the package (:mod:`tirl.models.trained`): its base
-  model with the packaged rows and adapters merged, built once into ``$TIRL_CACHE/models/<name>-<hash>``.
+  model with the packaged rows and adapters merged, built once into ``$TIRL_CACHE/models/<name>-<hash>``;
+- a Hugging Face Hub id (``Qwen/Qwen2.5-0.5B-Instruct``, optionally ``@revision``) that is no local path: the
+  snapshot folder from ``huggingface_hub.snapshot_download`` (the HF cache, ``HF_HUB_CACHE``; downloaded when
+  missing, used offline with ``HF_HUB_OFFLINE=1``). When the hub cannot be reached and the model is not cached,
+  :class:`ModelNotFoundError` says so in one line with the fixes.
 
 Conversion is safe under concurrent processes (:func:`tirl.models.cache.build_once`). Tokenizers alone never
 need converted weights: for a GGUF input whose folder is not built yet, a tokenizer-only folder is cached.
 
-Not covered: model hubs (none is reachable here; a hub id is reported as not found), quantized inference.
+Not covered: quantized inference; other hubs than Hugging Face's (``HF_ENDPOINT`` may name a mirror).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,9 +44,58 @@ def _gguf_key(gguf_file: Path) -> str:
     return f"gguf-{gguf_file.stem}-{hashlib.sha256(raw).hexdigest()[:12]}"
 
 
+HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9_])(?:@(?P<revision>[\w./-]+))?$")
+"""A Hugging Face Hub model id, ``owner/name`` with an optional ``@revision`` (branch, tag or commit)."""
+
+# What a tokenizer needs from a hub snapshot (no weights).
+_TOKENIZER_PATTERNS = ["*.json", "*.txt", "*.model", "*.tiktoken", "*.jinja"]
+
+
+def hub_snapshot(ref: str, *, tokenizer_only: bool = False) -> Path:
+    """The local snapshot folder of the Hub model ``ref`` (``owner/name[@revision]``), downloading what is missing.
+
+    Uses ``huggingface_hub.snapshot_download`` and so the HF cache and its settings (``HF_HUB_CACHE``,
+    ``HF_ENDPOINT``, ``HF_TOKEN``, ``HF_HUB_OFFLINE``). With the hub unreachable, a model already in the cache is
+    used. ``tokenizer_only`` fetches the configuration and tokenizer files, not the weights.
+
+    Raises:
+        ModelNotFoundError: (one line naming the fix) the hub cannot be reached and the model is not in the
+            cache; the repository or revision does not exist or is gated/private; another hub error.
+    """
+    m = HUB_ID.match(ref)
+    if m is None:
+        raise ModelNotFoundError(f"{ref!r} is not a Hugging Face Hub id (owner/name[@revision])")
+    repo, revision = m.group("repo"), m.group("revision")
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub import errors as hub_errors
+
+    try:
+        folder = snapshot_download(repo, revision=revision,
+                                   allow_patterns=_TOKENIZER_PATTERNS if tokenizer_only else None)
+    except hub_errors.LocalEntryNotFoundError:
+        where = ("HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE
+                 else f"the hub ({constants.ENDPOINT}) is unreachable")
+        raise ModelNotFoundError(
+            f"model {ref!r} is a Hugging Face Hub id, but {where} and it is not in the HF cache "
+            f"({constants.HF_HUB_CACHE}): connect to the hub (or set HF_ENDPOINT to a mirror), copy a cache that "
+            f"holds it (`hf download {repo}` elsewhere) and set HF_HUB_CACHE with HF_HUB_OFFLINE=1, or pass a "
+            "local model folder"
+        ) from None
+    except hub_errors.RevisionNotFoundError:
+        raise ModelNotFoundError(f"model {ref!r}: revision {revision!r} not found on the hub") from None
+    except hub_errors.RepositoryNotFoundError:  # also gated repositories (a subclass)
+        raise ModelNotFoundError(f"model {ref!r} not found on the hub, or private/gated: check the id, or log in "
+                                 "(`hf auth login` or HF_TOKEN) with access to it") from None
+    except (hub_errors.HfHubHTTPError, OSError) as exc:
+        raise ModelNotFoundError(f"model {ref!r}: the hub download failed ({type(exc).__name__}: "
+                                 f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}); retry, or pass a "
+                                 "local model folder") from None
+    return Path(folder)
+
+
 def _classify(name_or_path: str | Path) -> tuple[str, Any]:
     """Return ("folder", Path) | ("adapter", Path) | ("gguf", Path) | ("builtin", name) | ("trained",
-    TrainedModel); raise ModelNotFoundError otherwise."""
+    TrainedModel) | ("hub", id); raise ModelNotFoundError otherwise."""
     if isinstance(name_or_path, str) and name_or_path in BUILTIN_MODELS:
         return "builtin", name_or_path
     if isinstance(name_or_path, str) and name_or_path in trained_models():
@@ -57,9 +111,11 @@ def _classify(name_or_path: str | Path) -> tuple[str, Any]:
         if p.suffix.lower() != ".gguf":
             raise ModelNotFoundError(f"{p} is a file but not a .gguf checkpoint")
         return "gguf", p
+    if isinstance(name_or_path, str) and HUB_ID.match(name_or_path) and not name_or_path.startswith(("./", "../")):
+        return "hub", name_or_path
     raise ModelNotFoundError(
-        f"model {str(name_or_path)!r} not found: not a local folder, not a .gguf file, and not a built-in name "
-        f"({', '.join(sorted([*BUILTIN_MODELS, *trained_models()]))}); model hubs are not used"
+        f"model {str(name_or_path)!r} not found: not a local folder, not a .gguf file, not a built-in name "
+        f"({', '.join(sorted([*BUILTIN_MODELS, *trained_models()]))}), and not a Hub id (owner/name)"
     )
 
 
@@ -92,6 +148,9 @@ def resolve(name_or_path: str | Path) -> Path:
         ValueError: a built-in model's joined GGUF fails its sha256 check.
     """
     kind, ref = _classify(name_or_path)
+    if kind == "hub":
+        ref = hub_snapshot(ref)
+        kind = "folder"
     if kind == "folder":
         if not (ref / "config.json").is_file():
             raise ModelNotFoundError(f"{ref} has no config.json: a tokenizer folder, not a model folder")
@@ -147,6 +206,8 @@ def tokenizer_dir(name_or_path: str | Path) -> Path:
     kind, ref = _classify(name_or_path)
     if kind == "folder":
         return ref
+    if kind == "hub":  # the snapshot's configuration and tokenizer files, not its weights
+        return hub_snapshot(ref, tokenizer_only=True)
     if kind == "trained":  # the base model's tokenizer
         return tokenizer_dir(ref.base)
     if kind == "adapter":  # the checkpoint's own tokenizer, else its base's

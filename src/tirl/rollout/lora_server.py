@@ -1,9 +1,14 @@
-"""LoRA adapters on a running inference server (vLLM and its CPU build): load one under a name, by HTTP.
+"""LoRA adapters on a running inference server (vLLM and its CPU build, or SGLang): load one under a name, by HTTP.
 
-The server must have been started with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (``make
-vllm-server`` does), on the adapter's base weights, and must be able to read the adapter's folder (same machine
-or shared disk). Used by RL rollouts (:mod:`tirl.train.server_policy`, every step) and by ``tirl eval --engine
-openai`` on a LoRA checkpoint folder.
+vLLM must have been started with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (``make
+vllm-server`` does); SGLang with ``--enable-lora`` (and ``--max-lora-rank``/``--lora-target-modules`` fitting the
+adapter). Either runs on the adapter's base weights and must be able to read the adapter's folder (same machine or
+shared disk). Used by RL rollouts (:mod:`tirl.train.server_policy`, every step) and by ``tirl eval --engine
+openai|sglang`` on a LoRA checkpoint folder.
+
+The SGLang routes (``POST /unload_lora_adapter``, ``/load_lora_adapter`` with ``lora_name``/``lora_path``,
+``/flush_cache``; requests then name the adapter in ``/generate``'s ``lora_path``) follow SGLang's server
+documentation and are tested against ``tests/testing_server.py``, never against a live SGLang (no CPU build).
 """
 
 from __future__ import annotations
@@ -22,14 +27,24 @@ class ServerSyncError(RuntimeError):
 
 
 def load_adapter(url: str, adapter_dir: str | Path, lora_name: str, *, timeout_s: float = 120.0,
-                 reset_prefix_cache: bool = True) -> None:
-    """Make a vLLM server serve the LoRA adapter in ``adapter_dir`` under ``lora_name`` (replacing an adapter of
-    that name: ``POST /v1/load_lora_adapter`` with ``load_inplace``), then empty its prefix cache (KV computed
-    under other weights); completions then name ``lora_name`` as their ``model``.
+                 reset_prefix_cache: bool = True, api: str = "openai") -> None:
+    """Make a server serve the LoRA adapter in ``adapter_dir`` under ``lora_name``, replacing an adapter of that
+    name, then empty its prefix cache (KV computed under other weights).
+
+    ``api="openai"`` (vLLM): ``POST /v1/load_lora_adapter`` with ``load_inplace``, then ``/reset_prefix_cache``;
+    completions name ``lora_name`` as their ``model``. ``api="sglang"``: ``POST /unload_lora_adapter`` (a 4xx for
+    a name not loaded yet is fine), ``/load_lora_adapter``, then ``/flush_cache``; ``/generate`` requests name
+    ``lora_name`` as their ``lora_path``.
 
     Raises:
         ServerSyncError: the server refused the adapter (the message quotes its answer) or could not be reached.
+        ValueError: an unknown ``api``.
     """
+    if api == "sglang":
+        return _load_adapter_sglang(url.rstrip("/"), adapter_dir, lora_name, timeout_s=timeout_s,
+                                    reset_prefix_cache=reset_prefix_cache)
+    if api != "openai":
+        raise ValueError(f"api must be 'openai' or 'sglang', got {api!r}")
     url = url.rstrip("/")
     body = {"lora_name": lora_name, "lora_path": str(Path(adapter_dir).resolve()), "load_inplace": True}
     try:
@@ -44,6 +59,31 @@ def load_adapter(url: str, adapter_dir: str | Path, lora_name: str, *, timeout_s
                 if reset.status_code >= 400:
                     logger.warning("%s/reset_prefix_cache answered %s (start vLLM with VLLM_SERVER_DEV_MODE=1)",
                                    url, reset.status_code)
+    except httpx.HTTPError as exc:
+        raise ServerSyncError(f"cannot reach {url}: {type(exc).__name__}: {exc}") from exc
+
+
+def _load_adapter_sglang(url: str, adapter_dir: str | Path, lora_name: str, *, timeout_s: float,
+                         reset_prefix_cache: bool) -> None:
+    body = {"lora_name": lora_name, "lora_path": str(Path(adapter_dir).resolve())}
+    try:
+        with httpx.Client(base_url=url, timeout=timeout_s) as client:
+            client.post("/unload_lora_adapter", json={"lora_name": lora_name})  # absent the first time: fine
+            resp = client.post("/load_lora_adapter", json=body)
+            ok = resp.status_code < 400
+            if ok:
+                try:  # SGLang answers 200 with {"success": false, "error_message": ...} for a refused adapter
+                    data = resp.json()
+                    ok = not (isinstance(data, dict) and data.get("success") is False)
+                except ValueError:
+                    pass
+            if not ok:
+                raise ServerSyncError(f"{url}/load_lora_adapter answered {resp.status_code}: {resp.text[:300]} "
+                                      "(was SGLang started with --enable-lora and a --max-lora-rank that fits?)")
+            if reset_prefix_cache:
+                flush = client.post("/flush_cache")
+                if flush.status_code >= 400:
+                    logger.warning("%s/flush_cache answered %s", url, flush.status_code)
     except httpx.HTTPError as exc:
         raise ServerSyncError(f"cannot reach {url}: {type(exc).__name__}: {exc}") from exc
 

@@ -49,7 +49,9 @@ class OpenAIEngineConfig:
 
     Attributes:
         api: ``"openai"`` (vLLM-style ``/v1/completions``) or ``"sglang"`` (native ``/generate``).
-        model: model name sent with ``/v1/completions``; ``None``: the first id of ``GET /v1/models``.
+        model: model name sent with ``/v1/completions``; ``None``: the first id of ``GET /v1/models``. With
+            ``api="sglang"``: the name of a LoRA adapter loaded on the server (sent as ``lora_path``); None: the
+            base model.
         max_concurrency: most requests in flight at once (per event loop).
         timeout_s: per-request timeout in seconds (a long generation needs a long one).
         connect_timeout_s: TCP connect timeout in seconds.
@@ -188,6 +190,8 @@ class OpenAIEngine:
         if params.seed is not None:
             sampling["sampling_seed"] = params.seed
         body: dict[str, Any] = {"input_ids": list(prompt_ids), "sampling_params": sampling, "return_logprob": True}
+        if self.config.model is not None:  # a LoRA adapter loaded on the server under that name
+            body["lora_path"] = self.config.model
         body.update(self.config.extra_body)
         return body
 

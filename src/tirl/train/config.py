@@ -114,6 +114,8 @@ class RolloutConfig(AgentLoopSettings):
             ``model.name_or_path`` with ``--enable-lora``) that is sent the policy's LoRA adapter before every
             rollout (:mod:`tirl.train.server_policy`); None: the in-process engine (or TRL's vLLM).
         server_lora_name: the adapter's name on that server.
+        server_api: how that server is spoken to: ``openai`` (vLLM's ``/v1/completions`` and LoRA routes) or
+            ``sglang`` (SGLang's ``/generate``, ``/load_lora_adapter`` and ``/flush_cache``).
         use_vllm: generate through TRL's vLLM integration instead of in-process transformers (GPU).
         vllm_mode: ``colocate`` or ``server`` (TRL's modes).
         vllm_server_base_url: for ``server`` mode.
@@ -132,6 +134,7 @@ class RolloutConfig(AgentLoopSettings):
     engine_batch_size: int = 32
     server_url: str | None = None
     server_lora_name: str = "policy"
+    server_api: str = "openai"
     use_vllm: bool = False
     vllm_mode: str = "colocate"
     vllm_server_base_url: str | None = None
@@ -295,6 +298,8 @@ class RLConfig:
             raise ValueError(f"optim.entropy_mask_scope must be sequence or batch, got {o.entropy_mask_scope!r}")
         if self.model.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"model.dtype must be auto, float32, bfloat16 or float16, got {self.model.dtype!r}")
+        if r.server_api not in ("openai", "sglang"):
+            raise ValueError(f"rollout.server_api must be openai or sglang, got {r.server_api!r}")
         if r.server_url and (r.use_vllm or not self.model.lora.enabled):
             raise ValueError("rollout.server_url needs model.lora.enabled (the adapter is what is sent to the "
                              "server) and cannot be combined with rollout.use_vllm")

@@ -22,6 +22,13 @@ Metric names (all floats):
     share of sampled trajectories that ended on the token budget or the context window.
 ``tool_calls/per_traj``, ``tool_calls/error_rate``
     tool calls per sampled trajectory; failing share of all calls.
+``tool_calls/internal``
+    tool calls of the sampled trajectories answered ``internal`` (the sandbox failed, not the model's code: a
+    service restarted or unreachable past the client's retries), counted on this process.
+``sandbox/failovers``, ``sandbox/resent``, ``sandbox/internal_retries``
+    with a sandbox service: batches of calls moved to another server, re-sent to the same server after it came
+    back, and calls re-sent after an ``internal`` answer, during this step's rollout (calls that met a restart
+    and were then answered by a server; absent with the local pool).
 ``groups/dropped``, ``groups/undersized``, ``groups/all_correct``, ``groups/all_wrong``
     counts of groups this step on this process.
 ``reward/unscored``
@@ -127,6 +134,7 @@ def step_metrics(
         "truncation_rate": _mean([float(t.truncated) for t in trajectories]),
         "tool_calls/per_traj": _mean([float(c) for c in calls]),
         "tool_calls/error_rate": tool_error_share(trajectories),
+        "tool_calls/internal": float(sum(int(t.metadata.get("tool_internal_errors", 0)) for t in trajectories)),
         "groups/count": float(len(selections)),
         "groups/dropped": float(sum(s.status in ("dropped_equal", "empty") for s in selections)),
         "groups/undersized": float(sum(s.status == "undersized" for s in selections)),

@@ -219,8 +219,10 @@ class RocRolloutFunc:
             out.append(problem)
         return out
 
-    def _rng(self, step: int, process_index: int) -> random.Random:
-        return random.Random(f"roc/{self.config.seed}/{step}/{process_index}")
+    def _rng(self, step: int, problem_id: str) -> random.Random:
+        # per step and problem, not per process: a group is selected the same whichever rank holds it, so a run
+        # does not depend on the number of processes (docs/scale.md, "Sharded training on CPU")
+        return random.Random(f"roc/{self.config.seed}/{step}/{problem_id}")
 
     # -- the call ----------------------------------------------------------------------------------------------
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
@@ -229,12 +231,13 @@ class RocRolloutFunc:
         rule = get_rule(rule_name(cfg.roc))  # tirl.algo.selection: roc_paper, roc_release, random, all
         n = cfg.rollout.samples_per_problem if rule.oversamples else g
         step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
-        process_index = int(getattr(getattr(trainer, "accelerator", None), "process_index", 0) or 0)
         problems = self._groups(prompts)
 
         t0 = time.perf_counter()
         trajectories = self.source.generate(
-            problems, n, seed=random.Random(f"rollout/{cfg.seed}/{step}/{process_index}").getrandbits(31),
+            # one seed per step on every rank: the agent loop derives each trajectory's seed from it, the problem id
+            # and the sample index, so a trajectory does not depend on the rank that samples it
+            problems, n, seed=random.Random(f"rollout/{cfg.seed}/{step}").getrandbits(31),
             trainer=trainer,
         )
         t_rollout = time.perf_counter() - t0
@@ -249,7 +252,6 @@ class RocRolloutFunc:
         rewards = [s.reward for s in scores]
         candidates: list[Candidate] = [candidate(t, r, cfg.roc) for t, r in zip(trajectories, rewards)]
 
-        rng = self._rng(step, process_index)
         out: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
                                                      REWARD_KEY, ADVANTAGE_KEY)}
         selections: list[Selection] = []
@@ -257,6 +259,7 @@ class RocRolloutFunc:
         for gi in range(len(problems)):
             base = gi * n
             group = candidates[base : base + n]
+            rng = self._rng(step, problems[gi].id)
             sel = rule.select(group, g, rng, cfg.roc)
             selections.append(sel)
             kept = [base + i for i in sel.indices]
@@ -296,6 +299,7 @@ class RocRolloutFunc:
         status_counts: dict[str, int] = {}
         for s in scores:
             status_counts[s.status] = status_counts.get(s.status, 0) + 1
+        metrics.update(getattr(self.source, "last_sandbox_stats", None) or {})
         engine_stats = getattr(self.source, "last_engine_stats", None) or {}
         for key in ("prefill_s", "decode_s", "sync_s", "prefill_tokens", "decode_tokens"):
             if key in engine_stats:
@@ -317,6 +321,7 @@ class RocRolloutFunc:
         self.calls += 1
         self.watchdog.observe(step + 1, metrics)
         if cfg.logging.log_trajectories:
+            process_index = int(getattr(getattr(trainer, "accelerator", None), "process_index", 0) or 0)
             self._log_trajectories(step, process_index, problems, n, trajectories, scores, candidates, selections,
                                    rule.name)
         result: dict[str, Any] = dict(out)
@@ -466,6 +471,7 @@ class AgentLoopSource:
         self._checked = False
         self.context_window: int | None = config.rollout.context_window
         self.last_engine_stats: dict[str, float] = {}
+        self.last_sandbox_stats: dict[str, float] = {}
         self._sync: Any = None
 
     def _agent_config(self) -> AgentLoopConfig:
@@ -479,7 +485,7 @@ class AgentLoopSource:
 
         r = self.config.rollout
         return build_policy_engine(model, batch_size=r.engine_batch_size, server_url=r.server_url,
-                                   server_lora_name=r.server_lora_name, trainer=trainer)
+                                   server_lora_name=r.server_lora_name, trainer=trainer, server_api=r.server_api)
 
     def verify(self, items: Sequence[Any]) -> list[Any]:
         """Verdicts of ``tirl.reward.VerifyItem`` items on the run's executor and loop (what
@@ -505,19 +511,36 @@ class AgentLoopSource:
 
                     self._sync = ServerPolicySync(self.config.rollout.server_url,
                                                   Path(self.config.output_dir) / "served_adapter",
-                                                  self.config.rollout.server_lora_name)
+                                                  self.config.rollout.server_lora_name,
+                                                  api=self.config.rollout.server_api)
                 self._sync.push(model)
             stats = getattr(self._engine, "stats", None)
             before = stats.snapshot() if stats is not None else None
+            sandbox_before = self._sandbox_counts()
             trajectories = self.runtime.rollouts(rows, samples_per_problem, self._engine, self.tokenizer,
                                                  self._agent_config(), seed=seed, check_sandbox=not self._checked)
             self._checked = True
+        sandbox_after = self._sandbox_counts()
+        if sandbox_after is not None:  # the client is built during the first rollout: it counted from 0
+            sandbox_before = sandbox_before or dict.fromkeys(sandbox_after, 0)
+            self.last_sandbox_stats = {f"sandbox/{k}": float(sandbox_after[k] - sandbox_before[k])
+                                       for k in sandbox_after}
         if before is not None:
             after = stats.snapshot()
             self.last_engine_stats = {k: float(after[k] - before[k]) for k in after}
         if self._sync is not None:
             self.last_engine_stats = {"sync_s": self._sync.last_sync_s}
         return trajectories
+
+    def _sandbox_counts(self) -> dict[str, int] | None:
+        """Failover counters of a sandbox service client (``SandboxClient.stats``); None for the local pool."""
+        executor = self.runtime._executor if hasattr(self.runtime, "_executor") else None
+        stats = getattr(executor, "stats", None)
+        if not callable(stats) or not hasattr(executor, "check_health"):
+            return None
+        snap = stats()
+        return {"failovers": snap.failovers, "resent": snap.resent_same_server,
+                "internal_retries": snap.internal_retries}
 
     def close(self) -> None:
         """Close the engine's batcher, the executor and the background loop. Idempotent."""
@@ -526,7 +549,8 @@ class AgentLoopSource:
 
 
 class _policy_for_generation:
-    """Context manager yielding the trainer's model ready for generation (DDP/DeepSpeed unwrapped)."""
+    """Context manager yielding the trainer's model ready for generation (DDP/DeepSpeed unwrapped; under FSDP a
+    full, unsharded copy: :func:`fsdp_generation_copy`)."""
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
@@ -537,6 +561,9 @@ class _policy_for_generation:
         accelerator = getattr(self.trainer, "accelerator", None)
         if model_wrapped is None or accelerator is None:
             return self.trainer.model
+        if getattr(accelerator, "is_fsdp2", False) or str(getattr(accelerator, "distributed_type", "")) in (
+                "FSDP", "DistributedType.FSDP"):
+            return fsdp_generation_copy(self.trainer)
         from trl.models import unwrap_model_for_generation
 
         args = getattr(self.trainer, "args", None)
@@ -551,6 +578,52 @@ class _policy_for_generation:
     def __exit__(self, *exc: Any) -> None:
         if self._cm is not None:
             self._cm.__exit__(*exc)
+
+
+def fsdp_generation_copy(trainer: Any) -> Any:
+    """A plain (unsharded) copy of an FSDP-sharded policy with its current weights, for the agent loop.
+
+    Why: under FSDP every forward pass all-gathers the shards, a collective that all ranks must enter together,
+    while each rank's agent loop runs a different number of forward passes (its own trajectories, turns and
+    lengths): generating on the sharded model would hang. So before each rollout all ranks gather the full weights
+    together once (``torch.distributed.checkpoint.state_dict.get_model_state_dict`` with ``full_state_dict``, the
+    one collective) and each loads them into its own unsharded copy (built once per run from the model's config,
+    kept on ``trainer._tirl_generation_copy``), which generates without collectives. Costs one full copy of the
+    weights per rank. Full-weight policies only (a LoRA policy under FSDP is refused).
+
+    Never run: accelerate (1.15) enables FSDP only on GPUs, and no GPU machine has run tirl's training (on CPU an
+    FSDP config trains as plain data parallel, which never reaches this function; docs/scale.md).
+
+    Raises:
+        NotImplementedError: a peft (LoRA) policy under FSDP.
+        RuntimeError: the gathered weights do not fit the copy (missing or unexpected keys).
+    """
+    import torch
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model_wrapped)
+    if hasattr(unwrapped, "peft_config"):
+        raise NotImplementedError("a LoRA policy under FSDP is not supported; use DDP or DeepSpeed for LoRA runs")
+    full = get_model_state_dict(trainer.model_wrapped, options=StateDictOptions(full_state_dict=True))
+    copy_model = getattr(trainer, "_tirl_generation_copy", None)
+    if copy_model is None:
+        from transformers import AutoModelForCausalLM
+
+        dtype = next(iter(full.values())).dtype
+        copy_model = AutoModelForCausalLM.from_config(unwrapped.config, dtype=dtype)
+        copy_model.generation_config = unwrapped.generation_config
+        copy_model.eval().requires_grad_(False)
+        trainer._tirl_generation_copy = copy_model
+    with torch.no_grad():
+        result = copy_model.load_state_dict(full, strict=False)
+    tied = {"lm_head.weight"} if getattr(unwrapped.config, "tie_word_embeddings", False) else set()
+    missing = set(result.missing_keys) - tied
+    if missing or result.unexpected_keys:
+        raise RuntimeError(f"FSDP weights do not fit the generation copy: missing {sorted(missing)[:3]}, "
+                           f"unexpected {sorted(result.unexpected_keys)[:3]}")
+    if tied:
+        copy_model.tie_weights()
+    return copy_model
 
 
 __all__ = [

@@ -39,17 +39,21 @@ class ServerPolicySync:
         adapter_dir: where the adapter is written (must be readable by the server: same machine or shared disk).
         lora_name: the adapter's name on the server (completions use it as ``model``).
         timeout_s: per-request timeout.
+        api: ``openai`` (vLLM's LoRA routes) or ``sglang`` (SGLang's; see
+            :func:`tirl.rollout.lora_server.load_adapter`).
 
     Attributes:
         syncs: adapters pushed so far.
         last_sync_s: seconds the last push took (save + load + cache reset).
     """
 
-    def __init__(self, url: str, adapter_dir: str | Path, lora_name: str = "policy", timeout_s: float = 120.0) -> None:
+    def __init__(self, url: str, adapter_dir: str | Path, lora_name: str = "policy", timeout_s: float = 120.0,
+                 api: str = "openai") -> None:
         self.url = url.rstrip("/")
         self.adapter_dir = Path(adapter_dir)
         self.lora_name = lora_name
         self.timeout_s = timeout_s
+        self.api = api
         self.syncs = 0
         self.last_sync_s = 0.0
 
@@ -72,7 +76,7 @@ class ServerPolicySync:
             if len(subs) != 1:
                 raise ServerSyncError(f"no adapter_config.json written under {path}")
             path = subs[0]
-        load_adapter(self.url, path, self.lora_name, timeout_s=self.timeout_s)
+        load_adapter(self.url, path, self.lora_name, timeout_s=self.timeout_s, api=self.api)
         self.syncs += 1
         self.last_sync_s = time.perf_counter() - t0
 

@@ -345,7 +345,7 @@ def test_rollout_calls_the_configured_selection_rule(rule, tmp_path):
     assert fn.source.asked == [(["q0"], 8)]
     # the same rule on the same candidates with the rollout's own rng gives the same kept set
     cands = [candidate(t, 1.0 if t.final_answer == "ok" else 0.0, cfg.roc) for t in fn.last.trajectories]
-    expected = apply_rule(rule, cands, 4, fn._rng(2, 0), cfg.roc).indices
+    expected = apply_rule(rule, cands, 4, fn._rng(2, "q0"), cfg.roc).indices
     assert fn.last.slot_sources == expected
     if rule == "roc_release":  # positives 0, 2, 3, 5, 6 (odd ones have a failing call): quotas 2/2, the first two
         assert expected == [0, 1, 2, 4]  # error-free positives and the first two negatives

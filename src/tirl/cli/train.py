@@ -50,9 +50,15 @@ def rl_command(
     def run(cfg: RLConfig) -> Path:
         from tirl.train.rl import train
 
+        _configure_logging("tirl.train.rl")
         return train(cfg)
 
-    _run_stage(lambda: load_config(config, overrides or []), run, print_config, "final weights")
+    def finished(cfg: RLConfig) -> Path | None:
+        from tirl.train.rl import finished_run
+
+        return finished_run(cfg)
+
+    _run_stage(lambda: load_config(config, overrides or []), run, print_config, "final weights", finished)
 
 
 @app.command("sft")
@@ -85,12 +91,33 @@ def sft_command(
     _run_stage(load, run, print_config, "final model")
 
 
-def _run_stage(load: Callable[[], Any], run: Callable[[Any], Path], print_config: bool, what: str) -> None:
+def _is_main_process() -> bool:
+    """False in the processes of ``accelerate launch`` (or torchrun) other than rank 0."""
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
+def _configure_logging(stage_logger: str) -> None:
+    """Plain ``message`` lines on stderr: warnings, and INFO of ``stage_logger`` (resume, data counts); only
+    errors in processes other than the main one, so that ``accelerate launch`` prints each line once."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    if _is_main_process():
+        logging.getLogger(stage_logger).setLevel(logging.INFO)
+    else:
+        logging.getLogger().setLevel(logging.ERROR)
+        logging.getLogger("tirl").setLevel(logging.ERROR)
+
+
+def _run_stage(load: Callable[[], Any], run: Callable[[Any], Path], print_config: bool, what: str,
+               finished: Callable[[Any], Path | None] | None = None) -> None:
     """Load a stage's configuration, print it or run the stage, and turn bad input into exit code 2.
 
     ``load`` returns the resolved config (it raises ValueError/FileNotFoundError on a bad file or override);
-    ``run`` trains and returns the final folder (ValueError/FileNotFoundError/KeyError on bad data or paths);
-    a run stopped by the watch-dog exits with code 3.
+    ``finished`` (optional) returns the final folder of a run that has already trained all its steps, which is
+    then reported with exit code 0 instead of training; ``run`` trains and returns the final folder
+    (ValueError/FileNotFoundError/KeyError on bad data or paths); a run stopped by the watch-dog exits with
+    code 3 and says how to go on.
     """
     import yaml
     from rich.console import Console
@@ -106,12 +133,26 @@ def _run_stage(load: Callable[[], Any], run: Callable[[Any], Path], print_config
         return
     from tirl.train.watchdog import RunStopped
 
+    done = finished(cfg) if finished is not None else None
+    if done is not None:
+        if _is_main_process():
+            console.print(f"[green]finished:[/] {cfg.output_dir} has trained all {cfg.max_steps} steps; {what} in "
+                          f"{done}. To train on, re-run with a larger max_steps.")
+        return
     try:
         final = run(cfg)
     except RunStopped as exc:
-        console.print(f"[red]watchdog:[/] {exc}; the last step's checkpoint is in {cfg.output_dir}")
+        if not _is_main_process():
+            raise typer.Exit(3) from None
+        if exc.final is not None:
+            console.print(f"[red]watchdog:[/] {exc}. That was the last step: {what} in {exc.final}.")
+        else:
+            where = exc.checkpoint or f"the newest checkpoint in {cfg.output_dir}"
+            console.print(f"[red]watchdog:[/] {exc}. {where} is saved: fix the cause and re-run the same "
+                          "command to resume from it (add watchdog.enabled=false to go on regardless).")
         raise typer.Exit(3) from None
     except (ValueError, FileNotFoundError, KeyError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
-    console.print(f"[green]done:[/] {what} in {final}; metrics in {Path(cfg.output_dir) / 'metrics.jsonl'}")
+    if _is_main_process():
+        console.print(f"[green]done:[/] {what} in {final}; metrics in {Path(cfg.output_dir) / 'metrics.jsonl'}")

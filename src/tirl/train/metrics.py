@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -152,17 +153,29 @@ class MetricsLog:
             fh.write(json.dumps(clean) + "\n")
 
     def truncate_after(self, step: int) -> int:
-        """Drop records whose ``step`` is greater than ``step``; returns how many were dropped."""
+        """Drop records whose ``step`` is greater than ``step`` (and any line a killed run left half-written, so
+        that the next append starts on a fresh line); returns how many records were dropped. The file is
+        rewritten to a temporary name and renamed, so a kill here loses nothing."""
         if not self.path.exists():
             return 0
-        kept, dropped = [], 0
-        for rec in read_metrics(self.path):
-            if isinstance(rec.get("step"), (int, float)) and rec["step"] > step:
+        lines = self.path.read_text(encoding="utf-8").split("\n")
+        kept, dropped, broken = [], 0, 0
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                broken += 1
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("step"), (int, float)) and rec["step"] > step:
                 dropped += 1
             else:
-                kept.append(rec)
-        if dropped:
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+                kept.append(line)
+        if dropped or broken or (lines and lines[-1] != ""):
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            os.replace(tmp, self.path)
         return dropped
 
 

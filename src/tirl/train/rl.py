@@ -30,7 +30,14 @@ from typing import Any
 
 from tirl.data.problem import Problem
 from tirl.data.training import load_training_problems
-from tirl.train.common import checkpoint_step, last_checkpoint, load_policy, resolve_init_from, trl_module
+from tirl.train.common import (
+    checkpoint_step,
+    last_checkpoint,
+    load_policy,
+    resolve_init_from,
+    set_aside_incomplete,
+    trl_module,
+)
 from tirl.train.config import RLConfig, dump_config
 from tirl.train.metrics import MetricsLog
 from tirl.train.rollout_func import (
@@ -167,6 +174,8 @@ def build_trainer(
         num_processes = int(grpo_args(config, 1).world_size)
     config.validate(num_processes)
     resume_from = last_checkpoint(config.output_dir) if config.resume else None
+    if config.resume:
+        set_aside_incomplete(config.output_dir)
     init_from = None
     if config.init_from and resume_from is None:
         init_from = resolve_init_from(config.init_from)
@@ -228,27 +237,105 @@ def build_trainer(
     return BuiltRun(trainer, rollout, problems, resume_from, metrics_log)
 
 
+FINAL_MARKER = "tirl_final.json"
+"""Written last into ``output_dir/final``: the step whose weights the folder holds."""
+
+# files of a checkpoint-N folder that are training state, not the model (left out of final/)
+_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin",
+                "tirl_checkpoint.json")
+
+
+def final_step(output_dir: str | Path) -> int | None:
+    """The step whose weights ``output_dir/final`` holds, or None when there is no complete final folder."""
+    import json
+
+    marker = Path(output_dir) / "final" / FINAL_MARKER
+    try:
+        return int(json.loads(marker.read_text(encoding="utf-8"))["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _publish_final(tmp: Path, final: Path, step: int) -> Path:
+    """Mark ``tmp`` as holding step ``step`` and move it to ``final`` (replacing an older one)."""
+    import json
+    import shutil
+
+    (tmp / FINAL_MARKER).write_text(json.dumps({"step": int(step)}), encoding="utf-8")
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return final
+
+
+def final_from_checkpoint(checkpoint: str | Path, output_dir: str | Path) -> Path:
+    """Write ``output_dir/final`` from ``checkpoint`` (a complete ``checkpoint-N``): its model files (weights or
+    LoRA adapter, configs, tokenizer), without optimiser, scheduler, RNG and trainer state. The last step's
+    checkpoint holds exactly the weights training ends with, so this is what an interrupted final save (or a
+    watch-dog stop on the last step) leaves to be done."""
+    import shutil
+
+    src, final = Path(checkpoint), Path(output_dir) / "final"
+    tmp = final.with_name("final.partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    for path in src.iterdir():
+        if path.is_file() and path.name not in _STATE_FILES and not path.name.startswith("rng_state"):
+            shutil.copy2(path, tmp / path.name)
+    return _publish_final(tmp, final, checkpoint_step(src))
+
+
+def finished_run(config: RLConfig) -> Path | None:
+    """``output_dir/final`` when the run of ``config`` has already trained its ``max_steps`` (its newest complete
+    checkpoint is at or past that step), else None. A finished run whose ``final`` folder is missing or
+    half-written gets it written from that checkpoint first. None also when ``resume`` is off."""
+    if not config.resume:
+        return None
+    ckpt = last_checkpoint(config.output_dir)
+    if ckpt is None or checkpoint_step(ckpt) < config.max_steps:
+        return None
+    if final_step(config.output_dir) != checkpoint_step(ckpt):
+        logger.info("writing %s/final from %s (the run had trained all its steps)", config.output_dir, ckpt.name)
+        final_from_checkpoint(ckpt, config.output_dir)
+    return Path(config.output_dir) / "final"
+
+
 def train(config: RLConfig, **kwargs: Any) -> Path:
     """Build and run one stage; returns the folder of the final weights (``output_dir/final``).
 
-    Keyword arguments go to :func:`build_trainer`. The rollout's sandbox and event loop are released even when
-    training fails.
+    A run that has already trained ``max_steps`` is not trained again (:func:`finished_run`); one with a
+    checkpoint resumes from the newest complete one and says so (INFO on ``tirl.train.rl``). Keyword arguments
+    go to :func:`build_trainer`. The rollout's sandbox and event loop are released even when training fails.
+    ``final`` is written to a temporary folder and renamed, with :data:`FINAL_MARKER` naming its step.
 
     Raises:
-        tirl.train.watchdog.RunStopped: the watch-dog stopped the run (a checkpoint of its last step is saved;
-            no ``final`` folder is written).
+        tirl.train.watchdog.RunStopped: the watch-dog stopped the run; a checkpoint of its last step is saved,
+            and when that step is the last one ``final`` is written too (the exception's ``final``).
     """
+    done = finished_run(config)
+    if done is not None:
+        logger.info("%s is finished (%d steps): nothing to train", config.output_dir, config.max_steps)
+        return done
     run = build_trainer(config, **kwargs)
+    final = Path(config.output_dir) / "final"
     try:
         if run.resume_from is not None:
-            logger.info("resuming from %s", run.resume_from)
+            logger.info("resuming from %s (step %d of %d)", run.resume_from, checkpoint_step(run.resume_from),
+                        config.max_steps)
         run.trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
+        step = int(run.trainer.state.global_step)
         if run.rollout.watchdog.stop_reason:
-            raise RunStopped(run.rollout.watchdog.stop_reason)
-        final = Path(config.output_dir) / "final"
-        run.trainer.save_model(str(final))
+            stopped = RunStopped(run.rollout.watchdog.stop_reason)
+            stopped.checkpoint = Path(config.output_dir) / f"checkpoint-{step}"
+            if step >= config.max_steps and run.trainer.accelerator.is_main_process:
+                stopped.final = final_from_checkpoint(stopped.checkpoint, config.output_dir)
+            raise stopped
+        tmp = final.with_name("final.partial")
+        run.trainer.save_model(str(tmp))
         if run.trainer.accelerator.is_main_process:
-            run.trainer.processing_class.save_pretrained(str(final))
+            run.trainer.processing_class.save_pretrained(str(tmp))
+            _publish_final(tmp, final, step)
         return final
     finally:
         run.close()
@@ -256,8 +343,12 @@ def train(config: RLConfig, **kwargs: Any) -> Path:
 
 __all__ = [
     "BuiltRun",
+    "FINAL_MARKER",
     "build_trainer",
     "filter_prompt_length",
+    "final_from_checkpoint",
+    "final_step",
+    "finished_run",
     "grpo_args",
     "train",
 ]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +129,16 @@ class RunWatchdog:
 
 
 class RunStopped(RuntimeError):
-    """The watch-dog stopped the run; the message says why (a checkpoint of the last step was saved)."""
+    """The watch-dog stopped the run; the message says why (a checkpoint of the last step was saved).
+
+    Attributes:
+        checkpoint: the ``checkpoint-N`` saved at the stop (None when not known).
+        final: ``output_dir/final`` when the stop came on the run's last step and the final weights were
+            written, else None.
+    """
+
+    checkpoint: Path | None = None
+    final: Path | None = None
 
 
 __all__ = ["Alarm", "RunStopped", "RunWatchdog", "WatchdogConfig"]

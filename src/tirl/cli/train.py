@@ -122,7 +122,7 @@ def _run_stage(load: Callable[[], Any], run: Callable[[Any], Path], print_config
     import yaml
     from rich.console import Console
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # one message, one line (no wrapping at 80 columns)
     try:
         cfg = load()
     except (ValueError, FileNotFoundError) as exc:

@@ -20,8 +20,10 @@ Metric names (all floats):
     response length in model tokens (loss-mask ones; tool tokens excluded).
 ``truncation_rate``
     share of sampled trajectories that ended on the token budget or the context window.
-``tool_calls/per_traj``, ``tool_calls/error_rate``
-    tool calls per sampled trajectory; failing share of all calls.
+``tool_calls/per_traj``, ``tool_calls/error_rate``, ``tool_calls/count``, ``tool_calls/internal``
+    tool calls per sampled trajectory; failing share of all calls; calls; calls answered ``internal``.
+``infra/masked``, ``infra/masked_share``, ``infra/masked_{tool_internal,verifier,engine}``
+    trajectories masked for infrastructure failures (:mod:`tirl.algo.infra`; added by the rollout function).
 ``groups/dropped``, ``groups/undersized``, ``groups/all_correct``, ``groups/all_wrong``
     counts of groups this step on this process.
 ``reward/unscored``
@@ -40,6 +42,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tirl.algo.infra import is_internal
 from tirl.algo.roc import Candidate, Selection, is_scored
 from tirl.protocol.types import Trajectory
 
@@ -124,6 +127,8 @@ def step_metrics(
         "truncation_rate": _mean([float(t.truncated) for t in trajectories]),
         "tool_calls/per_traj": _mean([float(c) for c in calls]),
         "tool_calls/error_rate": tool_error_share(trajectories),
+        "tool_calls/count": float(sum(calls)),
+        "tool_calls/internal": float(sum(is_internal(rec) for t in trajectories for rec in t.tool_call_records)),
         "groups/count": float(len(selections)),
         "groups/dropped": float(sum(s.status in ("dropped_equal", "empty") for s in selections)),
         "groups/undersized": float(sum(s.status == "undersized" for s in selections)),

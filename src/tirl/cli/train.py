@@ -13,6 +13,7 @@ SmolLM2-135M, 16 sequences: 3.3 tokens/s spinning vs 67 tokens/s passive, machin
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,7 @@ def rl_command(
         from tirl.train.rl import train
 
         _configure_logging("tirl.train.rl")
+        _sigterm_interrupts()
         return train(cfg)
 
     def finished(cfg: RLConfig) -> Path | None:
@@ -100,13 +102,60 @@ def _configure_logging(stage_logger: str) -> None:
     """Plain ``message`` lines on stderr: warnings, and INFO of ``stage_logger`` (resume, data counts); only
     errors in processes other than the main one, so that ``accelerate launch`` prints each line once."""
     import logging
+    import warnings
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     if _is_main_process():
         logging.getLogger(stage_logger).setLevel(logging.INFO)
+        _warn_once()
     else:
         logging.getLogger().setLevel(logging.ERROR)
         logging.getLogger("tirl").setLevel(logging.ERROR)
+        warnings.simplefilter("ignore")
+
+
+def _warn_once() -> None:
+    """Show each library warning (category and text) once per process: transformers and torch repeat theirs
+    every step (deprecations, ``pin_memory`` without an accelerator), which buried the step lines."""
+    import warnings
+
+    shown: set[tuple[type, str]] = set()
+    original = warnings.showwarning
+    if getattr(original, "tirl_once", False):
+        return
+
+    def show(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        key = (category, str(message))
+        if key not in shown:
+            shown.add(key)
+            original(message, category, filename, lineno, file, line)
+
+    show.tirl_once = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
+
+
+def _sigterm_interrupts() -> None:
+    """SIGTERM (a scheduler's stop, ``kill``) stops the run like Ctrl-C: the sandbox and its temporary folders
+    are cleaned up and the resume line is printed (the default action would end the process on the spot)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def _resume_hint(output_dir: str) -> str:
+    """Where a re-run of an interrupted run continues from."""
+    from tirl.train.common import last_checkpoint
+
+    ckpt = last_checkpoint(output_dir)
+    return f"re-run the same command to resume from {ckpt}" if ckpt else \
+        f"no checkpoint in {output_dir} yet: re-running starts from the beginning"
 
 
 def _run_stage(load: Callable[[], Any], run: Callable[[Any], Path], print_config: bool, what: str,
@@ -151,6 +200,14 @@ def _run_stage(load: Callable[[], Any], run: Callable[[Any], Path], print_config
             console.print(f"[red]watchdog:[/] {exc}. {where} is saved: fix the cause and re-run the same "
                           "command to resume from it (add watchdog.enabled=false to go on regardless).")
         raise typer.Exit(3) from None
+    except KeyboardInterrupt:
+        if _is_main_process():
+            console.print(f"[yellow]interrupted:[/] {_resume_hint(cfg.output_dir)}")
+        # the sandbox is closed by now; what is left is a generation thread finishing its batch (tens of
+        # seconds on a CPU), which the interpreter would wait for at exit
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     except (ValueError, FileNotFoundError, KeyError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None

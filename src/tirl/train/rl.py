@@ -67,9 +67,12 @@ class BuiltRun:
     resume_from: Path | None
     metrics_log: MetricsLog | None
 
-    def close(self) -> None:
-        """Release the rollout's sandbox, engine and event loop."""
-        closer = getattr(self.rollout.source, "close", None)
+    def close(self, interrupted: bool = False) -> None:
+        """Release the rollout's sandbox, engine and event loop; ``interrupted``: the sandbox and the loop only
+        (the engine may be inside a generation call that cannot be cut short; the process is about to end)."""
+        closer = getattr(self.rollout.source, "close_sandbox" if interrupted else "close", None)
+        if closer is None and interrupted:
+            closer = getattr(self.rollout.source, "close", None)
         if closer is not None:
             closer()
 
@@ -139,6 +142,21 @@ def filter_prompt_length(problems: Sequence[Problem], tokenizer: Any, max_tokens
     if len(kept) < len(problems):
         logger.info("skipped %d problems with prompts over %d tokens", len(problems) - len(kept), max_tokens)
     return kept
+
+
+class _PlaceholderRewardFilter(logging.Filter):
+    """Drops TRL's "All reward functions returned None" warning: tirl's placeholder slots (and masked
+    trajectories) carry reward None on purpose (:mod:`tirl.train.rollout_func`), and the warning, a dump of
+    the step's metrics, came every step."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("All reward functions returned None")
+
+
+def _quiet_placeholder_warning() -> None:
+    trl_logger = logging.getLogger("trl.trainer.grpo_trainer")
+    if not any(isinstance(f, _PlaceholderRewardFilter) for f in trl_logger.filters):
+        trl_logger.addFilter(_PlaceholderRewardFilter())
 
 
 def build_trainer(
@@ -218,6 +236,7 @@ def build_trainer(
     from tirl.train.callbacks import JsonlMetrics, RLConsole, StepTimer, WatchdogStop
     from tirl.train.trainer import RocGRPOTrainer
 
+    _quiet_placeholder_warning()
     trainer = RocGRPOTrainer(
         model=model,
         reward_funcs=[passthrough_reward],
@@ -319,6 +338,7 @@ def train(config: RLConfig, **kwargs: Any) -> Path:
         return done
     run = build_trainer(config, **kwargs)
     final = Path(config.output_dir) / "final"
+    interrupted = False
     try:
         if run.resume_from is not None:
             logger.info("resuming from %s (step %d of %d)", run.resume_from, checkpoint_step(run.resume_from),
@@ -337,8 +357,14 @@ def train(config: RLConfig, **kwargs: Any) -> Path:
             run.trainer.processing_class.save_pretrained(str(tmp))
             _publish_final(tmp, final, step)
         return final
+    except KeyboardInterrupt:
+        # the rollout's tasks are abandoned mid-flight: asyncio's "Task was destroyed but it is pending!"
+        # lines (about 35 per interrupt) say nothing the resume line does not
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        interrupted = True
+        raise
     finally:
-        run.close()
+        run.close(interrupted=interrupted)
 
 
 __all__ = [

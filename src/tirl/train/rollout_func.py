@@ -535,6 +535,12 @@ class AgentLoopSource:
         self.runtime.close(self._engine)
         self._engine = None
 
+    def close_sandbox(self) -> None:
+        """Close the executor and the background loop but not the engine (after an interrupt: the engine may
+        be inside a generation call that cannot be cut short, and the process is about to end)."""
+        self.runtime.close()
+        self._engine = None
+
 
 class _policy_for_generation:
     """Context manager yielding the trainer's model ready for generation (DDP/DeepSpeed unwrapped)."""

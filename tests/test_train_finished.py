@@ -149,3 +149,33 @@ def test_the_interrupt_line_names_the_checkpoint_to_resume_from(tmp_path):
     assert _resume_hint(str(tmp_path)) == f"no checkpoint in {tmp_path} yet: re-running starts from the beginning"
     _checkpoint(tmp_path, 4)
     assert _resume_hint(str(tmp_path)) == f"re-run the same command to resume from {tmp_path / 'checkpoint-4'}"
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("logging.report_to=[wandb]", "logging.report_to names wandb, which is not installed: pip install wandb"),
+    ("rollout.use_vllm=true", "rollout.use_vllm=true needs vLLM"),
+    ("rollout.server_url=http://127.0.0.1:9", "rollout.server_url http://127.0.0.1:9 does not answer"),
+])
+def test_missing_pieces_end_in_one_line_and_exit_2(tmp_path, override, expected):
+    import importlib.util
+
+    if "wandb" in override and importlib.util.find_spec("wandb"):
+        pytest.skip("wandb is installed here")
+    if "vllm" in override and importlib.util.find_spec("vllm"):
+        pytest.skip("vLLM is installed here")
+    extra = ["model.lora.enabled=true"] if "server_url" in override else []
+    result = CliRunner().invoke(app, ["train", "rl", "--config", str(SMOKE), f"output_dir={tmp_path}", override,
+                                      *extra])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: " + expected), lines
+
+
+def test_eval_checks_its_server_before_generating(tmp_path):
+    result = CliRunner().invoke(app, ["eval", "--engine", "openai", "--server", "http://127.0.0.1:9", "--model", "m",
+                                      "--benchmark", "gsm8k", "--subset", "1", "--out", str(tmp_path / "e")])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines == ["tirl eval: the server http://127.0.0.1:9 does not answer (GET /health, /v1/models): start "
+                     "it, or fix --server"]
+    assert not (tmp_path / "e" / "trajectories.jsonl").exists()

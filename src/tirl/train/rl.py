@@ -159,6 +159,35 @@ def _quiet_placeholder_warning() -> None:
         trl_logger.addFilter(_PlaceholderRewardFilter())
 
 
+def preflight(config: RLConfig) -> None:
+    """Check what a run needs outside its recipe before any model is loaded, so that a missing package or a
+    dead server ends in one line instead of a traceback minutes later.
+
+    Raises:
+        ValueError: ``logging.report_to`` names an integration whose package is missing,
+            ``rollout.use_vllm`` without vLLM, or a ``rollout.server_url`` that does not answer.
+    """
+    import importlib.util
+
+    packages = {"wandb": ("wandb",), "tensorboard": ("tensorboard", "tensorboardX")}
+    for name in config.logging.report_to:
+        needed = packages.get(name)
+        if needed and not any(importlib.util.find_spec(m) for m in needed):
+            raise ValueError(f"logging.report_to names {name}, which is not installed: pip install {needed[0]}, "
+                             f"or drop it from logging.report_to")
+    if config.rollout.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise ValueError("rollout.use_vllm=true needs vLLM (pip install vllm, on a GPU machine); set "
+                         "rollout.use_vllm=false to generate with transformers")
+    if config.rollout.server_url:
+        import asyncio
+
+        from tirl.rollout.capacity import probe_health
+
+        if not asyncio.run(probe_health(config.rollout.server_url)):
+            raise ValueError(f"rollout.server_url {config.rollout.server_url} does not answer (GET /health, "
+                             "/v1/models): start the server, or unset rollout.server_url")
+
+
 def build_trainer(
     config: RLConfig,
     *,
@@ -181,11 +210,14 @@ def build_trainer(
         :func:`train`).
 
     Raises:
-        ValueError: an invalid configuration, or no problems left after filtering.
+        ValueError: an invalid configuration, a failed :func:`preflight` (default source only), or no problems
+            left after filtering.
         FileNotFoundError: ``init_from`` names nothing usable.
     """
     from datasets import Dataset
 
+    if source is None:
+        preflight(config)
     if num_processes is None:
         # The training arguments set up accelerate's distributed state (on CPU a PartialState created earlier can
         # still report one process), so ask them for the world size.
@@ -376,5 +408,6 @@ __all__ = [
     "final_step",
     "finished_run",
     "grpo_args",
+    "preflight",
     "train",
 ]

@@ -179,3 +179,20 @@ def test_eval_checks_its_server_before_generating(tmp_path):
     assert lines == ["tirl eval: the server http://127.0.0.1:9 does not answer (GET /health, /v1/models): start "
                      "it, or fix --server"]
     assert not (tmp_path / "e" / "trajectories.jsonl").exists()
+
+
+def test_sandbox_serve_on_a_bad_or_busy_port_is_one_line(tmp_path):
+    import socket
+
+    result = CliRunner().invoke(app, ["sandbox", "serve", "--port", "99999"])
+    assert result.exit_code == 2
+    assert [x for x in result.output.splitlines() if x.strip()] == [
+        "tirl sandbox serve: --port 99999 is not a TCP port: use 1-65535 (0 picks a free one)"]
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = CliRunner().invoke(app, ["sandbox", "serve", "--port", str(port)])
+    assert result.exit_code == 2
+    lines = [x for x in result.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"tirl sandbox serve: cannot listen on 127.0.0.1:{port} (")

@@ -230,3 +230,30 @@ def test_internal_calls_and_verifier_crashes_give_no_gradient(tmp_path, tiny_smo
     assert record["tirl/infra/masked"] == sum(c is not None for c in causes)
     assert record["tirl/infra/masked_tool_internal"] == causes.count("tool_internal") >= 1
     assert record["tirl/infra/masked_verifier"] >= 1
+
+
+def test_eval_reports_infrastructure_failures_apart_from_the_models():
+    from rich.console import Console
+
+    from tirl.eval.metrics import SampleOutcome, summarize
+    from tirl.eval.report import summary_table
+
+    outcomes = [
+        SampleOutcome("a", 0, True),
+        SampleOutcome("a", 1, False, tool_classes=["error"], tool_internal_errors=1),  # the sandbox's
+        SampleOutcome("b", 0, False, finish_reason="error"),  # the engine's
+        SampleOutcome("b", 1, False, verdict_status="verifier_error"),  # the verifier's
+        SampleOutcome("c", 0, False, tool_classes=["error", "parse_error"]),  # the model's own
+        SampleOutcome("c", 1, False, verdict_status="no_answer"),  # the model's own
+    ]
+    s = summarize("bench", outcomes)
+    assert s.infra_failures == {"engine": 1, "tool_internal": 1, "verifier": 1}
+    assert s.to_dict()["infra_failures"] == {"engine": 1, "tool_internal": 1, "verifier": 1}
+    console = Console(width=200, record=True)
+    console.print(summary_table([s]))
+    text = console.export_text()
+    assert "failed by tirl, not the model (engine/tool/verifier)" in text and "1/1/1" in text
+    clean = summarize("bench", [SampleOutcome("a", 0, True), SampleOutcome("a", 1, False)])
+    console = Console(width=200, record=True)
+    console.print(summary_table([clean]))
+    assert "failed by tirl" not in console.export_text()  # the row appears only when something failed

@@ -43,10 +43,19 @@ FALLBACK_ROW: tuple[str, Callable[[BenchmarkSummary], str]] = (
 """Shown when a run used the evaluation answer fallback (``tirl eval --answer-fallback``)."""
 
 
+INFRA_ROW: tuple[str, Callable[[BenchmarkSummary], str]] = (
+    "failed by tirl, not the model (engine/tool/verifier)",
+    lambda s: "/".join(str(s.infra_failures.get(c, 0)) for c in ("engine", "tool_internal", "verifier")))
+"""Shown when some sample was touched by an infrastructure failure (``BenchmarkSummary.infra_failures``)."""
+
+
 def _rows(summaries: Sequence[BenchmarkSummary]) -> tuple[tuple[str, Callable[[BenchmarkSummary], str]], ...]:
+    rows = ROWS
     if any(s.fallback_answers is not None for s in summaries):
-        return ROWS + (FALLBACK_ROW,)
-    return ROWS
+        rows = rows + (FALLBACK_ROW,)
+    if any(sum(s.infra_failures.values()) for s in summaries):
+        rows = rows + (INFRA_ROW,)
+    return rows
 
 
 def summary_table(summaries: Sequence[BenchmarkSummary], title: str | None = None) -> Table:

@@ -71,11 +71,12 @@ def checkpoint_problem(folder: str | Path) -> str | None:
         except (OSError, ValueError, KeyError, TypeError):
             return f"{CHECKPOINT_MARKER} is unreadable"
         for name, size in files.items():
-            path = root / name
-            if not path.is_file():
+            try:
+                actual = (root / name).stat().st_size
+            except OSError:
                 return f"{name} is missing"
-            if path.stat().st_size != size:
-                return f"{name} has {path.stat().st_size} bytes, {size} were written"
+            if actual != size:
+                return f"{name} has {actual} bytes, {size} were written"
         return None
     state = root / TRAINER_STATE
     if not state.is_file():

@@ -144,6 +144,13 @@ def filter_prompt_length(problems: Sequence[Problem], tokenizer: Any, max_tokens
     return kept
 
 
+def _is_main_process() -> bool:
+    """False in the processes of ``accelerate launch`` (or torchrun) other than rank 0."""
+    import os
+
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
 class _PlaceholderRewardFilter(logging.Filter):
     """Drops TRL's "All reward functions returned None" warning: tirl's placeholder slots (and masked
     trajectories) carry reward None on purpose (:mod:`tirl.train.rollout_func`), and the warning, a dump of
@@ -224,7 +231,7 @@ def build_trainer(
         num_processes = int(grpo_args(config, 1).world_size)
     config.validate(num_processes)
     resume_from = last_checkpoint(config.output_dir) if config.resume else None
-    if config.resume:
+    if config.resume and _is_main_process():  # one process renames; the others pass the folder over anyway
         set_aside_incomplete(config.output_dir)
     init_from = None
     if config.init_from and resume_from is None:
@@ -346,7 +353,7 @@ def finished_run(config: RLConfig) -> Path | None:
     ckpt = last_checkpoint(config.output_dir)
     if ckpt is None or checkpoint_step(ckpt) < config.max_steps:
         return None
-    if final_step(config.output_dir) != checkpoint_step(ckpt):
+    if final_step(config.output_dir) != checkpoint_step(ckpt) and _is_main_process():
         logger.info("writing %s/final from %s (the run had trained all its steps)", config.output_dir, ckpt.name)
         final_from_checkpoint(ckpt, config.output_dir)
     return Path(config.output_dir) / "final"

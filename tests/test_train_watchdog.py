@@ -32,10 +32,11 @@ PROBLEMS = [Problem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", ans
 def test_one_bad_step_warns_but_does_not_stop(caplog):
     dog = RunWatchdog(WatchdogConfig(patience=3))
     with caplog.at_level(logging.WARNING, logger="tirl.train.watchdog"):
-        alarms = dog.observe(1, {"tool_calls/per_traj": 1.0, "tool_calls/error_rate": 1.0})
+        alarms = dog.observe(1, {"tool_calls/per_traj": 1.0, "tool_calls/error_rate": 1.0, "tool_calls/count": 8,
+                                 "tool_calls/internal": 8})
     assert [a.kind for a in alarms] == ["tool_errors"]
     assert dog.stop_reason is None
-    assert "sandbox" in caplog.text and "1 of 3" in caplog.text
+    assert "answered internal by the sandbox" in caplog.text and "1 of 3" in caplog.text
 
 
 def test_patience_consecutive_bad_steps_stop_the_run():
@@ -43,7 +44,64 @@ def test_patience_consecutive_bad_steps_stop_the_run():
     for step in (1, 2, 3):
         dog.observe(step, {"tool_calls/per_traj": 0.0})
     assert dog.stop_reason is not None
-    assert "step 3" in dog.stop_reason and "no_tool_calls" in dog.stop_reason
+    assert "step 3" in dog.stop_reason and "watchdog.min_tool_calls_per_traj" in dog.stop_reason
+
+
+def test_a_model_that_never_called_the_tool_is_not_collapsing(caplog):
+    dog = RunWatchdog(WatchdogConfig(patience=3))
+    with caplog.at_level(logging.WARNING, logger="tirl.train.watchdog"):
+        dog.observe(1, {"tool_calls/per_traj": 0.0})
+    assert "collapsing" not in caplog.text
+    assert "does not call the tool" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tirl.train.watchdog"):
+        dog.observe(2, {"tool_calls/per_traj": 1.5})
+        dog.observe(3, {"tool_calls/per_traj": 0.0})
+    assert "tool use is collapsing" in caplog.text  # it had used the tool at step 2
+
+
+def test_one_parse_error_among_four_trajectories_does_not_blame_the_sandbox(caplog):
+    dog = RunWatchdog(WatchdogConfig(patience=3))
+    with caplog.at_level(logging.WARNING, logger="tirl.train.watchdog"):
+        alarms = dog.observe(1, {"tool_calls/per_traj": 0.25, "tool_calls/error_rate": 1.0, "tool_calls/count": 1,
+                                 "tool_calls/internal": 0})
+    assert alarms == [] and "sandbox" not in caplog.text
+    # many failing calls of the model's own are its programs, not the sandbox
+    alarms = dog.check({"tool_calls/per_traj": 2.0, "tool_calls/error_rate": 1.0, "tool_calls/count": 16,
+                        "tool_calls/internal": 0})
+    assert [a.kind for a in alarms] == ["tool_errors"] and "down" not in alarms[0].message
+    assert "not the sandbox" in alarms[0].message
+
+
+def test_messages_name_only_real_recipe_keys(caplog):
+    from dataclasses import fields
+
+    from tirl.train.watchdog import RECIPE_KEYS
+
+    keys = {f.name for f in fields(WatchdogConfig)}
+    assert set(RECIPE_KEYS.values()) <= keys
+    import re
+
+    fired: set[str] = set()
+    for per_traj in (0.0, 2.0):
+        dog = RunWatchdog(WatchdogConfig(patience=1))
+        with caplog.at_level(logging.WARNING, logger="tirl.train.watchdog"):
+            dog.observe(1, {"tool_calls/per_traj": per_traj, "tool_calls/error_rate": 1.0, "tool_calls/count": 9,
+                            "tool_calls/internal": 9, "finish/context": 1.0, "finish/error": 1.0,
+                            "infra/masked_share": 1.0, "infra/masked_tool_internal": 4.0})
+        named = set(re.findall(r"watchdog\.(\w+)", " ".join(caplog.messages) + (dog.stop_reason or "")))
+        assert named and named <= keys, named - keys
+        fired |= set(dog.streaks)
+    assert fired == set(RECIPE_KEYS)  # every condition's messages were read
+
+
+def test_masked_share_above_the_limit_stops_the_run():
+    dog = RunWatchdog(WatchdogConfig(patience=2, max_masked_share=0.2))
+    assert dog.check({"infra/masked_share": 0.2}) == []
+    dog.observe(1, {"infra/masked_share": 0.5, "infra/masked_tool_internal": 2.0, "infra/masked_verifier": 0.0})
+    dog.observe(2, {"infra/masked_share": 0.5, "infra/masked_tool_internal": 2.0, "infra/masked_verifier": 0.0})
+    assert dog.stop_reason is not None and "watchdog.max_masked_share" in dog.stop_reason
+    assert "tool internal 2" in dog.stop_reason
 
 
 def test_a_good_step_resets_the_streak():
@@ -171,7 +229,7 @@ def test_a_policy_that_stops_calling_tools_stops_the_run(tmp_path, tiny_smollm2_
 
     train, config, source, scorer, _ = _run(tmp_path, tiny_smollm2_model_dir, call_tools=False,
                                             sandbox_factory=lambda: LocalSandbox(workers=1))
-    with pytest.raises(RunStopped, match="collapsing"):
+    with pytest.raises(RunStopped, match="does not call the tool"):
         train(config, problems=PROBLEMS, source=source, scorer=scorer, num_processes=1)
     assert (tmp_path / "checkpoint-2").is_dir()
 

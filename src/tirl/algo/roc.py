@@ -81,19 +81,27 @@ def p_err(trajectory: Trajectory) -> float:
     """Tool-error penalty: the share of the trajectory's tool calls whose class is not ``ok``.
 
     Counts the structured classes of :class:`tirl.protocol.ToolCallRecord` (``error``, ``timeout`` and
-    ``parse_error`` are failures), so a program that prints the word "error" is not one.
+    ``parse_error`` are failures), so a program that prints the word "error" is not one. Only the model's own
+    errors count: a call answered ``internal`` (tirl failed, :func:`tirl.algo.infra.is_internal`) is left out
+    of both the failures and the calls.
 
     Args:
         trajectory: a finished trajectory with per-turn tool-call records.
 
     Returns:
-        A value in [0, 1]; :data:`NO_CALL_ERROR_PENALTY` (0.5) when the trajectory made no tool call.
+        A value in [0, 1]; :data:`NO_CALL_ERROR_PENALTY` (0.5) when the trajectory made no tool call, 0 when
+        every call it made was answered ``internal``.
     """
+    from tirl.algo.infra import is_internal
+
     records = trajectory.tool_call_records
     if not records:
         return NO_CALL_ERROR_PENALTY
-    failed = sum(1 for rec in records if rec.cls != "ok")
-    return failed / len(records)
+    judged = [rec for rec in records if not is_internal(rec)]
+    if not judged:
+        return 0.0
+    failed = sum(1 for rec in judged if rec.cls != "ok")
+    return failed / len(judged)
 
 
 def p_format(trajectory: Trajectory) -> float:

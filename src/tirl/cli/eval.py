@@ -96,6 +96,14 @@ def _run(config: _E, console: Console, progress: bool = True) -> EvalResult:
     from tirl.rollout.agent_loop import SandboxUnavailable
     from tirl.rollout.lora_server import ServerSyncError
 
+    if config.engine == "openai":
+        from tirl.rollout.capacity import probe_health
+
+        for url in config.servers:  # before generating: a dead server would fail every trajectory one by one
+            if not asyncio.run(probe_health(url)):
+                typer.secho(f"tirl eval: the server {url} does not answer (GET /health, /v1/models): start it, or "
+                            "fix --server", fg="red", err=True)
+                raise typer.Exit(2)
     try:
         from tirl.cli.eval_display import ConsoleListener
 

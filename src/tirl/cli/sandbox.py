@@ -17,6 +17,25 @@ SERVE_PRELOAD = "numpy,scipy,sympy,math_verify,latex2sympy2_extended,tirl.reward
 app = typer.Typer(help="Run untrusted Python: the local sandbox pool and its HTTP service.", no_args_is_help=True)
 
 
+def _check_listen(host: str, port: int) -> None:
+    """Exit 2 with one line when ``host:port`` cannot be listened on (a port out of range, one in use, an
+    address not of this machine), before any worker starts."""
+    import socket
+
+    if not 0 <= port <= 65535:
+        typer.secho(f"tirl sandbox serve: --port {port} is not a TCP port: use 1-65535 (0 picks a free one)",
+                    fg="red", err=True)
+        raise typer.Exit(2)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        with socket.socket(infos[0][0], socket.SOCK_STREAM) as sock:
+            sock.bind(infos[0][4])
+    except OSError as exc:
+        typer.secho(f"tirl sandbox serve: cannot listen on {host}:{port} ({exc.strerror or exc}): pick another "
+                    "--port (0 picks a free one) or --host", fg="red", err=True)
+        raise typer.Exit(2) from None
+
+
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind; use a private address for other nodes."),
@@ -43,6 +62,7 @@ def serve(
     One process, one event loop, one idempotency cache. Scale out with more serve processes or nodes,
     and give the client all their URLs (see docs/service.md).
     """
+    _check_listen(host, port)
     from tirl.service.core import ServiceConfig
     from tirl.service.server import ServeConfig, serve_local_sandbox
 

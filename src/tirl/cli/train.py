@@ -13,6 +13,7 @@ SmolLM2-135M, 16 sequences: 3.3 tokens/s spinning vs 67 tokens/s passive, machin
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,9 +51,16 @@ def rl_command(
     def run(cfg: RLConfig) -> Path:
         from tirl.train.rl import train
 
+        _configure_logging("tirl.train.rl")
+        _sigterm_interrupts()
         return train(cfg)
 
-    _run_stage(lambda: load_config(config, overrides or []), run, print_config, "final weights")
+    def finished(cfg: RLConfig) -> Path | None:
+        from tirl.train.rl import finished_run
+
+        return finished_run(cfg)
+
+    _run_stage(lambda: load_config(config, overrides or []), run, print_config, "final weights", finished)
 
 
 @app.command("sft")
@@ -85,17 +93,85 @@ def sft_command(
     _run_stage(load, run, print_config, "final model")
 
 
-def _run_stage(load: Callable[[], Any], run: Callable[[Any], Path], print_config: bool, what: str) -> None:
+def _is_main_process() -> bool:
+    """False in the processes of ``accelerate launch`` (or torchrun) other than rank 0."""
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
+def _configure_logging(stage_logger: str) -> None:
+    """Plain ``message`` lines on stderr: warnings, and INFO of ``stage_logger`` (resume, data counts); only
+    errors in processes other than the main one, so that ``accelerate launch`` prints each line once."""
+    import logging
+    import warnings
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    if _is_main_process():
+        logging.getLogger(stage_logger).setLevel(logging.INFO)
+        _warn_once()
+    else:
+        logging.getLogger().setLevel(logging.ERROR)
+        logging.getLogger("tirl").setLevel(logging.ERROR)
+        warnings.simplefilter("ignore")
+
+
+def _warn_once() -> None:
+    """Show each library warning (category and text) once per process: transformers and torch repeat theirs
+    every step (deprecations, ``pin_memory`` without an accelerator), which buried the step lines."""
+    import warnings
+
+    shown: set[tuple[type, str]] = set()
+    original = warnings.showwarning
+    if getattr(original, "tirl_once", False):
+        return
+
+    def show(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        key = (category, str(message))
+        if key not in shown:
+            shown.add(key)
+            original(message, category, filename, lineno, file, line)
+
+    show.tirl_once = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
+
+
+def _sigterm_interrupts() -> None:
+    """SIGTERM (a scheduler's stop, ``kill``) stops the run like Ctrl-C: the sandbox and its temporary folders
+    are cleaned up and the resume line is printed (the default action would end the process on the spot)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def _resume_hint(output_dir: str) -> str:
+    """Where a re-run of an interrupted run continues from."""
+    from tirl.train.common import last_checkpoint
+
+    ckpt = last_checkpoint(output_dir)
+    return f"re-run the same command to resume from {ckpt}" if ckpt else \
+        f"no checkpoint in {output_dir} yet: re-running starts from the beginning"
+
+
+def _run_stage(load: Callable[[], Any], run: Callable[[Any], Path], print_config: bool, what: str,
+               finished: Callable[[Any], Path | None] | None = None) -> None:
     """Load a stage's configuration, print it or run the stage, and turn bad input into exit code 2.
 
     ``load`` returns the resolved config (it raises ValueError/FileNotFoundError on a bad file or override);
-    ``run`` trains and returns the final folder (ValueError/FileNotFoundError/KeyError on bad data or paths);
-    a run stopped by the watch-dog exits with code 3.
+    ``finished`` (optional) returns the final folder of a run that has already trained all its steps, which is
+    then reported with exit code 0 instead of training; ``run`` trains and returns the final folder
+    (ValueError/FileNotFoundError/KeyError on bad data or paths); a run stopped by the watch-dog exits with
+    code 3 and says how to go on.
     """
     import yaml
     from rich.console import Console
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # one message, one line (no wrapping at 80 columns)
     try:
         cfg = load()
     except (ValueError, FileNotFoundError) as exc:
@@ -106,12 +182,34 @@ def _run_stage(load: Callable[[], Any], run: Callable[[Any], Path], print_config
         return
     from tirl.train.watchdog import RunStopped
 
+    done = finished(cfg) if finished is not None else None
+    if done is not None:
+        if _is_main_process():
+            console.print(f"[green]finished:[/] {cfg.output_dir} has trained all {cfg.max_steps} steps; {what} in "
+                          f"{done}. To train on, re-run with a larger max_steps.")
+        return
     try:
         final = run(cfg)
     except RunStopped as exc:
-        console.print(f"[red]watchdog:[/] {exc}; the last step's checkpoint is in {cfg.output_dir}")
+        if not _is_main_process():
+            raise typer.Exit(3) from None
+        if exc.final is not None:
+            console.print(f"[red]watchdog:[/] {exc}. That was the last step: {what} in {exc.final}.")
+        else:
+            where = exc.checkpoint or f"the newest checkpoint in {cfg.output_dir}"
+            console.print(f"[red]watchdog:[/] {exc}. {where} is saved: fix the cause and re-run the same "
+                          "command to resume from it (add watchdog.enabled=false to go on regardless).")
         raise typer.Exit(3) from None
+    except KeyboardInterrupt:
+        if _is_main_process():
+            console.print(f"[yellow]interrupted:[/] {_resume_hint(cfg.output_dir)}")
+        # the sandbox is closed by now; what is left is a generation thread finishing its batch (tens of
+        # seconds on a CPU), which the interpreter would wait for at exit
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     except (ValueError, FileNotFoundError, KeyError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
-    console.print(f"[green]done:[/] {what} in {final}; metrics in {Path(cfg.output_dir) / 'metrics.jsonl'}")
+    if _is_main_process():
+        console.print(f"[green]done:[/] {what} in {final}; metrics in {Path(cfg.output_dir) / 'metrics.jsonl'}")

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from tirl.algo.infra import INFRA_CAUSES
 from tirl.protocol.types import TOOL_CALL_CLASSES
 
 TRUNCATED_FINISH_REASONS = ("length", "context")
@@ -162,6 +163,9 @@ class BenchmarkSummary:
         audit: the reward-hacking audit of the benchmark's samples (:mod:`tirl.protocol.audit`: counts of tool
             outputs with template strings, hedged answers, memory or socket probes and the failed ones,
             answers first seen in tool output, flagged samples); None when not computed.
+        infra_failures: samples touched by a failure that is not the model's (:func:`infra_cause_of`), by
+            cause (``engine``, ``tool_internal``, ``verifier``; every cause present), so that they are seen
+            apart from the model's failures (they still count as not correct in pass@k).
     """
 
     benchmark: str
@@ -184,12 +188,25 @@ class BenchmarkSummary:
     unparsable_gold_ids: list[str] = field(default_factory=list)
     fallback_answers: int | None = None
     audit: dict[str, int] | None = None
+    infra_failures: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (pass@k keys as strings ``"1"``, ``"2"``, ...)."""
         data = asdict(self)
         data["pass_at_k"] = {str(k): v for k, v in self.pass_at_k.items()}
         return data
+
+
+def infra_cause_of(o: SampleOutcome) -> str | None:
+    """The failure not of the model's that touched a sample, with the rules of :mod:`tirl.algo.infra`: an
+    engine error, a tool call answered ``internal``, a verifier crash or deadline; None for none."""
+    if o.finish_reason == "error":
+        return "engine"
+    if o.tool_internal_errors:
+        return "tool_internal"
+    if o.verdict_status in ("verifier_error", "timeout"):
+        return "verifier"
+    return None
 
 
 def _k_values(n: int) -> list[int]:
@@ -266,4 +283,5 @@ def summarize(benchmark: str, outcomes: Iterable[SampleOutcome], *, unparsable_g
         unparsable_gold_ids=sorted(bad_gold),
         fallback_answers=sum(o.answer_source == "fallback" for o in all_outcomes) if answer_fallback else None,
         audit=dict(audit) if audit is not None else None,
+        infra_failures={c: sum(infra_cause_of(o) == c for o in all_outcomes) for c in INFRA_CAUSES},
     )

@@ -57,12 +57,20 @@ AUDIT_ROW: tuple[str, Callable[[BenchmarkSummary], str]] = (
 strings, hedged answers, memory or socket probes (failed ones), answers first seen in a tool response."""
 
 
+INFRA_ROW: tuple[str, Callable[[BenchmarkSummary], str]] = (
+    "failed by tirl, not the model (engine/tool/verifier)",
+    lambda s: "/".join(str(s.infra_failures.get(c, 0)) for c in ("engine", "tool_internal", "verifier")))
+"""Shown when some sample was touched by an infrastructure failure (``BenchmarkSummary.infra_failures``)."""
+
+
 def _rows(summaries: Sequence[BenchmarkSummary]) -> tuple[tuple[str, Callable[[BenchmarkSummary], str]], ...]:
     rows = ROWS
     if any(s.fallback_answers is not None for s in summaries):
         rows = rows + (FALLBACK_ROW,)
     if any(s.audit is not None for s in summaries):
         rows = rows + (AUDIT_ROW,)
+    if any(sum(s.infra_failures.values()) for s in summaries):
+        rows = rows + (INFRA_ROW,)
     return rows
 
 

@@ -62,7 +62,7 @@ class RLConsole(TrainerCallback):
         def g(key: str) -> float:
             return log_value(logs, key)
 
-        Console(stderr=True).print(
+        Console(stderr=True, soft_wrap=True).print(  # one line per step, whatever the terminal width
             f"[bold]{self.stage}[/] step {state.global_step}/{state.max_steps}  "
             f"reward {g('tirl/reward/mean'):.3f}  kept {g('tirl/reward/kept_mean'):.3f}  "
             f"tool-err(correct) {g('tirl/tool_error_in_correct/before'):.3f}->"

@@ -121,6 +121,9 @@ class RolloutConfig(AgentLoopSettings):
         vllm_server_base_url: for ``server`` mode.
         vllm_gpu_memory_utilization: for ``colocate`` mode.
         vllm_tensor_parallel_size: for ``colocate`` mode.
+        mask_verifier_timeouts: a verifier that misses its deadline on an answer masks that trajectory like
+            any other infrastructure failure (:mod:`tirl.algo.infra`); false grades it as wrong (reward 0),
+            which denies a policy the escape of answers too large to compare.
     """
 
     max_turns: int = 10
@@ -140,6 +143,7 @@ class RolloutConfig(AgentLoopSettings):
     vllm_server_base_url: str | None = None
     vllm_gpu_memory_utilization: float = 0.5
     vllm_tensor_parallel_size: int = 1
+    mask_verifier_timeouts: bool = True
 
     @property
     def samples_per_problem(self) -> int:

@@ -20,8 +20,8 @@ Metric names (all floats):
     response length in model tokens (loss-mask ones; tool tokens excluded).
 ``truncation_rate``
     share of sampled trajectories that ended on the token budget or the context window.
-``tool_calls/per_traj``, ``tool_calls/error_rate``
-    tool calls per sampled trajectory; failing share of all calls.
+``tool_calls/per_traj``, ``tool_calls/error_rate``, ``tool_calls/count``
+    tool calls per sampled trajectory; failing share of all calls; calls.
 ``tool_calls/internal``
     tool calls of the sampled trajectories answered ``internal`` (the sandbox failed, not the model's code: a
     service restarted or unreachable past the client's retries), counted on this process.
@@ -29,6 +29,8 @@ Metric names (all floats):
     with a sandbox service: batches of calls moved to another server, re-sent to the same server after it came
     back, and calls re-sent after an ``internal`` answer, during this step's rollout (calls that met a restart
     and were then answered by a server; absent with the local pool).
+``infra/masked``, ``infra/masked_share``, ``infra/masked_{tool_internal,verifier,engine}``
+    trajectories masked for infrastructure failures (:mod:`tirl.algo.infra`; added by the rollout function).
 ``groups/dropped``, ``groups/undersized``, ``groups/all_correct``, ``groups/all_wrong``
     counts of groups this step on this process.
 ``reward/unscored``
@@ -46,10 +48,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tirl.algo.infra import is_internal
 from tirl.algo.roc import Candidate, Selection, is_scored
 from tirl.protocol.types import Trajectory
 
@@ -134,7 +138,8 @@ def step_metrics(
         "truncation_rate": _mean([float(t.truncated) for t in trajectories]),
         "tool_calls/per_traj": _mean([float(c) for c in calls]),
         "tool_calls/error_rate": tool_error_share(trajectories),
-        "tool_calls/internal": float(sum(int(t.metadata.get("tool_internal_errors", 0)) for t in trajectories)),
+        "tool_calls/count": float(sum(calls)),
+        "tool_calls/internal": float(sum(is_internal(rec) for t in trajectories for rec in t.tool_call_records)),
         "groups/count": float(len(selections)),
         "groups/dropped": float(sum(s.status in ("dropped_equal", "empty") for s in selections)),
         "groups/undersized": float(sum(s.status == "undersized" for s in selections)),
@@ -164,17 +169,29 @@ class MetricsLog:
             fh.write(json.dumps(clean) + "\n")
 
     def truncate_after(self, step: int) -> int:
-        """Drop records whose ``step`` is greater than ``step``; returns how many were dropped."""
+        """Drop records whose ``step`` is greater than ``step`` (and any line a killed run left half-written, so
+        that the next append starts on a fresh line); returns how many records were dropped. The file is
+        rewritten to a temporary name and renamed, so a kill here loses nothing."""
         if not self.path.exists():
             return 0
-        kept, dropped = [], 0
-        for rec in read_metrics(self.path):
-            if isinstance(rec.get("step"), (int, float)) and rec["step"] > step:
+        lines = self.path.read_text(encoding="utf-8").split("\n")
+        kept, dropped, broken = [], 0, 0
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                broken += 1
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("step"), (int, float)) and rec["step"] > step:
                 dropped += 1
             else:
-                kept.append(rec)
-        if dropped:
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+                kept.append(line)
+        if dropped or broken or (lines and lines[-1] != ""):
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            os.replace(tmp, self.path)
         return dropped
 
 

@@ -30,7 +30,14 @@ from typing import Any
 
 from tirl.data.problem import Problem
 from tirl.data.training import load_training_problems
-from tirl.train.common import checkpoint_step, last_checkpoint, load_policy, resolve_init_from, trl_module
+from tirl.train.common import (
+    checkpoint_step,
+    last_checkpoint,
+    load_policy,
+    resolve_init_from,
+    set_aside_incomplete,
+    trl_module,
+)
 from tirl.train.config import RLConfig, dump_config
 from tirl.train.metrics import MetricsLog
 from tirl.train.rollout_func import (
@@ -60,9 +67,12 @@ class BuiltRun:
     resume_from: Path | None
     metrics_log: MetricsLog | None
 
-    def close(self) -> None:
-        """Release the rollout's sandbox, engine and event loop."""
-        closer = getattr(self.rollout.source, "close", None)
+    def close(self, interrupted: bool = False) -> None:
+        """Release the rollout's sandbox, engine and event loop; ``interrupted``: the sandbox and the loop only
+        (the engine may be inside a generation call that cannot be cut short; the process is about to end)."""
+        closer = getattr(self.rollout.source, "close_sandbox" if interrupted else "close", None)
+        if closer is None and interrupted:
+            closer = getattr(self.rollout.source, "close", None)
         if closer is not None:
             closer()
 
@@ -134,6 +144,57 @@ def filter_prompt_length(problems: Sequence[Problem], tokenizer: Any, max_tokens
     return kept
 
 
+def _is_main_process() -> bool:
+    """False in the processes of ``accelerate launch`` (or torchrun) other than rank 0."""
+    import os
+
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
+class _PlaceholderRewardFilter(logging.Filter):
+    """Drops TRL's "All reward functions returned None" warning: tirl's placeholder slots (and masked
+    trajectories) carry reward None on purpose (:mod:`tirl.train.rollout_func`), and the warning, a dump of
+    the step's metrics, came every step."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("All reward functions returned None")
+
+
+def _quiet_placeholder_warning() -> None:
+    trl_logger = logging.getLogger("trl.trainer.grpo_trainer")
+    if not any(isinstance(f, _PlaceholderRewardFilter) for f in trl_logger.filters):
+        trl_logger.addFilter(_PlaceholderRewardFilter())
+
+
+def preflight(config: RLConfig) -> None:
+    """Check what a run needs outside its recipe before any model is loaded, so that a missing package or a
+    dead server ends in one line instead of a traceback minutes later.
+
+    Raises:
+        ValueError: ``logging.report_to`` names an integration whose package is missing,
+            ``rollout.use_vllm`` without vLLM, or a ``rollout.server_url`` that does not answer.
+    """
+    import importlib.util
+
+    packages = {"wandb": ("wandb",), "tensorboard": ("tensorboard", "tensorboardX")}
+    for name in config.logging.report_to:
+        needed = packages.get(name)
+        if needed and not any(importlib.util.find_spec(m) for m in needed):
+            raise ValueError(f"logging.report_to names {name}, which is not installed: pip install {needed[0]}, "
+                             f"or drop it from logging.report_to")
+    if config.rollout.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise ValueError("rollout.use_vllm=true needs vLLM (pip install vllm, on a GPU machine); set "
+                         "rollout.use_vllm=false to generate with transformers")
+    if config.rollout.server_url:
+        import asyncio
+
+        from tirl.rollout.capacity import probe_health
+
+        if not asyncio.run(probe_health(config.rollout.server_url)):
+            raise ValueError(f"rollout.server_url {config.rollout.server_url} does not answer (GET /health, "
+                             "/v1/models): start the server, or unset rollout.server_url")
+
+
 def build_trainer(
     config: RLConfig,
     *,
@@ -156,17 +217,22 @@ def build_trainer(
         :func:`train`).
 
     Raises:
-        ValueError: an invalid configuration, or no problems left after filtering.
+        ValueError: an invalid configuration, a failed :func:`preflight` (default source only), or no problems
+            left after filtering.
         FileNotFoundError: ``init_from`` names nothing usable.
     """
     from datasets import Dataset
 
+    if source is None:
+        preflight(config)
     if num_processes is None:
         # The training arguments set up accelerate's distributed state (on CPU a PartialState created earlier can
         # still report one process), so ask them for the world size.
         num_processes = int(grpo_args(config, 1).world_size)
     config.validate(num_processes)
     resume_from = last_checkpoint(config.output_dir) if config.resume else None
+    if config.resume and _is_main_process():  # one process renames; the others pass the folder over anyway
+        set_aside_incomplete(config.output_dir)
     init_from = None
     if config.init_from and resume_from is None:
         init_from = resolve_init_from(config.init_from)
@@ -209,6 +275,7 @@ def build_trainer(
     from tirl.train.callbacks import JsonlMetrics, RLConsole, StepTimer, WatchdogStop
     from tirl.train.trainer import RocGRPOTrainer
 
+    _quiet_placeholder_warning()
     trainer = RocGRPOTrainer(
         model=model,
         reward_funcs=[passthrough_reward],
@@ -228,36 +295,126 @@ def build_trainer(
     return BuiltRun(trainer, rollout, problems, resume_from, metrics_log)
 
 
+FINAL_MARKER = "tirl_final.json"
+"""Written last into ``output_dir/final``: the step whose weights the folder holds."""
+
+# files of a checkpoint-N folder that are training state, not the model (left out of final/)
+_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin",
+                "tirl_checkpoint.json")
+
+
+def final_step(output_dir: str | Path) -> int | None:
+    """The step whose weights ``output_dir/final`` holds, or None when there is no complete final folder."""
+    import json
+
+    marker = Path(output_dir) / "final" / FINAL_MARKER
+    try:
+        return int(json.loads(marker.read_text(encoding="utf-8"))["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _publish_final(tmp: Path, final: Path, step: int) -> Path:
+    """Mark ``tmp`` as holding step ``step`` and move it to ``final`` (replacing an older one)."""
+    import json
+    import shutil
+
+    (tmp / FINAL_MARKER).write_text(json.dumps({"step": int(step)}), encoding="utf-8")
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return final
+
+
+def final_from_checkpoint(checkpoint: str | Path, output_dir: str | Path) -> Path:
+    """Write ``output_dir/final`` from ``checkpoint`` (a complete ``checkpoint-N``): its model files (weights or
+    LoRA adapter, configs, tokenizer), without optimiser, scheduler, RNG and trainer state. The last step's
+    checkpoint holds exactly the weights training ends with, so this is what an interrupted final save (or a
+    watch-dog stop on the last step) leaves to be done."""
+    import shutil
+
+    src, final = Path(checkpoint), Path(output_dir) / "final"
+    tmp = final.with_name("final.partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    for path in src.iterdir():
+        if path.is_file() and path.name not in _STATE_FILES and not path.name.startswith("rng_state"):
+            shutil.copy2(path, tmp / path.name)
+    return _publish_final(tmp, final, checkpoint_step(src))
+
+
+def finished_run(config: RLConfig) -> Path | None:
+    """``output_dir/final`` when the run of ``config`` has already trained its ``max_steps`` (its newest complete
+    checkpoint is at or past that step), else None. A finished run whose ``final`` folder is missing or
+    half-written gets it written from that checkpoint first. None also when ``resume`` is off."""
+    if not config.resume:
+        return None
+    ckpt = last_checkpoint(config.output_dir)
+    if ckpt is None or checkpoint_step(ckpt) < config.max_steps:
+        return None
+    if final_step(config.output_dir) != checkpoint_step(ckpt) and _is_main_process():
+        logger.info("writing %s/final from %s (the run had trained all its steps)", config.output_dir, ckpt.name)
+        final_from_checkpoint(ckpt, config.output_dir)
+    return Path(config.output_dir) / "final"
+
+
 def train(config: RLConfig, **kwargs: Any) -> Path:
     """Build and run one stage; returns the folder of the final weights (``output_dir/final``).
 
-    Keyword arguments go to :func:`build_trainer`. The rollout's sandbox and event loop are released even when
-    training fails.
+    A run that has already trained ``max_steps`` is not trained again (:func:`finished_run`); one with a
+    checkpoint resumes from the newest complete one and says so (INFO on ``tirl.train.rl``). Keyword arguments
+    go to :func:`build_trainer`. The rollout's sandbox and event loop are released even when training fails.
+    ``final`` is written to a temporary folder and renamed, with :data:`FINAL_MARKER` naming its step.
 
     Raises:
-        tirl.train.watchdog.RunStopped: the watch-dog stopped the run (a checkpoint of its last step is saved;
-            no ``final`` folder is written).
+        tirl.train.watchdog.RunStopped: the watch-dog stopped the run; a checkpoint of its last step is saved,
+            and when that step is the last one ``final`` is written too (the exception's ``final``).
     """
+    done = finished_run(config)
+    if done is not None:
+        logger.info("%s is finished (%d steps): nothing to train", config.output_dir, config.max_steps)
+        return done
     run = build_trainer(config, **kwargs)
+    final = Path(config.output_dir) / "final"
+    interrupted = False
     try:
         if run.resume_from is not None:
-            logger.info("resuming from %s", run.resume_from)
+            logger.info("resuming from %s (step %d of %d)", run.resume_from, checkpoint_step(run.resume_from),
+                        config.max_steps)
         run.trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
+        step = int(run.trainer.state.global_step)
         if run.rollout.watchdog.stop_reason:
-            raise RunStopped(run.rollout.watchdog.stop_reason)
-        final = Path(config.output_dir) / "final"
-        run.trainer.save_model(str(final))
+            stopped = RunStopped(run.rollout.watchdog.stop_reason)
+            stopped.checkpoint = Path(config.output_dir) / f"checkpoint-{step}"
+            if step >= config.max_steps and run.trainer.accelerator.is_main_process:
+                stopped.final = final_from_checkpoint(stopped.checkpoint, config.output_dir)
+            raise stopped
+        tmp = final.with_name("final.partial")
+        run.trainer.save_model(str(tmp))
         if run.trainer.accelerator.is_main_process:
-            run.trainer.processing_class.save_pretrained(str(final))
+            run.trainer.processing_class.save_pretrained(str(tmp))
+            _publish_final(tmp, final, step)
         return final
+    except KeyboardInterrupt:
+        # the rollout's tasks are abandoned mid-flight: asyncio's "Task was destroyed but it is pending!"
+        # lines (about 35 per interrupt) say nothing the resume line does not
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        interrupted = True
+        raise
     finally:
-        run.close()
+        run.close(interrupted=interrupted)
 
 
 __all__ = [
     "BuiltRun",
+    "FINAL_MARKER",
     "build_trainer",
     "filter_prompt_length",
+    "final_from_checkpoint",
+    "final_step",
+    "finished_run",
     "grpo_args",
+    "preflight",
     "train",
 ]

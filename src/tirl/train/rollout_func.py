@@ -19,6 +19,10 @@ How TRL forms groups (trl 1.16, read from ``grpo_trainer.py``, ``trainer/utils.p
    and :class:`tirl.train.trainer.RocGRPOTrainer` puts it in place of TRL's; the largest difference from TRL's own
    value is logged as ``check/adv_diff_vs_trl`` (close to 0 for binary rewards when grouping agrees).
 
+A trajectory touched by an infrastructure failure (a tool call answered ``internal``, an engine error, a
+verifier crash or deadline; :mod:`tirl.algo.infra`) is masked: its reward is None, so RoC never keeps it and
+its group's mean and spread leave it out; ``infra/masked*`` count them each step.
+
 Slots that cannot be filled with a real kept trajectory (a group dropped by ``drop_all_equal``, fewer than G
 scorable trajectories, an empty response; field case F80) get a one-token placeholder completion (the
 end-of-turn id) with ``env_mask`` 0, reward None and advantage 0: it adds no token to the loss and no gradient.
@@ -44,6 +48,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tirl.algo.advantages import group_advantages
+from tirl.algo.infra import infra_cause, masked_metrics
 from tirl.algo.roc import Candidate, Selection, candidate
 from tirl.algo.selection import get_rule, rule_name
 from tirl.data.problem import Problem
@@ -157,6 +162,7 @@ class RolloutStats:
     selections: list[Selection] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     slot_sources: list[int | None] = field(default_factory=list)  # trajectory index per slot, None = placeholder
+    infra: list[str | None] = field(default_factory=list)  # per trajectory: what masked it (tirl.algo.infra)
 
 
 class RocRolloutFunc:
@@ -249,7 +255,10 @@ class RocRolloutFunc:
         repeated = [p for p in problems for _ in range(n)]
         scores = self.scorer.score(trajectories, repeated)
         t_verify = time.perf_counter() - t0
-        rewards = [s.reward for s in scores]
+        # infrastructure failures (not the model's) are masked: no reward, never kept, out of the group stats
+        causes = [infra_cause(t, s.status, mask_verifier_timeouts=cfg.rollout.mask_verifier_timeouts)
+                  for t, s in zip(trajectories, scores)]
+        rewards = [None if c else s.reward for s, c in zip(scores, causes)]
         candidates: list[Candidate] = [candidate(t, r, cfg.roc) for t, r in zip(trajectories, rewards)]
 
         out: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
@@ -304,6 +313,7 @@ class RocRolloutFunc:
         for key in ("prefill_s", "decode_s", "sync_s", "prefill_tokens", "decode_tokens"):
             if key in engine_stats:
                 metrics[f"time/{key}" if key.endswith("_s") else f"engine/{key}"] = engine_stats[key]
+        metrics.update(masked_metrics(causes))
         metrics.update({
             "time/rollout_s": t_rollout,
             "time/tool_exec_s": float(tool_time),
@@ -317,13 +327,13 @@ class RocRolloutFunc:
         for reason in ("answer", "max_turns", "length", "context", "eos", "error"):
             finished = sum(t.finish_reason == reason for t in trajectories)
             metrics[f"finish/{reason}"] = finished / max(1, len(trajectories))
-        self.last = RolloutStats(trajectories, selections, metrics, slot_sources)
+        self.last = RolloutStats(trajectories, selections, metrics, slot_sources, causes)
         self.calls += 1
         self.watchdog.observe(step + 1, metrics)
         if cfg.logging.log_trajectories:
             process_index = int(getattr(getattr(trainer, "accelerator", None), "process_index", 0) or 0)
             self._log_trajectories(step, process_index, problems, n, trajectories, scores, candidates, selections,
-                                   rule.name)
+                                   rule.name, causes)
         result: dict[str, Any] = dict(out)
         result[METRICS_KEY] = metrics  # a non-list extra field: TRL copies it into every input row
         return result
@@ -332,11 +342,12 @@ class RocRolloutFunc:
     def _log_trajectories(self, step: int, process_index: int, problems: Sequence[Problem], n: int,
                           trajectories: Sequence[Trajectory], scores: Sequence[Score],
                           candidates: Sequence[Candidate], selections: Sequence[Selection],
-                          rule: str = "") -> None:
+                          rule: str = "", causes: Sequence[str | None] = ()) -> None:
         """Write every sampled trajectory of this step to ``output_dir/trajectories/step_NNNNN_rankR.jsonl``.
 
         One line per trajectory: step, group, problem text and reference, the RoC decision (``kept``,
-        ``p_err``, ``p_format``, the group's selection status, mode and ``rule``), reward and verifier status, final
+        ``p_err``, ``p_format``, the group's selection status, mode and ``rule``), reward and verifier status, ``infra``
+        (the infrastructure failure that masked it, :mod:`tirl.algo.infra`, or null), final
         answer, finish reason, per-turn records (text, tool calls with code, result and class, as in an eval
         run's ``turns``), ``tool_calls`` (classes) and the exact ``prompt_ids``/``response_ids``/``loss_mask``
         (read by ``tirl view`` and ``tirl analyze entropy``).
@@ -356,6 +367,7 @@ class RocRolloutFunc:
                         "sample": j, "kept": j in kept, "selection": selections[gi].status, "roc_mode": mode,
                         "rule": rule,
                         "reward": sc.reward, "verify_status": sc.status, "final_answer": t.final_answer,
+                        "infra": causes[gi * n + j] if causes else None,
                         "p_err": c.p_err, "p_format": c.p_format, "finish_reason": t.finish_reason,
                         "model_tokens": t.num_model_tokens,
                         "tool_calls": [rec.cls for rec in t.tool_call_records],
@@ -545,6 +557,12 @@ class AgentLoopSource:
     def close(self) -> None:
         """Close the engine's batcher, the executor and the background loop. Idempotent."""
         self.runtime.close(self._engine)
+        self._engine = None
+
+    def close_sandbox(self) -> None:
+        """Close the executor and the background loop but not the engine (after an interrupt: the engine may
+        be inside a generation call that cannot be cut short, and the process is about to end)."""
+        self.runtime.close()
         self._engine = None
 
 

@@ -48,6 +48,27 @@ class RocGRPOTrainer(trl.GRPOTrainer):
             output["advantages"] = mine
         return output
 
+    def _get_train_sampler(self, dataset: Any = None) -> Any:
+        """TRL's ``RepeatSampler`` whose shuffle is a function of ``(seed, epoch)`` (:class:`EpochRepeatSampler`),
+        so that a run resumed in a later epoch sees the same order as one that never stopped."""
+        base = super()._get_train_sampler(dataset)
+        if not isinstance(base, trl.trainer.utils.RepeatSampler) or not base.shuffle:
+            return base
+        return EpochRepeatSampler(base.data_source, base.mini_repeat_count, base.batch_size, base.repeat_count,
+                                  shuffle=True, seed=base.seed)
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """transformers' checkpoint, then :func:`tirl.train.common.write_checkpoint_marker` (main process): a
+        checkpoint without its marker or with a file of another size is half-written and never resumed from."""
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            from pathlib import Path
+
+            from tirl.train.common import write_checkpoint_marker
+
+            folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+            write_checkpoint_marker(folder, self.state.global_step)
+
     def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> Any:
         """TRL's loss on the micro-batch cut to the rows and columns that carry gradient
@@ -85,4 +106,26 @@ class RocGRPOTrainer(trl.GRPOTrainer):
         super().log(logs, start_time)
 
 
-__all__ = ["RocGRPOTrainer"]
+class EpochRepeatSampler(trl.trainer.utils.RepeatSampler):
+    """TRL's ``RepeatSampler`` with ``set_epoch``: epoch e's permutation comes from a generator seeded with
+    ``seed + e`` instead of one generator advanced epoch after epoch.
+
+    TRL's sampler draws each epoch's order from one generator made at construction, and transformers (5.x)
+    builds a fresh sampler on resume without replaying earlier epochs, so a run resumed in epoch 2 or later
+    would replay epoch 1's order: some problems twice, others never. transformers calls ``set_epoch`` on the
+    sampler (through accelerate's ``DataLoaderShard.set_epoch``) before each epoch, resumed or not.
+    """
+
+    epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use epoch ``epoch``'s order on the next iteration."""
+        self.epoch = int(epoch)
+
+    def __iter__(self) -> Any:
+        self.generator = torch.Generator()
+        self.generator.manual_seed(int(self.seed or 0) + self.epoch)
+        return super().__iter__()
+
+
+__all__ = ["EpochRepeatSampler", "RocGRPOTrainer"]

@@ -53,7 +53,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tirl.algo.infra import is_internal
 from tirl.algo.roc import Candidate, Selection, is_scored
 from tirl.protocol.types import Trajectory
 
@@ -139,7 +138,8 @@ def step_metrics(
         "tool_calls/per_traj": _mean([float(c) for c in calls]),
         "tool_calls/error_rate": tool_error_share(trajectories),
         "tool_calls/count": float(sum(calls)),
-        "tool_calls/internal": float(sum(is_internal(rec) for t in trajectories for rec in t.tool_call_records)),
+        # the agent loop counts the calls answered internal (metadata["tool_internal_errors"])
+        "tool_calls/internal": float(sum(int(t.metadata.get("tool_internal_errors", 0)) for t in trajectories)),
         "groups/count": float(len(selections)),
         "groups/dropped": float(sum(s.status in ("dropped_equal", "empty") for s in selections)),
         "groups/undersized": float(sum(s.status == "undersized" for s in selections)),

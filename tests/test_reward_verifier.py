@@ -186,7 +186,8 @@ def test_stats_count_every_status_and_log_the_abnormal_ones(caplog: pytest.LogCa
         verify_batch(items, executor, stats=stats)
     snap = stats.snapshot()
     assert snap["total"] == 5 and snap["correct"] == 2
-    assert snap["by_status"] == {"ok": 2, "no_answer": 1, "unparsable_gold": 1, "timeout": 1, "verifier_error": 0}
+    assert snap["by_status"] == {"ok": 2, "no_answer": 1, "hedged": 0, "unparsable_gold": 1, "timeout": 1,
+                                 "verifier_error": 0}
     logged = " ".join(record.getMessage() for record in caplog.records)
     assert "unparsable_gold" in logged and "timeout" in logged
     assert "no_answer" not in logged

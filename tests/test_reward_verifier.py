@@ -448,3 +448,10 @@ def test_given_answers_skip_extraction() -> None:
     assert [v.extracted for v in verdicts] == ["\\frac{2}{4}", "7 apples", None]  # taken as given, not searched
     assert [v.correct for v in verdicts] == [True, True, False]
     assert verdicts[2].status == "no_answer"
+
+
+def test_the_reference_probe_is_not_a_hedged_answer() -> None:  # issue 23: it must reach the reference's parsing
+    from tirl.reward.forms import commitment_problem
+    from tirl.reward.verifier import REFERENCE_PROBE
+
+    assert commitment_problem(REFERENCE_PROBE, "5") is None

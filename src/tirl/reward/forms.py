@@ -57,7 +57,6 @@ from fractions import Fraction
 from typing import NamedTuple
 
 from tirl.reward.normalize import (
-    HEDGE_PATTERN,
     HEDGE_WORDS,
     MAX_DECORATED_CHARS,
     NEGATION_WORDS,
@@ -280,14 +279,12 @@ def _repeating_fraction(match: re.Match[str]) -> str:
 
 
 # ------------------------------------------------------------------------------------- committed answers
-_COMMAND_WORD = re.compile(r"\\[A-Za-z]+")
 _OR_COMMANDS = re.compile(r"\\(?:lor|vee)(?![A-Za-z])")
 _APPROX_COMMANDS = re.compile(r"\\(?:approx|thickapprox|simeq)(?![A-Za-z])|≈")
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textrm|textbf|textit|textnormal|mathrm|mathbf|mathit|mbox|hbox|operatorname)"
                            r"\s*\{([^{}]*)\}")
 _OR_WORD = re.compile(r"(?<![A-Za-z\\])or(?![A-Za-z])", re.IGNORECASE)
 _RELATION = re.compile(r"[=<>≤≥≠∈]|\\(?:[lg]eq?|[lg]eqslant|[lg]t|neq?|in|notin|not)(?![A-Za-z])")
-_LETTER = re.compile(r"[A-Za-z≈]")
 
 
 def _plain_words(text: str) -> str:
@@ -305,11 +302,23 @@ def _plain_words(text: str) -> str:
 
 def hedge_words(text: str) -> frozenset[str]:
     """The hedge and negation words (:data:`tirl.reward.normalize.HEDGE_WORDS`, ``NEGATION_WORDS``) in ``text``,
-    lowercase; ``\\lor``/``\\vee`` count as "or", ``\\approx`` as "approximately". Never raises on a string."""
-    if not isinstance(text, str) or not _LETTER.search(text):
+    lowercase; ``\\lor``/``\\vee`` count as "or", ``\\approx`` as "approximately". Never raises on a string.
+
+    A word is a whole run of ASCII letters not led by a backslash (``\\not``, ``\\notin`` are commands; the
+    content of ``\\text{or}`` is a word): one scan of the text, so the integer path stays fast.
+    """
+    if not isinstance(text, str):
         return frozenset()
-    plain = _COMMAND_WORD.sub(" ", _plain_words(text))
-    return frozenset(m.group(0).lower().replace("'", "") for m in HEDGE_PATTERN.finditer(plain))
+    found = {_WORD_OF[run.lower()] for run in _LETTER_RUN.findall(text) if run.lower() in _WORD_OF}
+    if "≈" in text:
+        found.add("approximately")
+    return frozenset(found)
+
+
+_LETTER_RUN = re.compile(r"\\?[A-Za-z]+")
+_WORD_OF = {word: word for word in HEDGE_WORDS | NEGATION_WORDS if word.isalpha()}
+_WORD_OF.update({"isn": "isnt", "\\lor": "or", "\\vee": "or", "\\approx": "approximately",
+                 "\\thickapprox": "approximately", "\\simeq": "approximately"})
 
 
 def is_list(text: str) -> bool:
@@ -402,10 +411,12 @@ _TRAILING_PERCENT = re.compile(r"(?<=\d)\\?%$")
 def value_key(answer: str | None) -> str | None:
     """A key under which equal answers meet (the vote key of maj@k), or None for no answer.
 
-    The answer is read (:func:`read_answer`: punctuation, constants, base numerals, mixed numbers), a
-    single-variable assignment prefix is dropped (``x = 5`` is ``5``), then: a number of the integer policy
-    (``1,000``, ``\\$18``, ``5.0``), a decimal or a fraction of integers (``0.5``, ``\\dfrac{1}{2}``, ``1/2``,
-    ``\\frac{-3}{4}``) becomes its exact value (``"=1/2"``); anything else its normal text
+    A hedged answer (:func:`commitment_problem`: ``2\\text{ or 3}``) gets a key of its own (``"?..."``), so it
+    never votes for a value. Otherwise the answer is read (:func:`read_answer`: punctuation, constants, base
+    numerals, mixed numbers, repeating decimals, Unicode digits), a single-variable assignment prefix is dropped
+    (``x = 5`` is ``5``), then: a number of the integer policy (``1,000``, ``\\$18``, ``5.0``, ``１２``), a decimal
+    or a fraction of integers (``0.5``, ``12.5\\%``, ``\\dfrac{1}{2}``, ``1/2``, ``\\frac{-3}{4}``) becomes its
+    exact value (``"=1/2"``); anything else its normal text
     (:func:`tirl.reward.normalize.normalize_text` without whitespace). Equal keys mean equal answers; different
     keys may still be equal answers that only the symbolic verifier can match (``\\frac{\\sqrt{2}}{2}`` and
     ``\\frac{1}{\\sqrt{2}}``). Never raises on a string.

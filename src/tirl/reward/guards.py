@@ -13,6 +13,10 @@ Covers, for parsed sympy objects:
   exact prediction (``\\frac{100}{3}``) that rounds to it matches (field case F71);
 * :func:`equal_assuming_positive`: ``\\sqrt{1/n}`` equals ``\\frac{1}{\\sqrt{n}}`` for positive ``n``, the
   usual context of such answers (field case F67).
+* :func:`exact_value`, :func:`has_huge_number`, :func:`same_power` (issue 23): rational numbers compared
+  exactly (decimals as written, so ``6.02 \\times 10^{23}`` is an integer), numbers too large to evaluate
+  compared as powers of an integer (``3^{3^{12}}`` and ``3^{531441}``); :data:`FLOAT_RELATIVE_TOLERANCE` for
+  numbers written with a decimal (``0.0000002`` is not ``0.0000001``).
 
 It runs inside sandbox workers (imported by :mod:`tirl.reward.worker`), never in the trainer's process: every
 function here may evaluate sympy expressions, and only the process deadline bounds that. It does not parse

@@ -65,6 +65,7 @@ HEDGE_PATTERN = re.compile(
 # Full-width ASCII forms (U+FF01..U+FF5E) and the ideographic space; NFKC maps them to ASCII.
 _FULL_WIDTH = re.compile("[\uff01-\uff5e\u3000]")
 _NON_ASCII_DIGIT = re.compile(r"[^\x00-\x7f]")
+_DIGIT = re.compile(r"\d")
 _UNIT_EXPONENT = re.compile(r"\^\s*\{?\s*[23]\s*\}?")
 
 
@@ -82,7 +83,9 @@ def ascii_digits(text: str) -> str:
 def names_hedge(text: str) -> bool:
     """True when ``text`` holds a word of :data:`HEDGE_WORDS` or :data:`NEGATION_WORDS` (or a digit, which a
     unit never holds): such a trailing text is never dropped as a unit."""
-    return bool(HEDGE_PATTERN.search(text)) or any(c.isdigit() for c in _UNIT_EXPONENT.sub("", text))
+    if HEDGE_PATTERN.search(text):
+        return True
+    return bool(_DIGIT.search(_UNIT_EXPONENT.sub("", text) if "^" in text else text))
 
 _DELIMITERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
 _TEXT_COMMANDS = r"(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox|hbox)"
@@ -196,10 +199,10 @@ def canonical_integer(answer: str | None) -> str | None:
     """
     if not isinstance(answer, str):
         return None
-    text = strip_math_delimiters(ascii_digits(answer))
+    text = strip_math_delimiters(answer if answer.isascii() else ascii_digits(answer))
     if len(text) > MAX_DECORATED_CHARS:
         return _plain_integer(text)
-    text = _TRAILING_TEXT_UNIT.sub(_drop_unit, text)
+    text = _drop_unit(_TRAILING_TEXT_UNIT.search(text), text)
     text = _unwrap_text_commands(text)
     text = _LEFT_RIGHT.sub("", text)
     text = text.replace("{,}", ",")
@@ -208,7 +211,7 @@ def canonical_integer(answer: str | None) -> str | None:
     text = _PERCENT.sub("", text)
     text = _DEGREES.sub("", text)
     text = text.strip()
-    text = _PLAIN_UNIT.sub(_drop_unit, text)
+    text = _drop_unit(_PLAIN_UNIT.search(text), text)
     text = _ASSIGNMENT.sub("", text)
     text = text.strip()
     if text.endswith(".") and not text.endswith(".."):
@@ -216,9 +219,12 @@ def canonical_integer(answer: str | None) -> str | None:
     return _plain_integer(text)
 
 
-def _drop_unit(match: re.Match[str]) -> str:
-    """A matched trailing unit is dropped, unless it is a hedge or negation (``\\text{ or 3}``, ``is wrong``)."""
-    return match.group(0) if names_hedge(match.group(0)) else ""
+def _drop_unit(match: re.Match[str] | None, text: str) -> str:
+    """``text`` without the trailing unit ``match`` found, unless it is a hedge or negation (``\\text{ or 3}``,
+    ``is wrong``) or holds a number."""
+    if match is None or names_hedge(match.group(0)):
+        return text
+    return text[: match.start()]
 
 
 def _plain_integer(text: str) -> str | None:
@@ -255,7 +261,7 @@ def normalize_text(answer: str | None) -> str | None:
     """
     if not isinstance(answer, str):
         return None
-    text = strip_math_delimiters(ascii_digits(answer))
+    text = strip_math_delimiters(answer if answer.isascii() else ascii_digits(answer))
     text = _unwrap_text_commands(text)
     text = _LEFT_RIGHT.sub("", text)
     text = _FRAC_VARIANTS.sub(r"\\frac", text)

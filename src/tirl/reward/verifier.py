@@ -474,8 +474,9 @@ class Verifier:
         return results
 
 
-#: An answer no reference equals (``Verifier.acheck_references`` compares every reference with it).
-REFERENCE_PROBE = "\\text{tirl: no reference equals this answer}"
+#: An answer no reference equals (``Verifier.acheck_references`` compares every reference with it). It holds
+#: no hedge word (:func:`tirl.reward.forms.commitment_problem`), so it reaches the reference's parsing.
+REFERENCE_PROBE = "\\text{tirl: a reference check that equals nothing}"
 
 
 def _run_inline(coro: Any) -> Any:

@@ -5,9 +5,13 @@ HTTP service) for every answer that the in-process fast paths cannot decide:
 
 * :func:`main`: the entry point of the request program (wire format in :mod:`tirl.reward.payload`): read a
   chunk of ``[gold, pred]`` items from stdin and print one verdict line per item as soon as it is decided;
-* :func:`check`: parse both sides with math-verify (the reference boxed so it parses as LaTeX), apply the
-  magnitude guard, compare with ``math_verify.verify``, then the exact-number guard and the rounded-decimal and
-  positive-variable policies of :mod:`tirl.reward.guards`;
+* :func:`check`: read both sides (:func:`tirl.reward.forms.read_answer`), refuse a box that commits to no
+  single answer (status ``hedged``) and texts over ``MAX_SYMBOLIC_CHARS``, parse both sides with math-verify
+  (the reference boxed so it parses as LaTeX), read ``i`` as the imaginary unit where it is the only free
+  symbol, apply the magnitude guard, compare numbers too large to evaluate as powers of an integer and
+  rational numbers exactly (decimals as written), compare with ``math_verify.verify``, then the exact-number
+  and relative float guards and the rounded-decimal and positive-variable policies of
+  :mod:`tirl.reward.guards`; a percent sign on one side is also tried ignored;
 * :func:`enable_two_stage_parsing` (applied at import): ANTLR SLL-then-LL parsing in latex2sympy, 3 to 10
   times faster on tuples, intervals and sets, with the same results;
 * :func:`warm_up`: exercise the parser and comparator once; :mod:`tirl.reward.warm` runs it at import, so a
@@ -32,7 +36,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
-from sympy import Basic, Eq, I, MatrixBase, Symbol, nan, zoo
+from sympy import Basic, Eq, I, Interval, MatrixBase, Symbol, Tuple, nan, zoo
 
 from tirl.reward import guards
 from tirl.reward.forms import commitment_problem, read_answer
@@ -167,11 +171,17 @@ _PERCENT_END = re.compile(r"\s*\\?%\s*$")
 
 def _imaginary(expr: Any) -> Any:
     """``expr`` with the symbol ``i`` as the imaginary unit when ``i`` is its only free symbol (the value of an
-    assignment ``z = ...`` counts alone): ``i^2`` is -1, ``\\frac{2}{1-i}`` is ``1+i``. An expression with
+    assignment ``z = ...`` counts alone; also in sets, tuples and matrices, and a pair ``(1+i, 2)`` that
+    math-verify reads as an open interval is a pair): ``i^2`` is -1, ``\\frac{2}{1-i}`` is ``1+i``. An expression with
     other variables keeps ``i`` a variable (an index, ``x_i``, is a different symbol anyway)."""
-    if not isinstance(expr, Basic) or isinstance(expr, str):
+    if not isinstance(expr, (Basic, MatrixBase)):
         return expr
     try:
+        if isinstance(expr, Interval) and expr.left_open and expr.right_open \
+                and {s.name for s in expr.free_symbols} == {"i"}:
+            # "(1+i, 2)" is read as an open interval, which cannot have complex ends: it is a pair
+            return Tuple(expr.start.xreplace({s: I for s in expr.free_symbols}),
+                         expr.end.xreplace({s: I for s in expr.free_symbols}))
         target = expr.rhs if isinstance(expr, Eq) and isinstance(expr.lhs, Symbol) and expr.lhs.name != "i" \
             else expr
         names = {s.name for s in target.free_symbols}

@@ -362,6 +362,8 @@ def test_numbers_at_the_extremes_compare_relatively_or_exactly(gold: str, pred: 
         ("2^{1000000}", "2^{1000001}", False),
         ("3^{729}", "3^{3^{6}}", True),  # small enough to evaluate exactly: milliseconds, not sympy's simplify
         ("3^{730}", "3^{3^{6}}", False),
+        ("e^{1000000}", "e^{10^{6}}", True),
+        ("e^{1000000}", "e^{10^{6}+1}", False),
     ],
 )
 def test_huge_powers_are_compared_without_evaluating(gold: str, pred: str, correct: bool) -> None:

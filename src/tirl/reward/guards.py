@@ -578,12 +578,20 @@ def has_huge_number(expr: Any, limit_digits: int) -> bool:
     return False
 
 
-def _power_form(expr: Any, limit_digits: int, depth: int = 0) -> tuple[int, int] | None:
-    """``(r, E)`` with ``expr = r^E``, ``r >= 2`` not a perfect power and ``E >= 1`` exact, or None."""
+def _power_form(expr: Any, limit_digits: int, depth: int = 0) -> tuple[int | str, int] | None:
+    """``(r, E)`` with ``expr = r^E``, ``r >= 2`` an integer that is not a perfect power (or the name of a
+    constant, ``E`` for ``e``) and ``E >= 1`` exact, or None."""
     if depth > _MAX_DEPTH:
         return None
     if isinstance(expr, UnevaluatedExpr):
         return _power_form(expr.args[0], limit_digits, depth + 1)
+    if isinstance(expr, NumberSymbol):
+        return str(expr), 1
+    if isinstance(expr, exp):
+        exponent = exact_value(expr.args[0], limit_digits)
+        if exponent is None or exponent[1] or exponent[0].denominator != 1 or exponent[0] < 1:
+            return None
+        return "E", int(exponent[0])
     if isinstance(expr, Integer):
         n = int(expr)
         if n < 2 or n.bit_length() > 4000:
@@ -603,9 +611,10 @@ def _power_form(expr: Any, limit_digits: int, depth: int = 0) -> tuple[int, int]
 
 
 def same_power(gold: Any, pred: Any, limit_digits: int) -> bool | None:
-    """For numbers too large to evaluate: True/False when both are one power of an integer (``3^{3^{12}}`` and
-    ``3^{531441}``, ``9^{10^6}`` and ``3^{2 \\cdot 10^6}``) and so compare exactly without evaluating; None when
-    either is not of that form. Never raises for sympy input."""
+    """For numbers too large to evaluate: True/False when both are one power of an integer or of a constant
+    (``3^{3^{12}}`` and ``3^{531441}``, ``9^{10^6}`` and ``3^{2 \\cdot 10^6}``, ``e^{10^6}`` and
+    ``e^{1000000}``) and so compare exactly without evaluating; None when either is not of that form. Never
+    raises for sympy input."""
     try:
         a, b = _power_form(gold, limit_digits), _power_form(pred, limit_digits)
     except (TypeError, ValueError, ArithmeticError, RecursionError, AttributeError):

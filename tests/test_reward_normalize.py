@@ -216,3 +216,18 @@ def test_plain_integers_of_any_length_are_integers() -> None:
     assert canonical_integer(digits) == digits
     assert canonical_integer("-" + digits) == "-" + digits
     assert canonical_integer(digits + ".5") is None
+
+
+_PIECES = ["2", "5", "0", ",", " ", "\\text{", "}", " or ", "or", "not", "no", " cm", "\\$", "\\%", "^\\circ", "x = ",
+           "maybe", "\\lor ", "wrong", "is ", "\\mbox{", "three", "meters", ".", "{,}", "\\approx", "dollars"]
+
+
+@settings(max_examples=400)
+@given(st.lists(st.sampled_from(_PIECES), min_size=1, max_size=8))
+def test_an_answer_the_integer_policy_reads_holds_no_hedge(pieces: list[str]) -> None:
+    # The verifier decides such answers on the integer path before its hedge check (issue 23).
+    from tirl.reward.forms import commitment_problem
+
+    text = "".join(pieces)
+    if canonical_integer(text) is not None:
+        assert commitment_problem(text, "5") is None, text

@@ -309,13 +309,18 @@ def hedge_words(text: str) -> frozenset[str]:
     """
     if not isinstance(text, str):
         return frozenset()
-    found = {_WORD_OF[run.lower()] for run in _LETTER_RUN.findall(text) if run.lower() in _WORD_OF}
+    runs = _LETTER_RUN.findall(text)
+    if not runs and "≈" not in text:
+        return _NO_WORDS
+    found = {_WORD_OF.get(run.lower()) for run in runs}
+    found.discard(None)
     if "≈" in text:
         found.add("approximately")
-    return frozenset(found)
+    return frozenset(found)  # type: ignore[arg-type]
 
 
 _LETTER_RUN = re.compile(r"\\?[A-Za-z]+")
+_NO_WORDS: frozenset[str] = frozenset()
 _WORD_OF = {word: word for word in HEDGE_WORDS | NEGATION_WORDS if word.isalpha()}
 _WORD_OF.update({"isn": "isnt", "\\lor": "or", "\\vee": "or", "\\approx": "approximately",
                  "\\thickapprox": "approximately", "\\simeq": "approximately"})

@@ -245,16 +245,16 @@ class Verifier:
         if gold_reading.problem is not None:
             return (Verdict(False, "unparsable_gold", extracted, gold, "none", 0.0, gold_reading.problem),
                     None, gold, None)
-        if not extracted.isdigit():
-            hedge = commitment_problem(extracted, gold, gold_words)
-            if hedge is not None:
-                return Verdict(False, "hedged", extracted, gold, "string", 0.0, hedge), extracted, gold, None
         if cfg.integer_fast_path and gold_int is not None and pred_base is None:
             # Reading the answer never turns an integer of the integer policy into another integer, so an
-            # answer that already is one is decided before the (slower) reading.
+            # answer that already is one is decided before the (slower) reading. Such an answer holds no
+            # hedge word (the integer policy never drops one as a unit), so the check below cannot apply.
             pred_int = canonical_integer(extracted)
             if pred_int is not None:
                 return Verdict(gold_int == pred_int, "ok", extracted, gold, "integer"), extracted, gold, None
+        hedge = commitment_problem(extracted, gold, gold_words)
+        if hedge is not None:
+            return Verdict(False, "hedged", extracted, gold, "string", 0.0, hedge), extracted, gold, None
         pred_reading = read_answer(extracted, pred_base)
         if pred_reading.problem is not None:
             return Verdict(False, "ok", extracted, gold, "string", 0.0, pred_reading.problem), extracted, gold, None

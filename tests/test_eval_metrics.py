@@ -145,3 +145,35 @@ def test_summary_to_dict_is_json_ready():
     d = summarize("toy", _outcomes()).to_dict()
     assert set(d["pass_at_k"]) == {"1", "2", "4"}
     json.dumps(d)
+
+
+@pytest.mark.parametrize("n,c,k", [(4, 2, 2.5), (4, 2, 2.0), (4.0, 2, 2), (4, 1.5, 2), (4, 2, True), (4, 2, "2")])
+def test_pass_at_k_rejects_non_integer_arguments_with_a_clear_error(n, c, k):  # issue 23
+    with pytest.raises(ValueError, match="integer n, c and k"):
+        pass_at_k(n, c, k)
+
+
+def test_pass_at_k_accepts_numpy_integers():
+    import numpy as np
+
+    assert pass_at_k(np.int64(4), np.int64(1), np.int64(1)) == pytest.approx(0.25)
+
+
+def test_majority_reads_digits_percentages_and_repeating_decimals_as_the_grader_does():  # issue 23
+    # full-width digits are the ASCII number, in the vote key as in grading
+    assert majority_correct(["１２", "12", "13"], [True, True, False]) == 1.0
+    assert majority_correct(["１３", "１３", "12"], [False, False, True]) == 0.0
+    # a percent sign is ignored for non-integers too (12.5\% votes with 12.5, as 50\% does with 50)
+    assert majority_correct(["12.5\\%", "12.5", "13", "13", "13"], [True, True, False, False, False]) == 0.0
+    assert majority_correct(["12.5\\%", "12.5", "13"], [False, False, True]) == 0.0
+    # a repeating decimal is its fraction
+    assert majority_correct(["0.\\overline{3}", "\\frac{1}{3}", "0.3"], [False, False, True]) == 0.0
+
+
+def test_majority_hedged_answers_vote_for_no_value():  # issue 23
+    # "2 or 3" is not a vote for 2: the two hedged answers are a group of their own that ties with 2
+    assert majority_correct(["2\\text{ or 3}", "2\\text{ or 3}", "2", "2", "5"],
+                            [False, False, True, True, False]) == 0.5
+    # and a hedged answer never joins the correct group through its key
+    assert majority_correct(["2\\text{ or 3}", "2\\text{ or 3}", "2\\text{ or 3}", "2", "2"],
+                            [False, False, False, True, True]) == 0.0

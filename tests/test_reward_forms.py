@@ -206,3 +206,121 @@ def test_value_key_keeps_different_values_apart(a: str, b: str) -> None:
     from tirl.reward.forms import value_key
 
     assert value_key(a) != value_key(b)
+
+
+# ---------------------------------------------------------------------------------------------- issue 23
+from tirl.reward.forms import commitment_problem, hedge_words, is_list, value_key  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "answer, gold, word",
+    [
+        ("2\\text{ or 3}", "2", "'or'"),
+        ("2 \\text{ (or possibly 3)}", "2", "possibly"),
+        ("2 or three", "2", "'or'"),
+        ("2 \\lor 3", "2", "'or'"),
+        ("2 \\vee 3", "2", "'or'"),
+        ("x = 2 \\text{ or } 3", "2", "'or'"),
+        ("\\frac{1}{2} \\text{ or } \\frac{1}{3}", "\\frac{1}{2}", "'or'"),
+        ("2 \\text{ or } 3", "(2, 3)", "'or'"),  # a tuple is not a list of alternatives
+        ("\\text{maybe } 2", "2", "maybe"),
+        ("\\text{Perhaps} 7", "7", "perhaps"),
+        ("7 \\text{ (probably)}", "7", "probably"),
+        ("\\text{either } 2", "2", "either"),
+        ("\\approx 3.14", "3.14", "approximately"),
+        ("\\text{about } 40", "40", "about"),
+        ("5\\text{ is wrong}", "5", "wrong"),
+        ("5\\text{ is not the answer}", "5", "not"),
+        ("\\text{not } 5", "5", "not"),
+        ("\\textbf{NOT} 5", "5", "not"),
+        ("5 \\text{ (incorrect)}", "5", "incorrect"),
+        ("\\text{No}", "\\text{Yes}", "no"),
+    ],
+)
+def test_hedges_negations_and_alternatives_are_not_committed_answers(answer: str, gold: str, word: str) -> None:
+    problem = commitment_problem(answer, gold)
+    assert problem is not None and word in problem, problem
+
+
+@pytest.mark.parametrize(
+    "answer, gold",
+    [
+        ("x<2 \\text{ or } x>3", "(-\\infty,2)\\cup(3,\\infty)"),  # conditions: a solution set
+        ("x<2 \\lor x>3", "(-\\infty,2)\\cup(3,\\infty)"),
+        ("x=2 \\text{ or } x=3", "2, 3"),
+        ("2 \\text{ or } 3", "2, 3"),  # the reference is a list
+        ("2 \\text{ or } 3", "\\{2, 3\\}"),
+        ("\\text{no}", "\\text{No}"),  # the reference holds the word
+        ("\\text{not possible}", "\\text{not possible}"),
+        ("5\\text{ cm}", "5"),
+        ("\\text{Evelyn}", "\\text{Evelyn}"),
+        ("\\text{(C)}", "C"),
+        ("\\text{east}", "\\text{east}"),
+        ("x \\notin [0, 1]", "x"),  # command names are not words
+        ("x \\neq 2", "x"),
+        ("x \\not= 2", "x"),
+        ("\\text{north}", "\\text{north}"),  # "no" only as a whole word
+        ("\\text{ordinary}", "x"),
+        ("42", "42"),
+        ("", "2"),
+    ],
+)
+def test_committed_answers_are_not_hedged(answer: str, gold: str) -> None:
+    assert commitment_problem(answer, gold) is None
+
+
+def test_hedge_words_and_lists() -> None:
+    assert hedge_words("2 \\text{ (or possibly 3)}") == {"or", "possibly"}
+    assert hedge_words("x \\notin S") == frozenset() and hedge_words("123") == frozenset()
+    assert hedge_words("2 \\vee 3") == {"or"} and hedge_words("\\approx 2") == {"approximately"}
+    assert is_list("2, 3") and is_list("\\{1, 2\\}") and is_list("$x = 1, 2$")
+    assert not is_list("(2, 3)") and not is_list("[2,5)") and not is_list("\\frac{1}{2}")
+
+
+@pytest.mark.parametrize(
+    "answer, value",
+    [
+        ("0.\\overline{3}", Fraction(1, 3)),
+        ("0.1\\overline{6}", Fraction(1, 6)),
+        ("1.\\overline{142857}", Fraction(8, 7)),
+        ("0.\\bar{3}", Fraction(1, 3)),
+        ("0.\\overline 3", Fraction(1, 3)),
+        (".\\overline{3}", Fraction(1, 3)),
+        ("0.\\dot{3}", Fraction(1, 3)),
+        ("0.1\\dot{6}", Fraction(1, 6)),
+        ("0.\\dot{1}4\\dot{2}", Fraction(142, 999)),
+        ("2.\\overline{45}", Fraction(27, 11)),
+    ],
+)
+def test_repeating_decimals_are_their_fraction(answer: str, value: Fraction) -> None:
+    text = read_answer(answer).text
+    assert frac_value(text) == value, text
+    assert read_answer(text).text == text  # reading is idempotent
+    assert read_answer("-" + answer).text == "-" + text
+
+
+def test_repeating_decimal_forms_inside_larger_answers_and_integers() -> None:
+    assert read_answer("0.\\overline{9}").text == "1"
+    assert read_answer("2\\cdot 0.\\overline{3}").text == "2\\cdot \\frac{1}{3}"
+    assert read_answer("(0.\\overline{3}, 1)").text == "(\\frac{1}{3}, 1)"
+    assert read_answer("\\overline{AB}").text == "\\overline{AB}"  # a segment, not a decimal
+    assert read_answer("\\bar{z}").text == "\\bar{z}"
+
+
+def test_empty_set_spellings_and_unicode_digits() -> None:
+    for text in ("\\varnothing", "\\O", "∅", "\\varnothing."):
+        assert read_answer(text).text == "\\emptyset"
+    assert read_answer("１２").text == "12"
+    assert read_answer("\\frac{１}{２}").text == "\\frac{1}{2}"
+    assert read_answer("٣").text == "3"  # Arabic-Indic digit three
+    assert read_answer("5²").text == "5²"  # superscripts are not digits: no 52
+
+
+def test_value_key_of_issue_23_forms() -> None:
+    assert value_key("１２") == value_key("12") == "=12"
+    assert value_key("0.\\overline{3}") == value_key("\\frac{1}{3}") == "=1/3"
+    assert value_key("12.5\\%") == value_key("12.5") == "=25/2"
+    assert value_key("\\varnothing") == value_key("\\emptyset")
+    hedged = value_key("2\\text{ or 3}")
+    assert hedged is not None and hedged.startswith("?") and hedged != value_key("2")
+    assert value_key("5\\text{ is wrong}") != value_key("5")

@@ -181,3 +181,53 @@ def test_deeply_nested_delimiters_are_stripped_in_linear_time():
     assert strip_math_delimiters("\\(" * n + " 42 " + "\\)" * n) == "42"
     assert normalize_text("$$" * n + "x" + "$$" * n) == "x"
     assert latex_for_math_verify("\\[ " * n + "7" + " \\]" * n) == "\\boxed{7}"
+
+
+# ---------------------------------------------------------------------------------------------- issue 23
+from tirl.reward.normalize import ascii_digits, names_hedge  # noqa: E402
+
+
+@pytest.mark.parametrize("text", ["2\\text{ or 3}", "2 or three", "5\\text{ is wrong}", "5\\text{ is not}",
+                                  "5 not", "7\\mbox{ maybe}", "3 possibly", "4\\text{ (probably)}", "2\\text{ or }3"])
+def test_hedge_words_are_never_units(text: str) -> None:
+    assert canonical_integer(text) is None
+
+
+@pytest.mark.parametrize("text, value", [("5\\text{ cm}", "5"), ("\\$5", "5"), ("5 meters", "5"), ("30^\\circ", "30"),
+                                         ("5\\text{ dollars}", "5"), ("10\\%", "10"), ("15\\mbox{ cm}^2", "15"),
+                                         ("5\\text{ m^2}", "5"), ("12 square feet", "12"), ("35 cm^{2}", "35")])
+def test_real_units_still_drop(text: str, value: str) -> None:
+    assert canonical_integer(text) == value
+
+
+def test_a_text_holding_a_number_is_not_a_unit() -> None:
+    assert canonical_integer("5\\text{ 6}") is None and names_hedge(" or 3") and not names_hedge(" cm^2")
+
+
+def test_unicode_digits_read_as_ascii_everywhere() -> None:
+    assert canonical_integer("１２") == "12" and canonical_integer("－１２") == "-12"
+    assert canonical_integer("１，０００") == "1000"
+    assert normalize_text("\\frac{１}{２}") == "\\frac{1}{2}"
+    assert ascii_digits("5²") == "5²" and ascii_digits("½") == "½" and ascii_digits("abc") == "abc"
+
+
+def test_plain_integers_of_any_length_are_integers() -> None:
+    digits = "3" * 250_000
+    assert canonical_integer(digits) == digits
+    assert canonical_integer("-" + digits) == "-" + digits
+    assert canonical_integer(digits + ".5") is None
+
+
+_PIECES = ["2", "5", "0", ",", " ", "\\text{", "}", " or ", "or", "not", "no", " cm", "\\$", "\\%", "^\\circ", "x = ",
+           "maybe", "\\lor ", "wrong", "is ", "\\mbox{", "three", "meters", ".", "{,}", "\\approx", "dollars"]
+
+
+@settings(max_examples=400)
+@given(st.lists(st.sampled_from(_PIECES), min_size=1, max_size=8))
+def test_an_answer_the_integer_policy_reads_holds_no_hedge(pieces: list[str]) -> None:
+    # The verifier decides such answers on the integer path before its hedge check (issue 23).
+    from tirl.reward.forms import commitment_problem
+
+    text = "".join(pieces)
+    if canonical_integer(text) is not None:
+        assert commitment_problem(text, "5") is None, text

@@ -37,6 +37,7 @@ def b(answer: str) -> str:
 POWER_TOWER = "\\boxed{\\dfrac{5^{\\left(5^{\\left(5^{\\left(5^5\\right)}\\right)} - 4\\right)} - 5}{16}}"
 BIG = str(2**200)
 HUGE = "7" * 6000
+LONG = "1" * 120_001  # past the 100,000 characters the integer path once stopped at
 
 ROWS: list[Row] = [
     # ---- integers written several ways (the in-process fast path) ----------------------------------
@@ -117,8 +118,11 @@ ROWS: list[Row] = [
     Row("F73-ellipses", "$\\frac{x^2}{4}+\\frac{y^2}{3}=1$", b("\\frac{x^2}{16}+\\frac{y^2}{12}=1"), 0),
     # F74: decided by the magnitude guard, before anything is evaluated (no need to wait for the deadline).
     Row("F74-power-tower", "5", POWER_TOWER, 0),
-    # A sum of two astronomically large terms that may cancel cannot be estimated: it runs into the deadline.
-    Row("timeout-huge-difference", "5", b("10^{10^{8}} - 10^{10^{8}-1}"), 0, "timeout"),
+    # A sum of astronomically large terms is never evaluated: not one power of an integer, so unequal at once
+    # (issue 23; it used to run into the deadline).
+    Row("huge-difference-decided", "5", b("10^{10^{8}} - 10^{10^{8}-1}"), 0),
+    # sympy evaluates a binomial coefficient exactly, and one of three million digits passes the deadline.
+    Row("timeout-huge-binomial", "5", b("\\binom{10000000}{5000000}"), 0, "timeout"),
     Row("F76-answer-marker", "9",
         "Final Answer:\nThe last three digits of \\(2003^{2002^{2001}}\\) are:\n\\[Answer: 009\\]", 0, "no_answer"),
     Row("F76-huge-factorial", "5", "\\boxed{(10^{7})!}", 0),
@@ -252,6 +256,61 @@ ROWS: list[Row] = [
     Row("punct-after-box", "\\frac{\\sqrt{2}}{2}", "so \\boxed{\\frac{1}{\\sqrt{2}}}.", 1),
     Row("punct-braceless-box", "7", "so \\boxed 7.", 1),
     Row("punct-ellipsis-kept", "1, 2, 3", b("1, 2, 3, ..."), 0),
+    # ---- issue 23: a box holds one committed answer ---------------------------------------------------
+    Row("hedge-or-text", "2", b("2\\text{ or 3}"), 0, "hedged"),
+    Row("hedge-or-possibly", "2", b("2 \\text{ (or possibly 3)}"), 0, "hedged"),
+    Row("hedge-or-plain", "2", b("2 or three"), 0, "hedged"),
+    Row("hedge-lor-values", "2", b("2 \\lor 3"), 0, "hedged"),
+    Row("hedge-maybe", "2", b("\\text{maybe } 2"), 0, "hedged"),
+    Row("hedge-approx", "\\frac{1}{3}", b("\\approx 0.333333"), 0, "hedged"),
+    Row("hedge-symbolic", "\\frac{1}{2}", b("\\frac{1}{2} \\text{ or } \\frac{1}{3}"), 0, "hedged"),
+    Row("negation-is-wrong", "5", b("5\\text{ is wrong}"), 0, "hedged"),
+    Row("negation-not", "5", b("\\text{not } 5"), 0, "hedged"),
+    Row("or-joins-conditions", "(-\\infty,2)\\cup(3,\\infty)", b("x<2 \\text{ or } x>3"), 1),
+    Row("or-lists-a-list-reference", "2, 3", b("2 \\text{ or } 3"), 1),
+    Row("or-assignments", "2, 3", b("x=2 \\text{ or } x=3"), 1),
+    Row("text-answer-with-the-word", "\\text{No}", b("\\text{no}"), 1),
+    Row("unit-text-still-dropped", "5", b("5\\text{ cm}"), 1),
+    Row("unit-dollar-still-dropped", "5", b("\\$5"), 1),
+    Row("unit-plain-still-dropped", "5", b("5 meters"), 1),
+    Row("unit-dollars-still-dropped", "5", b("5\\text{ dollars}"), 1),
+    Row("unit-area-still-dropped", "15", b("15\\mbox{ cm}^2"), 1),
+    # ---- issue 23: grading kinds ------------------------------------------------------------------------
+    Row("repeating-overline", "\\frac{1}{3}", b("0.\\overline{3}"), 1),
+    Row("repeating-gold", "0.\\overline{3}", b("\\frac{1}{3}"), 1),
+    Row("repeating-mixed", "\\frac{1}{6}", b("0.1\\overline{6}"), 1),
+    Row("repeating-long", "\\frac{8}{7}", b("1.\\overline{142857}"), 1),
+    Row("repeating-dot", "\\frac{1}{3}", b("0.\\dot{3}"), 1),
+    Row("repeating-wrong", "\\frac{1}{3}", b("0.\\overline{6}"), 0),
+    Row("repeating-not-rounded", "\\frac{1}{3}", b("0.333"), 0),
+    Row("imaginary-square", "-1", b("i^2"), 1),
+    Row("imaginary-quotient", "1+i", b("\\frac{2}{1-i}"), 1),
+    Row("imaginary-square-of-sum", "2i", b("(1+i)^2"), 1),
+    Row("imaginary-wrong", "1+i", b("\\frac{2}{1+i}"), 0),
+    Row("imaginary-math500", "6 - 5i", b("(2-i)(3-i) + 1"), 1),
+    Row("imaginary-with-variables-stays-a-variable", "i^2 + x", b("x - 1"), 0),
+    Row("percent-decimal-number", "12.5", b("12.5\\%"), 1),
+    Row("percent-decimal-gold", "12.5\\%", b("12.5"), 1),
+    Row("percent-fraction-still", "0.125", b("12.5\\%"), 1),
+    Row("percent-wrong", "12.5", b("13.5\\%"), 0),
+    Row("extreme-scientific", "6.02 \\times 10^{23}", b("602000000000000000000000"), 1),
+    Row("extreme-scientific-wrong", "6.02 \\times 10^{23}", b("602000000000000000000001"), 0),
+    Row("extreme-small-relative", "0.0000001", b("0.0000002"), 0),
+    Row("extreme-small-equal", "0.0000001", b("10^{-7}"), 1),
+    Row("extreme-small-vs-zero", "0", b("0.0000001"), 0),
+    Row("extreme-power-tower-equal", "3^{531441}", b("3^{3^{12}}"), 1),
+    Row("extreme-power-tower-unequal", "3^{531442}", b("3^{3^{12}}"), 0),
+    Row("extreme-power-bases", "9^{1000000}", b("3^{2000000}"), 1),
+    Row("extreme-power-small", "3^{729}", b("3^{3^{6}}"), 1),
+    Row("long-integer-equal", LONG, b(LONG), 1),
+    Row("long-integer-unequal", LONG, b(LONG[:-1] + "2"), 0),
+    Row("long-non-integer", "\\frac{1}{2}", b(LONG + ".5"), 0),
+    Row("full-width-digits", "12", b("１２"), 1),
+    Row("full-width-wrong", "12", b("１３"), 0),
+    Row("full-width-symbolic", "\\frac{1}{2}", b("\\frac{１}{２}"), 1),
+    Row("empty-set-varnothing", "\\emptyset", b("\\varnothing"), 1),
+    Row("empty-set-unicode", "\\varnothing", b("∅"), 1),
+    Row("empty-set-not-zero", "\\emptyset", b("0"), 0),
 ]
 
 # The per-item deadline of the issue (field case F74: budget 5 s).
@@ -278,7 +337,7 @@ def test_huge_answers_are_rejected_by_the_guard_not_evaluated(table: dict[str, V
 
 
 def test_the_timeout_row_was_killed_at_the_deadline(table: dict[str, Verdict]) -> None:
-    verdict = table["timeout-huge-difference"]
+    verdict = table["timeout-huge-binomial"]
     assert verdict.status == "timeout" and verdict.path == "symbolic"
     assert "deadline" in (verdict.detail or "")
 

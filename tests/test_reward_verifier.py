@@ -186,7 +186,8 @@ def test_stats_count_every_status_and_log_the_abnormal_ones(caplog: pytest.LogCa
         verify_batch(items, executor, stats=stats)
     snap = stats.snapshot()
     assert snap["total"] == 5 and snap["correct"] == 2
-    assert snap["by_status"] == {"ok": 2, "no_answer": 1, "unparsable_gold": 1, "timeout": 1, "verifier_error": 0}
+    assert snap["by_status"] == {"ok": 2, "no_answer": 1, "hedged": 0, "unparsable_gold": 1, "timeout": 1,
+                                 "verifier_error": 0}
     logged = " ".join(record.getMessage() for record in caplog.records)
     assert "unparsable_gold" in logged and "timeout" in logged
     assert "no_answer" not in logged
@@ -447,3 +448,10 @@ def test_given_answers_skip_extraction() -> None:
     assert [v.extracted for v in verdicts] == ["\\frac{2}{4}", "7 apples", None]  # taken as given, not searched
     assert [v.correct for v in verdicts] == [True, True, False]
     assert verdicts[2].status == "no_answer"
+
+
+def test_the_reference_probe_is_not_a_hedged_answer() -> None:  # issue 23: it must reach the reference's parsing
+    from tirl.reward.forms import commitment_problem
+    from tirl.reward.verifier import REFERENCE_PROBE
+
+    assert commitment_problem(REFERENCE_PROBE, "5") is None

@@ -289,3 +289,124 @@ def test_solution_sets_of_conditions() -> None:
     assert guards.same_set(guards.solution_set(sympy.Or(x < 2, x > 3)),
                            sympy.Union(sympy.Interval.open(-sympy.oo, 2), sympy.Interval.open(3, sympy.oo)))
     assert not guards.same_set(guards.solution_set(x <= 3), sympy.Interval.open(-sympy.oo, 3))
+
+
+# ---------------------------------------------------------------------------------------------- issue 23
+@pytest.mark.parametrize(
+    "gold, pred, correct",
+    [
+        ("-1", "i^2", True),
+        ("1+i", "\\frac{2}{1-i}", True),
+        ("2i", "(1+i)^2", True),
+        ("-4", "(1+i)^4", True),
+        ("i", "\\sqrt{-1}", True),
+        ("(1+i, 2)", "(\\frac{2}{1-i}, 2)", True),  # math-verify reads the pair as an open interval
+        ("(1+i, 2+i)", "(\\frac{2}{1-i}, 2+i)", True),
+        ("(1+i, 2)", "(2, 1+i)", False),
+        ("\\{1+i, 2\\}", "\\{2, \\frac{2}{1-i}\\}", True),
+        ("\\begin{pmatrix} 1+i \\\\ 2 \\end{pmatrix}", "\\begin{pmatrix} \\frac{2}{1-i} \\\\ 2 \\end{pmatrix}", True),
+        ("z = 1+i", "z = \\frac{2}{1-i}", True),
+        ("1+i", "\\frac{2}{1+i}", False),
+        ("-1", "i^3", False),
+        ("i^2 + x", "x - 1", False),  # with another variable, i stays a variable
+    ],
+)
+def test_i_is_the_imaginary_unit_in_complex_numbers(gold: str, pred: str, correct: bool) -> None:
+    assert check(gold, pred)["correct"] is correct
+
+
+@pytest.mark.parametrize(
+    "gold, pred, correct",
+    [
+        ("12.5", "12.5\\%", True),
+        ("12.5\\%", "12.5", True),
+        ("0.125", "12.5\\%", True),
+        ("\\frac{25}{2}", "\\frac{25}{2}\\%", True),
+        ("33.3", "33.3\\%", True),
+        ("12.5", "13.5\\%", False),
+        ("12.5\\%", "13.5", False),
+    ],
+)
+def test_percent_signs_are_ignored_for_every_number(gold: str, pred: str, correct: bool) -> None:
+    assert check(gold, pred)["correct"] is correct
+
+
+@pytest.mark.parametrize(
+    "gold, pred, correct",
+    [
+        ("6.02 \\times 10^{23}", "602000000000000000000000", True),
+        ("602000000000000000000000", "6.02 \\times 10^{23}", True),
+        ("1.5 \\times 10^{30}", "15 \\times 10^{29}", True),
+        ("6.02 \\times 10^{23}", "602000000000000000000001", False),
+        ("0.0000001", "0.0000002", False),
+        ("0.0000002", "2 \\times 10^{-7}", True),
+        ("0", "0.0000001", False),
+        ("1.23 \\times 10^{-12}", "1.24 \\times 10^{-12}", False),
+        ("\\frac{1}{3}", "0.333333", True),  # math-verify's 6-place rounding still holds for ordinary numbers
+        ("\\pi", "3.14159265", True),
+        ("2\\pi", "6.28", False),
+    ],
+)
+def test_numbers_at_the_extremes_compare_relatively_or_exactly(gold: str, pred: str, correct: bool) -> None:
+    assert check(gold, pred)["correct"] is correct
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "gold, pred, correct",
+    [
+        ("3^{531441}", "3^{3^{12}}", True),
+        ("3^{531442}", "3^{3^{12}}", False),
+        ("9^{1000000}", "3^{2000000}", True),
+        ("(2^{10})^{100000}", "2^{1000000}", True),
+        ("2^{1000000}", "2^{1000001}", False),
+        ("3^{729}", "3^{3^{6}}", True),  # small enough to evaluate exactly: milliseconds, not sympy's simplify
+        ("3^{730}", "3^{3^{6}}", False),
+        ("e^{1000000}", "e^{10^{6}}", True),
+        ("e^{1000000}", "e^{10^{6}+1}", False),
+    ],
+)
+def test_huge_powers_are_compared_without_evaluating(gold: str, pred: str, correct: bool) -> None:
+    assert check(gold, pred)["correct"] is correct
+
+
+def test_huge_numbers_that_are_not_one_power_are_decided_at_once() -> None:
+    result = check("5", "10^{10^{8}} - 10^{10^{8}-1}")
+    assert not result["correct"] and "too large to compare" in result["detail"]
+    result = check("2 \\cdot 3^{1000000}", "3^{1000000} + 3^{1000000}")
+    assert not result["correct"] and "too large to compare" in result["detail"]
+
+
+def test_exact_value_reads_decimals_as_written_and_refuses_huge_powers() -> None:
+    from fractions import Fraction
+
+    from math_verify import LatexExtractionConfig, parse
+
+    def expr(text: str):
+        return parse("\\boxed{" + text + "}", [LatexExtractionConfig(boxed_match_priority=0)], parsing_timeout=None)[0]
+
+    assert guards.exact_value(expr("6.02 \\times 10^{23}"), 100_000) == (Fraction(602 * 10**21), True)
+    assert guards.exact_value(expr("\\frac{1}{2^{99}}"), 100_000) == (Fraction(1, 2**99), False)
+    assert guards.exact_value(expr("5!"), 100_000) == (Fraction(120), False)
+    assert guards.exact_value(expr("3^{3^{12}}"), 100_000) is None
+    assert guards.exact_value(expr("\\sqrt{2}"), 100_000) is None
+    assert guards.has_huge_number(expr("3^{3^{12}}"), 100_000)
+    assert not guards.has_huge_number(expr("3^{3^{6}}"), 100_000)
+
+
+def test_the_worker_reports_hedged_answers_and_long_texts() -> None:
+    assert check("2", "2 \\text{ (or possibly 3)}")["status"] == "hedged"
+    assert check("2, 3", "2 \\text{ or } 3")["correct"] is True
+    assert check("(-\\infty,2)\\cup(3,\\infty)", "x<2 \\lor x>3")["correct"] is True
+    long = "1" * 20_000 + ".5"
+    assert check("\\frac{1}{2}", long)["status"] == "ok" and "not compared symbolically" in check("1", long)["detail"]
+    assert check(long, "1")["status"] == "unparsable_gold"
+
+
+def test_repeating_decimals_and_the_empty_set_in_the_worker() -> None:
+    assert check("\\frac{1}{3}", "0.\\overline{3}")["correct"] is True
+    assert check("0.\\overline{3}", "\\frac{1}{3}")["correct"] is True
+    assert check("0.333", "0.\\overline{3}")["correct"] is True  # F71: the reference is taken as rounded
+    assert check("\\frac{1}{3}", "0.333")["correct"] is False
+    assert check("\\emptyset", "\\varnothing")["correct"] is True
+    assert check("\\emptyset", "0")["correct"] is False

@@ -50,8 +50,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
         k: the k of pass@k (1 <= k <= n).
 
     Raises:
-        ValueError: when the arguments are out of range.
+        ValueError: when the arguments are out of range or not integers (``k=2.5``).
     """
+    for name, value in (("n", n), ("c", c), ("k", k)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"pass_at_k needs integer n, c and k; got {name}={value!r}: pass a whole number")
     if n < 1 or not 0 <= c <= n or not 1 <= k <= n:
         raise ValueError(f"pass_at_k needs n >= 1, 0 <= c <= n, 1 <= k <= n; got n={n}, c={c}, k={k}")
     if n - c < k:

@@ -36,6 +36,16 @@ Policies, applied in this order (docs/reward.md, "Answer forms"):
    not one number and are never summed or multiplied; :attr:`Reading.problem` says so. A gold answer like that
    is ``unparsable_gold``; an answer like that scores 0. Digit groups of three (``1 000``) are the integer
    policy's thousands separators, not separate numbers.
+7. **Repeating decimals** (issue 23): ``0.\\overline{3}``, ``0.1\\overline{6}``, ``1.\\overline{142857}``,
+   ``0.\\bar{3}``, ``0.\\dot{3}`` and ``0.\\dot{1}4\\dot{2}`` (dots over the first and last repeating digit)
+   are the exact fraction they denote (``\\frac{1}{3}``, ``\\frac{1}{6}``, ``\\frac{8}{7}``), anywhere in
+   the text; a reference written so is no longer unparsable.
+8. **Empty set**: ``\\varnothing``, ``\\O`` and ``∅`` are ``\\emptyset`` (math-verify reads only the last).
+9. **Digits**: Unicode decimal digits and full-width forms are ASCII (``１２`` is 12;
+   :func:`tirl.reward.normalize.ascii_digits`), on every path and in :func:`value_key`.
+
+:func:`commitment_problem` says why a box holds no single committed answer (a hedge, a negation, alternatives
+joined by "or"); the verifier grades such an answer 0 with status ``hedged``.
 
 It does not decide equality (the fast paths and :mod:`tirl.reward.worker` do).
 """
@@ -43,9 +53,16 @@ It does not decide equality (the fast paths and :mod:`tirl.reward.worker` do).
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 from typing import NamedTuple
 
-from tirl.reward.normalize import MAX_DECORATED_CHARS, strip_math_delimiters
+from tirl.reward.normalize import (
+    HEDGE_WORDS,
+    MAX_DECORATED_CHARS,
+    NEGATION_WORDS,
+    ascii_digits,
+    strip_math_delimiters,
+)
 
 _TRAILING_SPACING_COMMANDS = ("\\,", "\\;", "\\:", "\\!", "\\ ", "\\quad", "\\qquad", "~")
 _CONSTANT_COMMANDS = r"(?:mathrm|operatorname|textrm|mathit|mathup|mathnormal)"
@@ -186,9 +203,14 @@ def read_answer(answer: str, question_base_: int | None = None) -> Reading:
     Returns:
         The :class:`Reading`. Never raises on a string; reading ``Reading.text`` again gives the same text.
     """
-    if question_base_ is None and answer.isdigit():
+    if question_base_ is None and answer.isdigit() and answer.isascii():
         return Reading(answer)
-    text = strip_trailing_punctuation(answer)
+    text = strip_trailing_punctuation(ascii_digits(answer))
+    if "\\" in text or "∅" in text:
+        if any(hint in text for hint in _REPEATING_HINTS):
+            text = _REPEATING.sub(_repeating_fraction, text)
+        if any(hint in text for hint in _EMPTY_HINTS):
+            text = _EMPTY_SET.sub(r"\\emptyset ", text).strip()
     if any(hint in text for hint in _CONSTANT_HINTS):
         for pattern, replacement in _CONSTANTS:
             text = pattern.sub(replacement, text)
@@ -232,6 +254,147 @@ def read_answer(answer: str, question_base_: int | None = None) -> Reading:
     return Reading(text)
 
 
+_REPEATING_HINTS = ("\\overline", "\\bar", "\\dot")
+_REPEATEND = r"\\(?:overline|bar)\s*(?:\{\s*(\d+)\s*\}|(\d))"
+_DOTTED = r"\\dot\s*(?:\{\s*\d\s*\}|\d)"
+_REPEATING = re.compile(
+    r"(?<![\d.])(\d*)\.(\d*)(?:" + _REPEATEND + r"|(" + _DOTTED + r"(?:\d*" + _DOTTED + r")?))(?![\d])"
+)
+_EMPTY_HINTS = ("\\varnothing", "\\O", "∅")
+_EMPTY_SET = re.compile(r"\\varnothing(?![A-Za-z])|\\O(?![A-Za-z])|∅")
+
+
+def _repeating_fraction(match: re.Match[str]) -> str:
+    """The exact value of a repeating decimal (``0.1\\overline{6}``, ``0.\\dot{1}4\\dot{2}``) as ``\\frac{p}{q}``
+    (or an integer: ``0.\\overline{9}`` is 1)."""
+    whole, fixed = match.group(1) or "0", match.group(2)
+    repeat = match.group(3) or match.group(4)
+    if repeat is None:  # dot notation: the repetend runs from the first dotted digit to the last
+        repeat = re.sub(r"\\dot\s*\{?\s*(\d)\s*\}?", r"\1", match.group(5))
+    value = Fraction(int(whole)) + Fraction(int(fixed or "0"), 10 ** len(fixed)) + Fraction(
+        int(repeat), 10 ** len(fixed) * (10 ** len(repeat) - 1))
+    if value.denominator == 1:
+        return str(value.numerator)
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+# ------------------------------------------------------------------------------------- committed answers
+_OR_COMMANDS = re.compile(r"\\(?:lor|vee)(?![A-Za-z])")
+_APPROX_COMMANDS = re.compile(r"\\(?:approx|thickapprox|simeq)(?![A-Za-z])|≈")
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textrm|textbf|textit|textnormal|mathrm|mathbf|mathit|mbox|hbox|operatorname)"
+                           r"\s*\{([^{}]*)\}")
+_OR_WORD = re.compile(r"(?<![A-Za-z\\])or(?![A-Za-z])", re.IGNORECASE)
+_RELATION = re.compile(r"[=<>≤≥≠∈]|\\(?:[lg]eq?|[lg]eqslant|[lg]t|neq?|in|notin|not)(?![A-Za-z])")
+
+
+def _plain_words(text: str) -> str:
+    """``text`` with text commands unwrapped, ``\\lor``/``\\vee`` as "or", ``\\approx`` as "approximately" and
+    every other command name removed (``\\not``, ``\\notin`` are relations, not words)."""
+    for _ in range(4):
+        new = _TEXT_WRAPPER.sub(lambda m: " " + m.group(1) + " ", text)
+        if new == text:
+            break
+        text = new
+    text = _OR_COMMANDS.sub(" or ", text)
+    text = _APPROX_COMMANDS.sub(" approximately ", text)
+    return text
+
+
+def hedge_words(text: str) -> frozenset[str]:
+    """The hedge and negation words (:data:`tirl.reward.normalize.HEDGE_WORDS`, ``NEGATION_WORDS``) in ``text``,
+    lowercase; ``\\lor``/``\\vee`` count as "or", ``\\approx`` as "approximately". Never raises on a string.
+
+    A word is a whole run of ASCII letters not led by a backslash (``\\not``, ``\\notin`` are commands; the
+    content of ``\\text{or}`` is a word): one scan of the text, so the integer path stays fast.
+    """
+    if not isinstance(text, str):
+        return frozenset()
+    runs = _LETTER_RUN.findall(text)
+    if not runs and "≈" not in text:
+        return _NO_WORDS
+    found = {_WORD_OF.get(run.lower()) for run in runs}
+    found.discard(None)
+    if "≈" in text:
+        found.add("approximately")
+    return frozenset(found)  # type: ignore[arg-type]
+
+
+_LETTER_RUN = re.compile(r"\\?[A-Za-z]+")
+_NO_WORDS: frozenset[str] = frozenset()
+_WORD_OF = {word: word for word in HEDGE_WORDS | NEGATION_WORDS if word.isalpha()}
+_WORD_OF.update({"isn": "isnt", "\\lor": "or", "\\vee": "or", "\\approx": "approximately",
+                 "\\thickapprox": "approximately", "\\simeq": "approximately"})
+
+
+def is_list(text: str) -> bool:
+    """True when ``text`` is a list of values: a comma outside brackets (``2, 3``; not ``(2, 3)`` or ``[2,5)``),
+    or a set in braces (``\\{2, 3\\}``)."""
+    body = strip_math_delimiters(text)
+    if body.startswith("\\{") and body.endswith("\\}") and "," in body:
+        return True
+    depth = 0
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            return True
+        i += 1
+    return False
+
+
+def commitment_problem(answer: str, gold: str | None = None, gold_words: frozenset[str] | None = None) -> str | None:
+    """Why the box content ``answer`` commits to no single answer, or None when it does (issue 23).
+
+    A box must hold one committed answer. It does not when it holds
+
+    * a **hedge** (``possibly``, ``maybe``, ``perhaps``, ``probably``, ``likely``, ``either``, ``approximately``,
+      ``\\approx``, ``about``, ``roughly``, ...): ``2 \\text{ (or possibly 3)}``;
+    * a **negation** (``not``, ``no``, ``wrong``, ``incorrect``, ``false``, ``never``, ...): ``5\\text{ is wrong}``;
+    * **alternatives** joined by "or" (``\\text{ or }``, a plain ``or``, ``\\lor``, ``\\vee``): ``2\\text{ or 3}``,
+      ``2 or three``. "or" between conditions (``x<2 \\text{ or } x>3``, ``x=2 \\text{ or } x=3``: every part holds
+      a relation) joins a solution set, and "or" against a reference that is itself a list or set (``2, 3``,
+      ``\\{2, 3\\}``) lists its elements: neither is a hedge.
+
+    A word the reference itself contains is part of the answer, never a hedge (a reference ``\\text{No}`` allows
+    the answer ``\\text{no}``). Words are matched whole, case-insensitively, in text commands and plain text;
+    LaTeX command names (``\\not``, ``\\notin``, ``\\neq``) are not words.
+
+    Args:
+        answer: the box content.
+        gold: the reference answer (its words are exempt; a list reference allows "or"), or None.
+        gold_words: :func:`hedge_words` of the reference, when already known (saves reading it again).
+
+    Returns:
+        A one-line reason, or None. Never raises on a string.
+    """
+    found = hedge_words(answer)
+    if not found:
+        return None
+    if gold_words is None:
+        gold_words = hedge_words(gold) if isinstance(gold, str) else frozenset()
+    found = found - gold_words
+    if "or" in found:
+        pieces = _OR_WORD.split(_plain_words(ascii_digits(answer)))
+        if all(_RELATION.search(piece) for piece in pieces) or (isinstance(gold, str) and is_list(gold)):
+            found = found - {"or"}
+    if not found:
+        return None
+    hedges = sorted(found & HEDGE_WORDS - {"or"})
+    negations = sorted(found & NEGATION_WORDS)
+    if hedges:
+        return f"a hedge in the box ({hedges[0]!r}): a box must hold one committed answer"
+    if negations:
+        return f"a negation in the box ({negations[0]!r}): a box must hold one committed answer"
+    return "alternatives joined by 'or' in one box: a box must hold one committed answer"
+
+
 def _mixed(sign: str, whole: str, numerator: str, denominator: str, text: str, prefix: str = "") -> Reading:
     """whole + numerator/denominator as ``\\frac{p}{q}`` (sign on both parts), when the fraction is proper."""
     w, n, d = int(whole), int(numerator), int(denominator)
@@ -247,15 +410,18 @@ _FRACTION = re.compile(
     r"|([+\-\u2212]?\d+)\s*/\s*(\d+))$"
 )
 _MAX_KEY_DIGITS = 1000
+_TRAILING_PERCENT = re.compile(r"(?<=\d)\\?%$")
 
 
 def value_key(answer: str | None) -> str | None:
     """A key under which equal answers meet (the vote key of maj@k), or None for no answer.
 
-    The answer is read (:func:`read_answer`: punctuation, constants, base numerals, mixed numbers), a
-    single-variable assignment prefix is dropped (``x = 5`` is ``5``), then: a number of the integer policy
-    (``1,000``, ``\\$18``, ``5.0``), a decimal or a fraction of integers (``0.5``, ``\\dfrac{1}{2}``, ``1/2``,
-    ``\\frac{-3}{4}``) becomes its exact value (``"=1/2"``); anything else its normal text
+    A hedged answer (:func:`commitment_problem`: ``2\\text{ or 3}``) gets a key of its own (``"?..."``), so it
+    never votes for a value. Otherwise the answer is read (:func:`read_answer`: punctuation, constants, base
+    numerals, mixed numbers, repeating decimals, Unicode digits), a single-variable assignment prefix is dropped
+    (``x = 5`` is ``5``), then: a number of the integer policy (``1,000``, ``\\$18``, ``5.0``, ``１２``), a decimal
+    or a fraction of integers (``0.5``, ``12.5\\%``, ``\\dfrac{1}{2}``, ``1/2``, ``\\frac{-3}{4}``) becomes its
+    exact value (``"=1/2"``); anything else its normal text
     (:func:`tirl.reward.normalize.normalize_text` without whitespace). Equal keys mean equal answers; different
     keys may still be equal answers that only the symbolic verifier can match (``\\frac{\\sqrt{2}}{2}`` and
     ``\\frac{1}{\\sqrt{2}}``). Never raises on a string.
@@ -266,6 +432,8 @@ def value_key(answer: str | None) -> str | None:
 
     if not isinstance(answer, str) or not answer.strip():
         return None
+    if commitment_problem(answer) is not None:  # a hedged answer votes for no value ("2 or 3" is not 2)
+        return "?" + " ".join((normalize_text(answer) or "").split())
     reading = read_answer(answer)
     text = _ASSIGNMENT.sub("", reading.text) if reading.problem is None else reading.text
     if reading.problem is None:
@@ -273,6 +441,7 @@ def value_key(answer: str | None) -> str | None:
         if integer is not None:
             return "=" + integer if len(integer) > _MAX_KEY_DIGITS else "=" + str(Fraction(int(integer)))
         plain = normalize_text(text) or ""
+        plain = _TRAILING_PERCENT.sub("", plain)  # 12.5\\% votes with 12.5, as 50\\% does with 50
         decimal = _DECIMAL.match(plain)
         fraction = _FRACTION.match(plain)
         if decimal and len(plain) <= _MAX_KEY_DIGITS:

@@ -13,6 +13,10 @@ Covers, for parsed sympy objects:
   exact prediction (``\\frac{100}{3}``) that rounds to it matches (field case F71);
 * :func:`equal_assuming_positive`: ``\\sqrt{1/n}`` equals ``\\frac{1}{\\sqrt{n}}`` for positive ``n``, the
   usual context of such answers (field case F67).
+* :func:`exact_value`, :func:`has_huge_number`, :func:`same_power` (issue 23): rational numbers compared
+  exactly (decimals as written, so ``6.02 \\times 10^{23}`` is an integer), numbers too large to evaluate
+  compared as powers of an integer (``3^{3^{12}}`` and ``3^{531441}``); :data:`FLOAT_RELATIVE_TOLERANCE` for
+  numbers written with a decimal (``0.0000002`` is not ``0.0000001``).
 
 It runs inside sandbox workers (imported by :mod:`tirl.reward.worker`), never in the trainer's process: every
 function here may evaluate sympy expressions, and only the process deadline bounds that. It does not parse
@@ -24,6 +28,7 @@ from __future__ import annotations
 import math
 import re
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any
 
 import mpmath
@@ -286,9 +291,11 @@ def exact_numbers_differ(gold: Any, pred: Any, depth: int = 0) -> bool:
     """True when ``gold`` and ``pred`` contain exact numbers, at matching places, that differ.
 
     Compares, recursively: exact numbers (no floats, no percent forms) to ``_EXACT_DIGITS`` significant
-    digits; tuples and matrices element by element; finite sets of real exact numbers after sorting;
-    intervals by their ends; an assignment ``x = v`` by its value. Anything else (floats, symbols,
-    equations) is left to math-verify's verdict: returns False. Never raises for sympy input.
+    digits; numbers one of which holds a decimal to :data:`FLOAT_RELATIVE_TOLERANCE` (relative, so
+    ``0.0000002`` is not ``0.0000001``, which math-verify's rounding to 6 places equates); tuples and
+    matrices element by element; finite sets of real exact numbers after sorting; intervals by their ends;
+    an assignment ``x = v`` by its value. Anything else (symbols, equations) is left to math-verify's
+    verdict: returns False. Never raises for sympy input.
     """
     try:
         return _differ(gold, pred, depth)
@@ -320,6 +327,9 @@ def _differ(gold: Any, pred: Any, depth: int) -> bool:
         return any(_differ(a, b, depth + 1) for a, b in zip(sorted(items_g, key=key), sorted(items_p, key=key)))
     if _is_exact_number(gold) and _is_exact_number(pred):
         return _exact_pair_differs(gold, pred)
+    if (_is_float_number(gold) or _is_float_number(pred)) and all(
+            isinstance(x, sympy.Expr) and x.is_number for x in (gold, pred)):
+        return _float_pair_differs(gold, pred)
     return False
 
 
@@ -484,3 +494,160 @@ def same_set(a: Any, b: Any) -> bool:
         return a.symmetric_difference(b) is sympy.S.EmptySet
     except (TypeError, ValueError, ArithmeticError, RecursionError, AttributeError, NotImplementedError):
         return False
+
+
+# ------------------------------------------------------------------------------- numbers at the extremes
+class _NotExact(Exception):
+    """The expression is not a number built from integers, decimals, +, *, integer powers and factorials."""
+
+
+class _TooLarge(Exception):
+    """Evaluating the expression exactly would pass the digit limit."""
+
+
+def _fraction(expr: Any, limit_digits: int, floats: list[bool], depth: int = 0) -> Fraction:
+    """The exact value of ``expr`` (see :func:`exact_value`); raises _NotExact or _TooLarge."""
+    if depth > _MAX_DEPTH:
+        raise _NotExact
+    if isinstance(expr, (Integer, Rational)):
+        return Fraction(int(expr.p), int(expr.q))
+    if isinstance(expr, Float):
+        if not expr.is_finite:
+            raise _NotExact
+        floats.append(True)
+        # The decimal as written: a 53-bit float's shortest repr round-trips to the digits that were parsed.
+        text = repr(float(expr)) if expr._prec <= 53 else str(expr)
+        if "inf" in text or "nan" in text:
+            raise _NotExact
+        return Fraction(text)
+    if isinstance(expr, UnevaluatedExpr):
+        return _fraction(expr.args[0], limit_digits, floats, depth + 1)
+    if isinstance(expr, sympy.Add):
+        return sum((_fraction(a, limit_digits, floats, depth + 1) for a in expr.args), Fraction(0))
+    if isinstance(expr, Mul):
+        value = Fraction(1)
+        for arg in expr.args:
+            value *= _fraction(arg, limit_digits, floats, depth + 1)
+        return value
+    if isinstance(expr, Pow):
+        base = _fraction(expr.base, limit_digits, floats, depth + 1)
+        exponent = _fraction(expr.exp, limit_digits, floats, depth + 1)
+        if exponent.denominator != 1 or (base == 0 and exponent < 0):
+            raise _NotExact
+        if abs(base.numerator) > 1 or base.denominator > 1:
+            size = max(abs(base.numerator), base.denominator)
+            if abs(exponent) * math.log10(size) > limit_digits:
+                raise _TooLarge
+        return base ** int(exponent)
+    if isinstance(expr, factorial):
+        n = _fraction(expr.args[0], limit_digits, floats, depth + 1)
+        if n.denominator != 1 or n < 0:
+            raise _NotExact
+        if math.lgamma(float(n) + 1.0) / math.log(10.0) > limit_digits:
+            raise _TooLarge
+        return Fraction(math.factorial(int(n)))
+    raise _NotExact
+
+
+def exact_value(expr: Any, limit_digits: int) -> tuple[Fraction, bool] | None:
+    """The exact rational value of a number written with integers, decimals, ``+``, ``*``, integer powers and
+    factorials, and whether a decimal was involved; None for anything else or when a power or factorial in it
+    would have more than ``limit_digits`` digits (it is never evaluated then).
+
+    Decimals are read as written (``6.02`` is 301/50, not the nearest binary float), so ``6.02 \\times 10^{23}``
+    is exactly 602000000000000000000000. Never raises for sympy input.
+    """
+    floats: list[bool] = []
+    try:
+        return _fraction(expr, limit_digits, floats), bool(floats)
+    except (_NotExact, _TooLarge, TypeError, ValueError, ArithmeticError, RecursionError, OverflowError):
+        return None
+
+
+def has_huge_number(expr: Any, limit_digits: int) -> bool:
+    """True when a power, factorial or ``exp`` in ``expr`` is estimated (:func:`log10_magnitude`) to have more
+    than ``limit_digits`` digits: such a number must not be evaluated (``3^{3^{12}}``: 253,563 digits)."""
+    try:
+        for node in sympy.preorder_traversal(expr):
+            if isinstance(node, (Pow, factorial, exp)):
+                log = log10_magnitude(node)
+                if log is not None and log > limit_digits:
+                    return True
+    except (TypeError, ValueError, ArithmeticError, RecursionError, AttributeError):
+        return False
+    return False
+
+
+def _power_form(expr: Any, limit_digits: int, depth: int = 0) -> tuple[int | str, int] | None:
+    """``(r, E)`` with ``expr = r^E``, ``r >= 2`` an integer that is not a perfect power (or the name of a
+    constant, ``E`` for ``e``) and ``E >= 1`` exact, or None."""
+    if depth > _MAX_DEPTH:
+        return None
+    if isinstance(expr, UnevaluatedExpr):
+        return _power_form(expr.args[0], limit_digits, depth + 1)
+    if isinstance(expr, NumberSymbol):
+        return str(expr), 1
+    if isinstance(expr, exp):
+        exponent = exact_value(expr.args[0], limit_digits)
+        if exponent is None or exponent[1] or exponent[0].denominator != 1 or exponent[0] < 1:
+            return None
+        return "E", int(exponent[0])
+    if isinstance(expr, Integer):
+        n = int(expr)
+        if n < 2 or n.bit_length() > 4000:
+            return None
+        found = sympy.perfect_power(n)
+        return (int(found[0]), int(found[1])) if found else (n, 1)
+    if isinstance(expr, Pow):
+        inner = _power_form(expr.base, limit_digits, depth + 1)
+        exponent = exact_value(expr.exp, limit_digits)
+        if inner is None or exponent is None or exponent[1]:
+            return None
+        e = exponent[0]
+        if e.denominator != 1 or e < 1:
+            return None
+        return inner[0], inner[1] * int(e)
+    return None
+
+
+def same_power(gold: Any, pred: Any, limit_digits: int) -> bool | None:
+    """For numbers too large to evaluate: True/False when both are one power of an integer or of a constant
+    (``3^{3^{12}}`` and ``3^{531441}``, ``9^{10^6}`` and ``3^{2 \\cdot 10^6}``, ``e^{10^6}`` and
+    ``e^{1000000}``) and so compare exactly without evaluating; None when either is not of that form. Never
+    raises for sympy input."""
+    try:
+        a, b = _power_form(gold, limit_digits), _power_form(pred, limit_digits)
+    except (TypeError, ValueError, ArithmeticError, RecursionError, AttributeError):
+        return None
+    if a is None or b is None:
+        return None
+    return a == b
+
+
+# Two numbers one of which is written with a decimal must agree to this relative tolerance (6 significant
+# digits), on top of math-verify's rounding to 6 decimal places (which equates any two numbers below 5e-7).
+FLOAT_RELATIVE_TOLERANCE = 5e-6
+
+
+def _float_pair_differs(a: Basic, b: Basic) -> bool:
+    with mpmath.workdps(40):
+        try:
+            za = _to_mpc(sympy.N(a.doit(), 30))
+            zb = _to_mpc(sympy.N(b.doit(), 30))
+        except (TypeError, ValueError, ArithmeticError, AttributeError):
+            return False
+        if not (mpmath.isfinite(za) and mpmath.isfinite(zb)):
+            return False
+        scale = max(abs(za), abs(zb))
+        if scale == 0:
+            return False
+        return abs(za - zb) > scale * mpmath.mpf(FLOAT_RELATIVE_TOLERANCE)
+
+
+def _is_float_number(expr: Any) -> bool:
+    return (
+        isinstance(expr, sympy.Expr)
+        and not isinstance(expr, (Relational, Set, MatrixBase, Tuple))
+        and expr.is_number
+        and bool(expr.atoms(Float))
+    )

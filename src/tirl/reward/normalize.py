@@ -30,16 +30,62 @@ Integer policy (``canonical_integer``), applied in this order:
    (``009`` is 9). ``-0`` is 0.
 
 Anything else (``\\frac{10}{2}``, ``2^{10}``, ``5!``, ``1e3``) is not an integer here and goes to math-verify.
+
+Two rules hold on every path: Unicode decimal digits and full-width forms read as their ASCII characters
+(:func:`ascii_digits`: ``１２`` is 12), and words that withdraw or qualify an answer are never units
+(:data:`HEDGE_WORDS`: ``2\\text{ or 3}``, ``5\\text{ is wrong}`` and ``2 or three`` are not integers; a text
+holding a number, ``\\text{ or 3}``, is never a unit either). Plain digits (sign, separators) are integers
+at any length; the decoration rules run on the first ``MAX_DECORATED_CHARS`` characters only.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
-MAX_FAST_PATH_CHARS = 100_000
+#: A reference or answer longer than this that is not a plain integer is never sent to math-verify (parsing
+#: and comparing it would end ``ok`` or ``timeout`` depending on the machine's load): a fixed rule decides it.
+MAX_SYMBOLIC_CHARS = 10_000
 # Longer answers are integers only as plain digits (sign, separators): the decoration rules (units, text
 # commands, assignments) run on short strings only, which keeps every regex here linear in practice.
 MAX_DECORATED_CHARS = 256
+
+#: Words that withdraw, qualify or offer alternatives to an answer: never a unit, and in a box they make it
+#: hedged (:func:`tirl.reward.forms.commitment_problem`). Lowercase; matched as whole words.
+HEDGE_WORDS = frozenset({
+    "or", "possibly", "maybe", "perhaps", "probably", "likely", "either", "approximately", "approx", "roughly",
+    "about", "around", "nearly", "almost", "guess", "unsure", "uncertain", "presumably",
+})
+NEGATION_WORDS = frozenset({"not", "no", "isn't", "isnt", "wrong", "incorrect", "false", "never", "nor", "neither"})
+HEDGE_PATTERN = re.compile(
+    r"(?<![A-Za-z\\])(?:" + "|".join(sorted((re.escape(w) for w in HEDGE_WORDS | NEGATION_WORDS), key=len,
+                                             reverse=True)) + r")(?![A-Za-z])",
+    re.IGNORECASE,
+)
+# Full-width ASCII forms (U+FF01..U+FF5E) and the ideographic space; NFKC maps them to ASCII.
+_FULL_WIDTH = re.compile("[\uff01-\uff5e\u3000]")
+_NON_ASCII_DIGIT = re.compile(r"[^\x00-\x7f]")
+_DIGIT = re.compile(r"\d")
+_UNIT_EXPONENT = re.compile(r"\^\s*\{?\s*[23]\s*\}?")
+
+
+def ascii_digits(text: str) -> str:
+    """``text`` with Unicode decimal digits (``１``, ``٣``) as ASCII digits and full-width forms (``＋``, ``，``)
+    as ASCII (their NFKC form). Other characters are kept: NFKC of the whole text would make ``5²`` "52" and
+    ``½`` "1⁄2". Returns ``text`` itself when it is ASCII (the common case, one C call)."""
+    if text.isascii():
+        return text
+    text = _FULL_WIDTH.sub(lambda m: unicodedata.normalize("NFKC", m.group(0)), text)
+    return _NON_ASCII_DIGIT.sub(lambda m: str(unicodedata.decimal(m.group(0))) if m.group(0).isdecimal()
+                                else m.group(0), text)
+
+
+def names_hedge(text: str) -> bool:
+    """True when ``text`` holds a word of :data:`HEDGE_WORDS` or :data:`NEGATION_WORDS` (or a digit, which a
+    unit never holds): such a trailing text is never dropped as a unit."""
+    if HEDGE_PATTERN.search(text):
+        return True
+    return bool(_DIGIT.search(_UNIT_EXPONENT.sub("", text) if "^" in text else text))
 
 _DELIMITERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
 _TEXT_COMMANDS = r"(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox|hbox)"
@@ -47,7 +93,8 @@ _TEXT_GROUP = re.compile(r"\\" + _TEXT_COMMANDS + r"\s*\{([^{}]*)\}")
 # Constants are values, never units: e, i and pi in any spelling (``2\\mathrm{e}`` is not 2).
 _CONSTANT_WORD = r"(?:e|i|pi|\\pi)"
 _TRAILING_TEXT_UNIT = re.compile(
-    r"(?<=[0-9.}])\s*\\" + _TEXT_COMMANDS + r"\s*\{(?!\s*" + _CONSTANT_WORD + r"\s*\})\s*[A-Za-z][A-Za-z .^23]*\}\s*$"
+    r"(?<=[0-9.}])\s*\\" + _TEXT_COMMANDS + r"\s*\{(?!\s*" + _CONSTANT_WORD + r"\s*\})\s*[A-Za-z][A-Za-z .]*"
+    r"(?:\^\s*\{?[23]\}?)?\s*\}\s*$"
 )
 _LEFT_RIGHT = re.compile(r"\\(?:left|right)(?![A-Za-z])\s*")
 _SPACING = re.compile(r"\\[,;:! ]|\\q?quad(?![A-Za-z])|~|[\u2009\u202f\u00a0]")
@@ -146,15 +193,16 @@ def canonical_integer(answer: str | None) -> str | None:
 
     Returns:
         Optional ``-`` then digits without leading zeros (``"009"`` -> ``"9"``, ``"-0"`` -> ``"0"``,
-        ``"\\$1{,}000"`` -> ``"1000"``); None for non-integers and for strings longer than
-        ``MAX_FAST_PATH_CHARS``. See the module docstring for the full policy. Never raises on a string.
+        ``"\\$1{,}000"`` -> ``"1000"``, ``"１２"`` -> ``"12"``); None for non-integers. Plain digits are
+        read at any length (linear time). See the module docstring for the full policy. Never raises on a
+        string.
     """
-    if not isinstance(answer, str) or len(answer) > MAX_FAST_PATH_CHARS:
+    if not isinstance(answer, str):
         return None
-    text = strip_math_delimiters(answer)
+    text = strip_math_delimiters(answer if answer.isascii() else ascii_digits(answer))
     if len(text) > MAX_DECORATED_CHARS:
         return _plain_integer(text)
-    text = _TRAILING_TEXT_UNIT.sub("", text)
+    text = _drop_unit(_TRAILING_TEXT_UNIT.search(text), text)
     text = _unwrap_text_commands(text)
     text = _LEFT_RIGHT.sub("", text)
     text = text.replace("{,}", ",")
@@ -163,12 +211,20 @@ def canonical_integer(answer: str | None) -> str | None:
     text = _PERCENT.sub("", text)
     text = _DEGREES.sub("", text)
     text = text.strip()
-    text = _PLAIN_UNIT.sub("", text)
+    text = _drop_unit(_PLAIN_UNIT.search(text), text)
     text = _ASSIGNMENT.sub("", text)
     text = text.strip()
     if text.endswith(".") and not text.endswith(".."):
         text = text[:-1].rstrip()
     return _plain_integer(text)
+
+
+def _drop_unit(match: re.Match[str] | None, text: str) -> str:
+    """``text`` without the trailing unit ``match`` found, unless it is a hedge or negation (``\\text{ or 3}``,
+    ``is wrong``) or holds a number."""
+    if match is None or names_hedge(match.group(0)):
+        return text
+    return text[: match.start()]
 
 
 def _plain_integer(text: str) -> str | None:
@@ -205,7 +261,7 @@ def normalize_text(answer: str | None) -> str | None:
     """
     if not isinstance(answer, str):
         return None
-    text = strip_math_delimiters(answer)
+    text = strip_math_delimiters(answer if answer.isascii() else ascii_digits(answer))
     text = _unwrap_text_commands(text)
     text = _LEFT_RIGHT.sub("", text)
     text = _FRAC_VARIANTS.sub(r"\\frac", text)

@@ -11,6 +11,10 @@ Statuses of a :class:`Verdict` (the reward is ``1.0`` only for ``ok`` with ``cor
 ``no_answer``
     No final answer could be extracted from the response (no box, the box was cut off by truncation, the
     ``<answer>`` block had no box). Reward 0. Counted, not logged: it is the model's doing.
+``hedged``
+    The box holds no single committed answer: a hedge (``2 \\text{ (or possibly 3)}``), a negation
+    (``5\\text{ is wrong}``) or alternatives joined by "or" (``2\\text{ or 3}``); see
+    :func:`tirl.reward.forms.commitment_problem`. Reward 0. Counted, not logged: it is the model's doing.
 ``unparsable_gold``
     The reference answer is not a string math-verify can parse and the prediction is not textually the same.
     Reward 0, counted and logged at WARNING: the data set needs fixing.
@@ -33,8 +37,8 @@ from typing import Any, Literal
 
 logger = logging.getLogger("tirl.reward")
 
-VerifyStatus = Literal["ok", "no_answer", "unparsable_gold", "timeout", "verifier_error"]
-VERIFY_STATUSES: tuple[str, ...] = ("ok", "no_answer", "unparsable_gold", "timeout", "verifier_error")
+VerifyStatus = Literal["ok", "no_answer", "hedged", "unparsable_gold", "timeout", "verifier_error"]
+VERIFY_STATUSES: tuple[str, ...] = ("ok", "no_answer", "hedged", "unparsable_gold", "timeout", "verifier_error")
 
 VerifyPath = Literal["none", "string", "integer", "symbolic"]
 VERIFY_PATHS: tuple[str, ...] = ("none", "string", "integer", "symbolic")
@@ -49,8 +53,8 @@ class Verdict:
 
     Attributes:
         correct: True when the extracted answer matches the reference (only ever True with status ``ok``).
-        status: one of ``ok``, ``no_answer``, ``unparsable_gold``, ``timeout``, ``verifier_error`` (see the
-            module docstring).
+        status: one of ``ok``, ``no_answer``, ``hedged``, ``unparsable_gold``, ``timeout``, ``verifier_error``
+            (see the module docstring).
         extracted: the predicted answer taken from the response (the content of the final box), or None.
         gold: the reference answer as given.
         path: how the decision was made: ``string`` (normalised texts identical), ``integer`` (the in-process

@@ -49,8 +49,8 @@ from typing import Any
 
 from tirl.protocol import extract_answer
 from tirl.protocol.config import ProtocolConfig
-from tirl.reward.forms import Reading, question_base, read_answer
-from tirl.reward.normalize import canonical_integer, normalize_text
+from tirl.reward.forms import Reading, commitment_problem, hedge_words, question_base, read_answer
+from tirl.reward.normalize import MAX_SYMBOLIC_CHARS, canonical_integer, normalize_text
 from tirl.reward.payload import PRELOAD_MODULES, PROGRAM, encode_payload, parse_worker_output
 from tirl.reward.types import Verdict, VerifierConfig, VerifierStats, VerifyItem
 from tirl.sandbox.types import CodeExecutor, ExecutionRequest, ExecutionResult
@@ -157,22 +157,26 @@ def _solo_outcome(result: ExecutionResult) -> Outcome:
 
 
 @functools.lru_cache(maxsize=4096)
-def _gold_view(gold: str, question: str | None) -> tuple[Reading, str | None, int | None]:
+def _gold_view(gold: str, question: str | None) -> tuple[Reading, str | None, int | None, frozenset[str]]:
     """The reference as the fast paths see it (cached: a reference is verified against many samples).
 
     Returns:
-        ``(reading, canonical integer or None, base)``: ``base`` is the base in which bare-numeral answers
-        are read (the reference is written in base b and the question asks for base b), else None.
+        ``(reading, canonical integer or None, base, words)``: ``base`` is the base in which bare-numeral
+        answers are read (the reference is written in base b and the question asks for base b), else None;
+        ``words`` the hedge words the reference itself holds (:func:`tirl.reward.forms.hedge_words`).
     """
     integer = canonical_integer(gold)
     if integer is not None and "_" not in gold:
         # Reading never turns an integer of the integer policy into another value; only a base subscript
         # (which the integer policy does not read) needs it.
-        return Reading(gold), integer, None
+        return Reading(gold), integer, None, hedge_words(gold)
     reading = read_answer(gold)
+    if reading.problem is None and len(reading.text) > MAX_SYMBOLIC_CHARS and integer is None:
+        reading = Reading(reading.text, f"a reference of {len(reading.text)} characters that is not a plain "
+                                        f"integer (over {MAX_SYMBOLIC_CHARS}) is not compared symbolically")
     integer = canonical_integer(reading.text) if reading.problem is None else None
     base = reading.base if reading.base is not None and question_base(question) == reading.base else None
-    return reading, integer, base
+    return reading, integer, base, hedge_words(gold)
 
 
 def _parallelism(executor: CodeExecutor) -> int:
@@ -237,16 +241,20 @@ class Verifier:
             norm_pred = normalize_text(extracted)
             if norm_pred and norm_pred == normalize_text(gold):
                 return Verdict(True, "ok", extracted, gold, "string"), extracted, gold, None
-        gold_reading, gold_int, pred_base = _gold_view(gold, item.question)
+        gold_reading, gold_int, pred_base, gold_words = _gold_view(gold, item.question)
         if gold_reading.problem is not None:
             return (Verdict(False, "unparsable_gold", extracted, gold, "none", 0.0, gold_reading.problem),
                     None, gold, None)
         if cfg.integer_fast_path and gold_int is not None and pred_base is None:
             # Reading the answer never turns an integer of the integer policy into another integer, so an
-            # answer that already is one is decided before the (slower) reading.
+            # answer that already is one is decided before the (slower) reading. Such an answer holds no
+            # hedge word (the integer policy never drops one as a unit), so the check below cannot apply.
             pred_int = canonical_integer(extracted)
             if pred_int is not None:
                 return Verdict(gold_int == pred_int, "ok", extracted, gold, "integer"), extracted, gold, None
+        hedge = commitment_problem(extracted, gold, gold_words)
+        if hedge is not None:
+            return Verdict(False, "hedged", extracted, gold, "string", 0.0, hedge), extracted, gold, None
         pred_reading = read_answer(extracted, pred_base)
         if pred_reading.problem is not None:
             return Verdict(False, "ok", extracted, gold, "string", 0.0, pred_reading.problem), extracted, gold, None
@@ -258,6 +266,11 @@ class Verifier:
             pred_int = canonical_integer(pred_reading.text)
             if pred_int is not None:
                 return Verdict(gold_int == pred_int, "ok", extracted, gold, "integer"), extracted, gold, None
+        if len(pred_reading.text) > MAX_SYMBOLIC_CHARS:
+            # Deterministic: math-verify on such a text ends ok or timeout depending on the machine's load.
+            detail = (f"an answer of {len(pred_reading.text)} characters not decided by the integer path "
+                      f"(over {MAX_SYMBOLIC_CHARS}) is not compared symbolically")
+            return Verdict(False, "ok", extracted, gold, "string", 0.0, detail), extracted, gold, None
         return None, extracted, gold, (gold_reading.text, pred_reading.text)
 
     def _request(self, pairs: Sequence[tuple[str, str]]) -> ExecutionRequest:
@@ -461,8 +474,9 @@ class Verifier:
         return results
 
 
-#: An answer no reference equals (``Verifier.acheck_references`` compares every reference with it).
-REFERENCE_PROBE = "\\text{tirl: no reference equals this answer}"
+#: An answer no reference equals (``Verifier.acheck_references`` compares every reference with it). It holds
+#: no hedge word (:func:`tirl.reward.forms.commitment_problem`), so it reaches the reference's parsing.
+REFERENCE_PROBE = "\\text{tirl: a reference check that equals nothing}"
 
 
 def _run_inline(coro: Any) -> Any:

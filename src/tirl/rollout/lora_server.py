@@ -88,9 +88,35 @@ def _load_adapter_sglang(url: str, adapter_dir: str | Path, lora_name: str, *, t
         raise ServerSyncError(f"cannot reach {url}: {type(exc).__name__}: {exc}") from exc
 
 
+def reload_weights(url: str, weights_dir: str | Path, *, timeout_s: float = 300.0) -> None:
+    """Make a vLLM server load the full weights in ``weights_dir`` (an HF folder of safetensors of the model it
+    serves) in place, then empty its prefix cache; completions keep naming the served model.
+
+    Uses vLLM's development routes: ``POST /collective_rpc`` with ``{"method": "reload_weights", "kwargs":
+    {"weights_path": ...}}`` (vLLM's in-place reload, which also re-packs the CPU build's linear layers) and
+    ``POST /reset_prefix_cache``. The server must run with ``VLLM_SERVER_DEV_MODE=1`` (``make vllm-server`` does).
+
+    Raises:
+        ServerSyncError: the server refused the reload (the message quotes its answer) or could not be reached.
+    """
+    url = url.rstrip("/")
+    body = {"method": "reload_weights", "kwargs": {"weights_path": str(Path(weights_dir).resolve())}}
+    try:
+        with httpx.Client(base_url=url, timeout=timeout_s) as client:
+            resp = client.post("/collective_rpc", json=body)
+            if resp.status_code >= 400:
+                raise ServerSyncError(f"{url}/collective_rpc reload_weights answered {resp.status_code}: "
+                                      f"{resp.text[:300]} (start vLLM with VLLM_SERVER_DEV_MODE=1)")
+            reset = client.post("/reset_prefix_cache")
+            if reset.status_code >= 400:
+                raise ServerSyncError(f"{url}/reset_prefix_cache answered {reset.status_code}: {reset.text[:300]}")
+    except httpx.HTTPError as exc:
+        raise ServerSyncError(f"cannot reach {url}: {type(exc).__name__}: {exc}") from exc
+
+
 def served_adapter_name(adapter_dir: str | Path) -> str:
     """A stable server-side name for the adapter in ``adapter_dir`` (``tirl-`` + 12 hex digits of its path)."""
     return "tirl-" + hashlib.sha1(str(Path(adapter_dir).resolve()).encode()).hexdigest()[:12]
 
 
-__all__ = ["ServerSyncError", "load_adapter", "served_adapter_name"]
+__all__ = ["ServerSyncError", "load_adapter", "reload_weights", "served_adapter_name"]

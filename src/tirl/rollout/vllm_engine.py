@@ -39,11 +39,19 @@ class VLLMEngine:
         batch_wait_s: how long to wait for more requests after the first one arrives.
         max_batch_size: most requests per ``LLM.generate`` call.
         sampling_params_cls: vLLM's ``SamplingParams`` (injected for tests; default imported from vllm).
+        send_seed: pass each request's seed to vLLM. None (default): yes, except on vLLM's CPU platform, whose
+            0.32 engine dies on a seeded request that is prefilled in chunks (``RuntimeError: CPU Generator does
+            not use offset``, then ``EngineDeadError``; turns of 32 trajectories exceed the 4,096-token prefill
+            chunk TRL sets). Without seeds the samples come from the engine's own generator (TRL seeds it with the
+            process index).
     """
 
     def __init__(self, llm: Any, batch_wait_s: float = 0.02, max_batch_size: int = 1024,
-                 sampling_params_cls: Any = None) -> None:
+                 sampling_params_cls: Any = None, send_seed: bool | None = None) -> None:
         self.llm = llm
+        if send_seed is None:
+            send_seed = not _vllm_on_cpu()
+        self.send_seed = send_seed
         self.batch_wait_s = batch_wait_s
         self.max_batch_size = max_batch_size
         self._sp_cls = sampling_params_cls
@@ -64,7 +72,7 @@ class VLLMEngine:
             temperature=p.temperature,
             top_p=p.top_p,
             stop_token_ids=list(p.stop_token_ids),
-            seed=p.seed,
+            seed=p.seed if self.send_seed else None,
             logprobs=0,
             skip_special_tokens=False,
         )
@@ -119,6 +127,15 @@ class VLLMEngine:
             req = self._queue.get_nowait()
             if not req.future.done():
                 req.future.set_result(GenerationOutput([], [], "error", "engine closed"))
+
+
+def _vllm_on_cpu() -> bool:
+    """Whether the installed vLLM runs on its CPU platform (False when vLLM cannot be imported)."""
+    try:
+        from vllm.platforms import current_platform
+    except Exception:  # noqa: BLE001 - no vLLM (tests with a stand-in LLM)
+        return False
+    return bool(current_platform.is_cpu())
 
 
 def to_generation_output(result: Any, params: SamplingParams) -> GenerationOutput:

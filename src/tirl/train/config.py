@@ -116,6 +116,11 @@ class RolloutConfig(AgentLoopSettings):
         server_lora_name: the adapter's name on that server.
         server_api: how that server is spoken to: ``openai`` (vLLM's ``/v1/completions`` and LoRA routes) or
             ``sglang`` (SGLang's ``/generate``, ``/load_lora_adapter`` and ``/flush_cache``).
+        server_sync: what is sent to that server before every rollout: ``adapter`` (the LoRA adapter),
+            ``weights`` (full weights, merged for a LoRA policy; the server reloads them in place) or ``auto``
+            (``adapter`` for a LoRA policy, else ``weights``).
+        server_model_name: the name the server serves its own weights under (``make vllm-server``: ``base``),
+            requested when full weights are sent.
         use_vllm: generate through TRL's vLLM integration instead of in-process transformers (GPU).
         vllm_mode: ``colocate`` or ``server`` (TRL's modes).
         vllm_server_base_url: for ``server`` mode.
@@ -138,6 +143,8 @@ class RolloutConfig(AgentLoopSettings):
     server_url: str | None = None
     server_lora_name: str = "policy"
     server_api: str = "openai"
+    server_sync: str = "auto"
+    server_model_name: str = "base"
     use_vllm: bool = False
     vllm_mode: str = "colocate"
     vllm_server_base_url: str | None = None
@@ -304,11 +311,24 @@ class RLConfig:
             raise ValueError(f"model.dtype must be auto, float32, bfloat16 or float16, got {self.model.dtype!r}")
         if r.server_api not in ("openai", "sglang"):
             raise ValueError(f"rollout.server_api must be openai or sglang, got {r.server_api!r}")
-        if r.server_url and (r.use_vllm or not self.model.lora.enabled):
-            raise ValueError("rollout.server_url needs model.lora.enabled (the adapter is what is sent to the "
-                             "server) and cannot be combined with rollout.use_vllm")
+        if r.server_sync not in ("auto", "adapter", "weights"):
+            raise ValueError(f"rollout.server_sync must be auto, adapter or weights, got {r.server_sync!r}")
+        if r.server_url and r.use_vllm:
+            raise ValueError("rollout.server_url cannot be combined with rollout.use_vllm")
+        if r.server_url and r.server_sync == "adapter" and not self.model.lora.enabled:
+            raise ValueError("rollout.server_sync: adapter needs model.lora.enabled (or use server_sync: weights)")
+        if r.server_url and r.server_api == "sglang" and r.server_sync == "weights":
+            raise ValueError("rollout.server_sync: weights is served by vLLM only (server_api: openai); "
+                             "SGLang servers are sent the LoRA adapter")
         if r.vllm_mode not in ("colocate", "server"):
             raise ValueError(f"rollout.vllm_mode must be colocate or server, got {r.vllm_mode!r}")
+
+    def server_sync_mode(self) -> str:
+        """``adapter`` or ``weights``: what :class:`tirl.train.server_policy.ServerPolicySync` sends."""
+        mode = self.rollout.server_sync
+        if mode == "auto":
+            return "adapter" if self.model.lora.enabled else "weights"
+        return mode
 
     def steps_per_generation(self, num_processes: int = 1) -> int:
         """Micro-batches per RL step on each process (= gradient accumulation steps: one optimiser step)."""

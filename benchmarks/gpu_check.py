@@ -164,7 +164,7 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
         f"output_dir={out / 'run'}", f"model.name_or_path={model_dir}", f"model.dtype={args.dtype}",
         f"max_steps={args.steps}", f"problems_per_step={problems_per_step}", "save_steps=100000", "resume=false",
         f"rollout.group_size={group}", "rollout.oversample=2", "rollout.max_turns=2",
-        f"rollout.max_response_tokens={budget}", "rollout.sandbox=local", f"rollout.sandbox_workers={workers}",
+        f"rollout.max_response_tokens={budget}", "sandbox.backend=local", f"sandbox.workers={workers}",
         f"rollout.engine_batch_size={2 * group * problems_per_step}",
         f"optim.per_device_train_batch_size={group * problems_per_step}", "optim.learning_rate=1e-5",
         "optim.warmup_steps=0", "roc.min_per_class=1", "logging.console=false", "logging.report_to=none",

@@ -3,7 +3,7 @@ in the middle of a step (issue 28, item 2; recorded in docs/scale.md).
 
 What runs: two sandbox services (``python -m tirl.cli.main sandbox serve --port P``) on 127.0.0.1, and the trainer
 ``tirl train rl`` builds (:func:`tirl.train.rl.build_trainer`) on toolmath problems with
-``rollout.sandbox: http://127.0.0.1:P1,http://127.0.0.1:P2`` (a ``SandboxClient`` balancing over both; answers are
+``sandbox.backend: http://127.0.0.1:P1,http://127.0.0.1:P2`` (a ``SandboxClient`` balancing over both; answers are
 verified there too). The policy is the tiny random model on the SmolLM2 tokenizer; since a random model never
 writes a tool call, the first turn of every trajectory is scripted to one call whose program sleeps
 ``--call-sleep-s`` and prints the problem's reference answer (so calls are in flight when the service dies and
@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"output_dir={out / 'run'}", f"model.name_or_path={model_dir}", "model.dtype=float32",
         f"max_steps={args.steps}", f"problems_per_step={pps}", "save_steps=100000", "resume=false",
         f"rollout.group_size={group}", "rollout.oversample=2", "rollout.max_turns=2",
-        "rollout.max_response_tokens=128", f"rollout.sandbox={a.url},{b.url}", "rollout.tool_timeout_s=10",
+        "rollout.max_response_tokens=128", f"sandbox.backend={a.url},{b.url}", "rollout.tool_timeout_s=10",
         f"optim.per_device_train_batch_size={pps * group}", "optim.learning_rate=1e-4", "optim.warmup_steps=0",
         "roc.min_per_class=1", "logging.console=false", "logging.log_trajectories=true", "watchdog.enabled=false",
     ])

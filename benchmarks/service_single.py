@@ -10,7 +10,7 @@ HTTP client each row uses in brackets):
 - ``service_httpx``: the same requests through httpx (the client of the runs before the switch to aiohttp;
   kept for comparison);
 - ``service_client``: the same server through ``SandboxClient.run`` with its default ``ClientConfig`` (aiohttp):
-  what RL and eval use when ``rollout.sandbox`` is a URL; it coalesces the K callers' calls into
+  what RL and eval use when ``sandbox.backend`` is a URL; it coalesces the K callers' calls into
   ``POST /v1/execute/stream`` requests (sent when 64 are waiting or 5 ms after the first; at once when nothing
   is in flight) and answers each call as its line arrives (before the stream endpoint these rows went through
   ``POST /v1/execute/batch``, every call of a batch answered when its slowest one finished);

@@ -94,7 +94,7 @@ def test_protocol_and_tool_limits_of_an_rl_recipe_reach_the_agent_loop(tmp_path,
 
 
 def test_rollout_settings_build_the_agent_loop_config_without_the_rl_only_fields():
-    rollout = RolloutConfig(max_turns=7, tool_timeout_s=2.0, group_size=4, sandbox="http://x")
+    rollout = RolloutConfig(max_turns=7, tool_timeout_s=2.0, group_size=4, server_url="http://x")
     loop = rollout.agent_loop_config(ProtocolConfig(prompt_style="compact"), context_window=900)
     assert isinstance(loop, AgentLoopConfig) and not hasattr(loop, "group_size")
     assert (loop.max_turns, loop.tool_timeout_s, loop.context_window) == (7, 2.0, 900)

@@ -290,7 +290,7 @@ def test_vllm_source_does_not_unwrap_the_training_model():
 @pytest.mark.slow
 def test_the_rl_scorer_verifies_on_the_runs_executor_not_a_second_pool(qwen_tokenizer):
     """build_trainer's default scorer sends symbolic comparisons to the rollout source's executor (a service URL
-    in rollout.sandbox means the service), on the source's own event loop."""
+    in sandbox.backend means the service), on the source's own event loop."""
     import asyncio
 
     import tirl.reward.verifier as reward_verifier
@@ -315,7 +315,7 @@ def test_the_rl_scorer_verifies_on_the_runs_executor_not_a_second_pool(qwen_toke
             return [await self.run(r) for r in requests]
 
     spy = CountingExecutor()
-    config = load_config(None, ["rollout.sandbox_workers=1"])
+    config = load_config(None, ["sandbox.workers=1"])
     source = AgentLoopSource(config, qwen_tokenizer, executor_factory=lambda: spy)
     scorer = VerifierScorer(qwen_tokenizer, source.verify)
     answers = ["\\frac{2}{4}", "0.25", "7"]  # what the agent loop extracted from the model's turns

@@ -5,12 +5,16 @@ Every entry point's options are one dataclass (``tirl.train.config.RLConfig``, `
 unknown keys are errors that list the known ones, values are converted to the field types (YAML 1.1 reads
 ``1e-6`` as a string; ``a,b`` is a list; ``null``/``none`` is None where the field allows it), and the
 dataclasses' own validation runs. A file can extend another with a top-level ``base: other.yaml`` and state only
-what differs (:func:`read_yaml_mapping`). It defines no settings itself.
+what differs (:func:`read_yaml_mapping`). A setting that moved to another key keeps working under its old one
+for a while: a dataclass lists ``{old dotted key: new dotted key}`` in its ``MOVED_KEYS`` class attribute, and
+:func:`build_dataclass` moves the value with a one-line warning naming the new key. It defines no settings itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import logging
 import types
 import typing
 from collections.abc import Sequence
@@ -18,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+logger = logging.getLogger(__name__)
 
 
 def plain_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -114,19 +120,74 @@ def build_dataclass(cls: type, data: dict[str, Any], where: str = "") -> Any:
         where: the dotted path of ``data`` in the whole configuration, for messages.
 
     Raises:
-        ValueError: an unknown key (the message lists the known ones), a value of the wrong type, or whatever
-            the dataclass's own validation raises.
+        ValueError: an unknown key (the message suggests the closest known key, or the dataclass's
+            ``KEY_HINTS`` entry for it, and lists the known ones), a value of the wrong type, or whatever the
+            dataclass's own validation raises.
     """
     hints = _field_types(cls)
     names = {f.name for f in dataclasses.fields(cls)}
+    data = _move_keys(cls, data, where)
     unknown = sorted(set(data) - names)
     if unknown:
+        key_hints: dict[str, str] = getattr(cls, "KEY_HINTS", {})
+        prefix = where + "." if where else ""
+        close = [key_hints.get(k) or "".join(prefix + m for m in difflib.get_close_matches(k, names, n=1))
+                 for k in unknown]
+        close = [c for c in close if c]
         raise ValueError(
-            f"unknown key(s) {', '.join((where + '.' if where else '') + k for k in unknown)}; "
-            f"known: {', '.join(sorted(names))}"
+            f"unknown key(s) {', '.join(prefix + k for k in unknown)}"
+            + (f" (did you mean {'; '.join(close)}?)" if close else "")
+            + f"; known: {', '.join(sorted(names))}"
         )
     kwargs = {k: _coerce(v, hints[k], f"{where}.{k}" if where else k) for k, v in data.items()}
     return cls(**kwargs)
+
+
+def _move_keys(cls: type, data: dict[str, Any], where: str) -> dict[str, Any]:
+    """``data`` with the values under ``cls.MOVED_KEYS``' old keys moved to their new keys (input unchanged).
+
+    An old key whose value is a mapping is left alone (``sandbox: {...}`` is the new section itself when the old
+    key was a scalar of the same name). Each move logs one warning naming the new key.
+
+    Raises:
+        ValueError: the old and the new key are both given, with different values.
+    """
+    moved: dict[str, str] = getattr(cls, "MOVED_KEYS", {})
+    for old, new in moved.items():
+        *old_parents, old_leaf = old.split(".")
+        node: Any = data
+        for part in old_parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or old_leaf not in node or isinstance(node[old_leaf], dict):
+            continue
+        prefix = where + "." if where else ""
+        value = node[old_leaf]
+        *new_parents, new_leaf = new.split(".")
+        target: Any = data
+        for part in new_parents:
+            target = target.get(part) if isinstance(target, dict) else None
+        if isinstance(target, dict) and new_leaf in target and target[new_leaf] != value:
+            raise ValueError(f"{prefix}{old} is {prefix}{new} now; both are given ({value!r}, {target[new_leaf]!r}): "
+                             f"keep {prefix}{new}")
+        data = merge(_without(data, old_parents, old_leaf), _nested(new_parents + [new_leaf], value))
+        logger.warning("%s%s is deprecated: read as %s%s (write that instead)", prefix, old, prefix, new)
+    return data
+
+
+def _without(data: dict[str, Any], parents: list[str], leaf: str) -> dict[str, Any]:
+    """``data`` without ``parents...leaf`` (copies along the path, so the input is unchanged)."""
+    if not parents:
+        return {k: v for k, v in data.items() if k != leaf}
+    head, *rest = parents
+    return {**data, head: _without(data[head], rest, leaf)}
+
+
+def _nested(path: list[str], value: Any) -> dict[str, Any]:
+    """``{"a": {"b": value}}`` for ``["a", "b"]``."""
+    out: Any = value
+    for part in reversed(path):
+        out = {part: out}
+    return out
 
 
 def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:

@@ -4,13 +4,15 @@ Covers:
 
 * :class:`BackgroundLoop`: one asyncio event loop in a daemon thread (the only one in tirl: the RL rollout, the
   data sampler, the sync verifier and ``SyncSandbox`` all run on one);
-* :func:`build_executor`: the code executor for tool calls *and* symbolic answer checks (``local``: one
-  ``LocalSandbox`` whose workers preload numpy, scipy, sympy and the verifier's modules; an ``http(s)://`` URL
-  or several separated by commas: a ``SandboxClient``);
+* :func:`build_executor`: the code executor for tool calls *and* symbolic answer checks, from the run's
+  ``sandbox:`` section (:class:`tirl.service.config.ExecutorConfig`; ``backend: local``: one ``LocalSandbox``
+  with the section's pool settings, whose workers preload numpy, scipy, sympy and the verifier's modules; an
+  ``http(s)://`` URL or several separated by commas: a ``SandboxClient`` with ``sandbox.client``);
 * :func:`build_check_executor`: the answer checks' own pool, apart from the policy's tool calls (RL and the
   sampler use it through :class:`AgentRuntime`; ``tirl eval`` checks on its tool executor);
-* :func:`build_verifier`: the :class:`tirl.reward.Verifier` on the run's executor (always given explicitly:
-  no run verifies on a module-global pool);
+* :func:`build_verifier`: the :class:`tirl.reward.Verifier` on the run's executor with the run's protocol and
+  ``verifier:`` section (:class:`tirl.reward.VerifierConfig`) (the executor is always given explicitly: no run
+  verifies on a module-global pool);
 * the engines: :func:`build_hf_engine` (in process), :func:`build_server_engine` (an OpenAI-compatible server),
   :func:`build_policy_engine` (what RL and the sampler generate with: a server holding the LoRA policy, TRL's
   colocated vLLM, or the policy in process) and :func:`build_router` (evaluation: one engine, or the KV-aware
@@ -37,11 +39,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from tirl.eval.config import EvalConfig
+    from tirl.reward.types import VerifierConfig
     from tirl.reward.verifier import Verifier
     from tirl.rollout.agent_loop import AgentLoopConfig
     from tirl.rollout.engine import Engine, EngineRouter
     from tirl.rollout.hf_engine import HFEngine
     from tirl.sandbox.types import CodeExecutor
+    from tirl.service.config import ExecutorConfig
 
 logger = logging.getLogger(__name__)
 
@@ -102,40 +106,45 @@ class BackgroundLoop:
 # builders
 
 
-def build_executor(sandbox: str, workers: int | None = None) -> CodeExecutor:
-    """The code executor for tool calls and symbolic answer checks.
+def build_executor(config: ExecutorConfig) -> CodeExecutor:
+    """The code executor for tool calls (and the answer checks of ``tirl eval``) from the run's ``sandbox:``
+    section.
 
-    Args:
-        sandbox: ``local`` (a ``LocalSandbox`` whose workers preload the sandbox defaults plus the verifier's
-            modules, :data:`tirl.reward.PRELOAD_MODULES`) or an ``http(s)://`` URL of a code-execution service
-            (several separated by commas: a ``SandboxClient`` balancing over them).
-        workers: local worker processes (None: one per usable core).
+    ``config.backend`` ``local``: a ``LocalSandbox`` with the section's pool settings (``workers``, limits,
+    isolation layers), whose workers preload ``config.preload`` plus the verifier's modules
+    (:data:`tirl.reward.PRELOAD_MODULES`). An ``http(s)://`` URL (several separated by commas): a
+    ``SandboxClient`` balancing over them, with ``config.client``.
 
     Raises:
-        ValueError: any other ``sandbox`` value.
+        TypeError: ``config`` is not an :class:`tirl.service.config.ExecutorConfig` (the string form
+            ``build_executor("local", workers)`` is gone: pass ``ExecutorConfig(backend=..., workers=...)``).
     """
-    sandbox = sandbox.strip()
-    if sandbox == "local":
+    from tirl.service.config import ExecutorConfig
+
+    if not isinstance(config, ExecutorConfig):
+        raise TypeError(f"build_executor takes the sandbox: section (tirl.service.config.ExecutorConfig), got "
+                        f"{type(config).__name__}: ExecutorConfig(backend={config!r}) for the old form")
+    if config.backend == "local":
         from tirl.reward import PRELOAD_MODULES
-        from tirl.sandbox import DEFAULT_PRELOAD, LocalSandbox
+        from tirl.sandbox import LocalSandbox
 
-        return LocalSandbox(workers=workers, preload=tuple(dict.fromkeys((*DEFAULT_PRELOAD, *PRELOAD_MODULES))))
-    if sandbox.startswith(("http://", "https://")):
-        from tirl.service.client import SandboxClient
+        preload = tuple(dict.fromkeys((*config.preload, *PRELOAD_MODULES)))
+        return LocalSandbox(preload=preload, config=config.local_config())
+    from tirl.service.client import SandboxClient
 
-        return SandboxClient([u.strip() for u in sandbox.split(",") if u.strip()])
-    raise ValueError(f"sandbox must be 'local' or an http(s):// URL, got {sandbox!r}")
+    return SandboxClient(config.urls, config.client)
 
 
-def build_check_executor(tool_executor: Any) -> Any:
+def build_check_executor(tool_executor: Any, config: ExecutorConfig | None = None) -> Any:
     """A pool of its own for the answer checks of a run whose tool calls run on ``tool_executor``: answer
     checks send reference answers on stdin, so they never share workers (a process lineage, a scratch
     tmpfs) with the policy's calls (docs/sandbox.md "What a call can read").
 
     A ``LocalSandbox`` gets a second ``LocalSandbox`` with its configuration, half its workers (at least
     one) and the verifier's preload (:data:`tirl.reward.PRELOAD_MODULES`); a service client (the service's
-    ``/v1/execute`` pool runs the policy's calls) gets a local one-worker pool; any other executor (a test
-    double) is returned as it is.
+    ``/v1/execute`` pool runs the policy's calls) gets a local one-worker pool with the pool settings of
+    ``config`` (the run's ``sandbox:`` section; None: the defaults); any other executor (a test double) is
+    returned as it is.
     """
     from tirl.reward import PRELOAD_MODULES
     from tirl.sandbox import LocalSandbox
@@ -145,19 +154,20 @@ def build_check_executor(tool_executor: Any) -> Any:
         return LocalSandbox(workers=max(1, tool_executor.workers // 2), preload=PRELOAD_MODULES,
                             config=tool_executor.config)
     if isinstance(tool_executor, SandboxClient):
-        return LocalSandbox(workers=1, preload=PRELOAD_MODULES)
+        return LocalSandbox(workers=1, preload=PRELOAD_MODULES,
+                            config=config.local_config() if config is not None else None)
     return tool_executor
 
 
-def build_verifier(executor: CodeExecutor | None, protocol: Any = None, **options: Any) -> Verifier:
+def build_verifier(executor: CodeExecutor | None, protocol: Any = None, config: VerifierConfig | None = None, *,
+                   stats: Any = None) -> Verifier:
     """The answer verifier with its symbolic checks on ``executor`` (the run's own), extracting answers with the
-    run's ``protocol`` (a :class:`tirl.protocol.ProtocolConfig`; None: the default one); ``options`` go to
-    :class:`tirl.reward.Verifier` (``config``, ``stats``)."""
+    run's ``protocol`` (a :class:`tirl.protocol.ProtocolConfig`; None: the default one), with the run's
+    ``verifier:`` section ``config`` (a :class:`tirl.reward.VerifierConfig`; None: the defaults) and ``stats``
+    (a :class:`tirl.reward.VerifierStats`; None: the module-wide counters)."""
     from tirl.reward import Verifier
 
-    if protocol is not None:
-        options["protocol_config"] = protocol
-    return Verifier(executor=executor, **options)
+    return Verifier(executor=executor, config=config, stats=stats, protocol_config=protocol)
 
 
 def build_hf_engine(model: Any, *, batch_size: int, seed: int | None = None) -> HFEngine:
@@ -284,6 +294,12 @@ def load_sampling_policy(model: str, base: str | None = None, dtype: str = "auto
     return load(model_reference(model), dtype=dtype)
 
 
+def _fresh_stats() -> Any:
+    from tirl.reward import VerifierStats
+
+    return VerifierStats()
+
+
 # --------------------------------------------------------------------------------------------------------------
 # the agent runtime: a background loop with the run's executor and verifier
 
@@ -296,14 +312,25 @@ class AgentRuntime:
     use). Used by RL training and by the data sampler; closed once at the end.
 
     Args:
-        executor_factory: ``() -> CodeExecutor``, called on the loop (e.g. ``lambda: build_executor(...)``).
+        executor_factory: ``() -> CodeExecutor``, called on the loop (None: :func:`build_executor` of
+            ``sandbox``; a test gives its own).
         name: the loop thread's name.
         protocol: the run's :class:`tirl.protocol.ProtocolConfig`, given to the verifier (None: the default).
+        sandbox: the run's ``sandbox:`` section (:class:`tirl.service.config.ExecutorConfig`; None: the
+            defaults), what the executor and the answer-check pool are built from.
+        verifier: the run's ``verifier:`` section (:class:`tirl.reward.VerifierConfig`; None: the defaults).
     """
 
-    def __init__(self, executor_factory: Callable[[], Any], name: str = "tirl-agent-loop",
-                 protocol: Any = None) -> None:
-        self._executor_factory = executor_factory
+    def __init__(self, executor_factory: Callable[[], Any] | None = None, name: str = "tirl-agent-loop",
+                 protocol: Any = None, *, sandbox: ExecutorConfig | None = None,
+                 verifier: VerifierConfig | None = None) -> None:
+        if sandbox is None:
+            from tirl.service.config import ExecutorConfig
+
+            sandbox = ExecutorConfig()
+        self.sandbox = sandbox
+        self.verifier_config = verifier
+        self._executor_factory = executor_factory or (lambda: build_executor(self.sandbox))
         self.protocol = protocol
         self._name = name
         self._loop: BackgroundLoop | None = None
@@ -316,6 +343,20 @@ class AgentRuntime:
         """The run's code executor (the loop and the executor are started when missing)."""
         self._start()
         return self._executor
+
+    @property
+    def verifier(self) -> Verifier:
+        """The run's verifier, on the answer checks' own pool (built when missing)."""
+        loop = self._start()
+        if self._verifier is None:
+            tools, sandbox = self._executor, self.sandbox
+
+            async def construct() -> Any:
+                return build_check_executor(tools, sandbox)
+
+            self._checks = loop.run(construct())
+            self._verifier = build_verifier(self._checks, self.protocol, self.verifier_config)
+        return self._verifier
 
     def _start(self) -> BackgroundLoop:
         if self._loop is None:
@@ -334,17 +375,18 @@ class AgentRuntime:
         return self._start().run(coro, timeout)
 
     def verify(self, items: Sequence[Any]) -> list[Any]:
-        """Verdicts of :class:`tirl.reward.VerifyItem` items, verified on the run's executor and loop."""
+        """Verdicts of :class:`tirl.reward.VerifyItem` items, verified by the run's verifier on its loop."""
+        verifier = self.verifier
+        return self._start().run(verifier.averify_batch(list(items)))
+
+    def verify_data(self, items: Sequence[Any], config: VerifierConfig) -> list[Any]:
+        """Verdicts of items that check *data*, not a policy's answers (``tirl data curate``'s answer probe: a
+        reference against itself), by a verifier with its own ``config`` (and counters) on the run's executor,
+        the one the ``sandbox:`` section names (the local pool or the service). Curation probes its answers
+        before its consistency step samples the policy on that executor."""
         loop = self._start()
-        if self._verifier is None:
-            tools = self._executor
-
-            async def construct() -> Any:
-                return build_check_executor(tools)
-
-            self._checks = loop.run(construct())
-            self._verifier = build_verifier(self._checks, self.protocol)
-        return loop.run(self._verifier.averify_batch(list(items)))
+        verifier = build_verifier(self._executor, self.protocol, config, stats=_fresh_stats())
+        return loop.run(verifier.averify_batch(list(items)))
 
     def rollouts(self, rows: Sequence[dict[str, Any]], samples_per_problem: int, engine: Any, tokenizer: Any,
                  config: AgentLoopConfig, *, seed: int, check_sandbox: bool = False) -> list[Any]:

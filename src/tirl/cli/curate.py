@@ -1,6 +1,7 @@
 """``tirl data curate SOURCES... --out DIR``: the RL data curation of the report (thin: parse, call
 :func:`tirl.data.curation.curate`, print the per-step table). Registered on ``tirl data`` by
-:mod:`tirl.cli.data`.
+:mod:`tirl.cli.data`. The answer probe and the consistency step share one runtime and its executor, the one
+``--sandbox`` names (:func:`tirl.train.sampler.sampler_runtime`).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def curate_command(
     from tirl.data.benchmarks import BenchmarkError
     from tirl.data.curation import DEFAULT_BENCHMARKS, AnswerPolicy, ConsistencyConfig, CurationConfig, curate
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # one message, one line
     try:
         config = CurationConfig(
             answers=AnswerPolicy(accept=accept, max_digits=max_digits, deadline_s=deadline),  # type: ignore[arg-type]  # typer gives a str; AnswerPolicy checks it
@@ -82,19 +83,31 @@ def curate_command(
     except ValueError as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
+    from tirl.service.config import ExecutorConfig
+    from tirl.train.sampler import SamplerConfig, sampler_runtime
+
+    try:
+        sampler_config = SamplerConfig(
+            max_turns=max_turns, max_response_tokens=max_tokens, temperature=temperature, tool_timeout_s=tool_timeout,
+            sandbox=ExecutorConfig(backend=sandbox, workers=workers), batch_size=batch_size, seed=seed,
+            protocol=_Pr(prompt_style=prompt_style))
+    except ValueError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    # one runtime, one executor (the one --sandbox names) for the answer probe and the consistency step; it
+    # starts on first use, so a run with nothing to probe and no consistency model starts no sandbox
+    runtime = sampler_runtime(sampler_config)
     with contextlib.ExitStack() as stack:
+        stack.callback(runtime.close)
         sampler = None
         try:
             if model is not None:
                 from tirl.runtime import load_sampling_policy
-                from tirl.train.sampler import SamplerConfig, policy_sampler
+                from tirl.train.sampler import policy_sampler
 
                 policy, tokenizer = load_sampling_policy(model, None, dtype)
-                sampler = stack.enter_context(policy_sampler(policy, tokenizer, SamplerConfig(
-                    max_turns=max_turns, max_response_tokens=max_tokens, temperature=temperature,
-                    tool_timeout_s=tool_timeout, sandbox=sandbox, workers=workers, batch_size=batch_size, seed=seed,
-                    protocol=_Pr(prompt_style=prompt_style))))
-            result = curate(sources, out, config, sampler=sampler,
+                sampler = stack.enter_context(policy_sampler(policy, tokenizer, sampler_config, runtime))
+            result = curate(sources, out, config, verify=runtime.verify_data, sampler=sampler,
                             progress=lambda step, done, total: console.print(f"{step}: {done}/{total} problems"))
         except (ValueError, FileNotFoundError, KeyError, BenchmarkError) as exc:
             console.print(f"[red]error:[/] {exc}")

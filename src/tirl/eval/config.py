@@ -15,11 +15,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tirl.config import build_dataclass, merge, plain_dict, read_yaml_mapping
 from tirl.protocol.config import ProtocolConfig
+from tirl.reward.types import VerifierConfig
 from tirl.rollout.agent_loop import AgentLoopConfig, AgentLoopSettings
+from tirl.service.config import ExecutorConfig
 
 # Trajectories in flight when ``rollout.max_concurrency`` is None, per engine: the in-process engine batches what
 # is in flight, a server queues it.
@@ -49,7 +51,11 @@ class EvalConfig:
             ``tirl.rollout.scheduler``); None: ``kv_aware`` with several servers, none with one.
         kv_capacities: per-server KV capacity in tokens for the scheduler; None reads it from the servers.
         admission_coef: ``kv_aware`` reserves ``budget x admission_coef`` tokens per trajectory.
-        sandbox: ``local`` (an in-process ``LocalSandbox`` pool) or the URL of a sandbox service.
+        sandbox: where the tool calls and answer checks run and how, as in an RL recipe
+            (:class:`tirl.service.config.ExecutorConfig`: ``backend`` ``local``, an in-process ``LocalSandbox``
+            pool, or sandbox service URLs; the pool's limits and layers; the HTTP client's policy). A plain
+            string (``sandbox: local`` in older files) is read as ``sandbox.backend`` (:data:`MOVED_KEYS`).
+        verifier: the grading verifier's settings (:class:`tirl.reward.VerifierConfig`), as in an RL recipe.
         seed: base seed of the per-sample seeds.
         dtype: weights of the in-process engine; ``auto`` picks bf16 where the CPU computes it natively and
             float32 elsewhere (:func:`tirl.models.loading.resolve_dtype`; docs/benchmarks.md).
@@ -67,6 +73,8 @@ class EvalConfig:
             or invalid ``rollout`` settings.
     """
 
+    MOVED_KEYS: ClassVar[dict[str, str]] = {"sandbox": "sandbox.backend"}
+
     model: str
     benchmarks: list[str]
     out_dir: Path
@@ -80,12 +88,13 @@ class EvalConfig:
     scheduler: str | None = None
     kv_capacities: list[int] | None = None
     admission_coef: float = 1.0
-    sandbox: str = "local"
+    sandbox: ExecutorConfig = field(default_factory=ExecutorConfig)
     seed: int = 0
     dtype: str = "auto"
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
     answer_fallback: bool = False
     server_seed: bool = True
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -113,8 +122,9 @@ class EvalConfig:
         """The settings an output folder must share to be resumed (what makes a sample mean the same).
 
         The keys are those of the folders written before the settings moved into ``rollout`` (``max_tokens``
-        is ``rollout.max_response_tokens``), so those folders still resume; the tool memory limit and the
-        protocol are recorded only when they differ from their defaults, for the same reason.
+        is ``rollout.max_response_tokens``), so those folders still resume; the tool memory limit, the
+        protocol and the verifier's settings (they decide the grades) are recorded only when they differ from
+        their defaults, for the same reason.
         """
         r = self.rollout
         return {
@@ -129,6 +139,7 @@ class EvalConfig:
             **({"tool_memory_mb": r.tool_memory_mb} if r.tool_memory_mb != AgentLoopSettings.tool_memory_mb else {}),
             **({"protocol": dataclasses.asdict(self.protocol)} if self.protocol != ProtocolConfig() else {}),
             **({"answer_fallback": True} if self.answer_fallback else {}),
+            **({"verifier": dataclasses.asdict(self.verifier)} if self.verifier != VerifierConfig() else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -191,6 +202,8 @@ def load_eval_config(path: str | Path | None = None, overrides: Mapping[str, Any
         samples: 1
         rollout: {max_turns: 3, max_response_tokens: 512, tool_timeout_s: 5.0}
         protocol: {prompt_style: compact}
+        sandbox: {workers: 2}                     # the sandbox: and verifier: sections of an RL recipe
+        verifier: {timeout_s: 5.0}
 
     Missing keys keep :class:`EvalConfig`'s defaults; without ``out_dir`` the run goes to
     :func:`default_out_dir`. Relative paths are relative to the working directory.

@@ -14,7 +14,8 @@ from __future__ import annotations
 from tirl._lazy import lazy_getattr
 
 _EXPORTS = {
-    "ClientConfig": "tirl.service.client",
+    "ClientConfig": "tirl.service.config",
+    "ExecutorConfig": "tirl.service.config",
     "ClientStats": "tirl.service.client",
     "SandboxClient": "tirl.service.client",
     "ResultCache": "tirl.service.cache",

@@ -59,71 +59,13 @@ from typing import Any
 
 from tirl.sandbox.types import ExecutionRequest, ExecutionResult
 from tirl.service.balancer import ServerPool, ServerState
+from tirl.service.config import ClientConfig
 from tirl.service.schemas import encode_json, result_from_wire
 from tirl.service.transport import AiohttpTransport, HttpResponse, HttpTransport, TransportError
 
 log = logging.getLogger(__name__)
 
 _REQUEST_FIELDS = ("request_id", "code", "stdin", "timeout_s", "memory_mb")
-
-
-@dataclass
-class ClientConfig:
-    """Batching, balancing and retry policy of a :class:`SandboxClient`.
-
-    Attributes:
-        batch_size: most calls in one batch (the report: 64). Must not exceed the servers' ``max_batch_size``.
-        flush_interval_s: longest wait for a batch to fill after its first call.
-        flush_when_idle: when the client has no call in flight, send a batch at once instead of waiting up to
-            ``flush_interval_s`` (calls queued in the same event-loop turn, as from ``run_batch`` or a
-            ``gather``, still go together). Waiting buys fewer POSTs per call, which is worth a few ms only
-            while the servers are busy with earlier calls; an idle client would only add that wait to the
-            call's latency and leave the workers idle meanwhile.
-        stream: send batches to ``/v1/execute/stream`` and answer each call as its line arrives; False sends
-            ``/v1/execute/batch`` (every call of a batch answered when the slowest one finished).
-        senders: sender tasks, i.e. batches in flight at once (the report: 32); a batch is in flight until its
-            last call is answered. They fill batches one at a time, so calls that trickle in are coalesced.
-        max_queue: calls waiting to be sent before ``run`` blocks (backpressure).
-        call_deadline_s: total seconds a call may take (queueing, sending, retries); past it the caller gets
-            an ``internal`` result. None: no overall deadline (attempts and ``unavailable_wait_s`` still bound it).
-        server_grace_s: the servers' ``deadline_grace_s`` (their safety deadline is ``timeout_s`` + this); a
-            larger value learnt from a server's ``/healthz`` wins.
-        http_timeout_margin_s: added to ``max(timeout_s) + server_grace_s`` to get the HTTP read timeout.
-        connect_timeout_s: TCP connect timeout.
-        probe_interval_s: seconds between health probes of a down server.
-        probe_timeout_s: timeout of one health probe.
-        max_attempts: POSTs of one batch (same or other server) before its calls are answered ``internal``.
-        unavailable_wait_s: how long a batch waits for a server to come back when all are down.
-        retry_internal: times a call answered ``internal`` by a server is sent again (same id).
-        keepalive_expiry_s: idle keep-alive connections are dropped after this; keep it below the servers'
-            keep-alive timeout (``serve`` uses 30 s) so a connection the server closed is never reused.
-        latency_window: how many recent call latencies :meth:`SandboxClient.stats` keeps for percentiles.
-    """
-
-    batch_size: int = 64
-    flush_interval_s: float = 0.005
-    flush_when_idle: bool = True
-    stream: bool = True
-    senders: int = 32
-    max_queue: int = 8192
-    call_deadline_s: float | None = None
-    server_grace_s: float = 15.0
-    http_timeout_margin_s: float = 30.0
-    connect_timeout_s: float = 5.0
-    probe_interval_s: float = 0.5
-    probe_timeout_s: float = 2.0
-    max_attempts: int = 8
-    unavailable_wait_s: float = 30.0
-    retry_internal: int = 1
-    keepalive_expiry_s: float = 4.0
-    latency_window: int = 10_000
-
-    def __post_init__(self) -> None:
-        for name in ("batch_size", "senders", "max_queue", "max_attempts", "latency_window"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"ClientConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.flush_interval_s < 0 or self.retry_internal < 0:
-            raise ValueError("flush_interval_s and retry_internal must be >= 0")
 
 
 @dataclass

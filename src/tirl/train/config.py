@@ -1,6 +1,7 @@
 """Configuration of GRPO-RoC training: dataclasses, YAML loading and ``key=value`` overrides.
 
-Covers :class:`RLConfig` and its sections (model, data, rollout, RoC, optimisation, logging), :func:`load_config`
+Covers :class:`RLConfig` and its sections (model, data, rollout, RoC, optimisation, logging; the ``sandbox`` and
+``verifier`` sections are the executor's and the verifier's own dataclasses), :func:`load_config`
 (a YAML recipe, ``configs/rl/*.yaml``, with dotted overrides from the command line such as
 ``rollout.group_size=8``, read and type-checked by :mod:`tirl.config`), and the batch arithmetic that maps an RL
 step onto TRL's ``GRPOConfig``. The ``rollout`` section's agent-loop settings are
@@ -19,12 +20,14 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tirl.algo.roc import RocConfig
 from tirl.config import dump_config, load_dataclass_config, parse_overrides, plain_dict
 from tirl.protocol.config import ProtocolConfig
+from tirl.reward.types import VerifierConfig
 from tirl.rollout.agent_loop import AgentLoopSettings
+from tirl.service.config import ExecutorConfig
 from tirl.train.watchdog import WatchdogConfig
 
 
@@ -107,8 +110,6 @@ class RolloutConfig(AgentLoopSettings):
         oversample: sampled per problem = ``oversample * group_size`` (2 in the report: 2G = 32 sampled).
             With ``roc.enabled = False`` only G are sampled.
         max_prompt_tokens: problems whose rendered prompt is longer are skipped at load time.
-        sandbox: ``local`` (a ``LocalSandbox`` pool in this process) or the URL of a code-execution service.
-        sandbox_workers: worker processes of the local pool.
         engine_batch_size: largest batch of concurrent generation calls the in-process engine runs at once.
         server_url: generate through an inference server (vLLM or its CPU build, started on
             ``model.name_or_path`` with ``--enable-lora``) that is sent the policy's LoRA adapter before every
@@ -137,8 +138,6 @@ class RolloutConfig(AgentLoopSettings):
     group_size: int = 16
     oversample: int = 2
     max_prompt_tokens: int = 2048
-    sandbox: str = "local"
-    sandbox_workers: int = 4
     engine_batch_size: int = 32
     server_url: str | None = None
     server_lora_name: str = "policy"
@@ -156,6 +155,14 @@ class RolloutConfig(AgentLoopSettings):
     def samples_per_problem(self) -> int:
         """Trajectories sampled per problem before RoC selection."""
         return self.group_size * self.oversample
+
+
+@dataclass
+class RLSandboxConfig(ExecutorConfig):
+    """The ``sandbox:`` section of an RL recipe: :class:`tirl.service.config.ExecutorConfig` with the training
+    default of 4 local workers (``workers``; the answer checks get a pool of half as many)."""
+
+    workers: int | None = 4
 
 
 @dataclass
@@ -240,7 +247,17 @@ class RLConfig:
         protocol: the conversation format (:class:`tirl.protocol.ProtocolConfig`) of the rollouts; the SFT
             stage and evaluation of the same policy should use the same one.
         watchdog: when an unattended run warns and stops (:mod:`tirl.train.watchdog`).
+        sandbox: where the tool calls run and how (:class:`RLSandboxConfig`: ``backend`` ``local`` or service
+            URLs, the local pool's limits and isolation layers, the HTTP client's policy); the answer checks'
+            own pool takes its settings too (:func:`tirl.runtime.build_check_executor`).
+        verifier: the reward's verifier (:class:`tirl.reward.VerifierConfig`: deadline, fast paths, guards).
+
+    The keys ``rollout.sandbox`` and ``rollout.sandbox_workers`` of older recipes are read as
+    ``sandbox.backend`` and ``sandbox.workers`` (with a warning; :data:`MOVED_KEYS`).
     """
+
+    MOVED_KEYS: ClassVar[dict[str, str]] = {"rollout.sandbox": "sandbox.backend",
+                                            "rollout.sandbox_workers": "sandbox.workers"}
 
     stage: str = "stage1"
     output_dir: str = "runs/rl"
@@ -260,6 +277,8 @@ class RLConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+    sandbox: RLSandboxConfig = field(default_factory=RLSandboxConfig)
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)
 
     def validate(self, num_processes: int = 1) -> None:
         """Check the configuration and the batch arithmetic for ``num_processes`` training processes.
@@ -365,6 +384,7 @@ __all__ = [
     "ModelConfig",
     "OptimConfig",
     "RLConfig",
+    "RLSandboxConfig",
     "RolloutConfig",
     "dump_config",
     "load_config",

@@ -124,10 +124,10 @@ class VerifierScorer:
 
     Args:
         tokenizer: the policy's tokenizer (kept for callers; the answer comes from the turn records).
-        verify: ``(items) -> list[Verdict]`` on the run's executor: :meth:`AgentLoopSource.verify` (what
-            :func:`tirl.train.rl.build_trainer` passes), i.e. :meth:`tirl.runtime.AgentRuntime.verify`, so that
-            with ``rollout.sandbox`` set to a service URL verification runs on the service too; a stand-in in
-            tests.
+        verify: ``(items) -> list[Verdict]`` on the run's loop: :meth:`AgentLoopSource.verify` (what
+            :func:`tirl.train.rl.build_trainer` passes), i.e. :meth:`tirl.runtime.AgentRuntime.verify`: the
+            recipe's ``verifier:`` section and protocol, on the answer checks' own pool built from its
+            ``sandbox:`` section (:func:`tirl.runtime.build_check_executor`); a stand-in in tests.
     """
 
     def __init__(self, tokenizer: Any, verify: Callable[[list[Any]], list[Any]]) -> None:
@@ -427,14 +427,13 @@ ExecutorFactory = Callable[[], Any]
 
 
 def default_executor_factory(config: RLConfig) -> ExecutorFactory:
-    """A factory for the configured code executor (:func:`tirl.runtime.build_executor` of ``rollout.sandbox``
-    and ``rollout.sandbox_workers``)."""
-    r = config.rollout
+    """A factory for the configured code executor (:func:`tirl.runtime.build_executor` of the recipe's
+    ``sandbox:`` section)."""
 
     def make() -> Any:
         from tirl.runtime import build_executor
 
-        return build_executor(r.sandbox, r.sandbox_workers)
+        return build_executor(config.sandbox)
 
     return make
 
@@ -454,7 +453,7 @@ class AgentLoopSource:
     Args:
         config: the run configuration (turn and token limits, sampling, tool limits).
         tokenizer: the policy's tokenizer.
-        executor_factory: builds the code executor on first use (default from ``config.rollout.sandbox``).
+        executor_factory: builds the code executor on first use (default from the recipe's ``sandbox:``).
         engine_factory: ``(model) -> Engine``; default :func:`tirl.runtime.build_policy_engine`.
 
     Attributes:
@@ -477,7 +476,7 @@ class AgentLoopSource:
         self.config = config
         self.tokenizer = tokenizer
         self.runtime = AgentRuntime(executor_factory or default_executor_factory(config), name="tirl-rl-loop",
-                                    protocol=config.protocol)
+                                    protocol=config.protocol, sandbox=config.sandbox, verifier=config.verifier)
         self._engine_factory = engine_factory
         self._engine: Any = None
         self._checked = False

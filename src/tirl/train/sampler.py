@@ -4,8 +4,9 @@ and the verifier, as :func:`tirl.train.hard_subset.count_correct` and the label-
 
 The pieces come from :mod:`tirl.runtime`, as in RL training: generation is an in-process engine
 (:func:`tirl.runtime.build_hf_engine`) under the agent loop, code runs in the configured executor (``local``
-sandbox pool or a service URL, :func:`tirl.runtime.build_executor`) on an :class:`tirl.runtime.AgentRuntime`,
-and scoring is :class:`tirl.train.rollout_func.VerifierScorer` on that executor. Heavy imports happen on call.
+sandbox pool or service URLs: the ``sandbox`` section, :func:`tirl.runtime.build_executor`) on an
+:class:`tirl.runtime.AgentRuntime` (:func:`sampler_runtime`), and scoring is
+:class:`tirl.train.rollout_func.VerifierScorer` on that runtime's verifier. Heavy imports happen on call.
 """
 
 from __future__ import annotations
@@ -16,8 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tirl.protocol.config import ProtocolConfig
+from tirl.reward.types import VerifierConfig
 from tirl.rollout.agent_loop import AgentLoopSettings
+from tirl.service.config import ExecutorConfig
 from tirl.train.config import RolloutConfig
+
+SAMPLER_WORKERS = 2
+"""Local sandbox workers of the sampler by default (``tirl data filter-hard``/``curate --workers``)."""
 
 
 @dataclass
@@ -28,37 +34,52 @@ class SamplerConfig(AgentLoopSettings):
     Attributes:
         max_turns, max_response_tokens, temperature: as in :class:`tirl.train.config.RolloutConfig` (10 turns,
             8192 tokens, temperature 1.0).
-        sandbox: ``local`` (a sandbox pool in this process) or the URL of a code-execution service.
-        workers: local sandbox workers.
+        sandbox: where the tool calls run (:class:`tirl.service.config.ExecutorConfig`, the ``sandbox:`` section
+            of an RL recipe: ``backend`` ``local`` or service URLs; :data:`SAMPLER_WORKERS` local workers
+            by default).
         batch_size: largest generation batch of the engine.
         seed: sampling seed.
         protocol: the conversation format (the policy's, as in its RL recipe).
+        verifier: the scoring verifier's settings (the ``verifier:`` section of an RL recipe).
     """
 
     max_turns: int = RolloutConfig.max_turns
     max_response_tokens: int = RolloutConfig.max_response_tokens
     temperature: float = RolloutConfig.temperature
-    sandbox: str = RolloutConfig.sandbox
-    workers: int = 2
+    sandbox: ExecutorConfig = field(default_factory=lambda: ExecutorConfig(workers=SAMPLER_WORKERS))
     batch_size: int = RolloutConfig.engine_batch_size
     seed: int = 0
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)
+
+
+def sampler_runtime(config: SamplerConfig) -> Any:
+    """The :class:`tirl.runtime.AgentRuntime` of a sampling run: its ``sandbox``, ``protocol`` and ``verifier``
+    sections (the executor is built on first use). A command that needs the executor besides the sampler
+    (``tirl data curate``'s answer probe) builds it here once and gives it to :func:`policy_sampler`."""
+    from tirl.runtime import AgentRuntime
+
+    return AgentRuntime(name="tirl-sampler-loop", protocol=config.protocol, sandbox=config.sandbox,
+                        verifier=config.verifier)
 
 
 @contextlib.contextmanager
-def policy_sampler(policy: Any, tokenizer: Any, config: SamplerConfig | None = None) -> Iterator[tuple[Any, Any]]:
-    """``(generate, score)`` for a loaded policy; the engine and executor are closed on exit.
+def policy_sampler(policy: Any, tokenizer: Any, config: SamplerConfig | None = None,
+                   runtime: Any = None) -> Iterator[tuple[Any, Any]]:
+    """``(generate, score)`` for a loaded policy; the engine (and the runtime when this made it) are closed on
+    exit.
 
     ``generate(problems, n)`` returns ``n`` trajectories per problem (problem-major) from the agent loop with
     the Python tool; ``score(trajectories, repeated_problems)`` returns the verifier's rewards (1.0 correct).
-    Both run on one :class:`tirl.runtime.AgentRuntime` (its executor serves the tool calls and the verifier).
+    Both run on one :class:`tirl.runtime.AgentRuntime` (its executor serves the tool calls, its verifier the
+    scores): ``runtime``, owned by the caller, or one of :func:`sampler_runtime`.
     """
-    from tirl.runtime import AgentRuntime, build_executor, build_hf_engine
+    from tirl.runtime import build_hf_engine
     from tirl.train.rollout_func import VerifierScorer
 
     cfg = config or SamplerConfig()
-    runtime = AgentRuntime(lambda: build_executor(cfg.sandbox, cfg.workers), name="tirl-sampler-loop",
-                           protocol=cfg.protocol)
+    owned = runtime is None
+    runtime = sampler_runtime(cfg) if owned else runtime
     engine = build_hf_engine(policy, batch_size=cfg.batch_size)
     agent_cfg = cfg.agent_loop_config(cfg.protocol)
     scorer = VerifierScorer(tokenizer, runtime.verify)
@@ -75,7 +96,12 @@ def policy_sampler(policy: Any, tokenizer: Any, config: SamplerConfig | None = N
     try:
         yield generate, score
     finally:
-        runtime.close(engine)
+        if owned:
+            runtime.close(engine)
+        else:
+            closer = getattr(engine, "aclose", None)
+            if closer is not None:
+                runtime.run(closer(), timeout=30)
 
 
-__all__ = ["SamplerConfig", "policy_sampler"]
+__all__ = ["SAMPLER_WORKERS", "SamplerConfig", "policy_sampler", "sampler_runtime"]

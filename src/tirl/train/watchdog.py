@@ -122,7 +122,7 @@ class RunWatchdog:
                 f"{err:.0%} of tool calls failed"
             if calls and internal / calls > c.max_tool_error_rate / 2:
                 cause = (f"{internal:.0f} were answered internal by the sandbox: check it with "
-                         "tirl sandbox doctor (or the service named by rollout.sandbox)")
+                         "tirl sandbox doctor (or the service named by sandbox.backend)")
             else:
                 cause = "the programs the model writes fail (its errors, not the sandbox's)"
             alarms.append(Alarm("tool_errors", f"{what} (limit {c.max_tool_error_rate:.0%}): {cause}"))

@@ -27,11 +27,11 @@ the deterministic form of the report's rule. The clock is for answers that reall
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from tirl.reward import Verifier, VerifierConfig, VerifierStats, VerifyItem
+from tirl.reward import Verdict, Verifier, VerifierConfig, VerifierStats, VerifyItem
 from tirl.sandbox.types import CodeExecutor
 
 AnswerKind = Literal["integer", "rational", "expression", "compound", "text", "empty"]
@@ -133,18 +133,28 @@ _PROBE_REASON = {
 }
 
 
+VerifyData = Callable[[list[VerifyItem], VerifierConfig], list[Verdict]]
+"""``(items, config) -> verdicts``: the probe's verification on a run's executor and loop
+(:meth:`tirl.runtime.AgentRuntime.verify_data`, what ``tirl data curate`` passes)."""
+
+
 def check_answers(
     answers: Sequence[str],
     policy: AnswerPolicy | None = None,
     executor: CodeExecutor | None = None,
+    *,
+    verify: VerifyData | None = None,
 ) -> list[AnswerCheck]:
     """Apply the answer filter to normalised answers.
 
     Args:
         answers: normalised answers (:func:`tirl.data.curation.text.normalize_answer`).
         policy: the rules (default: integers of at most 20 digits).
-        executor: where the verifier probe runs (None: the verifier's shared default ``LocalSandbox``, started
-            only when there is something to probe).
+        executor: where the verifier probe runs when no ``verify`` is given, used from the verifier's own
+            background loop, so not one bound to another event loop (None: the verifier's shared default
+            ``LocalSandbox``, started only when there is something to probe).
+        verify: the run's verification (:data:`VerifyData`), given the probe's items and its
+            :class:`tirl.reward.VerifierConfig`; it wins over ``executor``.
 
     Returns:
         One :class:`AnswerCheck` per answer, in order.
@@ -169,10 +179,11 @@ def check_answers(
             checks[i] = AnswerCheck(kind)
     if probe:
         config = VerifierConfig(timeout_s=policy.deadline_s, string_fast_path=False, integer_fast_path=False)
-        verifier = Verifier(executor=executor, config=config, stats=VerifierStats())
-        verdicts = verifier.verify_batch(
-            [VerifyItem(response=None, gold=answers[i], answer=answers[i]) for i in probe]
-        )
+        items = [VerifyItem(response=None, gold=answers[i], answer=answers[i]) for i in probe]
+        if verify is not None:
+            verdicts = verify(items, config)
+        else:
+            verdicts = Verifier(executor=executor, config=config, stats=VerifierStats()).verify_batch(items)
         for i, verdict in zip(probe, verdicts):
             kind = classify_answer(answers[i])
             if verdict.status == "ok" and verdict.correct:
@@ -186,5 +197,5 @@ def check_answers(
     return [c if c is not None else AnswerCheck("empty", "empty_answer") for c in checks]
 
 
-__all__ = ["ACCEPTED_KINDS", "ANSWER_KINDS", "AnswerCheck", "AnswerKind", "AnswerPolicy", "check_answers",
-           "classify_answer"]
+__all__ = ["ACCEPTED_KINDS", "ANSWER_KINDS", "AnswerCheck", "AnswerKind", "AnswerPolicy", "VerifyData",
+           "check_answers", "classify_answer"]

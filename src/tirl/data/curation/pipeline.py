@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tirl.data.curation.answers import AnswerPolicy, check_answers
+from tirl.data.curation.answers import AnswerPolicy, VerifyData, check_answers
 from tirl.data.curation.consistency import ConsistencyConfig, label_consistency
 from tirl.data.curation.decontam import DEFAULT_BENCHMARKS, ContaminationIndex, benchmark_references
 from tirl.data.curation.dedup import find_duplicates
@@ -121,6 +121,7 @@ def curate_problems(
     config: CurationConfig | None = None,
     *,
     executor: CodeExecutor | None = None,
+    verify: VerifyData | None = None,
     references: Sequence[tuple[str, str]] | None = None,
     sampler: Sampler | None = None,
     progress_path: str | Path | None = None,
@@ -131,7 +132,10 @@ def curate_problems(
     Args:
         problems: the problems with their source labels, preferred sources first.
         config: the settings.
-        executor: where the answer probe runs (None: the verifier's default sandbox, started only if needed).
+        executor: where the answer probe runs without ``verify`` (None: the verifier's default sandbox, started
+            only if needed).
+        verify: the run's verification for the answer probe (:data:`tirl.data.curation.answers.VerifyData`:
+            ``tirl data curate`` passes its runtime's, on the executor ``--sandbox`` names).
         references: ``(id, text)`` of the evaluation problems (None: load ``config.benchmarks``).
         sampler: ``(generate, score)`` for the consistency step; None skips it.
         progress_path: the consistency step's progress file (required with ``sampler``).
@@ -174,7 +178,7 @@ def curate_problems(
 
     # 2. answer
     start = time.perf_counter()
-    checks = check_answers([item.problem.answer for item in current], cfg.answers, executor)
+    checks = check_answers([item.problem.answer for item in current], cfg.answers, executor, verify=verify)
     survivors = []
     for item, check in zip(current, checks):
         if check.reason is None:
@@ -244,6 +248,7 @@ def curate(
     config: CurationConfig | None = None,
     *,
     executor: CodeExecutor | None = None,
+    verify: VerifyData | None = None,
     sampler: Sampler | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> CurationResult:
@@ -254,7 +259,8 @@ def curate(
         out_dir: output folder (created); re-running with a sampler resumes the consistency step from
             ``out_dir/consistency.progress.jsonl``.
         config: the settings.
-        executor: where the answer probe runs.
+        executor: where the answer probe runs without ``verify``.
+        verify: the run's verification for the answer probe (see :func:`curate_problems`).
         sampler: ``(generate, score)`` to run the label-consistency step; None skips it.
         progress: called as ``(step, done, total)`` during the consistency step.
 
@@ -277,7 +283,7 @@ def curate(
     for bad in malformed:
         loaded[bad.source] = loaded.get(bad.source, 0) + 1
     out.mkdir(parents=True, exist_ok=True)
-    kept, drops, seconds = curate_problems(loaded_items, cfg, executor=executor, sampler=sampler,
+    kept, drops, seconds = curate_problems(loaded_items, cfg, executor=executor, verify=verify, sampler=sampler,
                                            progress_path=out / "consistency.progress.jsonl", progress=progress)
     drops = [Drop(m.id, m.source, "normalise", "malformed", "", "", {"why": m.reason}) for m in malformed] + drops
     seconds = {"load": load_s, **seconds}

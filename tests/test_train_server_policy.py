@@ -184,8 +184,8 @@ def test_tirl_eval_with_engine_sglang_from_the_command_line(tmp_path, tiny_model
     with TestingServer(HFEngine(model), tokenizer=load_tokenizer(str(tiny_model_dir))) as server:
         proc = subprocess.run(
             [sys.executable, "-m", "tirl.cli.main", "eval", "--model", str(tiny_model_dir), "--engine", "sglang",
-             "--server", server.url, "--benchmark", str(bench), "--samples", "2", "--max-turns", "1",
-             "--max-tokens", "8", "--out", str(tmp_path / "out"), "--quiet"],
+             "--servers", server.url, "--benchmarks", str(bench), "--samples", "2", "--max-turns", "1",
+             "--max-response-tokens", "8", "--out-dir", str(tmp_path / "out"), "--quiet"],
             capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=src))
         requests = server.generate_requests
         by_adapter = dict(server.app.state.lora_requests)

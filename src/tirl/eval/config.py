@@ -102,7 +102,7 @@ class EvalConfig:
         if self.engine not in DEFAULT_CONCURRENCY:
             raise ValueError(f"engine must be 'hf', 'openai' or 'sglang', got {self.engine!r}")
         if self.engine != "hf" and not self.servers:
-            raise ValueError(f"engine {self.engine!r} needs at least one server URL (--server)")
+            raise ValueError(f"engine {self.engine!r} needs at least one server URL (--servers)")
         if self.scheduler is not None and self.scheduler not in ("kv_aware", "static", "round_robin"):
             raise ValueError(f"scheduler must be kv_aware, static or round_robin, got {self.scheduler!r}")
 

@@ -275,6 +275,7 @@ def test_generated_flags_cover_a_new_section_and_qualify_shared_names():
     assert flags["limits.cpu_s"].name == "--cpu-s" and flags["limits.cpu_s"].help == "CPU seconds, per call."
     assert flags["fast"].decls == ("--fast/--no-fast",)
     assert {fl.dotted_key for fl in config_flags(_Top, {})} == {"seed", "fast"}  # a section without flags
+    assert config_flags(_Top, {"limits": ["cpu_s"]})[-1].name == "--cpu-s"
 
 
 def test_renamed_flags_are_refused_with_the_new_name():

@@ -6,7 +6,7 @@ each scalar or list setting, named after the field (``max_turns`` -> ``--max-tur
 ``--x/--no-x``). The fields of nested sections (a field whose type is a dataclass: ``rollout``, ``protocol``)
 are flags under their own name when no other setting has that name, else under their dotted key
 (``protocol.answer_fallback`` -> ``--protocol.answer-fallback``, since ``answer_fallback`` is also a top-level
-setting). Which sections get flags is the command's choice (a long section can stay reachable through
+setting with a flag). Which sections get flags is the command's choice (a long section can stay reachable through
 ``key=value`` only); the help text of each flag is the field's entry in its class's ``Attributes:`` docstring,
 so a setting is described in one place. :func:`command_signature` turns the flags into the signature typer
 reads, and :func:`flag_values` turns the parsed values back into the nested mapping of the configuration.
@@ -205,14 +205,12 @@ def config_flags(
         if missing:
             raise ValueError(f"not fields of {section}: {', '.join(missing)}")
         candidates += [((section, n), fields[n], hints[n], docs) for n in wanted]
-    # a leaf name that more than one setting of the whole configuration has is qualified, except at the top
+    # a leaf name that more than one flagged setting has is qualified, except at the top (so a section added
+    # without flags renames no flag)
     leaf_count: dict[str, int] = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in subs:
-            leaf_count[f.name] = leaf_count.get(f.name, 0) + 1
-    for sub in subs.values():
-        for g in dataclasses.fields(sub):
-            leaf_count[g.name] = leaf_count.get(g.name, 0) + 1
+    for key, _f, tp, _ in candidates:
+        if _scalar(tp) is not None:
+            leaf_count[key[-1]] = leaf_count.get(key[-1], 0) + 1
     flags: list[Flag] = []
     for key, f, tp, docs in candidates:
         kind = _scalar(tp)

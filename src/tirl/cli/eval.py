@@ -143,12 +143,14 @@ def _run(config: EvalConfig, console: Console, progress: bool = True) -> EvalRes
 
 
 def _eval_command(ctx: typer.Context, **values: Any) -> None:
-    """Evaluate a model on math benchmarks with the Python tool: average pass@1 over K samples and more.
+    """Evaluate a model on math benchmarks with the Python tool: avg pass@1 over K samples and more.
 
-    Writes one JSONL line per trajectory, summary.json and run.json to --out-dir, and prints a table per
-    benchmark. Re-running with the same --out-dir resumes: finished samples are not redone. Every setting is
-    a flag named after its key or a KEY=VALUE argument with its dotted key (protocol.system_prompt=...);
-    flags win over KEY=VALUE, which wins over --config, which wins over the checkpoint's recipe.
+    Writes one JSONL line per trajectory, summary.json and run.json to --out-dir
+    and prints a table per benchmark; re-running with the same --out-dir resumes.
+
+    Each setting is a flag named after its key, or KEY=VALUE with its dotted key.
+    Flags win over KEY=VALUE, which wins over --config, which wins over the
+    recipe of a checkpoint (RUN/checkpoint-N, RUN/final: RUN/config.yaml).
     """
     _passive_openmp()
     from tirl.rollout.scheduler import parse_kv_capacities

@@ -4,8 +4,11 @@ The agent-loop settings are one :class:`tirl.rollout.agent_loop.AgentLoopSetting
 the conversation format one :class:`tirl.protocol.ProtocolConfig` in ``protocol``: the same sections, under the
 same names, as an RL recipe (:class:`tirl.train.config.RLConfig`), so a model is evaluated with the settings it
 was trained with. :func:`load_eval_config` reads them from a YAML file (``tirl eval --config``) through
-:mod:`tirl.config`, with the command line's flags on top. The CLI takes its defaults from here. Importing this
-module is cheap (no engines, no models).
+:mod:`tirl.config`, with the command line's flags on top; under both, when the model is a checkpoint of a
+training run (``RUN/checkpoint-N``, ``RUN/final``), the sections the run's saved recipe (``RUN/config.yaml``)
+shares with the evaluation (:func:`recipe_settings`; :func:`resolve_eval_config` reports what came from it).
+The CLI generates its flags from these fields (:mod:`tirl.cli.config_flags`). Importing this module is cheap (no
+engines, no models).
 """
 
 from __future__ import annotations

@@ -166,6 +166,23 @@ def test_an_sft_runs_final_folder_brings_only_its_protocol(tmp_path):
     assert config.rollout == AgentLoopSettings()
 
 
+def test_a_packaged_trained_model_brings_the_prompt_style_of_its_manifest(monkeypatch, tmp_path):
+    from tirl.models.trained import trained_models
+
+    seen = _capture(monkeypatch)
+    (name, packaged), *_ = trained_models().items()
+    res = _eval("-m", name, "-b", "toolmath", "--out-dir", str(tmp_path))
+    assert res.exit_code == 0, res.output
+    assert seen[0].protocol == ProtocolConfig(prompt_style=packaged.prompt_style)
+    assert seen[0].rollout == AgentLoopSettings()  # a manifest records no limits
+    assert f"protocol.prompt_style={packaged.prompt_style}" in _recipe_line(res.output)
+    assert "manifest.json" in _recipe_line(res.output)
+    assert _eval("-m", name, "-b", "toolmath", "--prompt-style", "full", "--out-dir", str(tmp_path)).exit_code == 0
+    assert seen[1].protocol.prompt_style == "full"
+    assert load_eval_config(None, {"model": "qwen2.5-coder-0.5b-instruct", "benchmarks": ["toolmath"]}).protocol \
+        == ProtocolConfig()  # a built-in base model has no recipe
+
+
 def test_a_recipe_with_invalid_shared_settings_is_a_one_line_error(tmp_path):
     run = tmp_path / "run"
     (run / "checkpoint-1").mkdir(parents=True)

@@ -204,6 +204,18 @@ def recipe_path(model: str | Path) -> Path | None:
     return recipe if recipe.is_file() else None
 
 
+def packaged_recipe(model: str | Path) -> tuple[Path, dict[str, Any]] | None:
+    """For a packaged trained model (:func:`tirl.models.trained.trained_models`: ``qwen2.5-coder-0.5b-tirl-sft``,
+    ``qwen2.5-coder-0.5b-tirl``), its ``manifest.json`` and what it records of the recipe in the layout of a run's
+    ``config.yaml`` (the protocol's ``prompt_style``); None for any other model reference."""
+    from tirl.models.trained import MANIFEST, trained_models
+
+    packaged = trained_models().get(str(model))
+    if packaged is None:
+        return None
+    return packaged.folder / MANIFEST, {"protocol": {"prompt_style": packaged.prompt_style}}
+
+
 def _section_types() -> dict[str, type]:
     hints = typing.get_type_hints(EvalConfig)
     out: dict[str, type] = {}
@@ -310,8 +322,12 @@ def resolve_eval_config(
             raise ValueError(f"no {key}: give {flag}" + (f" or {key} in {path}" if path is not None else ""))
     use: RecipeUse | None = None
     found = recipe_path(data["model"]) if recipe else None
+    shared: dict[str, dict[str, Any]] = {}
     if found is not None:
         shared = recipe_settings(read_yaml_mapping(found))
+    elif recipe and (packaged := packaged_recipe(data["model"])) is not None:
+        found, shared = packaged[0], recipe_settings(packaged[1])
+    if found is not None:
         given = {(s, k) for s, section in data.items() if isinstance(section, Mapping) for k in section}
         types_ = _section_types()
         taken: dict[str, Any] = {}
@@ -370,8 +386,9 @@ def load_eval_config(
     When the model is a checkpoint of a training run (``RUN/checkpoint-N`` or ``RUN/final`` next to the run's
     ``RUN/config.yaml``), the sections it shares with the evaluation (``rollout``'s agent-loop settings but
     ``max_concurrency``, ``protocol``) start from the run's values, so the checkpoint is evaluated with the
-    limits and format it was trained with; the file and ``overrides`` still win (:func:`resolve_eval_config`
-    also says which settings came from where). ``recipe=False`` ignores the recipe.
+    limits and format it was trained with; a packaged trained model brings the prompt style of its manifest
+    (:func:`packaged_recipe`). The file and ``overrides`` still win (:func:`resolve_eval_config` also says
+    which settings came from where). ``recipe=False`` ignores the recipe.
 
     Missing keys keep :class:`EvalConfig`'s defaults; without ``out_dir`` the run goes to
     :func:`default_out_dir`. Relative paths are relative to the working directory.
@@ -398,6 +415,7 @@ __all__ = [
     "RecipeUse",
     "default_out_dir",
     "load_eval_config",
+    "packaged_recipe",
     "parse_benchmarks",
     "recipe_path",
     "recipe_settings",

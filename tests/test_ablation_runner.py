@@ -25,7 +25,7 @@ if args[:2] == ["train", "rl"]:
     for step in (5, 10):
         (out / f"checkpoint-{step}").mkdir(exist_ok=True)
 elif args[0] == "eval":
-    out = pathlib.Path(args[args.index("--out") + 1])
+    out = pathlib.Path(args[args.index("--out-dir") + 1])
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text("{}")
 '''

@@ -137,7 +137,7 @@ def test_eval_cli_defaults_are_eval_configs(monkeypatch, tmp_path):
 
     seen = _capture_eval_config(monkeypatch)
     out = tmp_path / "o"
-    res = CliRunner().invoke(app, ["eval", "--model", "m", "--benchmark", "aime24", "--out", str(out)])
+    res = CliRunner().invoke(app, ["eval", "--model", "m", "--benchmarks", "aime24", "--out-dir", str(out)])
     assert res.exit_code == 0, res.output
     assert seen == [EvalConfig(model="m", benchmarks=["aime24"], out_dir=Path(out))]
 
@@ -146,8 +146,9 @@ def test_eval_cli_flags_reach_the_eval_config(monkeypatch, tmp_path):
     from tirl.cli.main import app
 
     seen = _capture_eval_config(monkeypatch)
-    res = CliRunner().invoke(app, ["eval", "-m", "m", "-b", "toolmath:3", "--out", str(tmp_path), "--max-turns", "3",
-                                   "--max-tokens", "512", "--tool-timeout", "4", "--concurrency", "5",
+    res = CliRunner().invoke(app, ["eval", "-m", "m", "-b", "toolmath:3", "--out-dir", str(tmp_path),
+                                   "--max-turns", "3",
+                                   "--max-response-tokens", "512", "--tool-timeout-s", "4", "--max-concurrency", "5",
                                    "--prompt-style", "compact", "--temperature", "0.2"])
     assert res.exit_code == 0, res.output
     loop = seen[0].loop_config(context_window=2048)
@@ -180,7 +181,7 @@ def test_eval_config_file_sets_the_run_and_only_given_flags_override_it(monkeypa
     path.write_text("model: qwen2.5-coder-0.5b-tirl-sft\nbenchmarks: [toolmath:20, math500:10]\nsamples: 3\n"
                     "rollout:\n  max_turns: 3\n  max_response_tokens: 512\n  tool_memory_mb: 1024\n"
                     "protocol:\n  prompt_style: compact\n")
-    res = _eval("--config", str(path), "--samples", "5", "--tool-timeout", "2.5")
+    res = _eval("--config", str(path), "--samples", "5", "--tool-timeout-s", "2.5")
     assert res.exit_code == 0, res.output
     (config,) = seen
     assert (config.model, config.benchmarks, config.subsets) == (
@@ -231,7 +232,7 @@ def test_eval_print_config_reads_back_as_the_same_run(tmp_path):
     from tirl.eval.config import load_eval_config
 
     res = _eval("-m", "m", "-b", "toolmath:3,math500", "--prompt-style", "compact", "--max-turns", "4",
-                "--no-tools", "--server", "http://a,http://b", "--engine", "openai", "--kv-capacity", "1000",
+                "--no-use-tools", "--servers", "http://a,http://b", "--engine", "openai", "--kv-capacities", "1000",
                 "--print-config")
     assert res.exit_code == 0, res.output
     printed = tmp_path / "printed.yaml"

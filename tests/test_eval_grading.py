@@ -173,7 +173,7 @@ def test_the_cli_flag_turns_the_fallback_on_and_it_is_off_without_it(tmp_path, m
     monkeypatch.setattr(cli_eval, "_run", lambda config, console, progress=True: seen.append(config) or Result())
     runner = CliRunner()
     for extra in ([], ["--answer-fallback"]):
-        res = runner.invoke(app, ["eval", "--model", "m", "--benchmark", "aime25:1", "--out", str(tmp_path / "o"),
+        res = runner.invoke(app, ["eval", "--model", "m", "--benchmarks", "aime25:1", "--out-dir", str(tmp_path / "o"),
                                   *extra])
         assert res.exit_code == 0, res.output
     assert [c.answer_fallback for c in seen] == [False, True]

@@ -38,11 +38,12 @@ def two_servers(tiny_model_dir, qwen_tokenizer):
 def test_tirl_eval_runs_against_two_servers_through_the_scheduler(two_servers, tiny_model_dir, tmp_path):
     before = [s.generate_requests for s in two_servers]
     out = tmp_path / "run"
-    args = ["eval", "--model", str(tiny_model_dir), "--benchmark", "math500:2", "--samples", "2",
-            "--max-tokens", "16", "--max-turns", "2", "--temperature", "0", "--no-tools", "--engine", "openai",
-            "--scheduler", "kv_aware", "--quiet", "--out", str(out)]
+    args = ["eval", "--model", str(tiny_model_dir), "--benchmarks", "math500:2", "--samples", "2",
+            "--max-response-tokens", "16", "--max-turns", "2", "--temperature", "0", "--no-use-tools",
+            "--engine", "openai",
+            "--scheduler", "kv_aware", "--quiet", "--out-dir", str(out)]
     for srv in two_servers:
-        args += ["--server", srv.url + "/v1"]
+        args += ["--servers", srv.url + "/v1"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     records = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]
@@ -58,9 +59,9 @@ def test_tirl_eval_runs_against_two_servers_through_the_scheduler(two_servers, t
 
 
 def test_bad_scheduler_options_are_refused_with_a_message(tmp_path):
-    base = ["eval", "--model", "x", "--benchmark", "math500:1", "--engine", "openai", "--out", str(tmp_path),
-            "--server", "http://127.0.0.1:9/v1", "--server", "http://127.0.0.1:10/v1"]
+    base = ["eval", "--model", "x", "--benchmarks", "math500:1", "--engine", "openai", "--out-dir", str(tmp_path),
+            "--servers", "http://127.0.0.1:9/v1", "--servers", "http://127.0.0.1:10/v1"]
     result = CliRunner().invoke(app, base + ["--scheduler", "fastest"])
     assert result.exit_code == 2 and "kv_aware, static or round_robin" in result.output
-    result = CliRunner().invoke(app, base + ["--kv-capacity", "1,2,3"])
-    assert result.exit_code == 2 and "3 --kv-capacity values for 2 servers" in result.output
+    result = CliRunner().invoke(app, base + ["--kv-capacities", "1,2,3"])
+    assert result.exit_code == 2 and "3 --kv-capacities values for 2 servers" in result.output

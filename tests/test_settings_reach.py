@@ -128,7 +128,7 @@ def test_overrides_and_print_config_show_the_new_sections(tmp_path):
     (tmp_path / "printed.yaml").write_text(res.output)
     assert load_config(tmp_path / "printed.yaml") == load_config(SMOKE, overrides)
 
-    res = CliRunner().invoke(app, ["eval", "--model", "m", "--benchmark", "toy", "--sandbox", "http://h:1",
+    res = CliRunner().invoke(app, ["eval", "--model", "m", "--benchmarks", "toy", "--sandbox", "http://h:1",
                                    "--print-config"])
     assert res.exit_code == 0, res.output
     printed = yaml.safe_load(res.output)

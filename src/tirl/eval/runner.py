@@ -14,7 +14,7 @@ Policies:
   resumed run draws the samples an uninterrupted one would have drawn (as far as the engine is deterministic
   under a seed).
 - A trajectory whose engine failed (finish reason ``error``) is not stored: it is counted in the summary's
-  ``engine_errors`` and re-tried by the next run with the same ``--out``.
+  ``engine_errors`` and re-tried by the next run with the same ``--out-dir``.
 - A verifier status other than ``ok`` / ``no_answer`` counts as incorrect and is reported in the table's JSON
   (``verdict_statuses``), never hidden.
 - The summary covers exactly the samples this run asked for (benchmarks x subset x samples), also when the

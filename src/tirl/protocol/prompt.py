@@ -52,7 +52,7 @@ def system_prompt(config: ProtocolConfig | None = None) -> str:
 
 
 def cot_system_prompt(config: ProtocolConfig | None = None) -> str:
-    """The system prompt of the tool-free baseline (``tirl eval --no-tools``): reason inside the reasoning
+    """The system prompt of the tool-free baseline (``tirl eval --no-use-tools``): reason inside the reasoning
     tags, answer inside the answer tags with the value in ``\\boxed{}``; it never mentions a tool.
     ``config.system_prompt``, when set, is used as is."""
     cfg = resolve_config(config)

@@ -186,7 +186,7 @@ def render_prompt_text(tokenizer: Any, problem: str, config: ProtocolConfig | No
                        use_tools: bool = True) -> str:
     """The prompt as text: system (with the tools), user problem, assistant header, ``config.prefill``.
 
-    With ``use_tools=False``, the tool-free baseline prompt (``tirl eval --no-tools``): the same tags, user turn,
+    With ``use_tools=False``, the tool-free baseline prompt (``tirl eval --no-use-tools``): the same tags, user turn,
     template choice and pre-filled ``<reason>``, but :func:`tirl.protocol.prompt.cot_system_prompt`, no tools
     block and no ``tools`` argument.
     """

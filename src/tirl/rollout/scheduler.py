@@ -163,7 +163,7 @@ class SchedulerMetrics:
 
 
 def parse_kv_capacities(values: Sequence[str], n_servers: int) -> list[int | None] | None:
-    """Per-server KV capacities from ``--kv-capacity`` options (repeatable, comma-separated, tokens).
+    """Per-server KV capacities from ``--kv-capacities`` options (repeatable, comma-separated, tokens).
 
     No value: None (read every capacity from its server). One value: the same for every server. Exactly
     ``n_servers`` values: one per server, in order.
@@ -177,12 +177,12 @@ def parse_kv_capacities(values: Sequence[str], n_servers: int) -> list[int | Non
     caps: list[int | None] = []
     for item in items:
         if not item.isdigit() or int(item) <= 0:
-            raise ValueError(f"--kv-capacity takes positive token counts, got {item!r}")
+            raise ValueError(f"--kv-capacities takes positive token counts, got {item!r}")
         caps.append(int(item))
     if len(caps) == 1:
         return caps * n_servers
     if len(caps) != n_servers:
-        raise ValueError(f"{len(caps)} --kv-capacity values for {n_servers} servers: give one, or one per server")
+        raise ValueError(f"{len(caps)} --kv-capacities values for {n_servers} servers: give one, or one per server")
     return caps
 
 
@@ -321,7 +321,7 @@ class RolloutScheduler:
             if cap is None and config.policy == "kv_aware":
                 raise ValueError(
                     f"server {url} reports no KV capacity ({result.detail}); pass a capacity "
-                    "(--kv-capacity / SchedulerConfig.capacity_tokens) or use another policy"
+                    "(--kv-capacities / SchedulerConfig.capacity_tokens) or use another policy"
                 )
             endpoints.append(
                 Endpoint(

@@ -75,7 +75,7 @@ def plan(out: Path, *, arms: Sequence[str], seeds: Sequence[int], eval_steps: Se
     if unknown:
         raise ValueError(f"unknown arm(s) {unknown}; known: {', '.join(ARMS)}")
     tirl = list(tirl)
-    jobs = [Job("eval-start", [*tirl, "eval", "--config", eval_config, "--model", start_model, "--out",
+    jobs = [Job("eval-start", [*tirl, "eval", "--config", eval_config, "--model", start_model, "--out-dir",
                                str(out / "eval-start"), "--quiet", *eval_args])]
     for seed in seeds:
         for arm in arms:
@@ -85,7 +85,7 @@ def plan(out: Path, *, arms: Sequence[str], seeds: Sequence[int], eval_steps: Se
             for step in eval_steps:
                 jobs.append(Job(f"eval-{run}-{step}",
                                 [*tirl, "eval", "--config", eval_config, "--model",
-                                 str(out / run / f"checkpoint-{step}"), "--out", str(out / f"eval-{run}-{step}"),
+                                 str(out / run / f"checkpoint-{step}"), "--out-dir", str(out / f"eval-{run}-{step}"),
                                  "--quiet", *eval_args], needs=[f"train-{run}"]))
     compare = [f"{LABELS[arm]}={out / f'{arm}-s{seed}'}" for arm in arms for seed in seeds]
     evals = [f"--eval={LABELS[arm]}={out / 'eval-start'}" for arm in arms]

@@ -243,10 +243,11 @@ class AgentRuntime:
             self._verifier = build_verifier(self._checks, self.protocol)
         return loop.run(self._verifier.averify_batch(list(items)))
 
-    def rollouts(self, rows: Sequence[dict[str, Any]], samples_per_problem: int, engine: Any, tokenizer: Any,
+    def rollouts(self, rows: Sequence[Any], samples_per_problem: int, engine: Any, tokenizer: Any,
                  config: AgentLoopConfig, *, seed: int, check_sandbox: bool = False) -> list[Any]:
         """``samples_per_problem`` trajectories per row (problem-major) from the agent loop with ``engine`` and
-        the run's executor (:func:`tirl.rollout.agent_loop.run_trajectories`)."""
+        the run's executor (:func:`tirl.rollout.agent_loop.run_trajectories`; a row is a
+        :class:`tirl.data.Problem`, a problem text or a ``{"problem", "id"}`` dict)."""
         from tirl.rollout.agent_loop import run_trajectories
         from tirl.rollout.engine import SingleEngineRouter
 

@@ -68,7 +68,10 @@ def _module_name(path: Path, root: Path) -> str:
 
 
 def _is_module(name: str, root: Path) -> bool:
-    rel = Path(*name.split(".")[1:]) if "." in name else Path()
+    """Whether ``tirl.a.b`` names a module or package of the tree at ``root`` (not a name defined in one)."""
+    if not name.startswith("tirl."):
+        return False
+    rel = Path(*name.split(".")[1:])
     return (root / rel).with_suffix(".py").is_file() or (root / rel / "__init__.py").is_file()
 
 

@@ -99,7 +99,8 @@ def import_edges(root: Path = SRC) -> list[Edge]:
                 values = [v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
                 if values and len(values) == len(node.values) and all(v.startswith("tirl.") for v in values):
                     targets = values  # a lazy export table: name -> the module imported on first access
-            edges += [Edge(module, t, node.lineno) for t in targets if t == "tirl" or t.startswith("tirl.")]
+            edges += [Edge(module, t, node.lineno) for t in dict.fromkeys(targets)  # one edge per imported module
+                      if t == "tirl" or t.startswith("tirl.")]
     return edges
 
 

@@ -392,6 +392,28 @@ async def test_run_trajectories_is_flat_prompt_major_with_group_ids(smollm2_toke
     assert len({t.metadata["seed"] for t in trajs}) == 6
 
 
+async def test_run_trajectories_takes_problems_as_the_id_dicts_callers_built(smollm2_tokenizer):
+    from tirl.data import Problem
+
+    tok = smollm2_tokenizer
+    problems = [Problem("a-1", "What is 6 * 7?", "42", source="s", meta={"level": 3}), Problem("b-2", "p1", "7")]
+    runs = []
+    for rows in (problems, [{"problem": p.problem, "id": p.id} for p in problems]):
+        engine = ScriptedEngine(tok, ["<answer>\\boxed{1}</answer>"], stop_of(tok))
+        trajs = await run_trajectories(rows, 2, SingleEngineRouter(engine), ScriptedExecutor(), tok, seed=3)
+        metadata = [{k: v for k, v in t.metadata.items() if not k.endswith("time_s") and k != "trajectory_id"}
+                    for t in trajs]  # timings and the random trajectory suffix differ between runs
+        runs.append((metadata, [t.prompt_ids for t in trajs], [c[0] for c in engine.calls]))
+    assert runs[0] == runs[1]  # same groups, seeds, metadata and prompts as the dicts RL and the sampler built
+    metadata, _, prompts = runs[0]
+    assert [(m["group_id"], m["id"], m["sample_index"]) for m in metadata] == [
+        ("a-1", "a-1", 0), ("a-1", "a-1", 1), ("b-2", "b-2", 0), ("b-2", "b-2", 1)]
+    assert "What is 6 * 7?" in tok.decode(prompts[0])
+    assert not any(k in m for m in metadata for k in ("answer", "source", "level"))  # the reference is not read
+    with pytest.raises(ValueError, match="must be a Problem"):
+        await run_trajectories([3], 1, SingleEngineRouter(engine), ScriptedExecutor(), tok)
+
+
 def test_run_trajectories_sync_outside_and_inside_a_running_loop(smollm2_tokenizer):
     tok = smollm2_tokenizer
 

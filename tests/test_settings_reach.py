@@ -92,15 +92,15 @@ def test_build_executor_takes_the_section_not_a_string():
 
 
 async def test_an_eval_configs_sandbox_and_verifier_sections_reach_the_built_components(tmp_path, monkeypatch):
+    import tirl.eval.components
     import tirl.models
-    import tirl.runtime
 
     (tmp_path / "e.yaml").write_text(RECIPE + "model: m\nbenchmarks: [toy]\nengine: openai\n"
                                               "servers: [http://127.0.0.1:9]\nprotocol: {answer_fallback: none}\n")
     config = load_eval_config(tmp_path / "e.yaml", {"verifier": {"assume_positive": False}})
     # no model, no server: the tokenizer and the router are stand-ins; the executor and verifier are the real ones
     monkeypatch.setattr(tirl.models, "load_tokenizer", lambda name: object())
-    monkeypatch.setattr(tirl.runtime, "build_router", lambda config, loaded: (object(), None, None))
+    monkeypatch.setattr(tirl.eval.components, "build_router", lambda config, loaded: (object(), None, None))
     from tirl.eval.components import build_default_components
 
     components = await build_default_components(config)

@@ -3,7 +3,8 @@
 Covers:
 
 * :class:`BackgroundLoop`: one asyncio event loop in a daemon thread (the only one in tirl: the RL rollout, the
-  data sampler, the sync verifier and ``SyncSandbox`` all run on one);
+  data sampler, the sync verifier and ``SyncSandbox`` all run on one); defined in the leaf module
+  :mod:`tirl._loop` (so the sandbox and the reward use it without importing this module) and re-exported here;
 * :func:`build_executor`: the code executor for tool calls *and* symbolic answer checks, from the run's
   ``sandbox:`` section (:class:`tirl.service.config.ExecutorConfig`; ``backend: local``: one ``LocalSandbox``
   with the section's pool settings, whose workers preload numpy, scipy, sympy and the verifier's modules; an
@@ -15,34 +16,34 @@ Covers:
   verifies on a module-global pool);
 * the engines: :func:`build_hf_engine` (in process), :func:`build_server_engine` (an OpenAI-compatible server),
   :func:`build_policy_engine` (what RL and the sampler generate with: a server holding the LoRA policy, TRL's
-  colocated vLLM, or the policy in process) and :func:`build_router` (evaluation: one engine, or the KV-aware
-  scheduler over several servers);
+  colocated vLLM, or the policy in process); evaluation's router over them (one engine, or the KV-aware
+  scheduler over several servers) is :func:`tirl.eval.components.build_router`;
 * :func:`load_sampling_policy`: a policy to sample from (model reference, or a LoRA adapter merged on its base);
 * :class:`AgentRuntime`: a background loop holding the run's executor and verifier, on which the agent loop
   runs; what ``tirl train rl`` (:class:`tirl.train.rollout_func.AgentLoopSource`) and ``tirl data
   filter-hard``/``curate`` (:func:`tirl.train.sampler.policy_sampler`) use. ``tirl eval`` runs on its own
   event loop and uses the builders (:func:`tirl.eval.components.build_default_components`).
 
-Importing this module imports only the standard library; each builder imports what it builds.
+Importing this module imports only the standard library (and :mod:`tirl._loop`); each builder imports what it
+builds. It builds from ``sandbox``, ``service``, ``reward``, ``rollout`` and ``models`` and imports nothing above
+them (no ``eval``, ``train``, ``data`` or ``cli``; docs/architecture.md, ``tests/test_package_order.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import json
 import logging
-import threading
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tirl._loop import BackgroundLoop
+
 if TYPE_CHECKING:
-    from tirl.eval.config import EvalConfig
     from tirl.reward.types import VerifierConfig
     from tirl.reward.verifier import Verifier
     from tirl.rollout.agent_loop import AgentLoopConfig
-    from tirl.rollout.engine import Engine, EngineRouter
+    from tirl.rollout.engine import Engine
     from tirl.rollout.hf_engine import HFEngine
     from tirl.sandbox.types import CodeExecutor
     from tirl.service.config import ExecutorConfig
@@ -50,56 +51,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class BackgroundLoop:
-    """One asyncio event loop running forever in a daemon thread; coroutines are submitted from any thread.
-
-    Engines and executors bind to the loop they first run on; a persistent loop lets the local sandbox's warm
-    workers and an engine's batcher live across calls (RL steps, sampler chunks, sync verifications).
-
-    Args:
-        name: the thread's name.
-    """
-
-    def __init__(self, name: str = "tirl-loop") -> None:
-        self._ready = threading.Event()
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.thread.start()
-        self._ready.wait()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.call_soon(self._ready.set)
-        self.loop.run_forever()
-
-    def is_alive(self) -> bool:
-        """Whether the loop's thread still runs."""
-        return self.thread.is_alive() and not self.loop.is_closed()
-
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Schedule ``coro`` on the loop; returns a concurrent future of its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run ``coro`` on the loop and wait for its result (exceptions propagate).
-
-        Raises:
-            RuntimeError: called from the loop's own thread (it would wait for itself).
-        """
-        if threading.current_thread() is self.thread:
-            raise RuntimeError("BackgroundLoop.run was called from the loop's own thread")
-        return self.submit(coro).result(timeout)
-
-    def close(self) -> None:
-        """Stop the loop and join the thread. Idempotent."""
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
-        if not self.thread.is_alive():
-            self.loop.close()
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -217,59 +168,6 @@ def build_policy_engine(model: Any, *, batch_size: int, server_url: str | None =
     return build_hf_engine(model, batch_size=batch_size)
 
 
-def build_router(
-    config: EvalConfig, model_and_tokenizer: tuple[Any, Any] | None
-) -> tuple[EngineRouter, Any, int | None]:
-    """The evaluation's engine router, its closer and the model's context window (tokens) for ``config.engine``.
-
-    ``hf``: an ``HFEngine`` over the loaded model (``model_and_tokenizer``), batching up to
-    ``config.concurrency`` rows. ``openai``: one ``OpenAIEngine`` for a single server (when ``config.model`` is
-    a LoRA checkpoint folder, each server first loads the adapter and requests name it); with several servers
-    (or an explicit ``config.scheduler`` or ``config.kv_capacities``) a ``RolloutScheduler`` over one
-    ``OpenAIEngine`` per server, logging its metrics to ``<out_dir>/scheduler_metrics.jsonl``.
-
-    Raises:
-        tirl.rollout.lora_server.ServerSyncError: a server refused the checkpoint's adapter.
-        ValueError: a server without a KV capacity under ``kv_aware`` (neither reported nor configured).
-        ImportError: the engine's module is missing.
-    """
-    from tirl.rollout.engine import SingleEngineRouter
-
-    api = "sglang" if config.engine == "sglang" else "openai"
-    if config.engine == "hf":
-        assert model_and_tokenizer is not None
-        model, _ = model_and_tokenizer
-        engine = build_hf_engine(model, batch_size=config.concurrency, seed=config.seed)
-        return SingleEngineRouter(engine), engine.aclose, engine.max_model_len
-    from tirl.models import lora_adapter_folder
-
-    served_name = None  # None: the served model name is discovered from /v1/models
-    adapter = lora_adapter_folder(config.model)
-    if adapter is not None:  # a LoRA checkpoint: every server loads it, requests name it
-        from tirl.rollout.lora_server import load_adapter, served_adapter_name
-
-        served_name = served_adapter_name(adapter)
-        for url in config.servers:
-            load_adapter(url, adapter, served_name, api=api)
-
-    def engine_for(url: str) -> Engine:
-        return build_server_engine(url, model_name=served_name, send_seed=config.server_seed, api=api)
-
-    if len(config.servers) > 1 or config.scheduler is not None or config.kv_capacities:
-        from tirl.rollout.scheduler import RolloutScheduler, SchedulerConfig
-
-        scheduler = RolloutScheduler.from_urls(
-            config.servers,
-            SchedulerConfig(policy=config.scheduler or "kv_aware", admission_coef=config.admission_coef,
-                            metrics_log=str(config.out_dir / "scheduler_metrics.jsonl")),
-            capacities=config.kv_capacities,
-            engine_factory=engine_for,
-        )
-        return scheduler, scheduler.aclose, None
-    engine = engine_for(config.servers[0])
-    return SingleEngineRouter(engine), getattr(engine, "aclose", None), None
-
-
 def load_sampling_policy(model: str, base: str | None = None, dtype: str = "auto") -> tuple[Any, Any]:
     """``(model, tokenizer)`` to sample from: a built-in name, HF folder, GGUF, ``tiny:<tokenizer>``, or a LoRA
     adapter folder merged into its base (``base``, else the adapter's ``base_model_name_or_path``).
@@ -277,8 +175,7 @@ def load_sampling_policy(model: str, base: str | None = None, dtype: str = "auto
     Raises:
         ValueError: a LoRA adapter without a base model.
     """
-    from tirl.models import load
-    from tirl.train.common import is_adapter, model_reference
+    from tirl.models import is_adapter, load, model_reference
 
     path = Path(model)
     if is_adapter(path):
@@ -388,10 +285,11 @@ class AgentRuntime:
         verifier = build_verifier(self._executor, self.protocol, config, stats=_fresh_stats())
         return loop.run(verifier.averify_batch(list(items)))
 
-    def rollouts(self, rows: Sequence[dict[str, Any]], samples_per_problem: int, engine: Any, tokenizer: Any,
+    def rollouts(self, rows: Sequence[Any], samples_per_problem: int, engine: Any, tokenizer: Any,
                  config: AgentLoopConfig, *, seed: int, check_sandbox: bool = False) -> list[Any]:
         """``samples_per_problem`` trajectories per row (problem-major) from the agent loop with ``engine`` and
-        the run's executor (:func:`tirl.rollout.agent_loop.run_trajectories`)."""
+        the run's executor (:func:`tirl.rollout.agent_loop.run_trajectories`; a row is a
+        :class:`tirl.data.Problem`, a problem text or a ``{"problem", "id"}`` dict)."""
         from tirl.rollout.agent_loop import run_trajectories
         from tirl.rollout.engine import SingleEngineRouter
 
@@ -423,7 +321,6 @@ __all__ = [
     "build_executor",
     "build_hf_engine",
     "build_policy_engine",
-    "build_router",
     "build_server_engine",
     "build_verifier",
     "load_sampling_policy",

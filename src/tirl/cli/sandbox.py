@@ -79,9 +79,10 @@ def serve(
         check_workers=check_workers,
     )
     try:
+        from tirl.reward import PRELOAD_MODULES
         from tirl.reward.routes import create_verify_router  # POST /v1/verify/batch (answer verification)
 
-        asyncio.run(serve_local_sandbox(config, routers=[create_verify_router()]))
+        asyncio.run(serve_local_sandbox(config, routers=[create_verify_router()], check_preload=PRELOAD_MODULES))
     except KeyboardInterrupt:  # pragma: no cover - interactive stop
         pass
 

@@ -2,7 +2,8 @@
 
 Covers :func:`build_default_components`, the default set of ``tirl eval``, put together from
 :mod:`tirl.runtime` (the one wiring of eval, RL training and data sampling): the engine router
-(:func:`tirl.runtime.build_router`), one code executor that serves both the tool calls and the symbolic answer
+(:func:`build_router`, here rather than in :mod:`tirl.runtime` because it reads an :class:`EvalConfig`; over
+the engines the runtime builds), one code executor that serves both the tool calls and the symbolic answer
 checks (:func:`tirl.runtime.build_executor` of the config's ``sandbox:`` section), and the verifier on it with the
 config's ``verifier:`` section and protocol (:func:`tirl.runtime.build_verifier`) seen
 through the run's adapters :func:`make_grader` and :func:`make_gold_checker`. A test gives its own
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tirl.protocol.types import Trajectory
-from tirl.rollout.engine import EngineRouter
+from tirl.rollout.engine import Engine, EngineRouter
 from tirl.sandbox.types import CodeExecutor
 
 if TYPE_CHECKING:
@@ -121,6 +122,60 @@ def make_gold_checker(executor: CodeExecutor | None, protocol: Any = None,
     return check_golds
 
 
+def build_router(
+    config: EvalConfig, model_and_tokenizer: tuple[Any, Any] | None
+) -> tuple[EngineRouter, Any, int | None]:
+    """The evaluation's engine router, its closer and the model's context window (tokens) for ``config.engine``.
+
+    ``hf``: an ``HFEngine`` over the loaded model (``model_and_tokenizer``), batching up to
+    ``config.concurrency`` rows. ``openai``: one ``OpenAIEngine`` for a single server (when ``config.model`` is
+    a LoRA checkpoint folder, each server first loads the adapter and requests name it); with several servers
+    (or an explicit ``config.scheduler`` or ``config.kv_capacities``) a ``RolloutScheduler`` over one
+    ``OpenAIEngine`` per server, logging its metrics to ``<out_dir>/scheduler_metrics.jsonl``.
+
+    Raises:
+        tirl.rollout.lora_server.ServerSyncError: a server refused the checkpoint's adapter.
+        ValueError: a server without a KV capacity under ``kv_aware`` (neither reported nor configured).
+        ImportError: the engine's module is missing.
+    """
+    from tirl.rollout.engine import SingleEngineRouter
+    from tirl.runtime import build_hf_engine, build_server_engine
+
+    api = "sglang" if config.engine == "sglang" else "openai"
+    if config.engine == "hf":
+        assert model_and_tokenizer is not None
+        model, _ = model_and_tokenizer
+        engine = build_hf_engine(model, batch_size=config.concurrency, seed=config.seed)
+        return SingleEngineRouter(engine), engine.aclose, engine.max_model_len
+    from tirl.models import lora_adapter_folder
+
+    served_name = None  # None: the served model name is discovered from /v1/models
+    adapter = lora_adapter_folder(config.model)
+    if adapter is not None:  # a LoRA checkpoint: every server loads it, requests name it
+        from tirl.rollout.lora_server import load_adapter, served_adapter_name
+
+        served_name = served_adapter_name(adapter)
+        for url in config.servers:
+            load_adapter(url, adapter, served_name, api=api)
+
+    def engine_for(url: str) -> Engine:
+        return build_server_engine(url, model_name=served_name, send_seed=config.server_seed, api=api)
+
+    if len(config.servers) > 1 or config.scheduler is not None or config.kv_capacities:
+        from tirl.rollout.scheduler import RolloutScheduler, SchedulerConfig
+
+        scheduler = RolloutScheduler.from_urls(
+            config.servers,
+            SchedulerConfig(policy=config.scheduler or "kv_aware", admission_coef=config.admission_coef,
+                            metrics_log=str(config.out_dir / "scheduler_metrics.jsonl")),
+            capacities=config.kv_capacities,
+            engine_factory=engine_for,
+        )
+        return scheduler, scheduler.aclose, None
+    engine = engine_for(config.servers[0])
+    return SingleEngineRouter(engine), getattr(engine, "aclose", None), None
+
+
 async def build_default_components(config: EvalConfig) -> EvalComponents:
     """Everything :func:`tirl.eval.runner.run_eval` needs, from ``config`` (see the module docstring).
 
@@ -129,7 +184,7 @@ async def build_default_components(config: EvalConfig) -> EvalComponents:
         ValueError: a bad ``engine`` setting.
     """
     from tirl.models import load, load_tokenizer
-    from tirl.runtime import build_executor, build_router
+    from tirl.runtime import build_executor
 
     executor = build_executor(config.sandbox)
     close_executor = executor.aclose

@@ -129,6 +129,21 @@ def lora_adapter_folder(name_or_path: str | Path) -> Path | None:
     return ref if kind == "adapter" else None
 
 
+def is_adapter(path: str | Path) -> bool:
+    """Whether ``path`` is a LoRA adapter folder (it holds ``adapter_config.json``)."""
+    return (Path(path) / "adapter_config.json").exists()
+
+
+def model_reference(name_or_path: str) -> str:
+    """Resolve ``tiny:<tokenizer>`` (a cached tiny random model on that tokenizer, for smoke runs) to its folder;
+    any other reference is returned unchanged (``tirl.models.load`` resolves built-in names, folders, GGUF)."""
+    if name_or_path.startswith("tiny:"):
+        from tirl.models import cached_tiny_model
+
+        return str(cached_tiny_model(name_or_path[len("tiny:"):]))
+    return name_or_path
+
+
 def _conversion_args(kind: str, ref: Any) -> tuple[Path, str, dict]:
     """GGUF file, cache key and end-of-turn settings for a GGUF or built-in reference."""
     if kind == "builtin":

@@ -11,12 +11,21 @@ the ordinary tokens that spell the tag (``<``, ``tool``, ``_call``, ``>``), on t
 not tied to it, on the LM head. This is the usual initialisation of new tokens from their sub-word pieces; the
 rows are then distinct, their logits are on the scale of ordinary tokens, and fine-tuning starts from a model
 that reads ``<tool_call>`` roughly as the text it stands for.
+
+Rows that are trained in full instead (``model.train_token_rows``, :mod:`tirl.train.token_rows`) are saved
+beside a LoRA checkpoint in :data:`ROWS_FILE`; :func:`row_weights`, :func:`save_token_rows` and
+:func:`load_token_rows` define that file here, so that merging a checkpoint (:mod:`tirl.models.trained`) reads
+it without importing ``tirl.train``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+ROWS_FILE = "tirl_token_rows.pt"
+"""The file beside a LoRA checkpoint's adapter that holds the fully trained rows (``model.train_token_rows``)."""
 
 
 def spelling_ids(tokenizer: Any, token: str) -> list[int]:
@@ -81,3 +90,41 @@ def init_token_rows(model: Any, tokenizer: Any, tokens: Sequence[str]) -> dict[s
                 weight[token_id] = weight[pieces].float().mean(dim=0).to(weight.dtype)
             done[token] = pieces
     return done
+
+
+def row_weights(model: Any) -> list[Any]:
+    """The input-embedding weight and, when not tied to it, the LM-head weight."""
+    embed = model.get_input_embeddings().weight
+    head_module = model.get_output_embeddings()
+    head = head_module.weight if head_module is not None else None
+    return [embed] if head is None or head is embed else [embed, head]
+
+
+def save_token_rows(model: Any, ids: Sequence[int], folder: str | Path) -> Path:
+    """Write rows ``ids`` of each trainable weight to ``folder/tirl_token_rows.pt``; returns the file."""
+    import torch
+
+    path = Path(folder) / ROWS_FILE
+    torch.save({"ids": list(ids), "rows": [w.detach()[list(ids)].cpu().clone() for w in row_weights(model)]}, path)
+    return path
+
+
+def load_token_rows(model: Any, folder: str | Path) -> bool:
+    """Copy the rows saved by :func:`save_token_rows` in ``folder`` back into ``model``; False when none.
+
+    Raises:
+        ValueError: the file was written for a model with tied/untied weights other than this one's.
+    """
+    import torch
+
+    path = Path(folder) / ROWS_FILE
+    if not path.is_file():
+        return False
+    saved = torch.load(path, map_location="cpu")
+    weights = row_weights(model)
+    if len(saved["rows"]) != len(weights):
+        raise ValueError(f"{path}: {len(saved['rows'])} saved weights, the model has {len(weights)}")
+    with torch.no_grad():
+        for weight, rows in zip(weights, saved["rows"]):
+            weight[saved["ids"]] = rows.to(weight.dtype)
+    return True

@@ -104,7 +104,7 @@ def build_trained_model(spec: TrainedModel, out_dir: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     from tirl.models.loading import resolve
-    from tirl.train.token_rows import row_weights
+    from tirl.models.token_rows import row_weights
 
     base_dir = resolve(spec.base)
     model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
@@ -137,7 +137,7 @@ def build_adapter_checkpoint(folder: Path, out_dir: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     from tirl.models.loading import resolve
-    from tirl.train.token_rows import load_token_rows
+    from tirl.models.token_rows import load_token_rows
 
     base_ref = json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"]
     base_dir = resolve(base_ref)

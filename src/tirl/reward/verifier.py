@@ -66,7 +66,7 @@ def default_stats() -> VerifierStats:
 
 
 _loop_lock = threading.Lock()
-_loop_thread: Any = None  # tirl.runtime.BackgroundLoop, started on first use
+_loop_thread: Any = None  # tirl._loop.BackgroundLoop, started on first use
 _default_executor: CodeExecutor | None = None
 _default_executor_lock: asyncio.Lock | None = None
 
@@ -87,7 +87,7 @@ def _background() -> Any:
         if _loop_thread is None or not _loop_thread.thread.is_alive():
             # imported here: sandbox workers import this module, and calls there may read only tirl.reward and
             # tirl.protocol (SandboxConfig.readable_packages)
-            from tirl.runtime import BackgroundLoop
+            from tirl._loop import BackgroundLoop
 
             _loop_thread = BackgroundLoop("tirl-reward-loop")
             _default_executor = None  # it belonged to the dead loop

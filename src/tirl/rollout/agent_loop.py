@@ -60,6 +60,7 @@ from tirl.protocol.answer import count_answer_blocks, extract_answer_from_turns
 from tirl.protocol.config import ProtocolConfig
 from tirl.protocol.escape import safe_tool_text
 from tirl.protocol.parse import parse_tool_calls
+from tirl.protocol.problem import Problem
 from tirl.protocol.render import render_prompt_ids, stop_token_ids, tool_response_segment_ids
 from tirl.protocol.response import render_parse_error, render_tool_response
 from tirl.protocol.types import ToolCall, ToolCallError, ToolCallRecord, Trajectory, TurnRecord, classify_tool_call
@@ -487,19 +488,22 @@ class AgentLoop:
 
 
 def _as_requests(
-    problems: Sequence[str | dict[str, Any]], samples_per_prompt: int, seed: int | None
+    problems: Sequence[Problem | str | dict[str, Any]], samples_per_prompt: int, seed: int | None
 ) -> list[RolloutRequest]:
     if samples_per_prompt < 1:
         raise ValueError(f"samples_per_prompt must be >= 1, got {samples_per_prompt}")
     requests = []
     for i, item in enumerate(problems):
-        if isinstance(item, str):
+        if isinstance(item, Problem):
+            problem, group_id, extra = item.problem, item.id, {"id": item.id}
+        elif isinstance(item, str):
             problem, group_id, extra = item, str(i), {}
         elif isinstance(item, dict) and isinstance(item.get("problem"), str):
             problem, group_id = item["problem"], str(item.get("id", i))
             extra = {k: v for k, v in item.items() if k != "problem"}
         else:
-            raise ValueError(f"problem {i} must be a string or a dict with a 'problem' string, got {item!r:.80}")
+            raise ValueError(f"problem {i} must be a Problem, a string or a dict with a 'problem' string, "
+                             f"got {item!r:.80}")
         for j in range(samples_per_prompt):
             requests.append(
                 RolloutRequest(
@@ -514,7 +518,7 @@ def _as_requests(
 
 
 async def run_trajectories(
-    problems: Sequence[str | dict[str, Any]],
+    problems: Sequence[Problem | str | dict[str, Any]],
     samples_per_prompt: int,
     router: EngineRouter,
     executor: CodeExecutor | None,
@@ -528,8 +532,10 @@ async def run_trajectories(
     """Generate ``samples_per_prompt`` trajectories for each problem (the RL rollout's 2G per prompt).
 
     Args:
-        problems: problem texts, or dicts with ``problem`` (and optional ``id``, used as the group id; other
-            keys are copied into each trajectory's metadata).
+        problems: :class:`tirl.data.Problem` objects (the statement is the user message, the ``id`` the group
+            id and ``metadata["id"]``; the reference answer is never read), problem texts, or dicts with
+            ``problem`` (and optional ``id``, used as the group id; other keys are copied into each
+            trajectory's metadata).
         samples_per_prompt: trajectories per problem (>= 1).
         router, executor, tokenizer, config: see :class:`AgentLoop`.
         seed: base seed; each trajectory gets ``derive_seed(seed, group_id, sample_index)``. None: unseeded.

@@ -511,7 +511,7 @@ class SyncSandbox:
 
     def __init__(self, workers: int | None = None, preload: Sequence[str] = DEFAULT_PRELOAD, *,
                  config: SandboxConfig | None = None, **options: Any) -> None:
-        from tirl.runtime import BackgroundLoop
+        from tirl._loop import BackgroundLoop
 
         self._loop = BackgroundLoop("tirl-sandbox")
         self.sandbox = LocalSandbox(workers, preload, config=config, **options)

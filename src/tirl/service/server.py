@@ -43,9 +43,9 @@ class ServeConfig:
         graceful_shutdown_s: on SIGTERM, how long running requests may finish before the server exits.
         log_level: uvicorn log level.
         service: limits and policies of the app.
-        check_workers: worker processes of the answer checks' own pool (``/v1/verify/batch``; preloads
-            :data:`tirl.reward.PRELOAD_MODULES`), apart from the ``workers`` that run ``/v1/execute``; 0 checks
-            on those (reference answers then share workers with the callers' code).
+        check_workers: worker processes of the answer checks' own pool (``/v1/verify/batch``; preloads the
+            ``check_preload`` of :func:`serve_local_sandbox`), apart from the ``workers`` that run
+            ``/v1/execute``; 0 checks on those (reference answers then share workers with the callers' code).
     """
 
     host: str = "127.0.0.1"
@@ -132,14 +132,18 @@ def print_ready(url: str) -> None:
     print(READY_PREFIX + url, flush=True)
 
 
-async def serve_local_sandbox(config: ServeConfig, routers: Sequence[Any] = ()) -> None:
+async def serve_local_sandbox(config: ServeConfig, routers: Sequence[Any] = (),
+                              check_preload: Sequence[str] | None = None) -> None:
     """Run ``LocalSandbox(workers=config.workers)`` behind the app until stopped (``tirl sandbox serve``).
 
     Args:
         config: where and how to serve.
         routers: extra ``APIRouter`` objects to include (for example the reward part's verify endpoint).
+        check_preload: modules the answer checks' own pool preloads (``tirl sandbox serve`` passes the
+            verify router's, :data:`tirl.reward.PRELOAD_MODULES`; the service does not import ``tirl.reward``
+            itself); None: the sandbox's default preload.
     """
-    from tirl.sandbox import LocalSandbox
+    from tirl.sandbox import DEFAULT_PRELOAD, LocalSandbox
 
     kwargs: dict[str, Any] = {"workers": config.workers}
     if config.preload is not None:
@@ -147,9 +151,8 @@ async def serve_local_sandbox(config: ServeConfig, routers: Sequence[Any] = ()) 
     sandbox = LocalSandbox(**kwargs)
     checks = None
     if routers and config.check_workers > 0:  # the verify router's checks get workers of their own
-        from tirl.reward import PRELOAD_MODULES
-
-        checks = LocalSandbox(workers=config.check_workers, preload=PRELOAD_MODULES)
+        checks = LocalSandbox(workers=config.check_workers,
+                              preload=DEFAULT_PRELOAD if check_preload is None else tuple(check_preload))
     app = create_app(sandbox, config.service, routers=routers, close_executor=True, check_executor=checks)
     try:
         if checks is not None:  # starts beside the serving (idempotent): /v1/execute does not wait for it

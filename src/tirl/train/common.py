@@ -3,8 +3,9 @@
 Covers :func:`trl_module` (TRL imported with its experimental-feature notice silenced), :func:`last_checkpoint`
 (the newest *complete* ``checkpoint-N``, None for a missing folder; :func:`checkpoint_problem` says why a
 half-written one is not, :func:`write_checkpoint_marker` marks one complete), :func:`checkpoint_step`,
-:func:`resolve_init_from` (``init_from: DIR`` or ``auto:DIR``), :func:`model_reference` (``tiny:<tokenizer>``
-smoke models) and :func:`load_policy` (model, tokenizer and LoRA config from a ``model:`` section). Importing
+:func:`resolve_init_from` (``init_from: DIR`` or ``auto:DIR``), :func:`load_policy` (model, tokenizer and LoRA
+config from a ``model:`` section), and, re-exported from :mod:`tirl.models.loading` where they are defined,
+:func:`model_reference` (``tiny:<tokenizer>`` smoke models) and :func:`is_adapter`. Importing
 it imports neither torch nor TRL; the functions do when called. The trainers and their callbacks live in
 :mod:`tirl.train.trainer` and :mod:`tirl.train.callbacks`.
 """
@@ -15,6 +16,8 @@ import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tirl.models.loading import is_adapter, model_reference
 
 if TYPE_CHECKING:
     from tirl.train.config import ModelConfig
@@ -169,21 +172,6 @@ def resolve_init_from(spec: str) -> Path:
     if not path.is_dir():
         raise FileNotFoundError(f"init_from {spec!r}: no such folder")
     return path
-
-
-def is_adapter(path: str | Path) -> bool:
-    """Whether ``path`` is a LoRA adapter folder (it holds ``adapter_config.json``)."""
-    return (Path(path) / "adapter_config.json").exists()
-
-
-def model_reference(name_or_path: str) -> str:
-    """Resolve ``tiny:<tokenizer>`` (a cached tiny random model on that tokenizer, for smoke runs) to its folder;
-    any other reference is returned unchanged (``tirl.models.load`` resolves built-in names, folders, GGUF)."""
-    if name_or_path.startswith("tiny:"):
-        from tirl.models import cached_tiny_model
-
-        return str(cached_tiny_model(name_or_path[len("tiny:"):]))
-    return name_or_path
 
 
 def load_policy(model_config: ModelConfig, init_from: Path | None = None) -> tuple[Any, Any, Any]:

@@ -508,7 +508,7 @@ class AgentLoopSource:
     def generate(
         self, problems: Sequence[Problem], samples_per_problem: int, *, seed: int, trainer: Any
     ) -> list[Trajectory]:
-        rows = [{"problem": p.problem, "id": p.id} for p in problems]
+        rows = list(problems)  # the agent loop takes Problems (group id: the problem id)
         uses_vllm = self._engine_factory is None and getattr(getattr(trainer, "args", None), "use_vllm", False)
         # vLLM already holds the current weights (TRL syncs them before the rollout): no unwrapping, in
         # particular no ZeRO-3 parameter gather of the training model

@@ -86,7 +86,7 @@ def policy_sampler(policy: Any, tokenizer: Any, config: SamplerConfig | None = N
     calls = {"n": 0}
 
     def generate(problems: Sequence[Any], n: int) -> list[Any]:
-        rows = [{"problem": p.problem, "id": p.id} for p in problems]
+        rows = list(problems)  # the agent loop takes Problems (group id: the problem id)
         calls["n"] += 1
         return runtime.rollouts(rows, n, engine, tokenizer, agent_cfg, seed=cfg.seed, check_sandbox=calls["n"] == 1)
 

@@ -10,7 +10,9 @@ the other rows exactly as they were (zero gradient, zero moments, zero update).
 
 With LoRA, Trainer checkpoints hold only the adapter, so :class:`TokenRowsCheckpoint` writes the trained rows
 next to it (``tirl_token_rows.pt``) and :func:`load_token_rows` puts them back on resume. The merged final
-folder carries them as ordinary weights.
+folder carries them as ordinary weights. The rows file's format (:data:`ROWS_FILE`, :func:`row_weights`,
+:func:`save_token_rows`, :func:`load_token_rows`) is defined in :mod:`tirl.models.token_rows`, which reads it
+back when a checkpoint is merged (:mod:`tirl.models.trained`), and re-exported here.
 """
 
 from __future__ import annotations
@@ -19,15 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROWS_FILE = "tirl_token_rows.pt"
-
-
-def row_weights(model: Any) -> list[Any]:
-    """The input-embedding weight and, when not tied to it, the LM-head weight."""
-    embed = model.get_input_embeddings().weight
-    head_module = model.get_output_embeddings()
-    head = head_module.weight if head_module is not None else None
-    return [embed] if head is None or head is embed else [embed, head]
+from tirl.models.token_rows import ROWS_FILE, load_token_rows, row_weights, save_token_rows
 
 
 def token_row_ids(tokenizer: Any, tokens: Sequence[str]) -> list[int]:
@@ -64,36 +58,6 @@ def make_rows_trainable(model: Any, ids: Sequence[int]) -> list[Any]:
     return handles
 
 
-def save_token_rows(model: Any, ids: Sequence[int], folder: str | Path) -> Path:
-    """Write rows ``ids`` of each trainable weight to ``folder/tirl_token_rows.pt``; returns the file."""
-    import torch
-
-    path = Path(folder) / ROWS_FILE
-    torch.save({"ids": list(ids), "rows": [w.detach()[list(ids)].cpu().clone() for w in row_weights(model)]}, path)
-    return path
-
-
-def load_token_rows(model: Any, folder: str | Path) -> bool:
-    """Copy the rows saved by :func:`save_token_rows` in ``folder`` back into ``model``; False when none.
-
-    Raises:
-        ValueError: the file was written for a model with tied/untied weights other than this one's.
-    """
-    import torch
-
-    path = Path(folder) / ROWS_FILE
-    if not path.is_file():
-        return False
-    saved = torch.load(path, map_location="cpu")
-    weights = row_weights(model)
-    if len(saved["rows"]) != len(weights):
-        raise ValueError(f"{path}: {len(saved['rows'])} saved weights, the model has {len(weights)}")
-    with torch.no_grad():
-        for weight, rows in zip(weights, saved["rows"]):
-            weight[saved["ids"]] = rows.to(weight.dtype)
-    return True
-
-
 def checkpoint_callback(ids: Sequence[int]) -> Any:
     """A transformers ``TrainerCallback`` that saves the trained rows into every ``checkpoint-N`` folder."""
     from transformers import TrainerCallback
@@ -106,3 +70,14 @@ def checkpoint_callback(ids: Sequence[int]) -> Any:
                     save_token_rows(model, ids, folder)
 
     return TokenRowsCheckpoint()
+
+
+__all__ = [
+    "ROWS_FILE",
+    "checkpoint_callback",
+    "load_token_rows",
+    "make_rows_trainable",
+    "row_weights",
+    "save_token_rows",
+    "token_row_ids",
+]

@@ -4,7 +4,7 @@ The report's check (rStar2-Agent, arXiv 2508.20722, section 4.1): a strong model
 problem and a problem stays only if at least 2 of them match the reference answer; a label that no sample
 reaches is likely wrong. Here the solutions come from the agent loop (any engine, any model, tool on) through
 the caller's ``generate``, are scored by the verifier through ``score``, and are counted by the resumable
-machinery of ``tirl data filter-hard`` (:func:`tirl.train.hard_subset.count_correct`): progress is appended to
+machinery of ``tirl data filter-hard`` (:func:`tirl.data.hard_subset.count_correct`): progress is appended to
 a file after every chunk, so an interrupted run continues where it stopped.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tirl.data.hard_subset import Generate, ScoreFn, count_correct
 from tirl.data.problem import Problem
-from tirl.train.hard_subset import Generate, ScoreFn, count_correct
 
 
 @dataclass(frozen=True)

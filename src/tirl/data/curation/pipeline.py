@@ -34,10 +34,10 @@ from tirl.data.curation.dedup import find_duplicates
 from tirl.data.curation.report import build_report, render_markdown
 from tirl.data.curation.sources import SourceProblem, load_sources
 from tirl.data.curation.text import ngram_hashes, normalize_answer, normalize_problem, word_tokens
+from tirl.data.hard_subset import Generate, ScoreFn
 from tirl.data.problem import Problem
 from tirl.data.training import write_problems
 from tirl.sandbox.types import CodeExecutor
-from tirl.train.hard_subset import Generate, ScoreFn
 
 STEPS: tuple[str, ...] = ("normalise", "answer", "dedup", "decontam", "consistency")
 

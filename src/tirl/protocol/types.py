@@ -94,12 +94,17 @@ class ToolCallRecord:
         result: the execution result (None for a parse error, since nothing ran).
         cls: the tool-call class (``ok``, ``error``, ``timeout``, ``parse_error``).
         response_text: the text placed inside ``<tool_response>`` for this call.
+        tool: the registry name of the tool that ran it (``ProtocolConfig.tool``: ``python``,
+            ``python_session``); "" for a parse error and in records written before tools were a registry.
+        details: the tool's facts about the call (``python_session``: ``replayed_cells``, ``session_cells``).
     """
 
     call: ToolCall | ToolCallError
     result: ExecutionResult | None
     cls: ToolCallClass
     response_text: str = ""
+    tool: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 def classify_tool_call(call: ToolCall | ToolCallError, result: ExecutionResult | None) -> ToolCallClass:

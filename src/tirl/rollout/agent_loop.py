@@ -225,8 +225,8 @@ class AgentLoop:
     Args:
         router: hands out one engine per trajectory (``SingleEngineRouter`` for one engine). Each trajectory
             leases once with budget ``len(prompt_ids) + max_response_tokens`` and runs all turns on it.
-        executor: runs tool calls (``LocalSandbox`` or ``SandboxClient``); may be None when
-            ``config.use_tools`` is False.
+        executor: the code executor the tool runs calls on (``LocalSandbox`` or ``SandboxClient``); may be None
+            when ``config.use_tools`` is False or the configured tool needs none (``Tool.needs_executor``).
         tokenizer: a Hugging Face tokenizer (renders the prompt and tool segments, decodes turns).
         config: limits and sampling.
 
@@ -476,8 +476,8 @@ class AgentLoop:
                 message = f"tool {tool.name} raised {type(exc).__name__}: {exc}"
             if len(outcomes) != len(runnable):
                 message = message or f"tool {tool.name} answered {len(outcomes)} of {len(runnable)} calls"
-                failed = ExecutionResult.internal_error(message)
-                outcomes = [ToolResult(result=failed, text=tool.render(failed, cfg.protocol)) for _ in runnable]
+                failed = [ExecutionResult.internal_error(message) for _ in runnable]
+                outcomes = [ToolResult(result=r, text=tool.render(r, cfg.protocol)) for r in failed]
         it = iter(outcomes)
         records: list[ToolCallRecord] = []
         for call in calls:

@@ -420,3 +420,66 @@ async def test_the_session_works_through_the_sandbox_service_alike(sandbox):
         assert (await _cell(tool, ctx, "total = 40")).cls == "ok"
         shown = await _cell(tool, ctx, "print(total + 2)")
     assert (shown.cls, shown.text, shown.details["replayed_cells"]) == ("ok", "42", 1)
+
+
+class LookupTool(Tool):
+    """A toy tool with arguments of its own (``query`` required, ``limit`` an integer), no sandbox."""
+
+    name = "test_lookup"
+    description = "Looks a word up."
+    needs_executor = False
+    code_arguments = False
+
+    def parameters(self, config):
+        return {"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+                "required": ["query"]}
+
+    def example_arguments(self):
+        return {"query": "prime"}
+
+    async def run(self, arguments, context):
+        words = {"prime": "a number with exactly two divisors"}
+        text = words.get(arguments["query"], "not found")[: arguments.get("limit", 100)]
+        return ToolResult(result=ExecutionResult(status="ok", stdout=text + "\n"),
+                          text=self.render(ExecutionResult(status="ok", stdout=text + "\n"), context.config))
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "qwen3_xml"])
+async def test_a_tool_with_its_own_arguments_is_checked_against_its_schema_in_every_format(fmt, smollm2_tokenizer):
+    from tirl.protocol.formats import get_format
+    from tirl.protocol.tools import ARGUMENT_ERROR_KINDS
+
+    register_tool(LookupTool(), replace=True)
+    cfg = ProtocolConfig(tool="test_lookup", tool_call_format=fmt)
+
+    def write(**arguments: Any) -> str:  # XML values are text: a non-string value is written as JSON
+        if fmt == "qwen3_xml":
+            arguments = {k: v if k == "query" else json.dumps(v) for k, v in arguments.items()}
+        return get_format(fmt).render_call(cfg.function_name, arguments, cfg)
+
+    assert tool_schema(cfg)["function"]["parameters"]["required"] == ["query"]
+    assert write(query="prime") in tools_block(cfg)
+    [call] = parse_tool_calls(write(query="prime", extra="x"), cfg)
+    assert call.arguments == {"query": "prime"} and call.warnings == ["ignored_argument:extra"]
+    [limited] = parse_tool_calls(write(query="prime", limit=7), cfg)
+    assert limited.arguments == {"query": "prime", "limit": 7}
+    [missing] = parse_tool_calls(write(limit=3), cfg)
+    [wrong] = parse_tool_calls(write(query="prime", limit="7"), cfg)  # a string where the schema says integer
+    assert (missing.kind, wrong.kind) == ("missing_argument", "bad_argument_type")
+    assert set(ARGUMENT_ERROR_KINDS) == {missing.kind, wrong.kind}
+    # and through the agent loop: the decoded arguments reach the tool
+    stop = smollm2_tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    class Engine:
+        async def generate(self, prompt_ids, params):
+            text = smollm2_tokenizer.decode(prompt_ids, skip_special_tokens=False)
+            first = text.count("<|im_start|>assistant") == 1
+            out = write(query="prime", limit=8) if first else "Done.</reason>\n<answer>\\boxed{1}</answer>"
+            ids = smollm2_tokenizer.encode(out, add_special_tokens=False) + [stop]
+            return GenerationOutput(ids, [-0.1] * len(ids))
+
+    loop = AgentLoop(SingleEngineRouter(Engine()), None, smollm2_tokenizer,
+                     AgentLoopConfig(protocol=cfg, max_turns=3, max_response_tokens=2000))
+    [traj] = await loop.run_many([RolloutRequest("Define prime.")])
+    [rec] = traj.tool_call_records
+    assert (rec.cls, rec.tool, rec.response_text) == ("ok", "test_lookup", "a number")

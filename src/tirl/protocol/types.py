@@ -73,7 +73,8 @@ class ToolCallError:
         kind: machine-readable cause (``unclosed_tag``, ``invalid_json``, ``not_an_object``, ``missing_name``,
             ``unknown_function``, ``arguments_not_object``, ``missing_code``, ``bad_argument_type``, ...; each
             tool-call format lists its own in ``error_kinds``: ``tirl.protocol.parse.ERROR_KINDS`` for ``hermes``,
-            ``tirl.protocol.formats.qwen3_xml.ERROR_KINDS``).
+            ``tirl.protocol.formats.qwen3_xml.ERROR_KINDS``; for a tool with arguments of its own, also
+            ``tirl.protocol.tools.ARGUMENT_ERROR_KINDS`` in either format).
         message: a short human-readable explanation that can be fed back to the model.
         raw: the text of the block (or of the unclosed remainder).
         span: (start, end) character offsets in the turn text.

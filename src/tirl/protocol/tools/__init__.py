@@ -16,7 +16,8 @@ reads back (:meth:`Tool.render`). Its outcome is an :class:`~tirl.sandbox.types.
 the tool-call class that GRPO-RoC, the metrics, the watchdog and ``tirl eval`` count
 (:func:`tirl.protocol.types.classify_tool_call`: ``ok``, ``error``, ``timeout``; ``internal`` is tirl's fault and
 is counted apart). What it does not decide: how a call is written and parsed (the tool-call format,
-:mod:`tirl.protocol.formats`; both formats read the ``code``/``input`` arguments the built-in tools take), the
+:mod:`tirl.protocol.formats`; they check the built-in tools' ``code``/``input`` arguments as they always have, and
+a tool with arguments of its own, ``code_arguments = False``, against its schema with :func:`check_arguments`), the
 escaping of its output (:mod:`tirl.protocol.escape`, applied by the agent loop to whatever :meth:`Tool.render`
 returns), the tool-response tags and the chat segment (:mod:`tirl.protocol.render`), and where the code executor
 comes from (:func:`tirl.runtime.build_executor`).
@@ -110,12 +111,17 @@ class Tool(ABC):
             no description), e.g. that state persists; empty for none.
         needs_executor: whether calls run on the code executor (the agent loop then requires one and checks it
             before a run starts).
+        code_arguments: the arguments are the Python tools' ``code`` and ``input`` strings, which the tool-call
+            formats check as they always have (their ``missing_code``, ``empty_code``, ``bad_argument_type``
+            errors and repairs); False: the formats check the decoded arguments against :meth:`parameters` with
+            :func:`check_arguments` instead.
     """
 
     name: str = ""
     description: str = ""
     compact_note: str = ""
     needs_executor: bool = True
+    code_arguments: bool = True
 
     def parameters(self, config: ProtocolConfig) -> dict[str, Any]:
         """The JSON schema of the arguments (``parameters`` of the function schema). Default: the Python tools'
@@ -161,6 +167,62 @@ class Tool(ABC):
         from tirl.protocol.response import render_tool_response
 
         return render_tool_response(result, config)
+
+
+#: Kinds of :class:`~tirl.protocol.types.ToolCallError` that :func:`check_arguments` returns, in every tool-call
+#: format, for a tool with arguments of its own (``Tool.code_arguments`` False).
+ARGUMENT_ERROR_KINDS: dict[str, str] = {
+    "missing_argument": "a required argument of the tool's schema is absent",
+    "bad_argument_type": "an argument's value is not of its schema type",
+}
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float),
+                                           "boolean": (bool,), "array": (list,), "object": (dict,)}
+
+
+class ArgumentError(ValueError):
+    """An argument object that does not fit a tool's schema (``kind`` in :data:`ARGUMENT_ERROR_KINDS`)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind, self.message = kind, message
+
+
+def argument_type(schema: Mapping[str, Any], key: str) -> str | None:
+    """The JSON type the schema gives argument ``key`` (``"string"``, ``"integer"``, ...), or None."""
+    prop = schema.get("properties", {}).get(key)
+    kind = prop.get("type") if isinstance(prop, Mapping) else None
+    return kind if isinstance(kind, str) else None
+
+
+def check_arguments(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The decoded ``arguments`` of a call checked against a tool's parameter ``schema`` (the formats' check for a
+    tool with ``code_arguments`` False): every ``required`` key present, each known key of its JSON type
+    (``string``, ``integer``, ``number``, ``boolean``, ``array``, ``object``; other or absent types are not
+    checked), unknown keys dropped.
+
+    Returns:
+        ``(arguments kept, warnings)``; a dropped key gives the warning ``ignored_argument:<key>``.
+
+    Raises:
+        ArgumentError: ``missing_argument`` or ``bad_argument_type``.
+    """
+    properties = schema.get("properties", {})
+    for key in schema.get("required", ()):
+        if key not in arguments:
+            raise ArgumentError("missing_argument", f'The call has no "{key}" argument.')
+    kept: dict[str, Any] = {}
+    warnings: list[str] = []
+    for key, value in arguments.items():
+        if key not in properties:
+            warnings.append(f"ignored_argument:{key}")
+            continue
+        kind = argument_type(schema, key)
+        types = _JSON_TYPES.get(kind or "")
+        if types is not None and (not isinstance(value, types) or (isinstance(value, bool) and kind != "boolean")):
+            raise ArgumentError("bad_argument_type", f'"{key}" must be of type {kind}, not {type(value).__name__}.')
+        kept[key] = value
+    return kept, warnings
 
 
 _REGISTRY: dict[str, Tool] = {}
@@ -209,4 +271,5 @@ def get_tool(name: str) -> Tool:
     raise ValueError(f"tool must be one of {', '.join(tool_names())}, got {name!r}")
 
 
-__all__ = ["DEFAULT_TOOL", "Tool", "ToolContext", "ToolResult", "get_tool", "register_tool", "tool_names"]
+__all__ = ["ARGUMENT_ERROR_KINDS", "DEFAULT_TOOL", "ArgumentError", "Tool", "ToolContext", "ToolResult",
+           "argument_type", "check_arguments", "get_tool", "register_tool", "tool_names"]

@@ -48,7 +48,7 @@ _CONCURRENCY_HELP = ", ".join(f"{n} for {engine}" for engine, n in DEFAULT_CONCU
 
 FLAG_SECTIONS: dict[str, tuple[str, ...] | None] = {
     "rollout": None,
-    "protocol": ("prompt_style", "tool_call_format", "answer_fallback", "multi_call", "lenient", "chat_template",
+    "protocol": ("tool", "prompt_style", "tool_call_format", "answer_fallback", "multi_call", "lenient", "chat_template",
                  "tool_response_max_chars"),
     "sandbox": ("backend", "workers"),
 }

@@ -4,9 +4,10 @@ Entry points: :class:`ProtocolConfig` (:mod:`tirl.protocol.config`); the token-l
 :func:`render_prompt_ids`, :func:`render_conversation_ids` (its turns :class:`ConversationTurn`, its result
 :class:`RenderedConversation`) and :func:`stop_token_ids` (:mod:`tirl.protocol.render`); tool-call parsing
 :func:`parse_tool_calls` (:mod:`tirl.protocol.parse`; what a call looks like is the format named by
-``ProtocolConfig.tool_call_format``, from the registry :mod:`tirl.protocol.formats`); answer extraction
-:func:`extract_answer` (:mod:`tirl.protocol.answer`); the shared records :class:`ToolCall`, :class:`ToolCallError`,
-:class:`ToolCallRecord`, :class:`TurnRecord`, :class:`Trajectory` (:mod:`tirl.protocol.types`).
+``ProtocolConfig.tool_call_format``, from the registry :mod:`tirl.protocol.formats`); what a call does is the tool
+named by ``ProtocolConfig.tool``, from the registry :mod:`tirl.protocol.tools` (``python``, ``python_session``);
+answer extraction :func:`extract_answer` (:mod:`tirl.protocol.answer`); the shared records :class:`ToolCall`,
+:class:`ToolCallError`, :class:`ToolCallRecord`, :class:`TurnRecord`, :class:`Trajectory` (:mod:`tirl.protocol.types`).
 
 Helpers stay in their modules: prompt text and tool schema (:mod:`tirl.protocol.prompt`), tool-response text
 (:mod:`tirl.protocol.response`), writing a call (``parse.render_tool_call``), the format score and the

@@ -18,6 +18,8 @@ Defaults and why (rStar2-Agent, arXiv 2508.20722, section 2.2 and Fig. 2-3; the 
   still fit an 8K-token budget).
 * ``answer_fallback = "last_box_final_turn"``: with no ``<answer>`` block, the last box of the final assistant
   turn is the answer (``"none"`` makes a missing ``<answer>`` block mean no answer).
+* ``tool = "python"``: the paper's tool, a fresh Python interpreter per call; ``"python_session"`` keeps a
+  trajectory's variables across its calls (Jupyter-style), from the registry :mod:`tirl.protocol.tools`.
 * ``tool_call_format = "hermes"``: JSON inside ``<tool_call>``, what Qwen2.5 and the release write; ``"qwen3_xml"``
   is the ``<function=NAME><parameter=KEY>`` format of Qwen3-Coder and Qwen3.5 (:mod:`tirl.protocol.formats`).
 * ``keep_newline_after_eot = True``: the tool-response segment starts with the chat template's newline after
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tirl.protocol.formats import format_names
+from tirl.protocol.tools import tool_names
 
 DEFAULT_FUNCTION_NAME = "execute_python_code_with_standard_io"
 RELEASE_FUNCTION_NAME = "python_code_with_standard_io"
@@ -48,9 +51,13 @@ class ProtocolConfig:
     Frozen: derive variants with ``dataclasses.replace(config, lenient=True)``.
 
     Attributes:
+        tool: what a call does: a name in the registry :mod:`tirl.protocol.tools` (``"python"``: a fresh
+            interpreter per call; ``"python_session"``: variables persist across the calls of one trajectory). It
+            decides the schema's description and arguments, the example call, execution and the tool response.
         function_name: the one tool's name, as declared in the schema and expected in calls.
         function_aliases: further names accepted as the same tool (e.g. the release's name).
-        function_description: the tool's description in the schema.
+        function_description: the tool's description in the schema; None uses the tool's own
+            (:attr:`tirl.protocol.tools.Tool.description`).
         code_description: description of the ``code`` argument.
         input_description: description of the ``input`` argument (stdin).
         system_prompt: the system prompt text; None uses :func:`tirl.protocol.prompt.default_system_prompt`.
@@ -84,14 +91,10 @@ class ProtocolConfig:
             step. The call format, tags and tool-response turns are the same in both.
     """
 
+    tool: str = "python"
     function_name: str = DEFAULT_FUNCTION_NAME
     function_aliases: tuple[str, ...] = ()
-    function_description: str = (
-        "Run a self-contained Python 3 program and return what it prints to standard output. The text in "
-        "`input` is given to the program on standard input. If the program raises an exception, the error "
-        "message and a short traceback are returned instead. Each call starts a fresh interpreter: nothing "
-        "is kept between calls. numpy, scipy and sympy can be imported."
-    )
+    function_description: str | None = None
     code_description: str = (
         "The Python code to run. Use print() to show results; the program can read standard input with input()."
     )
@@ -135,6 +138,8 @@ class ProtocolConfig:
         if self.tool_call_format not in format_names():
             raise ValueError(f"tool_call_format must be one of {', '.join(format_names())}, "
                              f"got {self.tool_call_format!r}")
+        if self.tool not in tool_names():
+            raise ValueError(f"tool must be one of {', '.join(tool_names())}, got {self.tool!r}")
         for name in ("tool_call_open", "tool_call_close", "answer_open", "answer_close"):
             if not getattr(self, name):
                 raise ValueError(f"{name} must not be empty")

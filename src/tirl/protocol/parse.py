@@ -47,9 +47,11 @@ Policies
   (``parameters`` instead of ``arguments``), ``input_coerced`` (a number or null ``input``).
   Valid JSON is never changed: ``"\\frac"`` is the form feed plus ``rac`` as JSON says; such escapes are flagged
   in ``ToolCall.warnings`` as ``suspicious_escape:\\frac`` so format problems stay visible.
-* **Arguments.** The returned arguments are exactly ``{"code": str, "input": str}``; ``input`` defaults to
-  ``""``; other keys are dropped with a warning ``ignored_argument:<key>`` (``ignored_key:<key>`` at the top
-  level). ``name`` must be ``config.function_name`` or one of ``config.function_aliases``.
+* **Arguments.** For the Python tools (``Tool.code_arguments``), the returned arguments are exactly
+  ``{"code": str, "input": str}``; ``input`` defaults to ``""``; other keys are dropped with a warning
+  ``ignored_argument:<key>`` (``ignored_key:<key>`` at the top level). A tool with arguments of its own is checked
+  against its schema instead (:func:`tirl.protocol.tools.check_arguments`). ``name`` must be
+  ``config.function_name`` or one of ``config.function_aliases``.
 
 Error kinds (``ToolCallError.kind``): see :data:`ERROR_KINDS`.
 """
@@ -63,6 +65,7 @@ from typing import Any
 
 from tirl.protocol.config import ProtocolConfig, resolve_config
 from tirl.protocol.formats import ToolCallFormat, get_format
+from tirl.protocol.tools import ArgumentError, check_arguments, get_tool
 from tirl.protocol.types import ToolCall, ToolCallError
 
 ERROR_KINDS: dict[str, str] = {
@@ -255,6 +258,15 @@ def _validate(obj: Any, repairs: list[str], body: str, span: tuple[int, int], cf
     if not isinstance(args, dict):
         return error("arguments_not_object",
                      f'"arguments" must be an object like {{"code": "...", "input": ""}}, not {type(args).__name__}.')
+    tool = get_tool(cfg.tool)
+    if not tool.code_arguments:  # a tool with arguments of its own: checked against its schema
+        try:
+            kept, checked = check_arguments(tool.parameters(cfg), args)
+        except ArgumentError as exc:
+            return error(exc.kind, exc.message)
+        notes = ([] if "python_literal" in repairs else _suspicious_escapes(body)) + warnings + checked
+        return ToolCall(name=name, arguments=kept, raw=body, span=span, repaired=bool(repairs), repairs=list(repairs),
+                        warnings=notes)
     if "code" not in args:
         return error("missing_code", 'The arguments have no "code" string.')
     code = args["code"]

@@ -2,10 +2,10 @@
 
 Covers the *text* the model is given before it starts: :func:`system_prompt` (tirl's own wording of the
 report's instructions: reason in ``<reason>``, answer in ``<answer>`` with ``\\boxed{}``, use the Python tool),
-:func:`tool_schema` (the one function ``execute_python_code_with_standard_io(code, input)`` in the OpenAI /
-Hugging Face ``tools`` format), :func:`tools_block` (the tools section written into the system prompt when a
-chat template cannot render tools itself) and :func:`prompt_messages`. Turning messages into a template's text
-and token ids is ``tirl.protocol.render``.
+:func:`tool_schema` (the configured tool's one function, by default ``execute_python_code_with_standard_io(code,
+input)``, in the OpenAI / Hugging Face ``tools`` format; :mod:`tirl.protocol.tools`), :func:`tools_block` (the
+tools section written into the system prompt when a chat template cannot render tools itself) and
+:func:`prompt_messages`. Turning messages into a template's text and token ids is ``tirl.protocol.render``.
 
 The wording is tirl's (written for this project); function name, descriptions, tags and the whole system prompt
 are configurable through :class:`~tirl.protocol.config.ProtocolConfig`.
@@ -18,6 +18,7 @@ from typing import Any
 
 from tirl.protocol.config import ProtocolConfig, resolve_config
 from tirl.protocol.formats import get_format
+from tirl.protocol.tools import get_tool
 
 
 def default_system_prompt(config: ProtocolConfig | None = None) -> str:
@@ -67,30 +68,17 @@ def cot_system_prompt(config: ProtocolConfig | None = None) -> str:
 
 
 def tool_schema(config: ProtocolConfig | None = None) -> dict[str, Any]:
-    """The Python tool as an OpenAI-style function schema (what ``tokenizer.apply_chat_template(tools=[...])``
-    and OpenAI-compatible servers take).
+    """The configured tool (``config.tool``, :mod:`tirl.protocol.tools`) as an OpenAI-style function schema (what
+    ``tokenizer.apply_chat_template(tools=[...])`` and OpenAI-compatible servers take).
 
     Returns:
-        ``{"type": "function", "function": {"name", "description", "parameters"}}`` with string parameters
-        ``code`` and ``input``, both required (as in the report's Fig. 3; the parser defaults a missing
-        ``input`` to ``""``).
+        ``{"type": "function", "function": {"name", "description", "parameters"}}``: ``config.function_name``,
+        ``config.function_description`` or else the tool's own description, and the tool's arguments (for the
+        Python tools string parameters ``code`` and ``input``, both required, as in the report's Fig. 3; the
+        parser defaults a missing ``input`` to ``""``).
     """
     cfg = resolve_config(config)
-    return {
-        "type": "function",
-        "function": {
-            "name": cfg.function_name,
-            "description": cfg.function_description,
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "code": {"type": "string", "description": cfg.code_description},
-                    "input": {"type": "string", "description": cfg.input_description},
-                },
-                "required": ["code", "input"],
-            },
-        },
-    }
+    return get_tool(cfg.tool).schema(cfg)
 
 
 def tools_block(config: ProtocolConfig | None = None) -> str:
@@ -100,9 +88,10 @@ def tools_block(config: ProtocolConfig | None = None) -> str:
     tool-call format (``config.tool_call_format``); for the compact style only the example call."""
     cfg = resolve_config(config)
     fmt = get_format(cfg.tool_call_format)
-    example = fmt.render_call(cfg.function_name, {"code": "print(2 + 2)", "input": ""}, cfg)
+    example = fmt.render_call(cfg.function_name, get_tool(cfg.tool).example_arguments(), cfg)
     if cfg.prompt_style == "compact":
-        return f"To run Python, write:\n{example}"
+        note = get_tool(cfg.tool).compact_note
+        return f"To run Python, write:\n{example}" + (f"\n{note}" if note else "")
     schema = json.dumps(tool_schema(cfg), ensure_ascii=False)
     return (
         "# Tools\n\nYou can call the function described inside <tools></tools>:\n"

@@ -73,7 +73,8 @@ class ToolCallError:
         kind: machine-readable cause (``unclosed_tag``, ``invalid_json``, ``not_an_object``, ``missing_name``,
             ``unknown_function``, ``arguments_not_object``, ``missing_code``, ``bad_argument_type``, ...; each
             tool-call format lists its own in ``error_kinds``: ``tirl.protocol.parse.ERROR_KINDS`` for ``hermes``,
-            ``tirl.protocol.formats.qwen3_xml.ERROR_KINDS``).
+            ``tirl.protocol.formats.qwen3_xml.ERROR_KINDS``; for a tool with arguments of its own, also
+            ``tirl.protocol.tools.ARGUMENT_ERROR_KINDS`` in either format).
         message: a short human-readable explanation that can be fed back to the model.
         raw: the text of the block (or of the unclosed remainder).
         span: (start, end) character offsets in the turn text.
@@ -94,12 +95,17 @@ class ToolCallRecord:
         result: the execution result (None for a parse error, since nothing ran).
         cls: the tool-call class (``ok``, ``error``, ``timeout``, ``parse_error``).
         response_text: the text placed inside ``<tool_response>`` for this call.
+        tool: the registry name of the tool that ran it (``ProtocolConfig.tool``: ``python``,
+            ``python_session``); "" for a parse error and in records written before tools were a registry.
+        details: the tool's facts about the call (``python_session``: ``replayed_cells``, ``session_cells``).
     """
 
     call: ToolCall | ToolCallError
     result: ExecutionResult | None
     cls: ToolCallClass
     response_text: str = ""
+    tool: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 def classify_tool_call(call: ToolCall | ToolCallError, result: ExecutionResult | None) -> ToolCallClass:

@@ -33,7 +33,10 @@ Stops (the trajectory's ``finish_reason``):
     The engine failed (``metadata["error"]`` says why). The trajectory is kept; callers decide (evaluation
     does not store it, so a re-run retries it).
 
-Tool calls of one turn run concurrently through ``CodeExecutor.run_batch``. A sandbox ``internal`` failure is
+Tool calls run with the configured tool (``protocol.tool``, :mod:`tirl.protocol.tools`): the default ``python``
+runs the calls of one turn concurrently through ``CodeExecutor.run_batch``; ``python_session`` runs them in order
+and keeps the trajectory's variables across its calls, in state that belongs to the trajectory alone (created
+when it starts, dropped when it ends). A sandbox ``internal`` failure is
 shown to the model as a tool error (class ``error``) and counted in ``metadata["tool_internal_errors"]``.
 :func:`check_executor` is the start-up health check (field case F89): it fails fast when the sandbox is
 unreachable instead of letting every tool call fail.
@@ -62,7 +65,8 @@ from tirl.protocol.escape import safe_tool_text
 from tirl.protocol.parse import parse_tool_calls
 from tirl.protocol.problem import Problem
 from tirl.protocol.render import render_prompt_ids, stop_token_ids, tool_response_segment_ids
-from tirl.protocol.response import render_parse_error, render_tool_response
+from tirl.protocol.response import render_parse_error
+from tirl.protocol.tools import ToolContext, ToolResult, get_tool
 from tirl.protocol.types import ToolCall, ToolCallError, ToolCallRecord, Trajectory, TurnRecord, classify_tool_call
 from tirl.rollout.engine import Engine, EngineRouter, GenerationOutput, SamplingParams
 from tirl.sandbox.types import (
@@ -222,8 +226,8 @@ class AgentLoop:
     Args:
         router: hands out one engine per trajectory (``SingleEngineRouter`` for one engine). Each trajectory
             leases once with budget ``len(prompt_ids) + max_response_tokens`` and runs all turns on it.
-        executor: runs tool calls (``LocalSandbox`` or ``SandboxClient``); may be None when
-            ``config.use_tools`` is False.
+        executor: the code executor the tool runs calls on (``LocalSandbox`` or ``SandboxClient``); may be None
+            when ``config.use_tools`` is False or the configured tool needs none (``Tool.needs_executor``).
         tokenizer: a Hugging Face tokenizer (renders the prompt and tool segments, decodes turns).
         config: limits and sampling.
 
@@ -242,7 +246,7 @@ class AgentLoop:
         self.executor = executor
         self.tokenizer = tokenizer
         self.config = config or AgentLoopConfig()
-        if self.config.use_tools and executor is None:
+        if self.config.use_tools and executor is None and get_tool(self.config.protocol.tool).needs_executor:
             raise ValueError("use_tools=True needs a code executor")
         self._stop_ids = list(stop_token_ids(tokenizer, self.config.protocol))
         self._prompt_cache: dict[str, list[int]] = {}
@@ -267,7 +271,7 @@ class AgentLoop:
         Raises:
             SandboxUnavailable: the executor is not usable.
         """
-        if self.config.use_tools and self.executor is not None:
+        if self.config.use_tools and self.executor is not None and get_tool(self.config.protocol.tool).needs_executor:
             await check_executor(self.executor, timeout_s)
 
     async def run_one(self, request: RolloutRequest) -> Trajectory:
@@ -282,7 +286,7 @@ class AgentLoop:
         started = time.perf_counter()
         try:
             async with self.router.lease(trajectory_id, budget) as engine:
-                traj = await self._run_turns(engine, prompt_ids, request)
+                traj = await self._run_turns(engine, prompt_ids, request, trajectory_id)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a failed lease must not lose the other trajectories
@@ -336,8 +340,10 @@ class AgentLoop:
         return [t for t in results if t is not None]
 
     # -- one trajectory -------------------------------------------------------------------------------
-    async def _run_turns(self, engine: Engine, prompt_ids: list[int], request: RolloutRequest) -> Trajectory:
+    async def _run_turns(self, engine: Engine, prompt_ids: list[int], request: RolloutRequest,
+                         trajectory_id: str = "") -> Trajectory:
         cfg = self.config
+        session: dict[str, Any] = {}  # this trajectory's tool state (python_session's cells); dies with it
         response_ids: list[int] = []
         loss_mask: list[int] = []
         logprobs: list[float] = []
@@ -416,7 +422,7 @@ class AgentLoop:
                 break
 
             t0 = time.perf_counter()
-            records = await self._execute(calls)
+            records = await self._execute(calls, session, trajectory_id)
             tool_time += time.perf_counter() - t0
             turn.tool_calls = records
             meta["tool_internal_errors"] += sum(
@@ -448,37 +454,43 @@ class AgentLoop:
             metadata=meta,
         )
 
-    async def _execute(self, calls: Sequence[ToolCall | ToolCallError]) -> list[ToolCallRecord]:
-        """Run the decoded calls of one turn concurrently; parse errors are answered without running."""
+    async def _execute(self, calls: Sequence[ToolCall | ToolCallError],
+                       session: dict[str, Any] | None = None, trajectory_id: str = "") -> list[ToolCallRecord]:
+        """Run the decoded calls of one turn with the configured tool (``protocol.tool``,
+        :mod:`tirl.protocol.tools`; ``python`` runs them concurrently as one executor batch); parse errors are
+        answered without running. ``session`` is the trajectory's own tool state (created per trajectory by
+        :meth:`_run_turns`, never shared)."""
         cfg = self.config
+        tool = get_tool(cfg.protocol.tool)
         runnable = [c for c in calls if isinstance(c, ToolCall)]
-        results: list[ExecutionResult] = []
+        outcomes: list[ToolResult] = []
         if runnable:
-            assert self.executor is not None
-            requests = [
-                ExecutionRequest(code=c.code, stdin=c.stdin, timeout_s=cfg.tool_timeout_s, memory_mb=cfg.tool_memory_mb)
-                for c in runnable
-            ]
+            context = ToolContext(executor=self.executor, config=cfg.protocol, timeout_s=cfg.tool_timeout_s,
+                                  memory_mb=cfg.tool_memory_mb, session=session if session is not None else {},
+                                  trajectory_id=trajectory_id)
             message = ""
             try:
-                results = list(await self.executor.run_batch(requests))
+                outcomes = list(await tool.run_batch([c.arguments for c in runnable], context))
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - executors should not raise; never lose the trajectory
-                message = f"executor raised {type(exc).__name__}: {exc}"
-            if len(results) != len(requests):
-                message = message or f"executor answered {len(results)} of {len(requests)} calls"
-                results = [ExecutionResult.internal_error(message, request_id=r.request_id) for r in requests]
-        it = iter(results)
+            except Exception as exc:  # noqa: BLE001 - tools should not raise; never lose the trajectory
+                message = f"tool {tool.name} raised {type(exc).__name__}: {exc}"
+            if len(outcomes) != len(runnable):
+                message = message or f"tool {tool.name} answered {len(outcomes)} of {len(runnable)} calls"
+                failed = [ExecutionResult.internal_error(message) for _ in runnable]
+                outcomes = [ToolResult(result=r, text=tool.render(r, cfg.protocol)) for r in failed]
+        it = iter(outcomes)
         records: list[ToolCallRecord] = []
         for call in calls:
             if isinstance(call, ToolCallError):
                 records.append(ToolCallRecord(call=call, result=None, cls="parse_error",
                                               response_text=self._shown(render_parse_error(call, cfg.protocol))))
             else:
-                result = next(it)
-                records.append(ToolCallRecord(call=call, result=result, cls=classify_tool_call(call, result),
-                                              response_text=self._shown(render_tool_response(result, cfg.protocol))))
+                outcome = next(it)
+                records.append(ToolCallRecord(call=call, result=outcome.result,
+                                              cls=classify_tool_call(call, outcome.result),
+                                              response_text=self._shown(outcome.text), tool=tool.name,
+                                              details=dict(outcome.details)))
         return records
 
     def _shown(self, text: str) -> str:

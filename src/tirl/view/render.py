@@ -8,7 +8,8 @@ HTML. No network access is needed or made: no fonts, scripts or images are loade
 
 Per trajectory it shows: problem, gold answer, extracted answer, verdict and reward; each assistant turn's
 model-generated text (loss mask 1) told apart from the injected tool responses (loss mask 0); every tool call
-with its highlighted code, stdin input, class (``ok``/``error``/``timeout``/``parse_error``), sandbox status,
+with its highlighted code, stdin input, class (``ok``/``error``/``timeout``/``parse_error``), the tool that ran it
+when not the default ``python`` (``python_session`` also says how many earlier calls it re-ran), sandbox status,
 duration and output; finish reason and token counts. Training runs add step, group and RoC's decision (kept
 or dropped, p_err, p_format, the group's selection status and a reason). When ``tirl analyze entropy`` has
 written ``RUN_DIR/entropy/<label>.jsonl``, a token view colours each generated token by its entropy.
@@ -82,9 +83,13 @@ def _tool_call(raw: dict[str, Any], hl: _Highlighter) -> dict[str, Any]:
     code = args.get("code") if isinstance(args.get("code"), str) else ""
     parse_error = call.get("kind") if "kind" in call and "arguments" not in call else None
     output = "\n".join(_s(result[k]) for k in ("stdout", "display", "stderr", "traceback") if result.get(k))
+    details = _d(raw.get("details"))
+    replayed = _num(details.get("replayed_cells"))
     return {
         "cls": _s(raw.get("cls", "parse_error" if parse_error else "error")),
         "name": _s(call.get("name", "")),
+        "tool": _s(raw.get("tool", "")),
+        "session": f"{int(replayed)} earlier calls re-run" if replayed is not None else "",
         "code_html": hl(code) if code else "",
         "raw": _clip(call.get("raw", "")) if not code else "",
         "input": _clip(args.get("input", "")) if isinstance(args.get("input", ""), str) else "",
@@ -105,8 +110,9 @@ def _turns(rec: dict[str, Any], hl: _Highlighter) -> list[dict[str, Any]]:
         calls = [_tool_call(c, hl) for c in _l(t.get("tool_calls")) if isinstance(c, dict)]
         responses = _l(t.get("tool_responses"))
         if not calls and responses:  # training logs of older tirl versions: responses only
-            calls = [{"cls": cls, "name": "", "code_html": "", "raw": "", "input": "", "parse_error": "",
-                      "status": "", "duration": None, "exit": None, "output": "", "response": _clip(r)}
+            calls = [{"cls": cls, "name": "", "tool": "", "session": "", "code_html": "", "raw": "", "input": "",
+                      "parse_error": "", "status": "", "duration": None, "exit": None, "output": "",
+                      "response": _clip(r)}
                      for cls, r in zip(_pad(rec.get("tool_calls"), len(responses)), responses)]
         out.append({"text": _clip(t.get("text", "")), "n": _num(t.get("num_tokens")),
                     "finish": _s(t.get("finish_reason", "")), "calls": calls})

@@ -39,9 +39,11 @@ Policies
   Values are text (the Python tool's arguments are strings; no JSON decoding).
 * **Names.** ``NAME`` and ``KEY`` run to the ``>`` on the same line, surrounding spaces removed. ``NAME`` must be
   ``config.function_name`` or one of ``config.function_aliases``.
-* **Arguments.** The returned arguments are exactly ``{"code": str, "input": str}``; ``input`` defaults to
-  ``""``; other parameters are dropped with a warning ``ignored_argument:<key>``; the same parameter twice is an
-  error (which value was meant is unknown).
+* **Arguments.** For the Python tools (``Tool.code_arguments``), the returned arguments are exactly
+  ``{"code": str, "input": str}``; ``input`` defaults to ``""``; other parameters are dropped with a warning
+  ``ignored_argument:<key>``; the same parameter twice is an error (which value was meant is unknown). A tool with
+  arguments of its own is checked against its schema instead (:func:`tirl.protocol.tools.check_arguments`; a value
+  whose schema type is not ``string`` is read as JSON).
 * **Strict by default.** ``lenient=True`` repairs one slip, recorded in ``ToolCall.repairs``:
   ``missing_function_close`` (``</tool_call>`` right after the last parameter, without ``</function>``).
   Nothing else is repaired; in particular an unclosed parameter is never guessed at.
@@ -51,11 +53,13 @@ Error kinds (``ToolCallError.kind``): :data:`ERROR_KINDS`. Nothing here raises o
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tirl.protocol.formats import ToolCallFormat, register_format
+from tirl.protocol.tools import ArgumentError, argument_type, check_arguments, get_tool
 from tirl.protocol.types import ToolCall, ToolCallError
 
 if TYPE_CHECKING:
@@ -185,6 +189,25 @@ def _validate(name: str, params: list[tuple[str, str]], repairs: list[str], raw:
             shown = key if len(key) <= 60 else key[:57] + "..."
             return error("duplicate_argument", f"<parameter={shown}> is given twice; give each argument once.")
         args[key] = value
+    tool = get_tool(cfg.tool)
+    if not tool.code_arguments:  # a tool with arguments of its own: values of non-string type are JSON
+        schema = tool.parameters(cfg)
+        decoded: dict[str, Any] = {}
+        for key, value in args.items():
+            kind = argument_type(schema, key)
+            if kind not in (None, "string"):
+                try:
+                    decoded[key] = json.loads(value)
+                except ValueError:
+                    return error("bad_argument_type", f"<parameter={key}> must hold a JSON {kind}.")
+            else:
+                decoded[key] = value
+        try:
+            kept, warnings = check_arguments(schema, decoded)
+        except ArgumentError as exc:
+            return error(exc.kind, exc.message)
+        return ToolCall(name=name, arguments=kept, raw=raw, span=span, repaired=bool(repairs), repairs=list(repairs),
+                        warnings=warnings)
     if "code" not in args:
         return error("missing_code", "The call has no <parameter=code> with the Python program.")
     if not args["code"].strip():

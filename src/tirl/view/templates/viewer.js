@@ -83,7 +83,7 @@
     const el = clone("tpl-call");
     const badge = setText(el, ".cls", c.cls);
     badge.classList.add(c.cls);
-    const facts = [c.name, `status ${c.status}`];
+    const facts = [c.name, c.tool && c.tool !== "python" ? `tool ${c.tool}` : "", c.session, `status ${c.status}`];
     if (c.duration !== null && c.duration !== undefined) facts.push(`${c.duration.toFixed(3)} s`);
     if (c.exit !== null && c.exit !== undefined) facts.push(`exit ${c.exit}`);
     if (c.parse_error) facts.push(c.parse_error);

@@ -1,0 +1,160 @@
+"""The ``python_session`` tool: Python whose state persists across the calls of one trajectory (Jupyter-style).
+
+Variables, functions and imports that a call defines are there in the trajectory's later calls, as in the cells of
+a notebook; they die with the trajectory, and no other trajectory ever sees them.
+
+How, without giving up the sandbox's isolation: every call is still one fresh, isolated sandbox call (on
+``LocalSandbox`` and on the sandbox service alike; no process outlives its call). The trajectory's session
+(:attr:`~tirl.protocol.tools.ToolContext.session`, owned by the agent loop, one per trajectory) remembers the
+code and input of its earlier *successful* calls (status ``ok``); a new call sends one program that first re-runs
+those cells in order, in the program's ``__main__`` namespace, with their output discarded and each given its own
+``input`` on standard input, and then runs the new cell as the Python tool would. So:
+
+* the model reads only the new cell's output: its stdout, else the value of its last expression, its stderr, its
+  traceback, with line numbers of the new cell (the program's one-line replay header is subtracted);
+* a call that failed (``error``, ``timeout``, killed) leaves the session as it was (its partial effects are not
+  kept, unlike a notebook's);
+* the calls of one turn run one after the other, each seeing the state the previous ones left;
+* re-running is not remembering: a cell is run again on every later call, so randomness and time give new values,
+  files a cell wrote are written again, and the time limit (``rollout.tool_timeout_s``) covers the re-run cells and
+  the new one together. Should a cell that succeeded fail when it is re-run, the new cell still runs and the
+  model is told under ``[stderr]`` which cell failed (its variables may be missing);
+* not carried over: output a re-run cell writes to file descriptors 1 and 2 directly (``os.write``) is not
+  discarded; frames inside functions defined by earlier cells do not appear in tracebacks (the line of the
+  current cell that called them does); a cell that starts with ``from __future__`` imports is a ``SyntaxError``
+  once the session has history (the imports must open the program, the replay header comes first).
+
+The first call of a trajectory is sent exactly as the ``python`` tool sends it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tirl.protocol.tools import Tool, ToolContext, ToolResult, register_tool
+from tirl.protocol.tools.python import argument_text, execute_requests
+from tirl.sandbox.types import ExecutionRequest, ExecutionResult
+
+SESSION_DESCRIPTION = (
+    "Run Python 3 code in a session that keeps its state, like the cells of a notebook: variables, functions and "
+    "imports defined by earlier successful calls in this conversation can be used. The text in `input` is given "
+    "to the code on standard input. What the code prints to standard output is returned (when it prints nothing, "
+    "the value of its last expression); if it raises an exception, the error message and a short traceback are "
+    "returned instead, and the session stays as it was before the call. numpy, scipy and sympy can be imported."
+)
+
+#: Session key under which the trajectory's successful cells are kept: a list of ``(code, input)`` pairs.
+CELLS_KEY = "python_session.cells"
+
+#: Filename of the new cell in the sandbox's tracebacks (:data:`tirl.sandbox.runner.FILENAME`).
+_CODE_FILENAME = "<code>"
+
+_REPLAY_SOURCE = '''\
+import io, sys
+
+class _DiscardBytes(io.RawIOBase):
+    def writable(self):
+        return True
+    def write(self, data):
+        return len(data)
+
+class _Discard(io.TextIOBase):
+    def __init__(self):
+        self.buffer = _DiscardBytes()
+    def writable(self):
+        return True
+    def write(self, text):
+        return len(text)
+
+def _replay(cells, namespace):
+    names = ("stdin", "stdout", "stderr", "__stdin__", "__stdout__", "__stderr__")
+    saved = [getattr(sys, name) for name in names]
+    failed = []
+    for number, (code, stdin) in enumerate(cells, 1):
+        discard = _Discard()
+        sys.stdin = sys.__stdin__ = io.StringIO(stdin)
+        sys.stdout = sys.stderr = sys.__stdout__ = sys.__stderr__ = discard
+        try:
+            exec(compile(code, "<cell %d>" % number, "exec", dont_inherit=True), namespace)
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                failed.append("call %d (SystemExit %r)" % (number, exc.code))
+        except BaseException as exc:
+            failed.append("call %d (%s)" % (number, type(exc).__name__))
+        finally:
+            for name, value in zip(names, saved):
+                setattr(sys, name, value)
+    if failed:
+        print("[session] re-running the earlier calls to restore the session failed this time in "
+              + ", ".join(failed) + "; what they define may be missing.", file=sys.stderr, flush=True)
+
+_replay(CELLS, NS)
+'''
+
+_LINE = re.compile(r'(File "<code>", line )(\d+)')
+_ON_LINE = re.compile(r"(\bon line )(\d+)")
+_SYNTAX_ERRORS = ("SyntaxError", "IndentationError", "TabError")
+
+
+def session_program(cells: Sequence[tuple[str, str]], code: str) -> str:
+    """The program sent for ``code`` after the successful ``cells`` (``(code, input)`` pairs, in order): ``code``
+    itself when there are none, else one header line that re-runs them silently, then ``code`` from line 2."""
+    if not cells:
+        return code
+    header = (f"exec(compile({_REPLAY_SOURCE!r}, '<session>', 'exec', dont_inherit=True), "
+              f"{{'__builtins__': __builtins__, 'CELLS': {[tuple(c) for c in cells]!r}, 'NS': globals()}})")
+    return header + "\n" + code
+
+
+def _shift_lines(text: str | None, pattern: re.Pattern[str]) -> str | None:
+    if not text:
+        return text
+    return pattern.sub(lambda m: f"{m.group(1)}{max(int(m.group(2)) - 1, 1)}", text)
+
+
+def cell_result(result: ExecutionResult, replayed: int) -> ExecutionResult:
+    """``result`` as the new cell's own: traceback line numbers of the program minus the header line (also in a
+    ``SyntaxError``'s "on line N"); unchanged when nothing was replayed."""
+    if not replayed or not result.traceback:
+        return result
+    traceback = _shift_lines(result.traceback, _LINE)
+    if result.error_type in _SYNTAX_ERRORS:
+        traceback = _shift_lines(traceback, _ON_LINE)
+    return dataclasses.replace(result, traceback=traceback)
+
+
+class PythonSessionTool(Tool):
+    """Python cells whose state persists within one trajectory (module docstring)."""
+
+    name = "python_session"
+    description = SESSION_DESCRIPTION
+    compact_note = "Variables and functions from earlier successful calls can be used in later ones."
+
+    def example_arguments(self) -> dict[str, str]:
+        """An example call that leaves state behind (``x = 2 + 2`` and shows it)."""
+        return {"code": "x = 2 + 2\nprint(x)", "input": ""}
+
+    async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+        """One cell: the session's earlier successful cells re-run silently, then this one; a successful cell
+        joins the session."""
+        cells: list[tuple[str, str]] = context.session.setdefault(CELLS_KEY, [])
+        code, stdin = argument_text(arguments, "code"), argument_text(arguments, "input")
+        replayed = len(cells)
+        request = ExecutionRequest(code=session_program(cells, code), stdin=stdin, timeout_s=context.timeout_s,
+                                   memory_mb=context.memory_mb)
+        [raw] = await execute_requests([request], context)
+        result = cell_result(raw, replayed)
+        if result.status == "ok":
+            cells.append((code, stdin))
+        return ToolResult(result=result, text=self.render(result, context.config),
+                          details={"replayed_cells": replayed, "session_cells": len(cells)})
+
+    async def run_batch(self, calls: Sequence[Mapping[str, Any]], context: ToolContext) -> list[ToolResult]:
+        """The turn's calls one after the other (each sees the state the previous ones left)."""
+        return [await self.run(arguments, context) for arguments in calls]
+
+
+PYTHON_SESSION = register_tool(PythonSessionTool())

@@ -48,8 +48,8 @@ _CONCURRENCY_HELP = ", ".join(f"{n} for {engine}" for engine, n in DEFAULT_CONCU
 
 FLAG_SECTIONS: dict[str, tuple[str, ...] | None] = {
     "rollout": None,
-    "protocol": ("tool", "prompt_style", "tool_call_format", "answer_fallback", "multi_call", "lenient", "chat_template",
-                 "tool_response_max_chars"),
+    "protocol": ("tool", "prompt_style", "tool_call_format", "answer_fallback", "multi_call", "lenient",
+                 "chat_template", "tool_response_max_chars"),
     "sandbox": ("backend", "workers"),
 }
 """The sections of :class:`EvalConfig` whose settings get flags (None: all of them); the rest of a section and

@@ -264,6 +264,37 @@ def test_help_lists_one_flag_per_setting_named_after_its_key():
     assert "[default: 30]" in text and "[default: 10.0]" in text  # the dataclass defaults
 
 
+def test_a_setting_has_the_same_flag_in_tirl_eval_and_tirl_data():
+    from tirl.cli.eval import EVAL_FLAGS
+    from tirl.cli.sampler_options import SAMPLER_FLAGS
+
+    # eval's agent-loop settings are its rollout section; the sampler has them at the top (SamplerConfig extends
+    # AgentLoopSettings): the same setting by its AgentLoopSettings / section key
+    def setting(fl):
+        return fl.key[1:] if fl.key[0] == "rollout" else fl.key
+
+    eval_names = {setting(fl): fl.name for fl in EVAL_FLAGS}
+    data_names = {setting(fl): fl.name for fl in SAMPLER_FLAGS}
+    shared = set(eval_names) & set(data_names)
+    assert {("max_response_tokens",), ("tool_timeout_s",), ("sandbox", "backend"), ("sandbox", "workers"),
+            ("protocol", "prompt_style"), ("protocol", "answer_fallback"), ("seed",)} <= shared
+    assert {k: eval_names[k] for k in shared} == {k: data_names[k] for k in shared}
+    # and no flag name means one setting in one command and another in the other
+    by_name = {name: k for k, name in eval_names.items()}
+    assert all(by_name.get(name, k) == k for k, name in data_names.items())
+
+
+def test_renamed_flags_command_is_the_one_mechanism():
+    from tirl.cli.data import app as data_app
+    from tirl.cli.eval import RENAMED_FLAGS, EvalCommand
+
+    assert EvalCommand.renamed_flags == RENAMED_FLAGS
+    commands = {c.name: c for c in data_app.registered_commands}
+    assert commands["curate"].cls.renamed_flags["--out"] == "--out-dir"
+    assert commands["filter-hard"].cls.renamed_flags["--max-tokens"] == RENAMED_FLAGS["--max-tokens"]
+    assert "--out" not in commands["filter-hard"].cls.renamed_flags  # filter-hard's --out is a file, not a folder
+
+
 @dataclasses.dataclass
 class _Limits:
     """Limits.

@@ -371,9 +371,9 @@ def test_every_eval_config_loads(path):
     assert config.benchmarks and config.samples >= 1
 
 
-def _documented_invocations() -> list[tuple[str, str]]:
-    """``(where, argument text)`` of every ``tirl eval`` command in the docs, configs, benchmarks and Makefile:
-    the text after ``tirl eval`` up to a closing backquote, a comment, a shell separator or the end of the line
+def _documented_invocations(command: str = "tirl eval") -> list[tuple[str, str]]:
+    """``(where, argument text)`` of every ``command`` in the docs, configs, benchmarks and Makefile:
+    the text after the command up to a closing backquote, a comment, a shell separator or the end of the line
     (continuation lines joined)."""
     files = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").rglob("*.md")),
              *sorted((ROOT / "configs").rglob("*.yaml")), *sorted((ROOT / "benchmarks").rglob("*.sh")),
@@ -384,7 +384,7 @@ def _documented_invocations() -> list[tuple[str, str]]:
         if not f.is_file():
             continue
         text = re.sub(r"\\\n\s*(#\s*)?", " ", f.read_text(encoding="utf-8"))
-        for m in re.finditer(r"tirl eval\b", text):
+        for m in re.finditer(re.escape(command) + r"\b", text):
             line_start = text.rfind("\n", 0, m.start()) + 1
             inline = text[line_start:m.start()].count("`") % 2 == 1  # inside `...`, which may span lines
             after = text[m.end():]
@@ -403,6 +403,23 @@ def test_every_documented_tirl_eval_flag_exists():
             known.update(decl.split("/"))
     invocations = _documented_invocations()
     assert len(invocations) > 30
+    bad = [(where, flag) for where, rest in invocations for flag in re.findall(r"(?<![\w-])--?[a-z][\w.-]*", rest)
+           if flag not in known]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("command, least", [("curate", 10), ("filter-hard", 3)])
+def test_every_documented_tirl_data_flag_exists(command, least):
+    import typer.main
+
+    from tirl.cli.main import app as tirl_app
+
+    data = typer.main.get_command(tirl_app).commands["data"]  # type: ignore[attr-defined]
+    known = {"--help"}
+    for param in data.commands[command].params:
+        known.update(param.opts + param.secondary_opts)
+    invocations = _documented_invocations(f"tirl data {command}")
+    assert len(invocations) >= least
     bad = [(where, flag) for where, rest in invocations for flag in re.findall(r"(?<![\w-])--?[a-z][\w.-]*", rest)
            if flag not in known]
     assert not bad, bad

@@ -77,8 +77,8 @@ def test_the_step_runs_for_real_with_the_tiny_model_and_the_tool(tmp_path: Path,
     src.write_text("".join(json.dumps({"id": f"q{i}", "problem": f"What is {i} plus {i}?", "answer": str(2 * i)})
                            + "\n" for i in (3, 4)))
     base = ["data", "curate", str(src), "--consistency-model", str(tiny_model_dir), "--consistency-samples", "2",
-            "--max-turns", "1", "--max-tokens", "8", "--dtype", "float32", "--workers", "1"]
-    res = CliRunner().invoke(app, base + ["--out", str(tmp_path / "a"), "--consistency-min", "1"])
+            "--max-turns", "1", "--max-response-tokens", "8", "--dtype", "float32", "--workers", "1"]
+    res = CliRunner().invoke(app, base + ["--out-dir", str(tmp_path / "a"), "--consistency-min", "1"])
     assert res.exit_code == 0, res.output
     lines = (tmp_path / "a" / "consistency.progress.jsonl").read_text().splitlines()
     assert sorted(json.loads(line)["id"] for line in lines) == ["q3", "q4"]

@@ -95,7 +95,7 @@ def test_a_bad_source_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_cli_prints_the_step_table_and_writes_the_set(tmp_path: Path, collection: Path) -> None:
     out = tmp_path / "cli"
-    res = CliRunner().invoke(app, ["data", "curate", str(collection), "--out", str(out)])
+    res = CliRunner().invoke(app, ["data", "curate", str(collection), "--out-dir", str(out)])
     assert res.exit_code == 0, res.output
     for word in ("normalise", "answer", "dedup", "decontam", "huge_answer 1", "2 of 7 problems kept"):
         assert word in res.output
@@ -103,17 +103,17 @@ def test_cli_prints_the_step_table_and_writes_the_set(tmp_path: Path, collection
 
 
 def test_cli_answers_bad_input_with_exit_code_2(tmp_path: Path, collection: Path) -> None:
-    res = CliRunner().invoke(app, ["data", "curate", "nope.jsonl", "--out", str(tmp_path / "x")])
+    res = CliRunner().invoke(app, ["data", "curate", "nope.jsonl", "--out-dir", str(tmp_path / "x")])
     assert res.exit_code == 2 and "error" in res.output
-    res = CliRunner().invoke(app, ["data", "curate", str(collection), "--out", str(tmp_path / "y"),
+    res = CliRunner().invoke(app, ["data", "curate", str(collection), "--out-dir", str(tmp_path / "y"),
                                    "--accept", "everything"])
     assert res.exit_code == 2 and "accept must be one of" in res.output
-    res = CliRunner().invoke(app, ["data", "curate", str(collection), "--out", str(tmp_path / "z"),
-                                   "--benchmark", "nope"])
+    res = CliRunner().invoke(app, ["data", "curate", str(collection), "--out-dir", str(tmp_path / "z"),
+                                   "--benchmarks", "nope"])
     assert res.exit_code == 2 and "unknown benchmark" in res.output
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"problem": "What is 2+2?", "answer": "4"}\n{"problem": "cut off\n')
-    res = CliRunner().invoke(app, ["data", "curate", str(broken), "--out", str(tmp_path / "w")])
+    res = CliRunner().invoke(app, ["data", "curate", str(broken), "--out-dir", str(tmp_path / "w")])
     assert res.exit_code == 2 and "broken.jsonl:2: invalid JSON" in " ".join(res.output.split())  # rich wraps
 
 

@@ -264,6 +264,37 @@ def test_help_lists_one_flag_per_setting_named_after_its_key():
     assert "[default: 30]" in text and "[default: 10.0]" in text  # the dataclass defaults
 
 
+def test_a_setting_has_the_same_flag_in_tirl_eval_and_tirl_data():
+    from tirl.cli.eval import EVAL_FLAGS
+    from tirl.cli.sampler_options import SAMPLER_FLAGS
+
+    # eval's agent-loop settings are its rollout section; the sampler has them at the top (SamplerConfig extends
+    # AgentLoopSettings): the same setting by its AgentLoopSettings / section key
+    def setting(fl):
+        return fl.key[1:] if fl.key[0] == "rollout" else fl.key
+
+    eval_names = {setting(fl): fl.name for fl in EVAL_FLAGS}
+    data_names = {setting(fl): fl.name for fl in SAMPLER_FLAGS}
+    shared = set(eval_names) & set(data_names)
+    assert {("max_response_tokens",), ("tool_timeout_s",), ("sandbox", "backend"), ("sandbox", "workers"),
+            ("protocol", "prompt_style"), ("protocol", "answer_fallback"), ("seed",)} <= shared
+    assert {k: eval_names[k] for k in shared} == {k: data_names[k] for k in shared}
+    # and no flag name means one setting in one command and another in the other
+    by_name = {name: k for k, name in eval_names.items()}
+    assert all(by_name.get(name, k) == k for k, name in data_names.items())
+
+
+def test_renamed_flags_command_is_the_one_mechanism():
+    from tirl.cli.data import app as data_app
+    from tirl.cli.eval import RENAMED_FLAGS, EvalCommand
+
+    assert EvalCommand.renamed_flags == RENAMED_FLAGS
+    commands = {c.name: c for c in data_app.registered_commands}
+    assert commands["curate"].cls.renamed_flags["--out"] == "--out-dir"
+    assert commands["filter-hard"].cls.renamed_flags["--max-tokens"] == RENAMED_FLAGS["--max-tokens"]
+    assert "--out" not in commands["filter-hard"].cls.renamed_flags  # filter-hard's --out is a file, not a folder
+
+
 @dataclasses.dataclass
 class _Limits:
     """Limits.
@@ -340,9 +371,9 @@ def test_every_eval_config_loads(path):
     assert config.benchmarks and config.samples >= 1
 
 
-def _documented_invocations() -> list[tuple[str, str]]:
-    """``(where, argument text)`` of every ``tirl eval`` command in the docs, configs, benchmarks and Makefile:
-    the text after ``tirl eval`` up to a closing backquote, a comment, a shell separator or the end of the line
+def _documented_invocations(command: str = "tirl eval") -> list[tuple[str, str]]:
+    """``(where, argument text)`` of every ``command`` in the docs, configs, benchmarks and Makefile:
+    the text after the command up to a closing backquote, a comment, a shell separator or the end of the line
     (continuation lines joined)."""
     files = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").rglob("*.md")),
              *sorted((ROOT / "configs").rglob("*.yaml")), *sorted((ROOT / "benchmarks").rglob("*.sh")),
@@ -353,7 +384,7 @@ def _documented_invocations() -> list[tuple[str, str]]:
         if not f.is_file():
             continue
         text = re.sub(r"\\\n\s*(#\s*)?", " ", f.read_text(encoding="utf-8"))
-        for m in re.finditer(r"tirl eval\b", text):
+        for m in re.finditer(re.escape(command) + r"\b", text):
             line_start = text.rfind("\n", 0, m.start()) + 1
             inline = text[line_start:m.start()].count("`") % 2 == 1  # inside `...`, which may span lines
             after = text[m.end():]
@@ -372,6 +403,23 @@ def test_every_documented_tirl_eval_flag_exists():
             known.update(decl.split("/"))
     invocations = _documented_invocations()
     assert len(invocations) > 30
+    bad = [(where, flag) for where, rest in invocations for flag in re.findall(r"(?<![\w-])--?[a-z][\w.-]*", rest)
+           if flag not in known]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("command, least", [("curate", 10), ("filter-hard", 3)])
+def test_every_documented_tirl_data_flag_exists(command, least):
+    import typer.main
+
+    from tirl.cli.main import app as tirl_app
+
+    data = typer.main.get_command(tirl_app).commands["data"]  # type: ignore[attr-defined]
+    known = {"--help"}
+    for param in data.commands[command].params:
+        known.update(param.opts + param.secondary_opts)
+    invocations = _documented_invocations(f"tirl data {command}")
+    assert len(invocations) >= least
     bad = [(where, flag) for where, rest in invocations for flag in re.findall(r"(?<![\w-])--?[a-z][\w.-]*", rest)
            if flag not in known]
     assert not bad, bad

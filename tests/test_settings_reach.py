@@ -233,7 +233,7 @@ async def test_tirl_data_curate_probes_on_the_service_its_sandbox_flag_names(tmp
     collection = _fractions(tmp_path)
     try:
         async with serving(app_) as url:
-            args = ["data", "curate", str(collection), "--out", str(tmp_path / "out"), "--accept", "rational",
+            args = ["data", "curate", str(collection), "--out-dir", str(tmp_path / "out"), "--accept", "rational",
                     "--sandbox", url]
             res = await asyncio.to_thread(CliRunner().invoke, app, args)
     finally:
@@ -246,6 +246,6 @@ async def test_tirl_data_curate_probes_on_the_service_its_sandbox_flag_names(tmp
 
 
 def test_tirl_data_curate_refuses_a_bad_sandbox_in_one_line(tmp_path):
-    res = CliRunner().invoke(app, ["data", "curate", str(_fractions(tmp_path)), "--out", str(tmp_path / "o"),
+    res = CliRunner().invoke(app, ["data", "curate", str(_fractions(tmp_path)), "--out-dir", str(tmp_path / "o"),
                                    "--sandbox", "ftp://nowhere"])
     assert res.exit_code == 2 and "sandbox.backend must be 'local' or http(s)://" in res.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -233,6 +234,117 @@ def test_filter_hard_cli_reports_bad_source(tmp_path):
     assert result.exit_code == 2 and "neither" in result.output
 
 
+def _data_help(command: str) -> str:
+    res = CliRunner().invoke(app, ["data", command, "--help"], env={"TERMINAL_WIDTH": "200", "COLUMNS": "200"},
+                             terminal_width=200)
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+@pytest.mark.parametrize("command", ["filter-hard", "curate"])
+def test_data_help_lists_the_sampler_flags_generated_from_its_fields(command):
+    import dataclasses
+
+    from tirl.cli.sampler_options import RENAMED_FLAGS, SAMPLER_FLAGS
+    from tirl.rollout.agent_loop import AgentLoopSettings
+    from tirl.train.sampler import SamplerConfig
+
+    text = _data_help(command)
+    shown = set(re.findall(r"--[a-z][a-z0-9.-]*", text))
+    expected = {"--max-turns", "--max-response-tokens", "--temperature", "--top-p", "--context-window",
+                "--tool-timeout-s", "--tool-memory-mb", "--max-concurrency", "--batch-size", "--seed",
+                "--sandbox", "--workers", "--prompt-style", "--tool-call-format", "--protocol.answer-fallback",
+                "--multi-call", "--lenient", "--chat-template", "--tool-response-max-chars", "--dtype", "--chunk"}
+    assert expected <= shown, sorted(expected - shown)
+    assert not shown & set(RENAMED_FLAGS), sorted(shown & set(RENAMED_FLAGS))
+    # generated: every top-level SamplerConfig setting (the AgentLoopSettings fields among them) has its flag
+    top = {f.name for f in dataclasses.fields(SamplerConfig)} - {"sandbox", "protocol", "verifier"}
+    assert {f.name for f in dataclasses.fields(AgentLoopSettings)} <= top
+    assert {fl.dotted_key for fl in SAMPLER_FLAGS if len(fl.key) == 1} == top
+    assert "wall-clock deadline of each tool call, seconds" in text  # AgentLoopSettings' docstring
+    assert "[default: 8192]" in text  # SamplerConfig's default (the RL rollout's), not AgentLoopSettings' 30720
+    workers = next(fl for fl in SAMPLER_FLAGS if fl.dotted_key == "sandbox.workers")
+    assert workers.default == SamplerConfig().sandbox.workers == 2  # the section's default in SamplerConfig
+    if command == "curate":
+        assert {"--out-dir", "--benchmarks", "--accept", "--deadline"} <= shown and "--out " not in text
+    else:
+        assert {"--out", "--source", "--samples", "--model"} <= shown
+
+
+@pytest.mark.parametrize("command, old, new", [
+    ("filter-hard", "--max-tokens", "--max-response-tokens"), ("filter-hard", "--tool-timeout", "--tool-timeout-s"),
+    ("curate", "--max-tokens", "--max-response-tokens"), ("curate", "--tool-timeout", "--tool-timeout-s"),
+    ("curate", "--out", "--out-dir"), ("curate", "--benchmark", "--benchmarks"),
+])
+def test_data_refuses_an_old_flag_name_in_one_line_naming_the_new(command, old, new, tmp_path):
+    args = ["--model", "m"] if command == "filter-hard" else [str(tmp_path / "x.jsonl")]
+    res = CliRunner().invoke(app, ["data", command, *args, f"{old}=4"])
+    assert res.exit_code == 2, res.output
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"tirl data {command}: {old} is now {new}" in lines[0], res.output
+
+
+class _Stop(Exception):
+    pass
+
+
+_FLAG_ARGS = ["--max-turns", "3", "--max-response-tokens", "77", "--temperature", "0.5", "--tool-timeout-s", "2.5",
+              "--batch-size", "4", "--seed", "9", "--workers", "1", "--prompt-style", "compact",
+              "--protocol.answer-fallback", "none", "--lenient"]
+
+
+def _check_sampler_config(config):
+    from tirl.train.sampler import SamplerConfig
+
+    assert isinstance(config, SamplerConfig)
+    assert (config.max_turns, config.max_response_tokens, config.temperature, config.tool_timeout_s) == (3, 77, 0.5,
+                                                                                                        2.5)
+    assert (config.batch_size, config.seed, config.sandbox.workers) == (4, 9, 1)
+    assert (config.protocol.prompt_style, config.protocol.answer_fallback, config.protocol.lenient) == (
+        "compact", "none", True)
+    default = SamplerConfig()
+    assert config.top_p == default.top_p and config.sandbox.backend == default.sandbox.backend  # not given: kept
+    assert config.sandbox.preload == default.sandbox.preload
+
+
+def test_filter_hard_flag_values_reach_the_sampler_config(monkeypatch, tmp_path):
+    import tirl.runtime
+    import tirl.train.sampler
+
+    seen = []
+
+    def fake_sampler(policy, tokenizer, config=None, runtime=None):
+        seen.append(config)
+        raise _Stop
+
+    monkeypatch.setattr(tirl.runtime, "load_sampling_policy", lambda model, base, dtype: (None, None))
+    monkeypatch.setattr(tirl.train.sampler, "policy_sampler", fake_sampler)
+    res = CliRunner().invoke(app, ["data", "filter-hard", "--model", "m", "--source", "synthetic:2:add3",
+                                   "--out", str(tmp_path / "h.jsonl"), *_FLAG_ARGS])
+    assert isinstance(res.exception, _Stop), res.output
+    _check_sampler_config(seen[0])
+
+
+def test_curate_flag_values_reach_the_sampler_config(monkeypatch, tmp_path):
+    import tirl.train.sampler
+
+    seen = []
+
+    def fake_runtime(config):
+        seen.append(config)
+        raise _Stop
+
+    monkeypatch.setattr(tirl.train.sampler, "sampler_runtime", fake_runtime)
+    src = tmp_path / "p.jsonl"
+    src.write_text(json.dumps({"id": "a", "problem": "What is 2+2?", "answer": "4"}) + "\n")
+    res = CliRunner().invoke(app, ["data", "curate", str(src), "--out-dir", str(tmp_path / "o"), *_FLAG_ARGS])
+    assert isinstance(res.exception, _Stop), res.output
+    _check_sampler_config(seen[0])
+    res = CliRunner().invoke(app, ["data", "curate", str(src), "--out-dir", str(tmp_path / "o"),
+                                   "--tool-timeout-s", "0"])
+    assert res.exit_code == 2 and "tool_timeout_s must be > 0" in res.output, res.output
+
+
 def test_progress_file_format_is_jsonl(tmp_path):
     filter_hard(PROBLEMS[:2], lambda ps, n: [object()] * (len(ps) * n), _score_by_solved({"h0": 1, "h1": 0}),
                 tmp_path / "hard.jsonl", HardSubsetConfig(samples=1))
@@ -247,7 +359,7 @@ def test_filter_hard_cli_end_to_end_on_tiny_model(tmp_path, tiny_smollm2_model_d
     out = tmp_path / "hard.jsonl"
     result = runner.invoke(app, ["data", "filter-hard", "--model", str(tiny_smollm2_model_dir), "--samples", "2",
                                  "--source", "synthetic:2:add3", "--out", str(out), "--max-turns", "1",
-                                 "--max-tokens", "16", "--workers", "1", "--chunk", "1", "--dtype", "float32"])
+                                 "--max-response-tokens", "16", "--workers", "1", "--chunk", "1", "--dtype", "float32"])
     assert result.exit_code == 0, result.output
     assert len(load_jsonl_problems(out)) == 2
     progress = [json.loads(x) for x in (tmp_path / "hard.jsonl.progress.jsonl").read_text().splitlines()]

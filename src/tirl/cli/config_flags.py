@@ -9,7 +9,10 @@ are flags under their own name when no other setting has that name, else under t
 setting with a flag). Which sections get flags is the command's choice (a long section can stay reachable through
 ``key=value`` only); the help text of each flag is the field's entry in its class's ``Attributes:`` docstring,
 so a setting is described in one place. :func:`command_signature` turns the flags into the signature typer
-reads, and :func:`flag_values` turns the parsed values back into the nested mapping of the configuration.
+reads, :func:`flag_values` turns the parsed values back into the nested mapping of the configuration and
+:func:`with_values` puts that mapping on a configuration. :data:`FLAG_NAMES` and :data:`PROTOCOL_FLAG_FIELDS`
+are what every command shares, so the same setting has the same flag in ``tirl eval`` and ``tirl data ...``;
+:func:`renamed_flags_command` refuses the names flags had before they were generated, naming the new one.
 Importing this module loads no engine.
 """
 
@@ -27,8 +30,18 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
 _MISSING = dataclasses.MISSING
+
+FLAG_NAMES: dict[str, str] = {"sandbox.backend": "--sandbox", "protocol.answer_fallback": "--protocol.answer-fallback"}
+"""Flags not named after their field alone, the same in every command: ``sandbox.backend`` is ``--sandbox``;
+``protocol.answer_fallback`` is ``--protocol.answer-fallback`` also where no top-level ``answer_fallback`` setting
+takes ``--answer-fallback`` (``tirl eval`` has one: :attr:`tirl.eval.config.EvalConfig.answer_fallback`)."""
+
+PROTOCOL_FLAG_FIELDS: tuple[str, ...] = ("tool", "prompt_style", "tool_call_format", "answer_fallback",
+                                         "multi_call", "lenient", "chat_template", "tool_response_max_chars")
+"""The fields of the ``protocol`` section (:class:`tirl.protocol.config.ProtocolConfig`) that get flags."""
 
 
 @dataclass(frozen=True)
@@ -201,6 +214,10 @@ def config_flags(
     for f in dataclasses.fields(cls):
         if f.name not in subs:
             candidates.append(((f.name,), f, top_hints[f.name], top_docs))
+    section_defaults: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in sections:
+            section_defaults[f.name] = _default(f)  # the parent's default of the section (its own, or None)
     for section, names in sections.items():
         sub = subs[section]
         hints, docs = typing.get_type_hints(sub), attribute_docs(sub)
@@ -227,6 +244,9 @@ def config_flags(
         qualified = len(key) > 1 and leaf_count.get(leaf, 0) > 1
         long = renamed.get(dotted) or "--" + (dotted if qualified else leaf).replace("_", "-")
         default = _default(f)
+        parent_default = section_defaults.get(key[0]) if len(key) > 1 else None
+        if parent_default is not None:  # SamplerConfig's sandbox has 2 workers, not ExecutorConfig's None
+            default = getattr(parent_default, leaf, default)
         if base is bool:
             decls: tuple[str, ...] = (f"{long}/--no-{long[2:]}",)
             annotation: Any = bool | None if optional else bool
@@ -301,5 +321,63 @@ def flag_values(flags: list[Flag], values: Mapping[str, Any], given: Callable[[s
     return out
 
 
-__all__ = ["Flag", "attribute_docs", "command_signature", "config_flags", "flag_values", "section_types",
-           "with_flags"]
+def with_values(config: Any, values: Mapping[str, Any]) -> Any:
+    """A copy of configuration dataclass ``config`` with the settings of ``values`` (the nested mapping of
+    :func:`flag_values`) replaced; a section keeps its other settings (``config``'s, not its class's
+    defaults), and each dataclass's own validation runs.
+
+    Raises:
+        ValueError: a key that is not a field, or what the dataclass's validation raises.
+    """
+    names = {f.name for f in dataclasses.fields(config)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(f"not settings of {type(config).__name__}: {', '.join(unknown)}")
+    changes: dict[str, Any] = {}
+    for key, value in values.items():
+        current = getattr(config, key)
+        if isinstance(value, Mapping) and dataclasses.is_dataclass(current):
+            changes[key] = with_values(current, value)
+        else:
+            changes[key] = value
+    return dataclasses.replace(config, **changes)
+
+
+def given_on_command_line(ctx: typer.Context) -> Callable[[str], bool]:
+    """``given(name)``: whether parameter ``name`` of the command of ``ctx`` was set on the command line (not
+    left at its default), as :func:`flag_values` takes it."""
+
+    def given(name: str) -> bool:
+        source = ctx.get_parameter_source(name)
+        return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+    return given
+
+
+def renamed_flags_command(command: str, renamed: Mapping[str, str]) -> type[TyperCommand]:
+    """The click command class (typer's ``cls=``) of a command whose flags of earlier versions, ``renamed``
+    (``{old flag: new flag}``), are refused: exit code 2 and one line, ``COMMAND: --old is now --new``. Alone,
+    the parser would suggest the closest name (``--max-turns`` for ``--max-tokens``). ``command`` is the
+    command's name in the message (``tirl data curate``)."""
+    table = dict(renamed)
+
+    def parse_args(self: TyperCommand, ctx: typer.Context, args: list[str]) -> list[str]:
+        """Refuse the renamed flags, then parse as usual."""
+        for arg in args:
+            if arg == "--":
+                break
+            name = arg.split("=", 1)[0]
+            if name in table:
+                typer.secho(f"{command}: {name} is now {table[name]} (each flag is named after its setting; "
+                            f"{command} --help lists them)", fg="red", err=True)
+                raise typer.Exit(2)
+        return TyperCommand.parse_args(self, ctx, args)
+
+    name = "".join(part.title() for part in re.split(r"[\s_-]+", command)) + "Command"
+    doc = f"The click command of ``{command}``: a flag of {sorted(table)} is a usage error naming its new flag."
+    return type(name, (TyperCommand,), {"parse_args": parse_args, "__doc__": doc, "renamed_flags": table})
+
+
+__all__ = ["FLAG_NAMES", "PROTOCOL_FLAG_FIELDS", "Flag", "attribute_docs", "command_signature", "config_flags",
+           "flag_values", "given_on_command_line", "renamed_flags_command", "section_types", "with_flags",
+           "with_values"]

@@ -1,26 +1,29 @@
 """``tirl data``: training-data curation commands (thin: parse arguments, call the library).
 
 ``tirl data filter-hard --model CKPT --samples 8`` writes the problems the policy does not solve 8 out of 8
-times (the report's stage-3 set); re-running with the same ``--out`` resumes. ``tirl data curate SOURCES --out
-DIR`` curates problem collections (:mod:`tirl.cli.curate`, docs/data.md). Both sample through
-:func:`tirl.train.sampler.policy_sampler`.
+times (the report's stage-3 set); re-running with the same ``--out`` resumes. ``tirl data curate SOURCES
+--out-dir DIR`` curates problem collections (:mod:`tirl.cli.curate`, docs/data.md). Both sample through
+:func:`tirl.train.sampler.policy_sampler`; their sampling flags are generated from
+:class:`tirl.train.sampler.SamplerConfig`'s fields (:mod:`tirl.cli.sampler_options`) under the names ``tirl eval``
+gives the same settings, and a flag of an earlier version whose name was not its setting's (``--max-tokens``,
+``--tool-timeout``) is refused with the new name.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from tirl.cli import sampler_options as opts
+from tirl.cli.config_flags import given_on_command_line, renamed_flags_command, with_flags
 
 # Defaults come from the library's dataclasses (one setting, one place); they import no heavy module.
-from tirl.protocol.config import ProtocolConfig as _P
-from tirl.service.config import ExecutorConfig as _X
 from tirl.train.config import DataConfig as _D
 from tirl.train.hard_subset import HardSubsetConfig as _H
-from tirl.train.sampler import SamplerConfig as _S
 
 _DEFAULT_SOURCES = _D().sources
 _SOURCE_HELP = ("Problem source (repeatable): math, aime, champ, gsm8k, name:N, synthetic:N, a JSONL "
@@ -35,28 +38,22 @@ app = typer.Typer(
 )
 
 
-@app.command("filter-hard")
-def filter_hard_command(
-    model: str = typer.Option(..., "--model", help="Policy: checkpoint folder (full or LoRA), built-in name, GGUF."),
-    samples: int = typer.Option(_H.samples, "--samples", help="Trajectories per problem; kept when fewer are correct."),
-    source: list[str] | None = typer.Option(
-        None, "--source", help=_SOURCE_HELP),
-    out: Path = typer.Option(Path("runs/stage3_hard.jsonl"), "--out", help="Subset file (JSONL)."),
-    limit: int | None = typer.Option(None, "--limit", help="Consider at most this many problems."),
-    base: str | None = typer.Option(None, "--base", help="Base model of a LoRA adapter checkpoint."),
-    max_turns: int = opts.MAX_TURNS,
-    max_tokens: int = opts.MAX_TOKENS,
-    temperature: float = opts.TEMPERATURE,
-    tool_timeout: float = opts.TOOL_TIMEOUT,
-    prompt_style: str = opts.PROMPT_STYLE,
-    dtype: str = opts.DTYPE,
-    sandbox: str = opts.SANDBOX,
-    workers: int = opts.WORKERS,
-    batch_size: int = opts.BATCH_SIZE,
-    chunk: int = typer.Option(_H.chunk_problems, "--chunk", help="Problems per progress checkpoint."),
-    seed: int = opts.SEED,
-) -> None:
-    """Write the problems the policy does not solve SAMPLES out of SAMPLES times (the stage-3 hard subset)."""
+def _param(name: str, default: Any, annotation: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+FILTER_HARD_RENAMED = dict(opts.RENAMED_FLAGS)
+"""Flags of ``tirl data filter-hard`` that were renamed (refused with the new name)."""
+
+
+def _filter_hard(ctx: typer.Context, **values: Any) -> None:
+    """Write the problems the policy does not solve SAMPLES out of SAMPLES times (the stage-3 hard subset).
+
+    The sampling flags are the settings of SamplerConfig, named as in tirl eval; re-running with the same --out
+    resumes.
+    """
+    model, samples, source, out = values["model"], values["samples"], values["source"], values["out"]
+    limit, base, dtype, chunk = values["limit"], values["base"], values["dtype"], values["chunk"]
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see tirl.cli.train: spinning OpenMP threads on shared CPUs
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -68,11 +65,10 @@ def filter_hard_command(
 
     console = Console(stderr=True)
     try:
-        sampler_cfg = _S(max_turns=max_turns, max_response_tokens=max_tokens, temperature=temperature,
-                         tool_timeout_s=tool_timeout, sandbox=_X(backend=sandbox, workers=workers),
-                         batch_size=batch_size, seed=seed, protocol=_P(prompt_style=prompt_style))
+        sampler_cfg = opts.sampler_config(values, given_on_command_line(ctx))
         cfg = _H(samples=samples, chunk_problems=chunk)
-        problems = load_training_problems(source or _DEFAULT_SOURCES, seed=seed, limit=limit, shuffle=limit is not None)
+        problems = load_training_problems(source or _DEFAULT_SOURCES, seed=sampler_cfg.seed, limit=limit,
+                                          shuffle=limit is not None)
         policy, tokenizer = load_sampling_policy(model, base, dtype)
     except (ValueError, FileNotFoundError, KeyError) as exc:
         console.print(f"[red]error:[/] {exc}")
@@ -90,6 +86,27 @@ def filter_hard_command(
     )
 
 
+filter_hard_command = with_flags(
+    _filter_hard,
+    [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+     _param("model", typer.Option(..., "--model", help="Policy: checkpoint folder (full or LoRA), built-in name, "
+                                                       "GGUF."), str),
+     _param("samples", typer.Option(_H.samples, "--samples",
+                                    help="Trajectories per problem; kept when fewer are correct."), int),
+     _param("source", typer.Option(None, "--source", help=_SOURCE_HELP), list[str] | None),
+     _param("out", typer.Option(Path("runs/stage3_hard.jsonl"), "--out", help="Subset file (JSONL)."), Path),
+     _param("limit", typer.Option(None, "--limit", help="Consider at most this many problems."), int | None),
+     _param("base", typer.Option(None, "--base", help="Base model of a LoRA adapter checkpoint."), str | None),
+     opts.DTYPE,
+     _param("chunk", typer.Option(_H.chunk_problems, "--chunk", help="Problems per progress checkpoint."), int)],
+    opts.SAMPLER_FLAGS, [],
+)
+"""``tirl data filter-hard``: :func:`_filter_hard` with the generated sampler flags as its signature."""
+
+app.command("filter-hard", cls=renamed_flags_command("tirl data filter-hard", FILTER_HARD_RENAMED))(
+    filter_hard_command)
+
+from tirl.cli.curate import CURATE_RENAMED as _CURATE_RENAMED  # noqa: E402
 from tirl.cli.curate import curate_command as _curate_command  # noqa: E402
 
-app.command("curate")(_curate_command)
+app.command("curate", cls=renamed_flags_command("tirl data curate", _CURATE_RENAMED))(_curate_command)

@@ -32,9 +32,16 @@ from typing import TYPE_CHECKING, Any
 import typer
 import yaml
 from rich.console import Console
-from typer.core import TyperCommand
 
-from tirl.cli.config_flags import config_flags, flag_values, with_flags
+from tirl.cli.config_flags import (
+    FLAG_NAMES,
+    PROTOCOL_FLAG_FIELDS,
+    config_flags,
+    flag_values,
+    given_on_command_line,
+    renamed_flags_command,
+    with_flags,
+)
 from tirl.config import merge, parse_overrides, read_yaml_mapping
 
 # The flags come from the configuration dataclasses (one setting, one place); these modules load no engine and
@@ -48,15 +55,11 @@ _CONCURRENCY_HELP = ", ".join(f"{n} for {engine}" for engine, n in DEFAULT_CONCU
 
 FLAG_SECTIONS: dict[str, tuple[str, ...] | None] = {
     "rollout": None,
-    "protocol": ("tool", "prompt_style", "tool_call_format", "answer_fallback", "multi_call", "lenient",
-                 "chat_template", "tool_response_max_chars"),
+    "protocol": PROTOCOL_FLAG_FIELDS,
     "sandbox": ("backend", "workers"),
 }
 """The sections of :class:`EvalConfig` whose settings get flags (None: all of them); the rest of a section and
 the other sections are ``KEY=VALUE`` arguments."""
-
-FLAG_NAMES = {"sandbox.backend": "--sandbox"}
-"""Flags not named after their field: ``sandbox.backend`` is ``--sandbox`` (the name ``tirl data`` uses too)."""
 
 EVAL_FLAGS = config_flags(
     EvalConfig, FLAG_SECTIONS,
@@ -85,32 +88,13 @@ RENAMED_FLAGS = {
 }
 """Flags of earlier versions whose name was not their setting's: not accepted, only named in the error."""
 
-
-class EvalCommand(TyperCommand):
-    """The click command of ``tirl eval``: a flag of :data:`RENAMED_FLAGS` is a usage error naming its
-    setting's flag (alone, the parser would suggest the closest name, ``--max-turns`` for ``--max-tokens``)."""
-
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
-        """Refuse the renamed flags, then parse as usual."""
-        for arg in args:
-            if arg == "--":
-                break
-            name = arg.split("=", 1)[0]
-            if name in RENAMED_FLAGS:
-                typer.secho(f"tirl eval: {name} is now {RENAMED_FLAGS[name]} (each flag is named after its "
-                            "setting; tirl eval --help lists them)", fg="red", err=True)
-                raise typer.Exit(2)
-        return super().parse_args(ctx, args)
+EvalCommand = renamed_flags_command("tirl eval", RENAMED_FLAGS)
+"""The click command of ``tirl eval``: a flag of :data:`RENAMED_FLAGS` is a usage error naming its setting's
+flag (:func:`tirl.cli.config_flags.renamed_flags_command`)."""
 
 
 def _passive_openmp() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
-def _given(ctx: typer.Context, name: str) -> bool:
-    """Whether parameter ``name`` was set on the command line (not left at its default)."""
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
 def flag_overrides(values: dict[str, Any], given: Any = None) -> dict[str, Any]:
@@ -165,7 +149,7 @@ def _eval_command(ctx: typer.Context, **values: Any) -> None:
     config_file, quiet, print_config = values["config_file"], values["quiet"], values["print_config"]
     try:
         overrides = merge(parse_overrides(values["settings"] or []),
-                                 flag_overrides(values, lambda name: _given(ctx, name)))
+                                 flag_overrides(values, given_on_command_line(ctx)))
         file_data = read_yaml_mapping(config_file) if config_file is not None else {}
         if overrides.get("kv_capacities") is not None:
             servers = overrides.get("servers", file_data.get("servers") or [])

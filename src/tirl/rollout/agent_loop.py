@@ -106,7 +106,8 @@ class AgentLoopSettings:
         max_concurrency: trajectories in flight at once in :meth:`AgentLoop.run_many`; None for all.
 
     Raises:
-        ValueError: ``max_turns`` or ``max_response_tokens`` below 1, or ``max_concurrency`` below 1.
+        ValueError: ``max_turns`` or ``max_response_tokens`` below 1, ``tool_timeout_s`` not above 0, or
+            ``max_concurrency`` below 1.
     """
 
     max_turns: int = 30
@@ -123,6 +124,8 @@ class AgentLoopSettings:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
         if self.max_response_tokens < 1:
             raise ValueError(f"max_response_tokens must be >= 1, got {self.max_response_tokens}")
+        if not self.tool_timeout_s > 0:
+            raise ValueError(f"tool_timeout_s must be > 0, got {self.tool_timeout_s}")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1 or None, got {self.max_concurrency}")
 

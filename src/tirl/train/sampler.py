@@ -29,11 +29,12 @@ SAMPLER_WORKERS = 2
 @dataclass
 class SamplerConfig(AgentLoopSettings):
     """Settings of :func:`policy_sampler`: the agent-loop settings (:class:`AgentLoopSettings`) with the RL
-    rollout's defaults (the policy is sampled as in training), the conversation format and the executor.
+    rollout's defaults (the policy is sampled as in training: ``max_turns``, ``max_response_tokens`` and
+    ``temperature`` as in :class:`tirl.train.config.RolloutConfig`, 10 turns, 8192 tokens, temperature 1.0), the
+    conversation format and the executor. The agent-loop fields are described once, in
+    :class:`AgentLoopSettings` (the flags of ``tirl data`` take their help from there).
 
     Attributes:
-        max_turns, max_response_tokens, temperature: as in :class:`tirl.train.config.RolloutConfig` (10 turns,
-            8192 tokens, temperature 1.0).
         sandbox: where the tool calls run (:class:`tirl.service.config.ExecutorConfig`, the ``sandbox:`` section
             of an RL recipe: ``backend`` ``local`` or service URLs; :data:`SAMPLER_WORKERS` local workers
             by default).

@@ -63,10 +63,10 @@ def main() -> None:
     run = build_trainer(config, problems=problems, source=source, scorer=ModScorer())
     trainer = run.trainer
     trainer.train(resume_from_checkpoint=run.resume_from)
-    local = full = 0  # parameters this rank holds (under FSDP its shards) against the model's
-    for param in trainer.model_wrapped.parameters():
-        full += param.numel()
-        local += param.to_local().numel() if hasattr(param, "to_local") else param.numel()
+    from tirl.train.rollout_func import shard_numels
+
+    full, per_rank = shard_numels(trainer.model_wrapped)  # parameters each rank holds (under FSDP, ZeRO-3: shards)
+    local = per_rank[state.process_index]
     steps = [{"step": h["step"], "loss": h["loss"], "grad_norm": h["grad_norm"]}
              for h in trainer.state.log_history if "grad_norm" in h]
     record = {"rank": state.process_index, "world": state.num_processes, "seen": source.seen, "steps": steps,

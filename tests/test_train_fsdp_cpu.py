@@ -1,5 +1,5 @@
 """FSDP2 (FULL_SHARD) in 2 CPU processes on gloo, against 1 process on the same batch: under ``accelerate launch``
-with configs/accelerate/fsdp2-2cpu.yaml (and ``ACCELERATE_USE_CPU=1``; tirl.train.cpu_fsdp turns FSDP on for CPU
+with configs/accelerate/fsdp2-2cpu.yaml (and ``ACCELERATE_USE_CPU=1``; tirl.train.cpu_sharding turns FSDP on for CPU
 ranks), GRPO-RoC steps of the tiny model on scripted trajectories (tests/equal_steps_script.py) are sharded (each
 rank holds half of the parameters), generate on the same gathered full weights on both ranks, hold whole groups,
 and give the loss and gradient norm of one process; the 2-process checkpoint resumes in 1 process (without FSDP:

@@ -84,6 +84,15 @@ def fsdp_full_checkpoint(folder: Any) -> bool:
     return (Path(folder) / FSDP_MODEL_FILE).is_file() and (Path(folder) / FSDP_OPTIMIZER_FILE).is_file()
 
 
+def deepspeed_checkpoint(folder: Any) -> bool:
+    """Whether ``folder`` is a checkpoint written under DeepSpeed (its ``latest`` file names a ``global_step*``
+    folder of partitioned model and optimiser states)."""
+    from pathlib import Path
+
+    latest = Path(folder) / "latest"
+    return latest.is_file() and (Path(folder) / latest.read_text().strip()).is_dir()
+
+
 def load_fsdp_checkpoint_weights(model: Any, folder: Any) -> None:
     """Load the full weights of an FSDP checkpoint (:func:`fsdp_full_checkpoint`) into an unsharded model.
 
@@ -205,7 +214,18 @@ class RocGRPOTrainer(trl.GRPOTrainer):
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
         """transformers' loading, except that a full-state FSDP checkpoint also resumes in a run without FSDP
-        (1 process, or DDP): :func:`load_fsdp_checkpoint_weights` (transformers refuses it there)."""
+        (1 process, or DDP): :func:`load_fsdp_checkpoint_weights` (transformers refuses it there); a DeepSpeed
+        checkpoint outside DeepSpeed is refused (transformers would load its weights and drop its optimiser
+        state without a word).
+
+        Raises:
+            ValueError: a DeepSpeed checkpoint in a run without DeepSpeed.
+        """
+        if not self.is_deepspeed_enabled and deepspeed_checkpoint(resume_from_checkpoint):
+            raise ValueError(f"{resume_from_checkpoint} was written under DeepSpeed (its optimiser state is "
+                             "partitioned in global_step*/): resume it under DeepSpeed "
+                             "(configs/accelerate/zero3-*.yaml); its weights alone are its model.safetensors "
+                             "(zero3_save_16bit_model) or come out of its zero_to_fp32.py")
         if not self.is_fsdp_enabled and fsdp_full_checkpoint(resume_from_checkpoint):
             load_fsdp_checkpoint_weights(model if model is not None else self.model, resume_from_checkpoint)
             return

@@ -7,7 +7,7 @@ the loss and gradient norm of each step, the problems each rank received, and wh
 Generation is exercised too: before each rollout the source asks for the policy the agent loop would generate with
 (unwrapped from DDP) and runs one forward pass on it, recording its logits' checksum (equal on all ranks: the same
 weights).
-Usage: fsdp_train_script.py MODEL_DIR OUT_DIR MAX_STEPS [PER_DEVICE_BATCH]
+Usage: equal_steps_script.py MODEL_DIR OUT_DIR MAX_STEPS [PER_DEVICE_BATCH]
 """
 
 from __future__ import annotations
@@ -63,12 +63,17 @@ def main() -> None:
     run = build_trainer(config, problems=problems, source=source, scorer=ModScorer())
     trainer = run.trainer
     trainer.train(resume_from_checkpoint=run.resume_from)
+    from tirl.train.rollout_func import shard_numels
+
+    full, per_rank = shard_numels(trainer.model_wrapped)  # parameters each rank holds (under FSDP, ZeRO-3: shards)
+    local = per_rank[state.process_index]
     steps = [{"step": h["step"], "loss": h["loss"], "grad_norm": h["grad_norm"]}
              for h in trainer.state.log_history if "grad_norm" in h]
     record = {"rank": state.process_index, "world": state.num_processes, "seen": source.seen, "steps": steps,
               "checksums": source.checksums, "global_step": trainer.state.global_step,
               "resumed_from": str(run.resume_from) if run.resume_from else None,
-              "distributed_type": str(trainer.accelerator.distributed_type)}
+              "distributed_type": str(trainer.accelerator.distributed_type), "local_numel": local,
+              "full_numel": full}
     (out_dir / f"rank{state.process_index}.json").write_text(json.dumps(record))
     run.close()
     import torch.distributed as dist

@@ -37,7 +37,8 @@ def test_every_launch_line_names_an_existing_config_file():
 
 def test_accelerate_configs_are_readable():
     configs = sorted((ROOT / "configs" / "accelerate").glob("*.yaml"))
-    assert {c.name for c in configs} >= {"zero3-8x8.yaml", "ddp-2cpu.yaml", "fsdp2-8gpu.yaml"}
+    assert {c.name for c in configs} >= {"zero3-8x8.yaml", "ddp-2cpu.yaml", "fsdp2-8gpu.yaml", "fsdp2-2cpu.yaml",
+                                         "zero3-2cpu.yaml"}
     for c in configs:
         data = yaml.safe_load(c.read_text())
         assert data["distributed_type"] in ("FSDP", "DEEPSPEED", "MULTI_GPU", "MULTI_CPU"), c.name

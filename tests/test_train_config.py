@@ -90,7 +90,8 @@ def test_validate_rejects(override, match):
 @pytest.mark.parametrize("name,processes", [("rstar2-stage1", 64), ("rstar2-stage2", 64), ("rstar2-stage3", 64),
                                             ("cpu-tiny-smoke", 1), ("cpu-smollm2-synthetic", 1),
                                             ("cpu-qwen0.5b-synthetic", 1),
-                                            ("cpu-toolmath-roc", 1), ("cpu-toolmath-grpo", 1)])
+                                            ("cpu-toolmath-roc", 1), ("cpu-toolmath-grpo", 1),
+                                            ("cpu-smollm2-fsdp", 2), ("cpu-smollm2-fsdp", 1)])
 def test_shipped_recipes_load_and_validate(name, processes):
     c = load_config(CONFIGS / f"{name}.yaml")
     c.validate(processes)

@@ -40,6 +40,7 @@ from tirl.train.common import (
     trl_module,
 )
 from tirl.train.config import RLConfig, dump_config
+from tirl.train.cpu_sharding import enable_cpu_sharding
 from tirl.train.metrics import MetricsLog
 from tirl.train.rollout_func import (
     AgentLoopSource,
@@ -260,6 +261,7 @@ def build_trainer(
 
     if source is None:
         preflight(config)
+    enable_cpu_sharding()  # FSDP or DeepSpeed on CPU ranks, which accelerate leaves out (tirl.train.cpu_sharding)
     if num_processes is None:
         # The training arguments set up accelerate's distributed state (on CPU a PartialState created earlier can
         # still report one process), so ask them for the world size.

@@ -600,6 +600,28 @@ class _policy_for_generation:
             self._cm.__exit__(*exc)
 
 
+def shard_numels(model: Any) -> tuple[int, list[int]]:
+    """The model's parameter count and, per rank, how many of them the rank holds: under FSDP2 a ``DTensor``'s
+    local part, under DeepSpeed ZeRO-3 a parameter's partition (``ds_tensor``; ``ds_numel`` is its full size), else
+    the whole parameter. A collective (``all_gather_object``) when torch.distributed is initialised: every rank
+    must call it."""
+    import torch.distributed as dist
+
+    total = local = 0
+    for param in model.parameters():
+        if hasattr(param, "ds_numel"):
+            total += int(param.ds_numel)
+            local += param.ds_tensor.numel() if getattr(param, "ds_tensor", None) is not None else 0
+        else:
+            total += param.numel()
+            local += param.to_local().numel() if hasattr(param, "to_local") else param.numel()
+    if not (dist.is_available() and dist.is_initialized()):
+        return total, [local]
+    per_rank: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(per_rank, local)
+    return total, [int(n) for n in per_rank]
+
+
 def fsdp_generation_copy(trainer: Any) -> Any:
     """A plain (unsharded) copy of an FSDP-sharded policy with its current weights, for the agent loop.
 
@@ -611,8 +633,9 @@ def fsdp_generation_copy(trainer: Any) -> Any:
     kept on ``trainer._tirl_generation_copy``), which generates without collectives. Costs one full copy of the
     weights per rank. Full-weight policies only (a LoRA policy under FSDP is refused).
 
-    Never run: accelerate (1.15) enables FSDP only on GPUs, and no GPU machine has run tirl's training (on CPU an
-    FSDP config trains as plain data parallel, which never reaches this function; docs/scale.md).
+    The first call logs how the parameters are sharded (:func:`shard_numels`, also kept on
+    ``trainer._tirl_shard_numels``). Ran in 2 CPU processes (FSDP2 on gloo, configs/accelerate/fsdp2-2cpu.yaml;
+    docs/scale.md), never on GPUs.
 
     Raises:
         NotImplementedError: a peft (LoRA) policy under FSDP.
@@ -628,6 +651,12 @@ def fsdp_generation_copy(trainer: Any) -> Any:
     copy_model = getattr(trainer, "_tirl_generation_copy", None)
     if copy_model is None:
         from transformers import AutoModelForCausalLM
+
+        total, per_rank = shard_numels(trainer.model_wrapped)
+        trainer._tirl_shard_numels = per_rank
+        logging.getLogger("tirl.train.rl").info(
+            "FSDP: the %s parameters are sharded over %d ranks (%s on each); each rank generates on a gathered "
+            "full copy", f"{total:,}", len(per_rank), " / ".join(f"{n:,}" for n in per_rank))
 
         dtype = next(iter(full.values())).dtype
         copy_model = AutoModelForCausalLM.from_config(unwrapped.config, dtype=dtype)

@@ -72,6 +72,66 @@ def _repack_tied_lm_head(model: Any) -> None:
     head.quant_method.process_weights_after_loading(head)
 
 
+FSDP_MODEL_FILE = "pytorch_model_fsdp.bin"
+FSDP_OPTIMIZER_FILE = "optimizer.bin"
+
+
+def fsdp_full_checkpoint(folder: Any) -> bool:
+    """Whether ``folder`` is a checkpoint written under FSDP with ``fsdp_state_dict_type: FULL_STATE_DICT``
+    (accelerate's ``pytorch_model_fsdp.bin`` and ``optimizer.bin``: full tensors keyed by parameter name)."""
+    from pathlib import Path
+
+    return (Path(folder) / FSDP_MODEL_FILE).is_file() and (Path(folder) / FSDP_OPTIMIZER_FILE).is_file()
+
+
+def deepspeed_checkpoint(folder: Any) -> bool:
+    """Whether ``folder`` is a checkpoint written under DeepSpeed (its ``latest`` file names a ``global_step*``
+    folder of partitioned model and optimiser states)."""
+    from pathlib import Path
+
+    latest = Path(folder) / "latest"
+    return latest.is_file() and (Path(folder) / latest.read_text().strip()).is_dir()
+
+
+def load_fsdp_checkpoint_weights(model: Any, folder: Any) -> None:
+    """Load the full weights of an FSDP checkpoint (:func:`fsdp_full_checkpoint`) into an unsharded model.
+
+    Why: transformers refuses an FSDP checkpoint in a run without FSDP ("only supported when using PyTorch
+    FSDP"), so a run sharded over N processes could not continue in 1 (or under DDP). The file holds the
+    full state dict, so this is a plain ``load_state_dict`` (a tied output projection may be absent).
+
+    Raises:
+        RuntimeError: keys missing (other than a tied ``lm_head.weight``) or unexpected.
+    """
+    from pathlib import Path
+
+    state = torch.load(Path(folder) / FSDP_MODEL_FILE, map_location="cpu", weights_only=True)
+    model = getattr(model, "module", model)
+    result = model.load_state_dict(state, strict=False)
+    tied = {"lm_head.weight"} if getattr(getattr(model, "config", None), "tie_word_embeddings", False) else set()
+    missing = set(result.missing_keys) - tied
+    if missing or result.unexpected_keys:
+        raise RuntimeError(f"{folder}: the FSDP weights do not fit the model: missing {sorted(missing)[:3]}, "
+                           f"unexpected {sorted(result.unexpected_keys)[:3]}")
+    if tied and hasattr(model, "tie_weights"):
+        model.tie_weights()
+
+
+def load_fsdp_checkpoint_optimizer(model: Any, optimizer: Any, folder: Any) -> None:
+    """Load an FSDP checkpoint's full optimiser state (keyed by parameter name, as FSDP2's
+    ``get_optimizer_state_dict(full_state_dict=True)`` wrote it) into the optimiser of an unsharded model,
+    with ``torch.distributed.checkpoint.state_dict.set_optimizer_state_dict`` (which maps names to the
+    optimiser's parameter ids)."""
+    from pathlib import Path
+
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    state = torch.load(Path(folder) / FSDP_OPTIMIZER_FILE, map_location="cpu", weights_only=True)
+    optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer
+    set_optimizer_state_dict(getattr(model, "module", model), optimizer, state,
+                             options=StateDictOptions(full_state_dict=True))
+
+
 class RocGRPOTrainer(trl.GRPOTrainer):
     """``GRPOTrainer`` whose advantages are tirl's, computed per kept group by the rollout function.
 
@@ -151,6 +211,36 @@ class RocGRPOTrainer(trl.GRPOTrainer):
 
             folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
             write_checkpoint_marker(folder, self.state.global_step)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        """transformers' loading, except that a full-state FSDP checkpoint also resumes in a run without FSDP
+        (1 process, or DDP): :func:`load_fsdp_checkpoint_weights` (transformers refuses it there); a DeepSpeed
+        checkpoint outside DeepSpeed is refused (transformers would load its weights and drop its optimiser
+        state without a word).
+
+        Raises:
+            ValueError: a DeepSpeed checkpoint in a run without DeepSpeed.
+        """
+        if not self.is_deepspeed_enabled and deepspeed_checkpoint(resume_from_checkpoint):
+            raise ValueError(f"{resume_from_checkpoint} was written under DeepSpeed (its optimiser state is "
+                             "partitioned in global_step*/): resume it under DeepSpeed "
+                             "(configs/accelerate/zero3-*.yaml); its weights alone are its model.safetensors "
+                             "(zero3_save_16bit_model) or come out of its zero_to_fp32.py")
+        if not self.is_fsdp_enabled and fsdp_full_checkpoint(resume_from_checkpoint):
+            load_fsdp_checkpoint_weights(model if model is not None else self.model, resume_from_checkpoint)
+            return
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """transformers' loading, except for a full-state FSDP checkpoint in a run without FSDP:
+        :func:`load_fsdp_checkpoint_optimizer`, then the scheduler as usual."""
+        if checkpoint is None or self.is_fsdp_enabled or not fsdp_full_checkpoint(checkpoint):
+            super()._load_optimizer_and_scheduler(checkpoint)
+            return
+        import os
+
+        load_fsdp_checkpoint_optimizer(self.model, self.optimizer, checkpoint)
+        self.lr_scheduler.load_state_dict(torch.load(os.path.join(checkpoint, "scheduler.pt"), weights_only=True))
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> Any:

@@ -25,8 +25,6 @@ from tirl.rollout.scheduler import endpoint_key
 from tirl.train.config import load_config
 from tirl.train.rollout_func import AgentLoopSource, Score
 
-pytestmark = pytest.mark.slow
-
 PROBLEMS = [Problem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42") for i in range(4)]
 STEPS, PER_STEP = 3, 2 * 2 * 2  # problems_per_step x group_size x oversample
 
@@ -142,6 +140,7 @@ def _check_counts(step: dict[str, Any]) -> None:
     assert len({t.metadata["trajectory_id"] for t in trajectories}) == PER_STEP
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failover", [True, False], ids=["failover", "masked"])
 def test_a_server_killed_mid_step_is_failed_over_and_no_trajectory_is_lost_or_duplicated(
         tmp_path, tiny_model_dir, failover):
@@ -185,3 +184,52 @@ def test_a_server_killed_mid_step_is_failed_over_and_no_trajectory_is_lost_or_du
     assert len(rows) == PER_STEP
     failed = [r for r in rows if r["finish_reason"] == "error"]
     assert len(failed) == len(errors) and all(r["infra"] == "engine" and not r["kept"] for r in failed)
+
+
+class _FakeAdapter:
+    """Just enough of a peft model for ``ServerPolicySync.push``: it writes an adapter folder."""
+
+    peft_config: dict[str, Any] = {"default": None}
+
+    def save_pretrained(self, path: str) -> None:
+        (Path(path) / "adapter_config.json").write_text("{}")
+
+
+def test_the_policy_goes_to_every_server_and_a_dead_one_is_left_out(tmp_path):
+    from testing_server import TestingServer
+    from tirl.rollout.engine import GenerationOutput as Out
+    from tirl.train.server_policy import ServerPolicySync, ServerSyncError
+
+    class Idle:
+        async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Out:
+            return Out(token_ids=[], logprobs=[], finish_reason="length")
+
+    loaded: dict[str, list[str]] = {"a": [], "b": []}
+    a = TestingServer(Idle(), on_load_lora=lambda name, path: loaded["a"].append(name))
+    b = TestingServer(Idle(), on_load_lora=lambda name, path: loaded["b"].append(name))
+    with a, b:
+        sync = ServerPolicySync(f"{a.url}, {b.url}/", tmp_path / "adapter", "policy")
+        assert sync.urls == [a.url, b.url]
+        sync.push(_FakeAdapter())
+        assert loaded == {"a": ["policy"], "b": ["policy"]} and sync.last_loaded == [a.url, b.url]
+        b.kill()
+        b.stop()
+        sync.push(_FakeAdapter())
+        assert loaded["a"] == ["policy"] * 2 and len(loaded["b"]) == 1
+        assert sync.last_loaded == [a.url] and list(sync.last_failed) == [b.url]
+        a.stop()
+        with pytest.raises(ServerSyncError, match="no rollout server took the new policy"):
+            sync.push(_FakeAdapter())
+
+
+def test_server_url_takes_a_list_or_commas():
+    assert load_config(None, ["rollout.server_url=http://a:1, http://b:2/"]).rollout.server_urls == \
+        ["http://a:1", "http://b:2"]
+    config = load_config(None, [])
+    assert config.rollout.server_urls == []
+    config.rollout.server_url = ["http://a:1", "http://b:2,http://c:3"]
+    assert config.rollout.server_urls == ["http://a:1", "http://b:2", "http://c:3"]
+    with pytest.raises(ValueError, match="names a server twice"):
+        load_config(None, ["rollout.server_url=http://a:1,http://a:1/", "model.lora.enabled=true"]).validate(1)
+    with pytest.raises(ValueError, match="server_scheduler"):
+        load_config(None, ["rollout.server_scheduler=fastest"]).validate(1)

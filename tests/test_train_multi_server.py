@@ -233,3 +233,21 @@ def test_server_url_takes_a_list_or_commas():
         load_config(None, ["rollout.server_url=http://a:1,http://a:1/", "model.lora.enabled=true"]).validate(1)
     with pytest.raises(ValueError, match="server_scheduler"):
         load_config(None, ["rollout.server_scheduler=fastest"]).validate(1)
+
+
+def test_a_server_that_missed_a_policy_leaves_rotation_and_rejoins_when_it_takes_one():
+    from types import SimpleNamespace
+
+    from tirl.rollout.scheduler import Endpoint, RolloutScheduler
+
+    sched = RolloutScheduler([Endpoint("http://a", engine=None, capacity_tokens=100),  # type: ignore[arg-type]
+                              Endpoint("http://b", engine=None, capacity_tokens=100)])  # type: ignore[arg-type]
+    source = AgentLoopSource.__new__(AgentLoopSource)  # only _route_synced is used
+    source._sync = SimpleNamespace(last_loaded=["http://a"], last_failed={"http://b": "refused"})
+    source._route_synced(sched)
+    assert sched.is_alive("http://a") and not sched.is_alive("http://b")
+    source._sync = SimpleNamespace(last_loaded=["http://a", "http://b"], last_failed={})
+    source._route_synced(sched)
+    assert sched.is_alive("http://b")
+    stats = sched.step_stats()
+    assert stats["sched/alive"] == 2 and stats["sched/trajectories/a"] == 0

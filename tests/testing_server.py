@@ -21,7 +21,8 @@ Malformed requests get a 4xx with a message (pydantic validation: 422; semantic 
 engine's own ``validate(prompt_ids, params)`` when it has one: 400); an engine failure gets a 500 with the
 engine's message. :class:`TestingServer` runs the app with uvicorn in a background
 thread on ``127.0.0.1`` and a free port, as a context manager. Failure injection for client tests:
-``TestingServer.fail_next(n, status)`` answers the next ``n`` generation requests with ``status``.
+``TestingServer.fail_next(n, status)`` answers the next ``n`` generation requests with ``status``;
+``TestingServer.kill()`` drops every connection and stops listening at once, as a killed server process.
 
 Not covered: authentication, streaming, production use (it is a test double with real generation).
 """
@@ -296,6 +297,7 @@ class TestingServer:
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self.url = ""
+        self.killed = False
 
     @property
     def generate_requests(self) -> int:
@@ -323,6 +325,29 @@ class TestingServer:
         port = self._server.servers[0].sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         return self
+
+    def kill(self) -> None:
+        """Die as a killed process would, mid-request: the listening socket closes (new connections are
+        refused), every open connection is aborted (in-flight requests get no answer, the client sees the
+        connection drop) and the server's loop ends without finishing any request. Safe to call from the
+        server's own loop (an engine's ``generate``) or from another thread; returns at once (``stop`` joins)."""
+        server = self._server
+        if server is None or not server.servers:
+            return
+        loop = server.servers[0].get_loop()
+
+        def abort() -> None:
+            for listener in server.servers:
+                listener.close()
+            for connection in list(server.server_state.connections):
+                transport = getattr(connection, "transport", None)
+                if transport is not None:
+                    transport.abort()
+
+        server.force_exit = True
+        loop.call_soon_threadsafe(abort)
+        server.should_exit = True
+        self.killed = True
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop serving and join the thread (idempotent)."""

@@ -142,22 +142,37 @@ def build_server_engine(url: str, *, model_name: str | None = None, send_seed: b
     return OpenAIEngine(url, config)
 
 
-def build_policy_engine(model: Any, *, batch_size: int, server_url: str | None = None,
-                        server_lora_name: str = "policy", trainer: Any = None, server_api: str = "openai") -> Engine:
-    """What the policy generates with in RL and the data sampler.
+def build_policy_engine(model: Any, *, batch_size: int, server_url: str | Sequence[str] | None = None,
+                        server_lora_name: str = "policy", trainer: Any = None, server_api: str = "openai",
+                        scheduler: Any = None) -> Any:
+    """What the policy generates with in RL and the data sampler: an ``Engine``, or with several servers an
+    ``EngineRouter`` (a :class:`tirl.rollout.scheduler.RolloutScheduler`).
 
     ``server_url``: an inference server that is sent the current LoRA adapter (requests name
     ``server_lora_name``; no seed is sent: vLLM-CPU's engine dies on a seeded chunked prefill), speaking
-    ``server_api`` (``openai``: vLLM, ``sglang``: SGLang's ``/generate``). A ``trainer``
-    with ``args.use_vllm`` and a colocated vLLM: a :class:`tirl.rollout.vllm_engine.VLLMEngine` on it.
-    Otherwise an in-process engine over ``model``.
+    ``server_api`` (``openai``: vLLM, ``sglang``: SGLang's ``/generate``). Several servers (a sequence, or
+    comma-separated): a ``RolloutScheduler`` over one such engine each, with ``scheduler`` (a
+    :class:`tirl.rollout.scheduler.SchedulerConfig`; None: ``kv_aware`` defaults), KV capacities read from
+    the servers (blocking HTTP). A ``trainer`` with ``args.use_vllm`` and a colocated vLLM: a
+    :class:`tirl.rollout.vllm_engine.VLLMEngine` on it. Otherwise an in-process engine over ``model``.
 
     Raises:
-        ValueError: TRL's vLLM in ``server`` mode (single-turn only).
+        ValueError: TRL's vLLM in ``server`` mode (single-turn only); several servers of which one reports no
+            KV capacity under ``kv_aware`` and none is configured.
     """
-    if server_url:
-        return build_server_engine(server_url, model_name=server_lora_name, send_seed=False,
+    urls = ([u.strip() for u in server_url.split(",") if u.strip()] if isinstance(server_url, str)
+            else [str(u).strip() for u in server_url or () if str(u).strip()])
+
+    def engine_for(url: str) -> Engine:
+        return build_server_engine(url, model_name=server_lora_name, send_seed=False,
                                    max_concurrency=max(64, batch_size), api=server_api)
+
+    if len(urls) > 1:
+        from tirl.rollout.scheduler import RolloutScheduler
+
+        return RolloutScheduler.from_urls(urls, scheduler, engine_factory=engine_for)
+    if urls:
+        return engine_for(urls[0])
     vllm_generation = getattr(trainer, "vllm_generation", None)
     if getattr(getattr(trainer, "args", None), "use_vllm", False) and vllm_generation is not None:
         from tirl.rollout.vllm_engine import VLLMEngine
@@ -287,14 +302,16 @@ class AgentRuntime:
 
     def rollouts(self, rows: Sequence[Any], samples_per_problem: int, engine: Any, tokenizer: Any,
                  config: AgentLoopConfig, *, seed: int, check_sandbox: bool = False) -> list[Any]:
-        """``samples_per_problem`` trajectories per row (problem-major) from the agent loop with ``engine`` and
-        the run's executor (:func:`tirl.rollout.agent_loop.run_trajectories`; a row is a
-        :class:`tirl.data.Problem`, a problem text or a ``{"problem", "id"}`` dict)."""
+        """``samples_per_problem`` trajectories per row (problem-major) from the agent loop with ``engine`` (an
+        ``Engine``, or an ``EngineRouter`` such as the rollout scheduler) and the run's executor
+        (:func:`tirl.rollout.agent_loop.run_trajectories`; a row is a :class:`tirl.data.Problem`, a problem text
+        or a ``{"problem", "id"}`` dict)."""
         from tirl.rollout.agent_loop import run_trajectories
         from tirl.rollout.engine import SingleEngineRouter
 
         loop = self._start()
-        return loop.run(run_trajectories(list(rows), samples_per_problem, SingleEngineRouter(engine), self._executor,
+        router = engine if hasattr(engine, "lease") else SingleEngineRouter(engine)  # a scheduler routes itself
+        return loop.run(run_trajectories(list(rows), samples_per_problem, router, self._executor,
                                          tokenizer, config, seed=seed, check_sandbox=check_sandbox))
 
     def close(self, *others: Any) -> None:

@@ -17,6 +17,12 @@ moves to the front of the queue, is admitted on another endpoint and the call is
 token-out makes this safe: the prompt ids are the whole history; only the prefix cache is lost). Endpoints
 without a health probe are never declared dead by the scheduler (:meth:`RolloutScheduler.mark_down` does it
 by hand). A dead endpoint is not probed again automatically (:meth:`RolloutScheduler.mark_up` restores it).
+Both events are logged (``logging`` warnings of this module: the endpoint taken out of rotation and why, each
+trajectory moved and where).
+
+Per-step counters for training logs: :meth:`RolloutScheduler.step_stats` returns, since its previous call, the
+trajectories admitted and generation calls sent per endpoint, the failed calls, the peak of the KV tokens
+reserved on each endpoint, the fail-overs, and which endpoints are alive (``sched/...`` keys).
 
 Not covered: generation itself, the agent loop, per-request timeouts (the engine's job).
 """
@@ -27,6 +33,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -46,6 +53,8 @@ from tirl.rollout.admission import (
 from tirl.rollout.capacity import CapacityProbe, probe_health, probe_kv_capacity
 from tirl.rollout.engine import Engine, GenerationOutput, SamplingParams
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "AdmissionError",
     "BudgetTooLargeError",
@@ -55,6 +64,7 @@ __all__ = [
     "RolloutScheduler",
     "SchedulerConfig",
     "SchedulerMetrics",
+    "endpoint_key",
     "parse_kv_capacities",
 ]
 
@@ -189,9 +199,10 @@ def parse_kv_capacities(values: Sequence[str], n_servers: int) -> list[int | Non
 class _LeasedEngine:
     """The :class:`Engine` a lease yields: forwards to the leased endpoint, fails over when it dies."""
 
-    def __init__(self, scheduler: RolloutScheduler, lease_id: int, endpoint: str) -> None:
+    def __init__(self, scheduler: RolloutScheduler, lease_id: int, endpoint: str, trajectory_id: str = "") -> None:
         self._scheduler = scheduler
         self.lease_id = lease_id
+        self.trajectory_id = trajectory_id
         self.endpoint = endpoint  # name of the endpoint serving this trajectory now
         self.failovers = 0
 
@@ -200,11 +211,14 @@ class _LeasedEngine:
         while True:
             name = self.endpoint
             engine = self._scheduler._endpoints[name].engine
+            counts = self._scheduler._counts_for(name)
+            counts.requests += 1
             try:
                 out = await engine.generate(prompt_ids, params)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                counts.failed_requests += 1
                 try:
                     moved = await self._scheduler._on_failure(self, name, f"{type(exc).__name__}: {exc}")
                 except AdmissionError as adm:
@@ -213,6 +227,7 @@ class _LeasedEngine:
                     continue
                 raise
             if out.finish_reason == "error":
+                counts.failed_requests += 1
                 try:
                     moved = await self._scheduler._on_failure(self, name, out.error or "engine error")
                 except AdmissionError as adm:
@@ -272,6 +287,9 @@ class RolloutScheduler:
         self._waiters: dict[int, asyncio.Future[Admission]] = {}
         self._probes: dict[str, asyncio.Task[bool]] = {}
         self._last_log = float("-inf")
+        self._counts: dict[str, _StepCounts] = {name: _StepCounts() for name in self._endpoints}
+        self._failovers_step = 0
+        self.failovers_total = 0
 
     # ------------------------------------------------------------------ construction
 
@@ -362,7 +380,8 @@ class RolloutScheduler:
         try:
             if admission is None:
                 admission = await self._wait(lease_id)
-            yield _LeasedEngine(self, lease_id, admission.endpoint)
+            self._note_admission(admission.endpoint)
+            yield _LeasedEngine(self, lease_id, admission.endpoint, trajectory_id)
         finally:
             self._waiters.pop(lease_id, None)
             self._dispatch(self._core.release(lease_id, self._clock()))
@@ -377,6 +396,41 @@ class RolloutScheduler:
             oldest_wait_s=self._core.oldest_wait(now),
             endpoints=self._core.stats(),
         )
+
+    def step_stats(self, prefix: str = "sched") -> dict[str, float]:
+        """Counters since the previous call (a training step's), then reset; flat keys for metric logs.
+
+        Per endpoint (``<key>`` = its name without the URL scheme, non ``[A-Za-z0-9_.-]`` runs as ``_``):
+        ``<prefix>/trajectories/<key>`` (trajectories admitted there, fail-overs included),
+        ``<prefix>/requests/<key>`` (generation calls sent), ``<prefix>/failed_requests/<key>``,
+        ``<prefix>/kv_peak/<key>`` (most KV tokens reserved there at once), ``<prefix>/kv_peak_frac/<key>``
+        (that over its capacity, when known) and ``<prefix>/alive/<key>`` (now). Over all:
+        ``<prefix>/failovers`` (trajectories moved off a dead endpoint) and ``<prefix>/alive`` (endpoints in
+        rotation).
+        """
+        out: dict[str, float] = {}
+        alive = 0
+        for ep in self._core.stats():
+            key = endpoint_key(ep.name)
+            c = self._counts_for(ep.name)
+            out[f"{prefix}/trajectories/{key}"] = float(c.trajectories)
+            out[f"{prefix}/requests/{key}"] = float(c.requests)
+            out[f"{prefix}/failed_requests/{key}"] = float(c.failed_requests)
+            out[f"{prefix}/kv_peak/{key}"] = float(c.kv_peak)
+            if ep.capacity_tokens:
+                out[f"{prefix}/kv_peak_frac/{key}"] = c.kv_peak / ep.capacity_tokens
+            out[f"{prefix}/alive/{key}"] = 1.0 if ep.alive else 0.0
+            alive += ep.alive
+            # the next step's peak starts from what is still reserved now
+            self._counts[ep.name] = _StepCounts(kv_peak=ep.reserved_tokens)
+        out[f"{prefix}/failovers"] = float(self._failovers_step)
+        out[f"{prefix}/alive"] = float(alive)
+        self._failovers_step = 0
+        return out
+
+    def is_alive(self, name: str) -> bool:
+        """Whether endpoint ``name`` is in rotation (KeyError if unknown)."""
+        return self._core.is_alive(name)
 
     def mark_down(self, name: str, reason: str = "marked down") -> None:
         """Take endpoint ``name`` out of rotation; waiting trajectories go to the others (KeyError if unknown)."""
@@ -421,6 +475,18 @@ class RolloutScheduler:
                     await result
 
     # ------------------------------------------------------------------ internals
+
+    def _counts_for(self, name: str) -> _StepCounts:
+        return self._counts.setdefault(name, _StepCounts())
+
+    def _note_admission(self, name: str) -> None:
+        """Count a trajectory admitted on ``name`` and update that endpoint's peak reservation."""
+        counts = self._counts_for(name)
+        counts.trajectories += 1
+        for ep in self._core.stats():
+            if ep.name == name:
+                counts.kv_peak = max(counts.kv_peak, ep.reserved_tokens)
+                break
 
     async def _wait(self, lease_id: int) -> Admission:
         fut: asyncio.Future[Admission] = asyncio.get_running_loop().create_future()
@@ -474,6 +540,8 @@ class RolloutScheduler:
         if not await self._is_dead(name):
             return False
         if self._core.is_alive(name):
+            logger.warning("rollout server %s is down (health probe failed after: %s); taken out of rotation",
+                           name, reason)
             self.mark_down(name, f"health probe failed after: {reason}")
         if not self.config.failover or handle.failovers >= self.config.max_failovers:
             return False
@@ -485,4 +553,25 @@ class RolloutScheduler:
         admission = mine[0] if mine else await self._wait(handle.lease_id)
         handle.endpoint = admission.endpoint
         handle.failovers += 1
+        self._failovers_step += 1
+        self.failovers_total += 1
+        self._note_admission(admission.endpoint)
+        logger.warning("fail-over: trajectory %s moved from %s to %s (its fail-over %d); the call is retried there",
+                       handle.trajectory_id or handle.lease_id, name, admission.endpoint, handle.failovers)
         return True
+
+
+@dataclass
+class _StepCounts:
+    """One endpoint's counters since the last :meth:`RolloutScheduler.step_stats`."""
+
+    trajectories: int = 0
+    requests: int = 0
+    failed_requests: int = 0
+    kv_peak: int = 0
+
+
+def endpoint_key(name: str) -> str:
+    """An endpoint's name as a metric-key part: the URL scheme dropped, non ``[A-Za-z0-9_.-]`` runs as ``_``
+    (``http://127.0.0.1:18200`` -> ``127.0.0.1_18200``)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", re.sub(r"^[a-z]+://", "", name)).strip("_")

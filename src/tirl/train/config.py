@@ -113,7 +113,16 @@ class RolloutConfig(AgentLoopSettings):
         engine_batch_size: largest batch of concurrent generation calls the in-process engine runs at once.
         server_url: generate through an inference server (vLLM or its CPU build, started on
             ``model.name_or_path`` with ``--enable-lora``) that is sent the policy's LoRA adapter before every
-            rollout (:mod:`tirl.train.server_policy`); None: the in-process engine (or TRL's vLLM).
+            rollout (:mod:`tirl.train.server_policy`); None: the in-process engine (or TRL's vLLM). Several
+            servers: a comma-separated string or a list (as ``sandbox`` takes several URLs); they are put behind
+            the KV-aware rollout scheduler (:class:`tirl.rollout.scheduler.RolloutScheduler`), every one is sent
+            the adapter or weights before every rollout, and a server that dies during a step is failed over.
+        server_scheduler: the scheduler's policy with several servers: ``kv_aware`` (the paper's), ``static`` or
+            ``round_robin``.
+        server_kv_capacity: KV capacity in tokens for servers that report none (vLLM reports its own on
+            ``/metrics``); None: every server must report it (``kv_aware``).
+        server_failover: retry a trajectory whose server died on another server (False: it ends as an engine
+            failure and is masked, :mod:`tirl.algo.infra`).
         server_lora_name: the adapter's name on that server.
         server_api: how that server is spoken to: ``openai`` (vLLM's ``/v1/completions`` and LoRA routes) or
             ``sglang`` (SGLang's ``/generate``, ``/load_lora_adapter`` and ``/flush_cache``).
@@ -139,7 +148,10 @@ class RolloutConfig(AgentLoopSettings):
     oversample: int = 2
     max_prompt_tokens: int = 2048
     engine_batch_size: int = 32
-    server_url: str | None = None
+    server_url: str | list[str] | None = None
+    server_scheduler: str = "kv_aware"
+    server_kv_capacity: int | None = None
+    server_failover: bool = True
     server_lora_name: str = "policy"
     server_api: str = "openai"
     server_sync: str = "auto"
@@ -150,6 +162,15 @@ class RolloutConfig(AgentLoopSettings):
     vllm_gpu_memory_utilization: float = 0.5
     vllm_tensor_parallel_size: int = 1
     mask_verifier_timeouts: bool = True
+
+    @property
+    def server_urls(self) -> list[str]:
+        """The inference servers of ``server_url`` (a comma-separated string or a list), in order; [] for none."""
+        value = self.server_url
+        if not value:
+            return []
+        items = value.split(",") if isinstance(value, str) else [u for v in value for u in str(v).split(",")]
+        return [u.strip().rstrip("/") for u in items if u.strip()]
 
     @property
     def samples_per_problem(self) -> int:
@@ -339,6 +360,14 @@ class RLConfig:
         if r.server_url and r.server_api == "sglang" and r.server_sync == "weights":
             raise ValueError("rollout.server_sync: weights is served by vLLM only (server_api: openai); "
                              "SGLang servers are sent the LoRA adapter")
+        urls = r.server_urls
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"rollout.server_url names a server twice: {', '.join(urls)}")
+        if r.server_scheduler not in ("kv_aware", "static", "round_robin"):
+            raise ValueError(f"rollout.server_scheduler must be kv_aware, static or round_robin, "
+                             f"got {r.server_scheduler!r}")
+        if r.server_kv_capacity is not None and r.server_kv_capacity <= 0:
+            raise ValueError("rollout.server_kv_capacity must be a positive number of tokens")
         if r.vllm_mode not in ("colocate", "server"):
             raise ValueError(f"rollout.vllm_mode must be colocate or server, got {r.vllm_mode!r}")
 

@@ -221,13 +221,13 @@ def preflight(config: RLConfig) -> None:
     if config.rollout.use_vllm and importlib.util.find_spec("vllm") is None:
         raise ValueError("rollout.use_vllm=true needs vLLM (pip install vllm, on a GPU machine); set "
                          "rollout.use_vllm=false to generate with transformers")
-    if config.rollout.server_url:
+    for url in config.rollout.server_urls:
         import asyncio
 
         from tirl.rollout.capacity import probe_health
 
-        if not asyncio.run(probe_health(config.rollout.server_url)):
-            raise ValueError(f"rollout.server_url {config.rollout.server_url} does not answer (GET /health, "
+        if not asyncio.run(probe_health(url)):
+            raise ValueError(f"rollout.server_url {url} does not answer (GET /health, "
                              "/v1/models): start the server, or unset rollout.server_url")
 
 

@@ -309,6 +309,7 @@ class RocRolloutFunc:
         for s in scores:
             status_counts[s.status] = status_counts.get(s.status, 0) + 1
         metrics.update(getattr(self.source, "last_sandbox_stats", None) or {})
+        metrics.update(getattr(self.source, "last_scheduler_stats", None) or {})
         engine_stats = getattr(self.source, "last_engine_stats", None) or {}
         for key in ("prefill_s", "decode_s", "sync_s", "prefill_tokens", "decode_tokens"):
             if key in engine_stats:
@@ -444,7 +445,10 @@ class AgentLoopSource:
     The pieces come from :mod:`tirl.runtime`: an :class:`~tirl.runtime.AgentRuntime` (one background event
     loop with the run's code executor and verifier, for the whole run) and the engine of
     :func:`~tirl.runtime.build_policy_engine`. With ``rollout.server_url`` the turns go to an inference server,
-    which is sent the current LoRA adapter before every rollout (:mod:`tirl.train.server_policy`). Otherwise the
+    which is sent the current LoRA adapter before every rollout (:mod:`tirl.train.server_policy`); with several,
+    to the KV-aware rollout scheduler over them (:mod:`tirl.rollout.scheduler`), every server is sent the
+    policy, a server that did not take it is taken out of rotation for the step (and put back once it takes
+    one again), and the scheduler's per-step counters are logged (``sched/...``). Otherwise the
     engine wraps the trainer's model object itself (unwrapped from DDP/DeepSpeed with TRL's
     ``unwrap_model_for_generation``), so every step samples from the current weights; no copy is made. With
     ``use_vllm`` (GPU) it is a :class:`tirl.rollout.vllm_engine.VLLMEngine` on TRL's colocated vLLM instance,
@@ -462,6 +466,9 @@ class AgentLoopSource:
             sets the model's ``max_position_embeddings`` when that is None).
         last_engine_stats: the engine's :class:`tirl.rollout.hf_engine.EngineStats` counters over the last
             :meth:`generate` (prefill and decode seconds and tokens), when the engine keeps them.
+        last_scheduler_stats: with several servers, the scheduler's counters over the last :meth:`generate`
+            (:meth:`tirl.rollout.scheduler.RolloutScheduler.step_stats`) and ``sched/synced``/``sched/sync_failed``
+            (servers that took, or did not take, the step's policy).
     """
 
     def __init__(
@@ -483,6 +490,7 @@ class AgentLoopSource:
         self.context_window: int | None = config.rollout.context_window
         self.last_engine_stats: dict[str, float] = {}
         self.last_sandbox_stats: dict[str, float] = {}
+        self.last_scheduler_stats: dict[str, float] = {}
         self._sync: Any = None
 
     def _agent_config(self) -> AgentLoopConfig:
@@ -496,9 +504,16 @@ class AgentLoopSource:
 
         r = self.config.rollout
         served = r.server_lora_name if self.config.server_sync_mode() == "adapter" else r.server_model_name
-        return build_policy_engine(model, batch_size=r.engine_batch_size, server_url=r.server_url,
+        scheduler = None
+        if len(r.server_urls) > 1:
+            from tirl.rollout.scheduler import SchedulerConfig
+
+            scheduler = SchedulerConfig(policy=r.server_scheduler, capacity_tokens=r.server_kv_capacity,
+                                        failover=r.server_failover,
+                                        metrics_log=str(Path(self.config.output_dir) / "scheduler_metrics.jsonl"))
+        return build_policy_engine(model, batch_size=r.engine_batch_size, server_url=r.server_urls,
                                    server_lora_name=served, trainer=trainer,
-                                   server_api=r.server_api)
+                                   server_api=r.server_api, scheduler=scheduler)
 
     def verify(self, items: Sequence[Any]) -> list[Any]:
         """Verdicts of ``tirl.reward.VerifyItem`` items on the run's executor and loop (what
@@ -518,16 +533,21 @@ class AgentLoopSource:
                 self._engine = self._make_engine(model, trainer)
             elif model is not None and hasattr(self._engine, "set_model"):
                 self._engine.set_model(model)
-            if self.config.rollout.server_url:
+            scheduler = self._engine if hasattr(self._engine, "step_stats") else None
+            if self.config.rollout.server_urls:
                 if self._sync is None:
                     from tirl.train.server_policy import ServerPolicySync
 
-                    self._sync = ServerPolicySync(self.config.rollout.server_url,
+                    self._sync = ServerPolicySync(self.config.rollout.server_urls,
                                                   Path(self.config.output_dir) / "served_adapter",
                                                   self.config.rollout.server_lora_name,
                                                   mode=self.config.server_sync_mode(),
                                                   api=self.config.rollout.server_api)
                 self._sync.push(model)
+                if scheduler is not None:
+                    self._route_synced(scheduler)
+            if scheduler is not None:
+                scheduler.step_stats()  # start this step's counters now
             stats = getattr(self._engine, "stats", None)
             before = stats.snapshot() if stats is not None else None
             sandbox_before = self._sandbox_counts()
@@ -544,7 +564,23 @@ class AgentLoopSource:
             self.last_engine_stats = {k: float(after[k] - before[k]) for k in after}
         if self._sync is not None:
             self.last_engine_stats = {"sync_s": self._sync.last_sync_s}
+        if scheduler is not None:
+            self.last_scheduler_stats = scheduler.step_stats()
+            if self._sync is not None:
+                self.last_scheduler_stats["sched/synced"] = float(len(self._sync.last_loaded))
+                self.last_scheduler_stats["sched/sync_failed"] = float(len(self._sync.last_failed))
         return trajectories
+
+    def _route_synced(self, scheduler: Any) -> None:
+        """Servers that did not take this step's policy leave the rotation; ones that did (again) rejoin it:
+        a trajectory must never be sampled from another step's weights."""
+        for url in self._sync.last_failed:
+            if scheduler.is_alive(url):
+                scheduler.mark_down(url, "did not take the step's policy")
+        for url in self._sync.last_loaded:
+            if not scheduler.is_alive(url):
+                logger.warning("rollout server %s took the policy again; back in rotation", url)
+                scheduler.mark_up(url)
 
     def _sandbox_counts(self) -> dict[str, int] | None:
         """Failover counters of a sandbox service client (``SandboxClient.stats``); None for the local pool."""

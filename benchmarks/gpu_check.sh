@@ -4,7 +4,7 @@
 #   benchmarks/gpu_check.sh prepare CARRY     # here (network to PyPI, this repo's CPU install): fill CARRY with
 #                                             # the pinned wheels of benchmarks/gpu_check_wheels.txt (cp312,
 #                                             # manylinux x86_64; 60 MiB in 26 files, checked <= 64 MiB) and the Qwen2.5
-#                                             # tokenizer tirl builds from its packaged GGUF (11 MB)
+#                                             # tokenizer tirl builds from its packaged GGUF (gzipped: 2 MiB)
 #   benchmarks/gpu_check.sh run CARRY [OUT]   # on the GPU machine, offline: a venv over the machine's own torch,
 #                                             # transformers, accelerate, peft (--system-site-packages) gets only
 #                                             # the carried wheels it lacks plus tirl (editable, from this
@@ -47,13 +47,14 @@ for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "
         shutil.copy2(src / name, dst / name)
 print(f"tokenizer: {src} -> {dst}")
 PYEOF
+  gzip -9f "$carry/tokenizer/tokenizer.json"  # 10.9 MiB -> 2.0 MiB of what travels; run unpacks it
   total=$(du -cb "$carry"/wheels/*.whl | tail -1 | cut -f1)
   ls -1 "$carry/wheels"
-  echo "wheels: $(ls "$carry"/wheels/*.whl | wc -l) files, $((total / 1024 / 1024)) MiB"
+  echo "wheels: $(ls "$carry"/wheels/*.whl | wc -l) files, $((total / 1024 / 1024)) MiB; tokenizer: $(du -cb "$carry"/tokenizer/* | tail -1 | cut -f1) bytes"
   [ "$total" -le "$MAX_WHEEL_BYTES" ] || { echo "gpu_check: the wheels exceed 64 MiB" >&2; exit 1; }
   ;;
 run)
-  [ -d "$carry/wheels" ] && [ -f "$carry/tokenizer/tokenizer.json" ] || {
+  [ -d "$carry/wheels" ] && [ -f "$carry/tokenizer/tokenizer.json" -o -f "$carry/tokenizer/tokenizer.json.gz" ] || {
     echo "gpu_check: $carry has no wheels/ or tokenizer/: run 'benchmarks/gpu_check.sh prepare $carry' on a machine with network first" >&2; exit 2; }
   "$PY" -c 'import sys; assert sys.version_info[:2] in ((3, 11), (3, 12)), sys.version' || {
     echo "gpu_check: $PY is not Python 3.11 or 3.12 (set PYTHON)" >&2; exit 2; }
@@ -81,8 +82,14 @@ run)
   "$venv/bin/python" -m pip list 2>/dev/null | grep -iE '^(torch|transformers|accelerate|peft|aiohttp|trl|datasets|pyarrow|pandas|pydantic|math-verify|tirl) ' || true
   echo "install: $(( $(date +%s) - t0 )) s"
   mkdir -p "$out"
+  tokdir="$carry/tokenizer"
+  if [ ! -f "$tokdir/tokenizer.json" ]; then  # prepare gzips it: unpack a copy beside the output
+    tokdir="$out/tokenizer"; mkdir -p "$tokdir"
+    cp "$carry"/tokenizer/*.json* "$carry"/tokenizer/*.jinja "$tokdir"/ 2>/dev/null || true
+    gunzip -f "$tokdir/tokenizer.json.gz"
+  fi
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false \
-    timeout "${GPU_CHECK_TIMEOUT_S:-480}" "$venv/bin/python" "$HERE/gpu_check.py" --tokenizer "$carry/tokenizer" \
+    timeout "${GPU_CHECK_TIMEOUT_S:-480}" "$venv/bin/python" "$HERE/gpu_check.py" --tokenizer "$tokdir" \
     --out "$out" --shape "$shape" --device "$device" --dtype "$dtype" --steps 3 --json "$out/gpu_check.json"
   echo "gpu_check: total $(( $(date +%s) - t0 )) s; report in $out/gpu_check.json"
   ;;

@@ -3,6 +3,7 @@ steps through build_trainer, tool calls in the real local sandbox), and its refu
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -57,7 +58,7 @@ def test_run_mode_on_a_machine_without_cuda_stops_before_installing(tmp_path):
     carry = tmp_path / "carry"
     (carry / "wheels").mkdir(parents=True)
     (carry / "tokenizer").mkdir()
-    (carry / "tokenizer" / "tokenizer.json").write_text("{}")
+    (carry / "tokenizer" / "tokenizer.json.gz").write_bytes(gzip.compress(b"{}"))  # as prepare leaves it
     venv = tmp_path / "venv"
     env = dict(os.environ, PYTHON=sys.executable, GPU_CHECK_VENV=str(venv), CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(["bash", str(SCRIPT), "run", str(carry), str(tmp_path / "out")], capture_output=True,

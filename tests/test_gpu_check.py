@@ -3,6 +3,7 @@ steps through build_trainer, tool calls in the real local sandbox), and its refu
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -51,3 +52,17 @@ def test_the_carried_wheels_are_exact_pins():
     names = {ln.split("==")[0].lower() for ln in lines}
     assert {"trl", "datasets", "pyarrow", "math-verify", "setuptools"} <= names
     assert not names & {"torch", "transformers", "accelerate", "peft", "vllm", "fastapi"}  # the machine's own
+
+
+def test_run_mode_on_a_machine_without_cuda_stops_before_installing(tmp_path):
+    carry = tmp_path / "carry"
+    (carry / "wheels").mkdir(parents=True)
+    (carry / "tokenizer").mkdir()
+    (carry / "tokenizer" / "tokenizer.json.gz").write_bytes(gzip.compress(b"{}"))  # as prepare leaves it
+    venv = tmp_path / "venv"
+    env = dict(os.environ, PYTHON=sys.executable, GPU_CHECK_VENV=str(venv), CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run(["bash", str(SCRIPT), "run", str(carry), str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "sees no CUDA device" in proc.stderr and "GPU_CHECK_DEVICE=cpu" in proc.stderr
+    assert not venv.exists()  # nothing installed on the wrong machine

@@ -480,13 +480,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 print(results[path]["log_tail"], file=sys.stderr)
             results[path]["wall_s"] = time.perf_counter() - t0
             results[path]["load_before"], results[path]["load_after"] = load_before, _load()
+            write_results(args, spec, python, results, partial=path != paths[-1])  # a run cut short keeps its rows
 
+    out = write_results(args, spec, python, results, partial=False)
+    print_table(out)
+    return out
+
+
+def write_results(args: Any, spec: dict[str, Any], python: str, results: dict[str, Any],
+                  partial: bool) -> dict[str, Any]:
+    """Add the ratios against the baseline and write the JSON (``partial``: paths are still to come)."""
     base = results.get(BASELINE, {}).get("phases", {}).get("step")
     for res in results.values():
         if base and "phases" in res:
             res["step_x_baseline"] = res["phases"]["step"] / base
     out = {
-        "benchmark": "rl_step_bench", "tiny": args.tiny, "baseline": BASELINE,
+        "benchmark": "rl_step_bench", "tiny": args.tiny, "baseline": BASELINE, "partial": partial,
         "recipe": str(RECIPE.relative_to(ROOT)), "model": MODEL if not args.tiny else "tiny (Qwen2.5 tokenizer)",
         "dtype": spec["dtype"], "eager": args.eager, "problems": [p["id"] for p in spec["problems"]],
         "samples_per_problem": args.samples, "max_turns": spec["max_turns"],
@@ -496,7 +505,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print_table(out)
     return out
 
 

@@ -185,3 +185,18 @@ def test_the_tool_responses_are_what_the_sandbox_returns():
         else:
             assert failed.status == "error", (e.problem, failed.status)
             assert render_tool_response(failed, CFG) == e.turns[0].tool_responses[0], e.problem
+
+
+def test_the_recovery_recipe_is_the_base_recipe_plus_the_recovery_rows():
+    from pathlib import Path
+
+    from tirl.config import load_dataclass_config
+    from tirl.train.sft_config import SFTConfig
+
+    configs = Path(__file__).resolve().parents[1] / "configs" / "sft"
+    base = load_dataclass_config(SFTConfig, configs / "cpu-qwen0.5b.yaml")
+    rec = load_dataclass_config(SFTConfig, configs / "cpu-qwen0.5b-recovery.yaml")
+    assert [s for s in rec.data.sources if not s.startswith("programs_recovery:")] == base.data.sources
+    assert "programs_recovery:88" in rec.data.sources
+    assert rec.output_dir != base.output_dir and rec.model == base.model and rec.optim == base.optim
+    assert rec.protocol == base.protocol and rec.data.max_length == base.data.max_length

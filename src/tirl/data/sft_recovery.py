@@ -304,7 +304,9 @@ def first_result(rec: Recovery, tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S) 
         RuntimeError: the program does not fail with ``rec.error`` (the template is wrong).
     """
     if rec.error == "timeout":
-        return ExecutionResult(status="timeout", duration_s=tool_timeout_s, exit_code=-9)
+        return ExecutionResult(status="timeout", duration_s=tool_timeout_s, exit_code=-9,
+                               stderr=f"tirl-sandbox: timeout: the code ran past its {tool_timeout_s:g} s limit and "
+                                      f"was killed\n")  # what the sandbox returns (not shown to the model)
     result = run_like_sandbox(rec.first)
     if result.status != "error" or result.error_type != rec.error:
         raise RuntimeError(f"the first program of {rec.problem!r} gave {result.status}/{result.error_type}, "

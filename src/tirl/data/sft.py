@@ -26,10 +26,13 @@ Conversion rules (so the SFT targets obey the protocol the agent loop and the ve
 
 * **programs** (generated, :mod:`tirl.data.sft_programs`): one call with a complete program (loops, ``math``),
   its output fed back, the answer boxed from it.
+* **programs_recovery** (generated, :mod:`tirl.data.sft_recovery`): a first call whose program fails (the real
+  error fed back), a sentence reading the error, a second call with the fix, its output, the answer.
 
 Sources are named like the RL sets: ``gsm8k_tir`` (all rows), ``gsm8k_tir:N`` (the first N rows) or
 ``gsm8k_tir:A-B`` (rows A to B-1, e.g. to keep SFT problems apart from the ``gsm8k:150`` RL items);
-``programs:N`` / ``programs:A-B`` (the generated set needs a size).
+``programs:N`` / ``programs:A-B`` and ``programs_recovery:N`` / ``programs_recovery:A-B`` (the generated sets need a
+size).
 """
 
 from __future__ import annotations
@@ -77,6 +80,10 @@ SFT_SETS: dict[str, dict[str, str]] = {
 
 GENERATED_PROGRAMS = "programs"
 """The generated source: one-program tool conversations (:mod:`tirl.data.sft_programs`), ``programs:N``."""
+
+GENERATED_RECOVERY = "programs_recovery"
+"""The generated source of recovery conversations (a failing call, the error read, the fix;
+:mod:`tirl.data.sft_recovery`), ``programs_recovery:N``."""
 
 _FINAL_LINE_RE = re.compile(r"^The answer is \$\\boxed\{(?P<box>.+)\}\$\.?\s*$")
 
@@ -262,17 +269,19 @@ def load_sft_examples(sources: Sequence[str], *, seed: int = 0, limit: int | Non
     examples: list[SFTExample] = []
     for src in sources:
         name, _, arg = src.partition(":")
-        if name == GENERATED_PROGRAMS:
-            from tirl.data.sft_programs import program_examples
-
+        if name in (GENERATED_PROGRAMS, GENERATED_RECOVERY):
             rows = _row_range(arg, name)
             if rows.stop is None:
                 raise ValueError(f"SFT source {src!r}: the generated set needs a size, {name}:N or {name}:A-B")
-            examples.extend(program_examples(rows.stop, config=config)[rows])
+            if name == GENERATED_PROGRAMS:
+                from tirl.data.sft_programs import program_examples as generate
+            else:
+                from tirl.data.sft_recovery import recovery_examples as generate
+            examples.extend(generate(rows.stop, config=config)[rows])
             continue
         if name not in SFT_SETS:
             raise ValueError(f"SFT source {src!r} is neither a packaged set ({', '.join(SFT_SETS)}) nor "
-                             f"{GENERATED_PROGRAMS!r}")
+                             f"{GENERATED_PROGRAMS!r} / {GENERATED_RECOVERY!r}")
         examples.extend(load_sft_set(name, _row_range(arg, name), config))
     first: dict[str, SFTExample] = {}
     for e in examples:
@@ -296,6 +305,7 @@ __all__ = [
     "SFT_DATA_DIR",
     "SFT_SETS",
     "GENERATED_PROGRAMS",
+    "GENERATED_RECOVERY",
     "chat_example",
     "gsm8k_tir_example",
     "load_sft_examples",

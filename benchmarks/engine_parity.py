@@ -58,12 +58,24 @@ def build_colocated_llm(folder: str, max_model_len: int, max_num_seqs: int) -> A
     """A ``vllm.LLM`` as TRL's colocate mode builds it (trl 1.16 ``VLLMGeneration._init_vllm``), float32."""
     from vllm import LLM
 
-    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
-                       ("MASTER_PORT", os.environ.get("MASTER_PORT", "29541"))):
+    for key, value in (
+        ("RANK", "0"),
+        ("LOCAL_RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", os.environ.get("MASTER_PORT", "29541")),
+    ):
         os.environ.setdefault(key, value)
-    return LLM(model=folder, dtype="float32", max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-               distributed_executor_backend="external_launcher", seed=0, max_num_batched_tokens=4096,
-               logprobs_mode="processed_logprobs")
+    return LLM(
+        model=folder,
+        dtype="float32",
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        distributed_executor_backend="external_launcher",
+        seed=0,
+        max_num_batched_tokens=4096,
+        logprobs_mode="processed_logprobs",
+    )
 
 
 def run_vllm(llm: Any, prompts: list[list[int]], params: Any) -> tuple[list[Any], float]:
@@ -89,10 +101,15 @@ def margins_at(folder: str, rows: list[tuple[list[int], int, int, int]]) -> list
         for ids, _, hf_tok, vl_tok in rows:
             lp = torch.log_softmax(model(torch.tensor([ids])).logits[0, -1].float(), -1)
             top = lp.topk(2)
-            out.append({"top1_minus_top2": float(top.values[0] - top.values[1]),
-                        "top1_is_hf_token": int(top.indices[0]) == hf_tok,
-                        "hf_logprob_of_hf_token": float(lp[hf_tok]), "hf_logprob_of_vllm_token": float(lp[vl_tok]),
-                        "hf_token_minus_vllm_token": float(lp[hf_tok] - lp[vl_tok])})
+            out.append(
+                {
+                    "top1_minus_top2": float(top.values[0] - top.values[1]),
+                    "top1_is_hf_token": int(top.indices[0]) == hf_tok,
+                    "hf_logprob_of_hf_token": float(lp[hf_tok]),
+                    "hf_logprob_of_vllm_token": float(lp[vl_tok]),
+                    "hf_token_minus_vllm_token": float(lp[hf_tok] - lp[vl_tok]),
+                }
+            )
     return out
 
 
@@ -106,8 +123,15 @@ def compare(prompts: list[list[int]], hf: list[Any], vl: list[Any]) -> dict[str,
         for j in range(k):
             if j < len(a.logprobs) and j < len(b.logprobs):
                 gaps.append(abs(a.logprobs[j] - b.logprobs[j]))
-        row = {"prompt": i, "identical": same, "hf_tokens": len(ta), "vllm_tokens": len(tb),
-               "first_diff": None if same else k, "hf_finish": a.finish_reason, "vllm_finish": b.finish_reason}
+        row = {
+            "prompt": i,
+            "identical": same,
+            "hf_tokens": len(ta),
+            "vllm_tokens": len(tb),
+            "first_diff": None if same else k,
+            "hf_finish": a.finish_reason,
+            "vllm_finish": b.finish_reason,
+        }
         if not same and k < len(ta) and k < len(tb):
             row["hf_token"], row["vllm_token"] = ta[k], tb[k]
             if k < len(a.logprobs) and k < len(b.logprobs):  # each engine's log-prob of its own token there
@@ -147,8 +171,13 @@ def main() -> None:
     gaps = result["gaps"]
     identical = sum(r["identical"] for r in result["rows"])
     summary = {
-        "model": args.model, "dtype": "float32", "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
-        "identical": identical, "hf_wall_s": round(hf_s, 1), "vllm_wall_s": round(vl_s, 1),
+        "model": args.model,
+        "dtype": "float32",
+        "prompts": len(prompts),
+        "max_new_tokens": args.max_new_tokens,
+        "identical": identical,
+        "hf_wall_s": round(hf_s, 1),
+        "vllm_wall_s": round(vl_s, 1),
         "common_prefix_tokens": len(gaps),
         "common_prefix_logprob_gap_mean": (sum(gaps) / len(gaps)) if gaps else None,
         "common_prefix_logprob_gap_max": max(gaps) if gaps else None,
@@ -159,11 +188,15 @@ def main() -> None:
     print("prompt  identical  first_diff  hf_tok  vllm_tok  HF lp(hf token) - lp(vLLM token) at first_diff (nats)")
     for r in result["rows"]:
         margin = r.get("at_first_diff_hf_token_minus_vllm_token")
-        print(f"{r['prompt']:>6}  {r['identical']!s:>9}  {r['first_diff']!s:>10}  {r['hf_tokens']:>6}  "
-              f"{r['vllm_tokens']:>8}  {'' if margin is None else f'{margin:.2e}'}")
+        print(
+            f"{r['prompt']:>6}  {r['identical']!s:>9}  {r['first_diff']!s:>10}  {r['hf_tokens']:>6}  "
+            f"{r['vllm_tokens']:>8}  {'' if margin is None else f'{margin:.2e}'}"
+        )
     if gaps:
-        print(f"log-prob gap on common prefixes: mean {summary['common_prefix_logprob_gap_mean']:.2e}, "
-              f"max {summary['common_prefix_logprob_gap_max']:.2e} over {len(gaps)} tokens")
+        print(
+            f"log-prob gap on common prefixes: mean {summary['common_prefix_logprob_gap_mean']:.2e}, "
+            f"max {summary['common_prefix_logprob_gap_max']:.2e} over {len(gaps)} tokens"
+        )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
 

@@ -37,21 +37,40 @@ from typing import Any
 
 # Qwen2.5-1.5B's config.json (the architecture fields), and a tiny model of the same family for the CPU test.
 SHAPES: dict[str, dict[str, Any]] = {
-    "qwen2.5-1.5b": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
-                     "num_attention_heads": 12, "num_key_value_heads": 2, "max_position_embeddings": 32768,
-                     "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
-                     "vocab_size": 151936, "initializer_range": 0.02},
-    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "max_position_embeddings": 4096, "tie_word_embeddings": True,
-             "initializer_range": 0.1},
+    "qwen2.5-1.5b": {
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 32768,
+        "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": True,
+        "vocab_size": 151936,
+        "initializer_range": 0.02,
+    },
+    "tiny": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": True,
+        "initializer_range": 0.1,
+    },
 }
 # Per-shape run sizes: (problems per step, G, response-token budget, sandbox workers).
 RUN_SIZES = {"qwen2.5-1.5b": (8, 4, 384, 8), "tiny": (2, 2, 120, 1)}  # the tool turn is ~50 tokens
 
 TOOL_CODE = "import numpy as np\\nprint(int(np.arange(6).sum() + np.arange(7).sum() + 6))"
-TOOL_TURN = ("Let me compute it.\n<tool_call>\n"
-             '{"name": "execute_python_code_with_standard_io", "arguments": {"code": "' + TOOL_CODE
-             + '", "input": ""}}\n</tool_call><|im_end|>')
+TOOL_TURN = (
+    "Let me compute it.\n<tool_call>\n"
+    '{"name": "execute_python_code_with_standard_io", "arguments": {"code": "'
+    + TOOL_CODE
+    + '", "input": ""}}\n</tool_call><|im_end|>'
+)
 ANSWER_TURN = "The tool says 42.</reason>\n<answer>\\boxed{42}</answer><|im_end|>"
 
 
@@ -70,18 +89,19 @@ def build_model(tokenizer_dir: Path, out_dir: Path, shape: str, device: str, dty
     stops = generation_eos_ids(tokenizer_dir)
     fields = dict(SHAPES[shape])
     fields.setdefault("vocab_size", max(len(tok), max(tok.get_vocab().values()) + 1))
-    config = Qwen2Config(**fields, bos_token_id=tok.bos_token_id, eos_token_id=stops[0],
-                         pad_token_id=tok.pad_token_id)
+    config = Qwen2Config(**fields, bos_token_id=tok.bos_token_id, eos_token_id=stops[0], pad_token_id=tok.pad_token_id)
     torch.manual_seed(seed)
     with torch.device(device):
         model = Qwen2ForCausalLM(config).to(getattr(torch, dtype))
-    model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, eos_token_id=stops,
-                                               pad_token_id=tok.pad_token_id)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tok.bos_token_id, eos_token_id=stops, pad_token_id=tok.pad_token_id
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out_dir))
     tok.save_pretrained(str(out_dir))
-    (out_dir / "tirl_source.json").write_text(json.dumps({"gpu_check_shape": shape, "seed": seed,
-                                                          "stop_token_ids": stops}) + "\n")
+    (out_dir / "tirl_source.json").write_text(
+        json.dumps({"gpu_check_shape": shape, "seed": seed, "stop_token_ids": stops}) + "\n"
+    )
     n_params = sum(p.numel() for p in model.parameters())
     del model
     if device.startswith("cuda"):
@@ -146,8 +166,11 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
 
     t_start = time.perf_counter()
     out = Path(args.out)
-    versions = {"python": platform.python_version(), "torch": torch.__version__,
-                "transformers": transformers.__version__}
+    versions = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
     for name in ("accelerate", "trl", "peft", "datasets"):
         try:
             versions[name] = __import__(name).__version__
@@ -160,18 +183,36 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
     build_s = time.perf_counter() - t0
 
     problems_per_step, group, budget, workers = RUN_SIZES[args.shape]
-    config = load_config(None, [
-        f"output_dir={out / 'run'}", f"model.name_or_path={model_dir}", f"model.dtype={args.dtype}",
-        f"max_steps={args.steps}", f"problems_per_step={problems_per_step}", "save_steps=100000", "resume=false",
-        f"rollout.group_size={group}", "rollout.oversample=2", "rollout.max_turns=2",
-        f"rollout.max_response_tokens={budget}", "sandbox.backend=local", f"sandbox.workers={workers}",
-        f"rollout.engine_batch_size={2 * group * problems_per_step}",
-        f"optim.per_device_train_batch_size={group * problems_per_step}", "optim.learning_rate=1e-5",
-        "optim.warmup_steps=0", "roc.min_per_class=1", "logging.console=false", "logging.report_to=none",
-        "watchdog.enabled=false",
-    ])
-    problems = [Problem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42")
-                for i in range(problems_per_step * args.steps)]
+    config = load_config(
+        None,
+        [
+            f"output_dir={out / 'run'}",
+            f"model.name_or_path={model_dir}",
+            f"model.dtype={args.dtype}",
+            f"max_steps={args.steps}",
+            f"problems_per_step={problems_per_step}",
+            "save_steps=100000",
+            "resume=false",
+            f"rollout.group_size={group}",
+            "rollout.oversample=2",
+            "rollout.max_turns=2",
+            f"rollout.max_response_tokens={budget}",
+            "sandbox.backend=local",
+            f"sandbox.workers={workers}",
+            f"rollout.engine_batch_size={2 * group * problems_per_step}",
+            f"optim.per_device_train_batch_size={group * problems_per_step}",
+            "optim.learning_rate=1e-5",
+            "optim.warmup_steps=0",
+            "roc.min_per_class=1",
+            "logging.console=false",
+            "logging.report_to=none",
+            "watchdog.enabled=false",
+        ],
+    )
+    problems = [
+        Problem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42")
+        for i in range(problems_per_step * args.steps)
+    ]
     tokenizer = load_tokenizer(str(model_dir))
     holder: dict[str, Any] = {}
 
@@ -181,8 +222,9 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
         return holder["engine"]
 
     source = AgentLoopSource(config, tokenizer, engine_factory=engine_factory)
-    run = build_trainer(config, problems=problems, source=source, scorer=VerifierScorer(tokenizer, source.verify),
-                        num_processes=1)
+    run = build_trainer(
+        config, problems=problems, source=source, scorer=VerifierScorer(tokenizer, source.verify), num_processes=1
+    )
     trainer = run.trainer
     probe_name, probe = next((n, p) for n, p in trainer.model.named_parameters() if "layers.0.mlp" in n)
     probe_before = probe.detach().float().clone()
@@ -212,13 +254,21 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
     for i, rec in enumerate(records):
         g = lambda key, rec=rec: float(rec.get("tirl/" + key, float("nan")))  # noqa: E731
         tokens = g("engine/decode_tokens")
-        rows.append({"step": int(rec.get("step", i + 1)), "step_s": g("time/step_s"),
-                     "rollout_s": g("time/rollout_s"), "tools_s": g("time/tool_exec_s"),
-                     "verify_s": g("time/verify_s"), "update_s": g("time/update_s"),
-                     "generated_tokens": tokens, "tokens_per_s": tokens / max(g("time/rollout_s"), 1e-9),
-                     "loss": float(rec.get("loss", float("nan"))),
-                     "peak_memory_gib": memory[i] if i < len(memory) else float("nan"),
-                     **(tool_calls[i] if i < len(tool_calls) else {"calls": 0, "ok": 0})})
+        rows.append(
+            {
+                "step": int(rec.get("step", i + 1)),
+                "step_s": g("time/step_s"),
+                "rollout_s": g("time/rollout_s"),
+                "tools_s": g("time/tool_exec_s"),
+                "verify_s": g("time/verify_s"),
+                "update_s": g("time/update_s"),
+                "generated_tokens": tokens,
+                "tokens_per_s": tokens / max(g("time/rollout_s"), 1e-9),
+                "loss": float(rec.get("loss", float("nan"))),
+                "peak_memory_gib": memory[i] if i < len(memory) else float("nan"),
+                **(tool_calls[i] if i < len(tool_calls) else {"calls": 0, "ok": 0}),
+            }
+        )
     what, peak = peak_memory(args.device)
     problems_found = []
     if len(rows) < args.steps:
@@ -229,12 +279,24 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
         problems_found.append("a non-finite loss")
     if not moved > 0:
         problems_found.append(f"{probe_name} did not change")
-    report = {"shape": args.shape, "device": args.device, "device_name": device_name, "dtype": args.dtype,
-              "versions": versions, "problems_per_step": problems_per_step, "group_size": group,
-              "sampled_per_step": 2 * group * problems_per_step, "max_response_tokens": budget,
-              "model_build_s": build_s, "train_s": train_s, "total_s": time.perf_counter() - t_start,
-              "peak_memory": {"what": what, "gib": peak}, "weight_change_max": moved, "steps": rows,
-              "failed_checks": problems_found}
+    report = {
+        "shape": args.shape,
+        "device": args.device,
+        "device_name": device_name,
+        "dtype": args.dtype,
+        "versions": versions,
+        "problems_per_step": problems_per_step,
+        "group_size": group,
+        "sampled_per_step": 2 * group * problems_per_step,
+        "max_response_tokens": budget,
+        "model_build_s": build_s,
+        "train_s": train_s,
+        "total_s": time.perf_counter() - t_start,
+        "peak_memory": {"what": what, "gib": peak},
+        "weight_change_max": moved,
+        "steps": rows,
+        "failed_checks": problems_found,
+    }
     print_table(report)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
@@ -243,18 +305,32 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
 
 def print_table(report: dict[str, Any]) -> None:
     """The per-step breakdown as a plain table."""
-    cols = [("step", "{:d}"), ("step_s", "{:.1f}"), ("rollout_s", "{:.1f}"), ("tools_s", "{:.2f}"),
-            ("verify_s", "{:.2f}"), ("update_s", "{:.1f}"), ("generated_tokens", "{:.0f}"),
-            ("tokens_per_s", "{:.0f}"), ("loss", "{:.4f}"), ("peak_memory_gib", "{:.2f}"), ("calls", "{:d}"),
-            ("ok", "{:d}")]
-    print(f"\nGPU check: {report['shape']} on {report['device_name']} ({report['dtype']}), "
-          f"{report['sampled_per_step']} trajectories sampled per step, budget {report['max_response_tokens']}")
+    cols = [
+        ("step", "{:d}"),
+        ("step_s", "{:.1f}"),
+        ("rollout_s", "{:.1f}"),
+        ("tools_s", "{:.2f}"),
+        ("verify_s", "{:.2f}"),
+        ("update_s", "{:.1f}"),
+        ("generated_tokens", "{:.0f}"),
+        ("tokens_per_s", "{:.0f}"),
+        ("loss", "{:.4f}"),
+        ("peak_memory_gib", "{:.2f}"),
+        ("calls", "{:d}"),
+        ("ok", "{:d}"),
+    ]
+    print(
+        f"\nGPU check: {report['shape']} on {report['device_name']} ({report['dtype']}), "
+        f"{report['sampled_per_step']} trajectories sampled per step, budget {report['max_response_tokens']}"
+    )
     print("  ".join(f"{name:>10}" for name, _ in cols))
     for row in report["steps"]:
         print("  ".join(f"{fmt.format(row[name]):>10}" for name, fmt in cols))
-    print(f"tools_s: sum of the sandbox calls' durations (they overlap); {report['peak_memory']['what']}: "
-          f"{report['peak_memory']['gib']:.2f} GiB; model build {report['model_build_s']:.0f} s, "
-          f"training {report['train_s']:.0f} s, total {report['total_s']:.0f} s")
+    print(
+        f"tools_s: sum of the sandbox calls' durations (they overlap); {report['peak_memory']['what']}: "
+        f"{report['peak_memory']['gib']:.2f} GiB; model build {report['model_build_s']:.0f} s, "
+        f"training {report['train_s']:.0f} s, total {report['total_s']:.0f} s"
+    )
     failed = report["failed_checks"]
     print("checks: " + ("all passed" if not failed else "FAILED: " + "; ".join(failed)))
 
@@ -273,8 +349,11 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         if not torch.cuda.is_available():
-            print("gpu_check: no CUDA device visible (torch.cuda.is_available() is False); use --device cpu "
-                  "--shape tiny for the CPU self-test", file=sys.stderr)
+            print(
+                "gpu_check: no CUDA device visible (torch.cuda.is_available() is False); use --device cpu "
+                "--shape tiny for the CPU self-test",
+                file=sys.stderr,
+            )
             return 2
     report = run_check(args)
     return 1 if report["failed_checks"] else 0

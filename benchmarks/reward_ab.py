@@ -106,9 +106,14 @@ METRICS = (
 def measure(tree: Path, pool: bool) -> dict[str, Any]:
     """One measurement process with ``tree``'s ``src`` first on the path (its benchmark workloads too)."""
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
-    done = subprocess.run([sys.executable, "-c", MEASURE, str(tree), "pool" if pool else "cpu"], env=env,
-                          capture_output=True, text=True,
-                          timeout=1800, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(tree), "pool" if pool else "cpu"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"measurement in {tree} failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -138,9 +143,14 @@ def main() -> None:
         table.add_row(label, unit, f"{b:,.1f}", f"{c:,.1f}", f"{c / b:.2f}")
     Console(width=150).print(table)
     report = {
-        "baseline": str(trees["baseline"]), "candidate": str(trees["candidate"]), "rounds": args.rounds,
-        "loadavg_before": load_before, "loadavg_after": load_after, "cpus": os.cpu_count(),
-        "runs": runs, "best": best,
+        "baseline": str(trees["baseline"]),
+        "candidate": str(trees["candidate"]),
+        "rounds": args.rounds,
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+        "cpus": os.cpu_count(),
+        "runs": runs,
+        "best": best,
         "ratio": {key: best["candidate"][key] / best["baseline"][key] for key, _, _ in metrics},
         "symbolic_agree": {name: [r["symbolic_agree"] for r in rs] for name, rs in runs.items()},
     }

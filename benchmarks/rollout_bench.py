@@ -46,8 +46,12 @@ def workload(tok, problems: int, samples: int) -> list[list[int]]:
 
 
 async def run_engine(engine, prompts: list[list[int]], new_tokens: int, seeded: bool) -> tuple[float, int]:
-    params = [SamplingParams(max_new_tokens=new_tokens, temperature=1.0, stop_token_ids=[],
-                             seed=(1000 + i) if seeded else None) for i in range(len(prompts))]
+    params = [
+        SamplingParams(
+            max_new_tokens=new_tokens, temperature=1.0, stop_token_ids=[], seed=(1000 + i) if seeded else None
+        )
+        for i in range(len(prompts))
+    ]
     t0 = time.perf_counter()
     outs = await asyncio.gather(*[engine.generate(p, sp) for p, sp in zip(prompts, params)])
     return time.perf_counter() - t0, sum(len(o.token_ids) for o in outs)
@@ -61,8 +65,14 @@ def hf_phase(dtype: str, prompts: list[list[int]], new_tokens: int) -> dict:
     wall, tokens = asyncio.run(run_engine(engine, prompts, new_tokens, seeded=True))
     s = engine.stats
     del engine, model
-    return {"wall_s": wall, "tokens": tokens, "prefill_s": s.prefill_s, "prefill_tokens": s.prefill_tokens,
-            "prompt_tokens_requested": s.prompt_tokens_requested, "decode_s": s.decode_s}
+    return {
+        "wall_s": wall,
+        "tokens": tokens,
+        "prefill_s": s.prefill_s,
+        "prefill_tokens": s.prefill_tokens,
+        "prompt_tokens_requested": s.prompt_tokens_requested,
+        "decode_s": s.decode_s,
+    }
 
 
 def vllm_phase(url: str, model: str, prompts: list[list[int]], new_tokens: int) -> dict:
@@ -104,20 +114,33 @@ def main() -> None:
 
     base = best(runs["hf_bfloat16"])
     base_rate = base["tokens"] / base["wall_s"]
-    table = Table(title=f"{len(prompts)} requests ({args.problems} prompts x {args.samples}), "
-                        f"{args.new_tokens} new tokens each; load {load_before[0]:.1f} -> {load_after[0]:.1f}")
+    table = Table(
+        title=f"{len(prompts)} requests ({args.problems} prompts x {args.samples}), "
+        f"{args.new_tokens} new tokens each; load {load_before[0]:.1f} -> {load_after[0]:.1f}"
+    )
     for col in ("phase", "wall s", "tokens/s", "ratio", "prefill s", "prompt tokens computed", "decode s"):
         table.add_column(col, justify="right" if col != "phase" else "left")
-    result = {"machine": platform.platform(), "cpus": os.cpu_count(), "loadavg_before": load_before,
-              "loadavg_after": load_after, "args": vars(args), "phases": {}}
+    result = {
+        "machine": platform.platform(),
+        "cpus": os.cpu_count(),
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+        "args": vars(args),
+        "phases": {},
+    }
     for name, rows in runs.items():
         r = best(rows)
         rate = r["tokens"] / r["wall_s"]
         result["phases"][name] = {**r, "tokens_per_s": rate, "ratio": rate / base_rate, "all": rows}
-        table.add_row(name, f"{r['wall_s']:.1f}", f"{rate:.1f}", f"{rate / base_rate:.2f}x",
-                      f"{r['prefill_s']:.1f}" if "prefill_s" in r else "-",
-                      f"{r['prefill_tokens']} of {r['prompt_tokens_requested']}" if "prefill_tokens" in r else "-",
-                      f"{r['decode_s']:.1f}" if "decode_s" in r else "-")
+        table.add_row(
+            name,
+            f"{r['wall_s']:.1f}",
+            f"{rate:.1f}",
+            f"{rate / base_rate:.2f}x",
+            f"{r['prefill_s']:.1f}" if "prefill_s" in r else "-",
+            f"{r['prefill_tokens']} of {r['prompt_tokens_requested']}" if "prefill_tokens" in r else "-",
+            f"{r['decode_s']:.1f}" if "decode_s" in r else "-",
+        )
     Console().print(table)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))

@@ -71,8 +71,10 @@ from tirl.sandbox.isolation import scrubbed_env
 console = Console(width=None if sys.stdout.isatty() else 150)
 
 SYMPY_CODE = "from sympy import symbols, solve\nx = symbols('x')\nprint(solve(x**2 - 2*x - 3, x))"
-NUMPY_CODE = ("import numpy as np\na = np.arange(40000, dtype=float).reshape(200, 200) / 40000\n"
-              "print(round(float((a @ a).trace()), 3))")
+NUMPY_CODE = (
+    "import numpy as np\na = np.arange(40000, dtype=float).reshape(200, 200) / 40000\n"
+    "print(round(float((a @ a).trace()), 3))"
+)
 LOOP_CODE = "while True:\n    pass"
 
 
@@ -97,8 +99,10 @@ def workload(name: str, n: int) -> list[Call]:
         expected = f"{round(float(total) / 40000**2, 3)}\n"
         return [Call(NUMPY_CODE, "ok", expected) for _ in range(n)]
     if name == "mix_timeouts":
-        return [Call(LOOP_CODE, "timeout", None, 0.5) if i % 10 == 9 else Call(f"print({i})", "ok", f"{i}\n")
-                for i in range(n)]
+        return [
+            Call(LOOP_CODE, "timeout", None, 0.5) if i % 10 == 9 else Call(f"print({i})", "ok", f"{i}\n")
+            for i in range(n)
+        ]
     raise ValueError(name)
 
 
@@ -123,9 +127,18 @@ async def run_baseline(req: ExecutionRequest) -> ExecutionResult:
     env["TIRL_BENCH_CODE"] = req.code
     start = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-I", "-c", _BASELINE_WRAPPER, str(req.timeout_s), str(req.memory_mb),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env=env, start_new_session=True)
+        sys.executable,
+        "-I",
+        "-c",
+        _BASELINE_WRAPPER,
+        str(req.timeout_s),
+        str(req.memory_mb),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
     try:
         out, err = await asyncio.wait_for(proc.communicate(req.stdin.encode()), req.timeout_s)
     except TimeoutError:
@@ -136,8 +149,13 @@ async def run_baseline(req: ExecutionRequest) -> ExecutionResult:
         await proc.wait()
         return ExecutionResult("timeout", duration_s=time.perf_counter() - start, exit_code=-9)
     status = "ok" if proc.returncode == 0 else "error"
-    return ExecutionResult(status, stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
-                           exit_code=proc.returncode, duration_s=time.perf_counter() - start)
+    return ExecutionResult(
+        status,
+        stdout=out.decode("utf-8", "replace"),
+        stderr=err.decode("utf-8", "replace"),
+        exit_code=proc.returncode,
+        duration_s=time.perf_counter() - start,
+    )
 
 
 # -- driving ------------------------------------------------------------------------------------------
@@ -175,9 +193,15 @@ def cpu_seconds(worker_pids: list[int]) -> float:
     return total
 
 
-async def drive(name: str, executor: str, calls: list[Call], k: int,
-                fn: Callable[[ExecutionRequest], Awaitable[ExecutionResult]], progress: Progress,
-                worker_pids: list[int]) -> PhaseResult:
+async def drive(
+    name: str,
+    executor: str,
+    calls: list[Call],
+    k: int,
+    fn: Callable[[ExecutionRequest], Awaitable[ExecutionResult]],
+    progress: Progress,
+    worker_pids: list[int],
+) -> PhaseResult:
     """Send ``calls`` through ``fn`` from ``k`` closed-loop clients; check every answer. CPU time of the
     whole system under test (this process, the workers, all call processes) is counted per call."""
     task = progress.add_task(f"{name} / {executor}", total=len(calls))
@@ -207,14 +231,27 @@ async def drive(name: str, executor: str, calls: list[Call], k: int,
     def pct(q: float) -> float:
         return round(latencies[min(len(latencies) - 1, math.ceil(q * len(latencies)) - 1)] * 1000, 1)
 
-    return PhaseResult(name, executor, len(calls), k, round(seconds, 2), round(len(calls) / seconds, 1),
-                       pct(0.5), pct(0.99), wrong, round(cpu / len(calls) * 1000, 2))
+    return PhaseResult(
+        name,
+        executor,
+        len(calls),
+        k,
+        round(seconds, 2),
+        round(len(calls) / seconds, 1),
+        pct(0.5),
+        pct(0.99),
+        wrong,
+        round(cpu / len(calls) * 1000, 2),
+    )
 
 
 async def main_async(args: argparse.Namespace) -> dict:
     scale = 0.25 if args.quick else 1.0
     counts = {  # (pool calls, baseline calls)
-        "trivial": (600, 60), "sympy": (200, 10), "numpy": (300, 40), "mix_timeouts": (300, 60),
+        "trivial": (600, 60),
+        "sympy": (200, 10),
+        "numpy": (300, 40),
+        "mix_timeouts": (300, 60),
     }
     load_before = os.getloadavg()
     results: list[PhaseResult] = []
@@ -223,26 +260,55 @@ async def main_async(args: argparse.Namespace) -> dict:
         layers = await sb.layer_report()
         for _ in range(2 * k):  # warm the workers' first-call paths
             await sb.run(ExecutionRequest("print(1)"))
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=True) as progress:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
             pids = sb.worker_pids()
-            results.append(await drive("trivial_seq", "pool", workload("trivial", max(20, int(200 * scale))), 1,
-                                       sb.run, progress, pids))
-            results.append(await drive("trivial_cores", "pool", workload("trivial", max(20, int(400 * scale))),
-                                       sb.workers, sb.run, progress, pids))
+            results.append(
+                await drive(
+                    "trivial_seq", "pool", workload("trivial", max(20, int(200 * scale))), 1, sb.run, progress, pids
+                )
+            )
+            results.append(
+                await drive(
+                    "trivial_cores",
+                    "pool",
+                    workload("trivial", max(20, int(400 * scale))),
+                    sb.workers,
+                    sb.run,
+                    progress,
+                    pids,
+                )
+            )
             for name, (n_pool, n_base) in counts.items():
-                results.append(await drive(name, "pool", workload(name, max(k, int(n_pool * scale))), k, sb.run,
-                                           progress, pids))
-                results.append(await drive(name, "baseline", workload(name, max(k, int(n_base * scale))), k,
-                                           run_baseline, progress, pids))
+                results.append(
+                    await drive(name, "pool", workload(name, max(k, int(n_pool * scale))), k, sb.run, progress, pids)
+                )
+                results.append(
+                    await drive(
+                        name, "baseline", workload(name, max(k, int(n_base * scale))), k, run_baseline, progress, pids
+                    )
+                )
     load_after = os.getloadavg()
     return {
         "date": dt.datetime.now().isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "cores": len(os.sched_getaffinity(0)), "load_avg_before": load_before,
-                    "load_avg_after": load_after},
-        "pool": {"workers": sb.workers, "max_concurrency": sb.max_concurrency,
-                 "active_layers": [layer["name"] for layer in layers if layer["active"]]},
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cores": len(os.sched_getaffinity(0)),
+            "load_avg_before": load_before,
+            "load_avg_after": load_after,
+        },
+        "pool": {
+            "workers": sb.workers,
+            "max_concurrency": sb.max_concurrency,
+            "active_layers": [layer["name"] for layer in layers if layer["active"]],
+        },
         "results": [asdict(r) for r in results],
     }
 
@@ -319,28 +385,40 @@ async def layers_ab(args: argparse.Namespace) -> dict:
     """Interleaved rounds of the same phases through two pools alive at once: ``before`` (the issue-13
     layers off, the configuration of docs/benchmarks.md's issue-3 run) and ``after`` (defaults)."""
     scale = 0.25 if args.quick else 1.0
-    phases = [("trivial_cores", "trivial", None, 300), ("trivial", "trivial", "k", 400), ("sympy", "sympy", "k", 120),
-              ("numpy", "numpy", "k", 200)]
+    phases = [
+        ("trivial_cores", "trivial", None, 300),
+        ("trivial", "trivial", "k", 400),
+        ("sympy", "sympy", "k", 120),
+        ("numpy", "numpy", "k", 200),
+    ]
     load_before = os.getloadavg()
     off = {name: False for name in NEW_LAYERS}
     rows: list[dict] = []
     async with LocalSandbox(**off) as before, LocalSandbox() as after:
         pools = {"before": before, "after": after}
-        layers = {name: [layer["name"] for layer in await sb.layer_report() if layer["active"]]
-                  for name, sb in pools.items()}
+        layers = {
+            name: [layer["name"] for layer in await sb.layer_report() if layer["active"]] for name, sb in pools.items()
+        }
         for sb in pools.values():
             for _ in range(2 * sb.max_concurrency):
                 await sb.run(ExecutionRequest("print(1)"))
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=True) as progress:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
             for rnd in range(args.layers_ab):
                 for phase, work, kind, n in phases:
                     order = ("before", "after") if rnd % 2 == 0 else ("after", "before")
                     for name in order:
                         sb = pools[name]
                         k = sb.max_concurrency if kind == "k" else sb.workers
-                        res = await drive(phase, name, workload(work, max(k, int(n * scale))), k, sb.run, progress,
-                                          sb.worker_pids())
+                        res = await drive(
+                            phase, name, workload(work, max(k, int(n * scale))), k, sb.run, progress, sb.worker_pids()
+                        )
                         rows.append({"round": rnd, **asdict(res)})
     summary = {}
     for phase, *_ in phases:
@@ -351,19 +429,31 @@ async def layers_ab(args: argparse.Namespace) -> dict:
             cpu_delta.append(pair["after"]["cpu_ms_per_call"] - pair["before"]["cpu_ms_per_call"])
         ratios.sort()
         cpu_delta.sort()
-        summary[phase] = {"after_over_before_median": round(ratios[len(ratios) // 2], 3),
-                          "ratios": [round(x, 3) for x in ratios],
-                          "cpu_ms_per_call_delta_median": round(cpu_delta[len(cpu_delta) // 2], 2)}
-    return {"date": dt.datetime.now().isoformat(timespec="seconds"),
-            "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                        "cores": len(os.sched_getaffinity(0)), "load_avg_before": load_before,
-                        "load_avg_after": os.getloadavg()},
-            "layers": layers, "rows": rows, "summary": summary, "setup_cost": setup_cost()}
+        summary[phase] = {
+            "after_over_before_median": round(ratios[len(ratios) // 2], 3),
+            "ratios": [round(x, 3) for x in ratios],
+            "cpu_ms_per_call_delta_median": round(cpu_delta[len(cpu_delta) // 2], 2),
+        }
+    return {
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cores": len(os.sched_getaffinity(0)),
+            "load_avg_before": load_before,
+            "load_avg_after": os.getloadavg(),
+        },
+        "layers": layers,
+        "rows": rows,
+        "summary": summary,
+        "setup_cost": setup_cost(),
+    }
 
 
 #: ``--layers-split``: each issue-13 layer switched off on its own.
 SPLIT_CONFIGS: dict[str, dict[str, bool]] = {
-    "all": {}, "no_uid_per_call": {"uid_per_call": False},
+    "all": {},
+    "no_uid_per_call": {"uid_per_call": False},
     "no_private_mounts": {"private_proc": False, "private_shm": False},
     "none_of_the_three": {name: False for name in NEW_LAYERS},
 }
@@ -394,23 +484,35 @@ async def layers_split(rounds: int, calls: int = 120) -> dict:
         for sb in pools.values():
             await sb.aclose()
     medians = {name: sorted(v)[len(v) // 2] for name, v in per_call.items()}
-    return {"date": dt.datetime.now().isoformat(timespec="seconds"),
-            "machine": {"cores": len(os.sched_getaffinity(0)), "load_avg_before": load_before,
-                        "load_avg_after": os.getloadavg()},
-            "cpu_ms_per_call": per_call, "median": medians,
-            "delta_vs_none_ms": {n: round(m - medians["none_of_the_three"], 3) for n, m in medians.items()}}
+    return {
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "machine": {
+            "cores": len(os.sched_getaffinity(0)),
+            "load_avg_before": load_before,
+            "load_avg_after": os.getloadavg(),
+        },
+        "cpu_ms_per_call": per_call,
+        "median": medians,
+        "delta_vs_none_ms": {n: round(m - medians["none_of_the_three"], 3) for n, m in medians.items()},
+    }
 
 
 def render_ab(report: dict) -> None:
     """Print the A/B summary and the set-up cost."""
     m = report["machine"]
-    table = Table(title=f"issue-13 layers A/B {report['date']} ({m['cores']} cores, load "
-                        f"{m['load_avg_before'][0]:.1f} -> {m['load_avg_after'][0]:.1f})")
+    table = Table(
+        title=f"issue-13 layers A/B {report['date']} ({m['cores']} cores, load "
+        f"{m['load_avg_before'][0]:.1f} -> {m['load_avg_after'][0]:.1f})"
+    )
     for col in ("phase", "after/before calls/s (median)", "per round", "CPU ms/call delta (median)"):
         table.add_column(col)
     for phase, s in report["summary"].items():
-        table.add_row(phase, f"{s['after_over_before_median']:.3f}", " ".join(f"{x:.2f}" for x in s["ratios"]),
-                      f"{s['cpu_ms_per_call_delta_median']:+.2f}")
+        table.add_row(
+            phase,
+            f"{s['after_over_before_median']:.3f}",
+            " ".join(f"{x:.2f}" for x in s["ratios"]),
+            f"{s['cpu_ms_per_call_delta_median']:+.2f}",
+        )
     console.print(table)
     console.print(f"set-up steps alone: {json.dumps(report['setup_cost'])}")
 
@@ -420,20 +522,42 @@ def render(report: dict) -> None:
     rows = report["results"]
     base = {r["workload"]: r for r in rows if r["executor"] == "baseline"}
     load = report["machine"]["load_avg_before"][0], report["machine"]["load_avg_after"][0]
-    table = Table(title=f"sandbox_bench {report['date']} ({report['machine']['cores']} cores, "
-                        f"load {load[0]:.1f} -> {load[1]:.1f})")
+    table = Table(
+        title=f"sandbox_bench {report['date']} ({report['machine']['cores']} cores, "
+        f"load {load[0]:.1f} -> {load[1]:.1f})"
+    )
     cores = report["machine"]["cores"]
-    for col in ("workload", "executor", "calls", "K", "calls/s", "p50 ms", "p99 ms", "wrong", "ratio",
-                "CPU ms/call", f"idle {cores}-core calls/s"):
+    for col in (
+        "workload",
+        "executor",
+        "calls",
+        "K",
+        "calls/s",
+        "p50 ms",
+        "p99 ms",
+        "wrong",
+        "ratio",
+        "CPU ms/call",
+        f"idle {cores}-core calls/s",
+    ):
         table.add_column(col, justify="right" if col not in ("workload", "executor") else "left")
     for r in rows:
         ratio = ""
         if r["executor"] == "pool" and r["workload"] in base:
             ratio = f"{r['calls_per_s'] / base[r['workload']]['calls_per_s']:.1f}x"
-        table.add_row(r["workload"], r["executor"], str(r["calls"]), str(r["concurrency"]), f"{r['calls_per_s']:.1f}",
-                      f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}", str(r["wrong"]), ratio,
-                      f"{r['cpu_ms_per_call']:.1f}",
-                      f"{cores * 1000 / r['cpu_ms_per_call']:.0f}" if r["cpu_ms_per_call"] > 0 else "")
+        table.add_row(
+            r["workload"],
+            r["executor"],
+            str(r["calls"]),
+            str(r["concurrency"]),
+            f"{r['calls_per_s']:.1f}",
+            f"{r['p50_ms']:.1f}",
+            f"{r['p99_ms']:.1f}",
+            str(r["wrong"]),
+            ratio,
+            f"{r['cpu_ms_per_call']:.1f}",
+            f"{cores * 1000 / r['cpu_ms_per_call']:.0f}" if r["cpu_ms_per_call"] > 0 else "",
+        )
     console.print(table)
     pool = {r["workload"]: r for r in rows if r["executor"] == "pool"}
     checks = {
@@ -450,16 +574,30 @@ def render(report: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a quarter of the calls")
-    parser.add_argument("--no-cgroup", action="store_true",
-                        help="switch the per-call cgroup layer off (to measure its cost)")
-    parser.add_argument("--no-ipc-namespace", action="store_true",
-                        help="switch the per-call IPC namespace layer off (to measure its cost)")
-    parser.add_argument("--layers-ab", type=int, default=0, metavar="ROUNDS",
-                        help="instead: ROUNDS interleaved rounds with and without the issue-13 layers (uid per "
-                             "call, private /proc and /dev/shm), plus the set-up cost of those steps alone")
+    parser.add_argument(
+        "--no-cgroup", action="store_true", help="switch the per-call cgroup layer off (to measure its cost)"
+    )
+    parser.add_argument(
+        "--no-ipc-namespace",
+        action="store_true",
+        help="switch the per-call IPC namespace layer off (to measure its cost)",
+    )
+    parser.add_argument(
+        "--layers-ab",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="instead: ROUNDS interleaved rounds with and without the issue-13 layers (uid per "
+        "call, private /proc and /dev/shm), plus the set-up cost of those steps alone",
+    )
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--layers-split", type=int, default=0, metavar="ROUNDS",
-                        help="instead: CPU per sequential trivial call with each issue-13 layer off on its own")
+    parser.add_argument(
+        "--layers-split",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="instead: CPU per sequential trivial call with each issue-13 layer off on its own",
+    )
     args = parser.parse_args()
     if args.layers_split:
         report = asyncio.run(layers_split(args.layers_split))

@@ -62,9 +62,24 @@ class Service:
         env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
         with self.log.open("a") as fh:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tirl.cli.main", "sandbox", "serve", "--port", str(self.port),
-                 "--workers", str(self.workers), "--preload", "numpy,sympy,math_verify,tirl.reward.worker"],
-                stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "tirl.cli.main",
+                    "sandbox",
+                    "serve",
+                    "--port",
+                    str(self.port),
+                    "--workers",
+                    str(self.workers),
+                    "--preload",
+                    "numpy,sympy,math_verify,tirl.reward.worker",
+                ],
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -97,17 +112,28 @@ class Service:
 def tool_turn(answer: str, sleep_s: float) -> str:
     """A tool-call turn whose program sleeps ``sleep_s`` and prints ``answer`` (JSON-escaped into the call)."""
     code = json.dumps(f"import time\ntime.sleep({sleep_s})\nprint({answer!r})")[1:-1]
-    return ("Let me compute it.\n<tool_call>\n"
-            '{"name": "execute_python_code_with_standard_io", "arguments": {"code": "' + code
-            + '", "input": ""}}\n</tool_call><|im_end|>')
+    return (
+        "Let me compute it.\n<tool_call>\n"
+        '{"name": "execute_python_code_with_standard_io", "arguments": {"code": "'
+        + code
+        + '", "input": ""}}\n</tool_call><|im_end|>'
+    )
 
 
 class RestartingEngine:
     """Scripted first turns (a tool call printing the reference answer), then answer / policy turns; in the
     restart step it schedules the kill and restart of service A just after the step's first tool turn."""
 
-    def __init__(self, inner: Any, tokenizer: Any, answers: dict[str, str], args: argparse.Namespace,
-                 services: list[Service], step_of: Any, client: Any) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        tokenizer: Any,
+        answers: dict[str, str],
+        args: argparse.Namespace,
+        services: list[Service],
+        step_of: Any,
+        client: Any,
+    ) -> None:
         self.inner, self.tok, self.answers, self.args, self.services = inner, tokenizer, answers, args, services
         self.client = client  # () -> the run's SandboxClient, to see which service holds calls
         self.step_of = step_of
@@ -149,8 +175,9 @@ class RestartingEngine:
             if self.step_of() == self.args.restart_step and self.restart_thread is None:
                 self.restart_thread = threading.Thread(target=self._restart, name="restart-A", daemon=True)
                 self.restart_thread.start()
-            ids = self.tok.encode(tool_turn(self._problem_answer(text), self.args.call_sleep_s),
-                                  add_special_tokens=False)
+            ids = self.tok.encode(
+                tool_turn(self._problem_answer(text), self.args.call_sleep_s), add_special_tokens=False
+            )
             return GenerationOutput(token_ids=ids, logprobs=[0.0] * len(ids))
         self.second_turns += 1
         if self.second_turns % 2:
@@ -185,28 +212,52 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model_dir = cached_tiny_model("smollm2-135m-instruct")  # vocabulary 49,152: a cheap update on CPU
     pps, group = 2, 2
     problems = load_training_problems([f"toolmath:{pps * args.steps}"], seed=0)
-    config = load_config(None, [
-        f"output_dir={out / 'run'}", f"model.name_or_path={model_dir}", "model.dtype=float32",
-        f"max_steps={args.steps}", f"problems_per_step={pps}", "save_steps=100000", "resume=false",
-        f"rollout.group_size={group}", "rollout.oversample=2", "rollout.max_turns=2",
-        "rollout.max_response_tokens=128", f"sandbox.backend={a.url},{b.url}", "rollout.tool_timeout_s=10",
-        f"optim.per_device_train_batch_size={pps * group}", "optim.learning_rate=1e-4", "optim.warmup_steps=0",
-        "roc.min_per_class=1", "logging.console=false", "logging.log_trajectories=true", "watchdog.enabled=false",
-    ])
+    config = load_config(
+        None,
+        [
+            f"output_dir={out / 'run'}",
+            f"model.name_or_path={model_dir}",
+            "model.dtype=float32",
+            f"max_steps={args.steps}",
+            f"problems_per_step={pps}",
+            "save_steps=100000",
+            "resume=false",
+            f"rollout.group_size={group}",
+            "rollout.oversample=2",
+            "rollout.max_turns=2",
+            "rollout.max_response_tokens=128",
+            f"sandbox.backend={a.url},{b.url}",
+            "rollout.tool_timeout_s=10",
+            f"optim.per_device_train_batch_size={pps * group}",
+            "optim.learning_rate=1e-4",
+            "optim.warmup_steps=0",
+            "roc.min_per_class=1",
+            "logging.console=false",
+            "logging.log_trajectories=true",
+            "watchdog.enabled=false",
+        ],
+    )
     tokenizer = load_tokenizer(str(model_dir))
     answers = {p.problem[:80]: p.answer for p in problems}
     step = {"n": 0}
     holder: dict[str, Any] = {}
 
     def engine_factory(model: Any) -> Any:
-        holder["engine"] = RestartingEngine(HFEngine(model, HFEngineConfig(max_batch_size=16, seed=0)), tokenizer,
-                                            answers, args, [a, b], lambda: step["n"] + 1,
-                                            lambda: source.runtime.executor)
+        holder["engine"] = RestartingEngine(
+            HFEngine(model, HFEngineConfig(max_batch_size=16, seed=0)),
+            tokenizer,
+            answers,
+            args,
+            [a, b],
+            lambda: step["n"] + 1,
+            lambda: source.runtime.executor,
+        )
         return holder["engine"]
 
     source = AgentLoopSource(config, tokenizer, engine_factory=engine_factory)
-    trainer_run = build_trainer(config, problems=problems, source=source,
-                                scorer=VerifierScorer(tokenizer, source.verify), num_processes=1)
+    trainer_run = build_trainer(
+        config, problems=problems, source=source, scorer=VerifierScorer(tokenizer, source.verify), num_processes=1
+    )
     per_step: list[dict[str, Any]] = []
 
     class Record(TrainerCallback):
@@ -214,15 +265,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             last = trainer_run.rollout.last
             slots = [(t.metadata.get("group_id"), t.metadata.get("sample_index")) for t in last.trajectories]
             records = [rec for t in last.trajectories for rec in t.tool_call_records]
-            per_step.append({
-                "step": step["n"] + 1, "trajectories": len(last.trajectories), "distinct_slots": len(set(slots)),
-                "calls": len(records), "answered": sum(rec.result is not None for rec in records),
-                "by_status": {s: sum(1 for rec in records if rec.result is not None and rec.result.status == s)
-                              for s in ("ok", "error", "timeout", "killed", "internal")},
-                **{k: last.metrics.get(k, 0.0) for k in ("tool_calls/internal", "sandbox/failovers",
-                                                         "sandbox/resent", "sandbox/internal_retries",
-                                                         "accuracy")},
-            })
+            per_step.append(
+                {
+                    "step": step["n"] + 1,
+                    "trajectories": len(last.trajectories),
+                    "distinct_slots": len(set(slots)),
+                    "calls": len(records),
+                    "answered": sum(rec.result is not None for rec in records),
+                    "by_status": {
+                        s: sum(1 for rec in records if rec.result is not None and rec.result.status == s)
+                        for s in ("ok", "error", "timeout", "killed", "internal")
+                    },
+                    **{
+                        k: last.metrics.get(k, 0.0)
+                        for k in (
+                            "tool_calls/internal",
+                            "sandbox/failovers",
+                            "sandbox/resent",
+                            "sandbox/internal_retries",
+                            "accuracy",
+                        )
+                    },
+                }
+            )
             step["n"] += 1
 
     trainer_run.trainer.add_callback(Record())
@@ -242,8 +307,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if row["calls"] != expected or row["answered"] != row["calls"]:
             failed.append(f"step {row['step']}: {row['calls']} calls, {row['answered']} answered")
         if row["by_status"]["internal"] != row["tool_calls/internal"]:
-            failed.append(f"step {row['step']}: internal calls {row['by_status']['internal']} but the metric "
-                          f"says {row['tool_calls/internal']}")
+            failed.append(
+                f"step {row['step']}: internal calls {row['by_status']['internal']} but the metric "
+                f"says {row['tool_calls/internal']}"
+            )
+
     def met(r: dict[str, Any]) -> float:
         return r["sandbox/failovers"] + r["sandbox/resent"] + r["sandbox/internal_retries"] + r["tool_calls/internal"]
 
@@ -252,22 +320,35 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         failed.append("the restart step reports no call that met the restart")
     if any(met(r) for r in per_step if r["step"] != args.restart_step):
         failed.append("a step other than the restart step reports calls that met a restart")
-    logged = [json.loads(line) for f in sorted((out / "run" / "trajectories").glob("step_*.jsonl"))
-              for line in f.read_text().splitlines()]
+    logged = [
+        json.loads(line)
+        for f in sorted((out / "run" / "trajectories").glob("step_*.jsonl"))
+        for line in f.read_text().splitlines()
+    ]
     ids = [(rec["step"], rec["rank"], rec["problem_id"], rec["sample"]) for rec in logged]  # one record per slot
     if len(logged) != expected * len(per_step) or len(set(ids)) != len(ids):
-        failed.append(f"{len(logged)} trajectories logged ({len(set(ids))} distinct ids), "
-                      f"{expected * len(per_step)} expected")
-    report = {"steps": per_step, "expected_per_step": expected, "service_events": a.events + b.events,
-              "services": [a.url, b.url], "logged_trajectories": len(logged), "wall_s": time.time() - t0,
-              "failed_checks": failed}
+        failed.append(
+            f"{len(logged)} trajectories logged ({len(set(ids))} distinct ids), {expected * len(per_step)} expected"
+        )
+    report = {
+        "steps": per_step,
+        "expected_per_step": expected,
+        "service_events": a.events + b.events,
+        "services": [a.url, b.url],
+        "logged_trajectories": len(logged),
+        "wall_s": time.time() - t0,
+        "failed_checks": failed,
+    }
     print(json.dumps({k: v for k, v in report.items() if k != "steps"}, indent=1))
-    print(f"{'step':>4} {'trajs':>5} {'calls':>5} {'ok':>4} {'internal':>8} {'failovers':>9} {'resent':>6} "
-          f"{'retries':>7}")
+    print(
+        f"{'step':>4} {'trajs':>5} {'calls':>5} {'ok':>4} {'internal':>8} {'failovers':>9} {'resent':>6} {'retries':>7}"
+    )
     for r in per_step:
-        print(f"{r['step']:>4} {r['trajectories']:>5} {r['calls']:>5} {r['by_status']['ok']:>4} "
-              f"{r['tool_calls/internal']:>8.0f} {r['sandbox/failovers']:>9.0f} {r['sandbox/resent']:>6.0f} "
-              f"{r['sandbox/internal_retries']:>7.0f}")
+        print(
+            f"{r['step']:>4} {r['trajectories']:>5} {r['calls']:>5} {r['by_status']['ok']:>4} "
+            f"{r['tool_calls/internal']:>8.0f} {r['sandbox/failovers']:>9.0f} {r['sandbox/resent']:>6.0f} "
+            f"{r['sandbox/internal_retries']:>7.0f}"
+        )
     print("checks: " + ("all passed" if not failed else "FAILED: " + "; ".join(failed)))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")

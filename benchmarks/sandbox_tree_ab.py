@@ -40,8 +40,12 @@ def run_bench(tree: Path, extra: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "report.json"
         env = dict(os.environ, PYTHONPATH=str(tree / "src"))
-        proc = subprocess.run([sys.executable, str(tree / "benchmarks" / "sandbox_bench.py"), "--quick",
-                               "--json", str(out), *extra], env=env, capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, str(tree / "benchmarks" / "sandbox_bench.py"), "--quick", "--json", str(out), *extra],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"sandbox_bench.py of {tree} failed: {proc.stderr[-2000:]}")
         return json.loads(out.read_text())
@@ -70,25 +74,42 @@ def main() -> None:
     for w in workloads:
         tput = [r["new"][w]["calls_per_s"] / r["baseline"][w]["calls_per_s"] for r in rounds]
         cpu = [r["new"][w]["cpu_ms_per_call"] / r["baseline"][w]["cpu_ms_per_call"] for r in rounds]
-        summary[w] = {"calls_per_s_ratio": [round(x, 3) for x in tput],
-                      "cpu_per_call_ratio": [round(x, 3) for x in cpu],
-                      "calls_per_s_ratio_median": round(sorted(tput)[len(tput) // 2], 3),
-                      "cpu_per_call_ratio_median": round(sorted(cpu)[len(cpu) // 2], 3),
-                      "wrong": sum(r[n][w]["wrong"] for r in rounds for n in r)}
-    report = {"date": dt.datetime.now().isoformat(timespec="seconds"), "trees": {k: str(v) for k, v in trees.items()},
-              "machine": {"cores": len(os.sched_getaffinity(0)), "load_avg_before": load_before,
-                          "load_avg_after": os.getloadavg()},
-              "summary": summary,
-              "rounds": [{n: {w: {k: r[n][w][k] for k in ("calls_per_s", "cpu_ms_per_call", "p50_ms")}
-                              for w in r[n]} for n in r} for r in rounds]}
-    table = Table(title=f"sandbox pool, new/baseline tree, {args.rounds} interleaved rounds "
-                        f"(load {load_before[0]:.1f} -> {report['machine']['load_avg_after'][0]:.1f})")
+        summary[w] = {
+            "calls_per_s_ratio": [round(x, 3) for x in tput],
+            "cpu_per_call_ratio": [round(x, 3) for x in cpu],
+            "calls_per_s_ratio_median": round(sorted(tput)[len(tput) // 2], 3),
+            "cpu_per_call_ratio_median": round(sorted(cpu)[len(cpu) // 2], 3),
+            "wrong": sum(r[n][w]["wrong"] for r in rounds for n in r),
+        }
+    report = {
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "trees": {k: str(v) for k, v in trees.items()},
+        "machine": {
+            "cores": len(os.sched_getaffinity(0)),
+            "load_avg_before": load_before,
+            "load_avg_after": os.getloadavg(),
+        },
+        "summary": summary,
+        "rounds": [
+            {n: {w: {k: r[n][w][k] for k in ("calls_per_s", "cpu_ms_per_call", "p50_ms")} for w in r[n]} for n in r}
+            for r in rounds
+        ],
+    }
+    table = Table(
+        title=f"sandbox pool, new/baseline tree, {args.rounds} interleaved rounds "
+        f"(load {load_before[0]:.1f} -> {report['machine']['load_avg_after'][0]:.1f})"
+    )
     for col in ("workload", "calls/s ratio (median)", "per round", "CPU/call ratio (median)", "per round", "wrong"):
         table.add_column(col)
     for w, s in summary.items():
-        table.add_row(w, f"{s['calls_per_s_ratio_median']:.3f}", " ".join(f"{x:.2f}" for x in s["calls_per_s_ratio"]),
-                      f"{s['cpu_per_call_ratio_median']:.3f}", " ".join(f"{x:.2f}" for x in s["cpu_per_call_ratio"]),
-                      str(s["wrong"]))
+        table.add_row(
+            w,
+            f"{s['calls_per_s_ratio_median']:.3f}",
+            " ".join(f"{x:.2f}" for x in s["calls_per_s_ratio"]),
+            f"{s['cpu_per_call_ratio_median']:.3f}",
+            " ".join(f"{x:.2f}" for x in s["cpu_per_call_ratio"]),
+            str(s["wrong"]),
+        )
     Console().print(table)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n")

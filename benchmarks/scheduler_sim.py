@@ -50,8 +50,9 @@ def label(policy: str, coef: float) -> str:
     return policy if policy != "kv_aware" else f"kv_aware@{coef:g}"
 
 
-def run_one(kind: str, engines: int, latency: float, problems: int, seed: int, policy: str, coef: float,
-            spec: EngineSpec) -> tuple[SimResult, float]:
+def run_one(
+    kind: str, engines: int, latency: float, problems: int, seed: int, policy: str, coef: float, spec: EngineSpec
+) -> tuple[SimResult, float]:
     workload = generate_workload(WORKLOADS[kind](n_problems=problems, samples=16, tool_latency_s=latency), seed)
     t0 = time.perf_counter()
     result = simulate(workload, spec, policy, n_engines=engines, admission_coef=coef, seed=seed)
@@ -77,18 +78,27 @@ def main() -> None:
     rows: list[dict] = []
     timelines: dict[tuple, list[SimResult]] = {}
     total = len(scenarios) * len(POLICIES) * len(seeds)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
         task = progress.add_task("simulating", total=total)
         for kind, engines, lat in scenarios:
             for seed in seeds:
                 base = None
                 for policy, coef in POLICIES:
-                    progress.update(task,
-                                    description=f"{kind} E={engines} tool={lat}s seed={seed} {label(policy, coef)}")
+                    progress.update(
+                        task, description=f"{kind} E={engines} tool={lat}s seed={seed} {label(policy, coef)}"
+                    )
                     result, wall = run_one(kind, engines, lat, args.problems, seed, policy, coef, spec)
-                    row = {"scenario": f"{kind}/E{engines}/tool{lat:g}s", "responses": kind, "tool_latency_s": lat,
-                           "seed": seed, "label": label(policy, coef), **result.row(), "sim_wall_s": round(wall, 2)}
+                    row = {
+                        "scenario": f"{kind}/E{engines}/tool{lat:g}s",
+                        "responses": kind,
+                        "tool_latency_s": lat,
+                        "seed": seed,
+                        "label": label(policy, coef),
+                        **result.row(),
+                        "sim_wall_s": round(wall, 2),
+                    }
                     if policy == "static":
                         base = result.tokens_per_s
                     row["speedup_vs_static"] = round(result.tokens_per_s / base, 3)
@@ -103,31 +113,52 @@ def main() -> None:
         name = f"{kind}/E{engines}/tool{lat:g}s"
         for policy, coef in POLICIES:
             sel = [r for r in rows if r["scenario"] == name and r["label"] == label(policy, coef)]
-            summary.append({
-                "scenario": name,
-                "label": label(policy, coef),
-                "makespan_s": round(mean(r["makespan_s"] for r in sel), 1),
-                "tokens_per_s": round(mean(r["tokens_per_s"] for r in sel)),
-                "speedup_vs_static": round(mean(r["speedup_vs_static"] for r in sel), 3),
-                "speedup_min": min(r["speedup_vs_static"] for r in sel),
-                "speedup_max": max(r["speedup_vs_static"] for r in sel),
-                "idle_fraction": round(mean(r["idle_fraction"] for r in sel), 4),
-                "evicted_tokens": round(mean(r["evicted_tokens"] for r in sel)),
-                "recomputed_tokens": round(mean(r["recomputed_tokens"] for r in sel)),
-                "queue_wait_mean_s": round(mean(r["queue_wait_mean_s"] for r in sel), 1),
-                "engine_finish_spread_s": round(mean(r["engine_finish_spread_s"] for r in sel), 1),
-            })
+            summary.append(
+                {
+                    "scenario": name,
+                    "label": label(policy, coef),
+                    "makespan_s": round(mean(r["makespan_s"] for r in sel), 1),
+                    "tokens_per_s": round(mean(r["tokens_per_s"] for r in sel)),
+                    "speedup_vs_static": round(mean(r["speedup_vs_static"] for r in sel), 3),
+                    "speedup_min": min(r["speedup_vs_static"] for r in sel),
+                    "speedup_max": max(r["speedup_vs_static"] for r in sel),
+                    "idle_fraction": round(mean(r["idle_fraction"] for r in sel), 4),
+                    "evicted_tokens": round(mean(r["evicted_tokens"] for r in sel)),
+                    "recomputed_tokens": round(mean(r["recomputed_tokens"] for r in sel)),
+                    "queue_wait_mean_s": round(mean(r["queue_wait_mean_s"] for r in sel), 1),
+                    "engine_finish_spread_s": round(mean(r["engine_finish_spread_s"] for r in sel), 1),
+                }
+            )
 
-    table = Table(title=f"Rollout step {args.problems}x16, seeds {seeds} "
-                        "(speed-up = tokens/s vs static, same workload)")
-    for col in ("scenario", "policy", "makespan s", "tok/s", "speed-up", "idle %", "evicted tok", "recomputed tok",
-                "wait s", "finish spread s"):
+    table = Table(
+        title=f"Rollout step {args.problems}x16, seeds {seeds} (speed-up = tokens/s vs static, same workload)"
+    )
+    for col in (
+        "scenario",
+        "policy",
+        "makespan s",
+        "tok/s",
+        "speed-up",
+        "idle %",
+        "evicted tok",
+        "recomputed tok",
+        "wait s",
+        "finish spread s",
+    ):
         table.add_column(col, justify="right" if col not in ("scenario", "policy") else "left")
     for s in summary:
-        table.add_row(s["scenario"], s["label"], f"{s['makespan_s']:,.0f}", f"{s['tokens_per_s']:,}",
-                      f"{s['speedup_vs_static']:.2f} ({s['speedup_min']:.2f}-{s['speedup_max']:.2f})",
-                      f"{100 * s['idle_fraction']:.1f}", f"{s['evicted_tokens']:,}", f"{s['recomputed_tokens']:,}",
-                      f"{s['queue_wait_mean_s']:,.1f}", f"{s['engine_finish_spread_s']:,.1f}")
+        table.add_row(
+            s["scenario"],
+            s["label"],
+            f"{s['makespan_s']:,.0f}",
+            f"{s['tokens_per_s']:,}",
+            f"{s['speedup_vs_static']:.2f} ({s['speedup_min']:.2f}-{s['speedup_max']:.2f})",
+            f"{100 * s['idle_fraction']:.1f}",
+            f"{s['evicted_tokens']:,}",
+            f"{s['recomputed_tokens']:,}",
+            f"{s['queue_wait_mean_s']:,.1f}",
+            f"{s['engine_finish_spread_s']:,.1f}",
+        )
     console.print(table)
 
     sweeps: dict[str, list[dict]] = {}
@@ -137,21 +168,35 @@ def main() -> None:
             base, _ = run_one("long", engines, 0.05, args.problems, 0, "static", 1.0, spec)
             for coef in (1.0, 0.75, 0.5, 0.35, 0.25):
                 r, _ = run_one("long", engines, 0.05, args.problems, 0, "kv_aware", coef, spec)
-                coef_rows.append({"engines": engines, "admission_coef": coef, "tokens_per_s": round(r.tokens_per_s),
-                                  "speedup_vs_static": round(r.tokens_per_s / base.tokens_per_s, 3),
-                                  "evicted_tokens": r.evicted_tokens, "preemptions": r.preemptions})
+                coef_rows.append(
+                    {
+                        "engines": engines,
+                        "admission_coef": coef,
+                        "tokens_per_s": round(r.tokens_per_s),
+                        "speedup_vs_static": round(r.tokens_per_s / base.tokens_per_s, 3),
+                        "evicted_tokens": r.evicted_tokens,
+                        "preemptions": r.preemptions,
+                    }
+                )
         sweeps["admission_coef_long_tool0.05s"] = coef_rows
         load_rows = []
         for problems in (32, 64, 128, 256, 512):
             if problems > args.problems:
                 continue
-            res = {lbl: run_one("long", 4, 0.05, problems, 0, p, c, spec)[0] for p, c in POLICIES
-                   for lbl in [label(p, c)]}
+            res = {
+                lbl: run_one("long", 4, 0.05, problems, 0, p, c, spec)[0] for p, c in POLICIES for lbl in [label(p, c)]
+            }
             for lbl, r in res.items():
-                load_rows.append({"problems": problems, "trajectories_per_engine": problems * 16 // 4, "label": lbl,
-                                  "tokens_per_s": round(r.tokens_per_s),
-                                  "speedup_vs_static": round(r.tokens_per_s / res["static"].tokens_per_s, 3),
-                                  "evicted_tokens": r.evicted_tokens})
+                load_rows.append(
+                    {
+                        "problems": problems,
+                        "trajectories_per_engine": problems * 16 // 4,
+                        "label": lbl,
+                        "tokens_per_s": round(r.tokens_per_s),
+                        "speedup_vs_static": round(r.tokens_per_s / res["static"].tokens_per_s, 3),
+                        "evicted_tokens": r.evicted_tokens,
+                    }
+                )
         sweeps["step_size_long_E4_tool0.05s"] = load_rows
         for name, srows in sweeps.items():
             t = Table(title=name)
@@ -166,20 +211,28 @@ def main() -> None:
         if key in timelines:
             kind, engines, lat = key
             path = Path(args.img_dir) / f"scheduler_timeline_{kind}_E{engines}_tool{lat:g}s.png"
-            plot_timelines(timelines[key], path, title=f"{kind} responses, {engines} engines, tool latency {lat:g} s, "
-                           f"{args.problems}x16 trajectories: KV use per engine (blue), idle (grey), makespan (red)")
+            plot_timelines(
+                timelines[key],
+                path,
+                title=f"{kind} responses, {engines} engines, tool latency {lat:g} s, "
+                f"{args.problems}x16 trajectories: KV use per engine (blue), idle (grey), makespan (red)",
+            )
             images.append(str(path))
     console.print(f"timelines: {', '.join(images)}")
 
     if args.markdown:
-        print("| scenario | policy | makespan s | tok/s | speed-up vs static (min-max) | idle % | evicted tok "
-              "| recomputed tok | mean wait s |")
+        print(
+            "| scenario | policy | makespan s | tok/s | speed-up vs static (min-max) | idle % | evicted tok "
+            "| recomputed tok | mean wait s |"
+        )
         print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
         for s in summary:
-            print(f"| {s['scenario']} | {s['label']} | {s['makespan_s']:,.0f} | {s['tokens_per_s']:,} | "
-                  f"{s['speedup_vs_static']:.2f} ({s['speedup_min']:.2f}-{s['speedup_max']:.2f}) | "
-                  f"{100 * s['idle_fraction']:.1f} | {s['evicted_tokens']:,} | {s['recomputed_tokens']:,} | "
-                  f"{s['queue_wait_mean_s']:,.1f} |")
+            print(
+                f"| {s['scenario']} | {s['label']} | {s['makespan_s']:,.0f} | {s['tokens_per_s']:,} | "
+                f"{s['speedup_vs_static']:.2f} ({s['speedup_min']:.2f}-{s['speedup_max']:.2f}) | "
+                f"{100 * s['idle_fraction']:.1f} | {s['evicted_tokens']:,} | {s['recomputed_tokens']:,} | "
+                f"{s['queue_wait_mean_s']:,.1f} |"
+            )
         for name, srows in sweeps.items():
             print(f"\n{name}\n")
             print("| " + " | ".join(srows[0]) + " |")
@@ -198,8 +251,12 @@ def main() -> None:
         "runs": rows,
         "sweeps": sweeps,
         "images": images,
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg_before": load_before,
-                    "loadavg_after": os.getloadavg()},
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+        },
     }
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -67,8 +67,10 @@ def make_call(i: int, kind: str, timeout_s: float) -> tuple[ExecutionRequest, Ex
     """The request of call ``i`` of a kind, and what its result must be."""
     rid = f"load-{i:06d}-{os.urandom(4).hex()}"
     if kind == "ok":
-        return (ExecutionRequest(code=f"print({i} * 3)", request_id=rid, timeout_s=timeout_s),
-                Expected("ok", f"{3 * i}\n"))
+        return (
+            ExecutionRequest(code=f"print({i} * 3)", request_id=rid, timeout_s=timeout_s),
+            Expected("ok", f"{3 * i}\n"),
+        )
     if kind == "stdin":
         return (
             ExecutionRequest(code="print(int(input()) + 1)", stdin=f"{i}\n", request_id=rid, timeout_s=timeout_s),
@@ -154,7 +156,11 @@ async def drive(
     milestone_tasks: list[asyncio.Task] = []
 
     with Progress(
-        TextColumn(f"[bold]{name}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+        TextColumn(f"[bold]{name}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
         transient=True,
     ) as progress:
         bar = progress.add_task(name, total=len(workload))
@@ -382,16 +388,21 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         fast = make_workload(args.calls, {"ok": 1.0}, args.timeout_s, args.seed)  # fresh ids
         phases.append(await phase_service(args, fast))
         ratio = phases[1].throughput_per_s / phases[0].throughput_per_s
-    mixed = make_workload(args.calls, {"ok": 0.6, "stdin": 0.2, "error": 0.15, "timeout": 0.05}, args.timeout_s,
-                          args.seed + 1)
+    mixed = make_workload(
+        args.calls, {"ok": 0.6, "stdin": 0.2, "error": 0.15, "timeout": 0.05}, args.timeout_s, args.seed + 1
+    )
     phases.append(await phase_faults(args, mixed))
     load_after = os.getloadavg()
     print_table(phases, ratio)
     return {
         "benchmark": "service_load",
         "config": vars(args),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "loadavg_before": load_before,
-                    "loadavg_after": load_after},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg_before": load_before,
+            "loadavg_after": load_after,
+        },
         "service_vs_in_process_throughput": ratio,
         "phases": [asdict(p) for p in phases],
         "zero_lost_duplicated_wrong": all(p.lost == p.duplicated == p.wrong == 0 for p in phases),

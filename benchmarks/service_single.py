@@ -125,8 +125,15 @@ async def drive(calls, k: int, fn) -> dict:
     def pct(q: float) -> float:
         return round(latencies[min(len(latencies) - 1, math.ceil(q * len(latencies)) - 1)] * 1000, 1)
 
-    return {"calls": len(calls), "k": k, "seconds": round(seconds, 2), "calls_per_s": round(len(calls) / seconds, 1),
-            "p50_ms": pct(0.5), "p99_ms": pct(0.99), "wrong": wrong}
+    return {
+        "calls": len(calls),
+        "k": k,
+        "seconds": round(seconds, 2),
+        "calls_per_s": round(len(calls) / seconds, 1),
+        "p50_ms": pct(0.5),
+        "p99_ms": pct(0.99),
+        "wrong": wrong,
+    }
 
 
 async def drive_batches(calls, batch: int, fn, in_flight: int = 1) -> dict:
@@ -135,7 +142,7 @@ async def drive_batches(calls, batch: int, fn, in_flight: int = 1) -> dict:
     the next batch travels; with two or more the next batch is already waiting (what an RL step's many
     trajectories do). Checks every answer."""
     wrong = 0
-    chunks = [calls[i:i + batch] for i in range(0, len(calls), batch)]
+    chunks = [calls[i : i + batch] for i in range(0, len(calls), batch)]
     index = 0
 
     async def client() -> None:
@@ -149,8 +156,16 @@ async def drive_batches(calls, batch: int, fn, in_flight: int = 1) -> dict:
     start = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(in_flight)))
     seconds = time.perf_counter() - start
-    return {"calls": len(calls), "k": batch, "batches_in_flight": in_flight, "seconds": round(seconds, 2),
-            "calls_per_s": round(len(calls) / seconds, 1), "p50_ms": None, "p99_ms": None, "wrong": wrong}
+    return {
+        "calls": len(calls),
+        "k": batch,
+        "batches_in_flight": in_flight,
+        "seconds": round(seconds, 2),
+        "calls_per_s": round(len(calls) / seconds, 1),
+        "p50_ms": None,
+        "p99_ms": None,
+        "wrong": wrong,
+    }
 
 
 async def main_async(args: argparse.Namespace) -> dict:
@@ -165,19 +180,28 @@ async def main_async(args: argparse.Namespace) -> dict:
     raw = AiohttpTransport(max_connections=args.k, keepalive_expiry_s=4.0)  # the raw aiohttp rows' connections
     try:
         limits = httpx.Limits(max_connections=args.k, max_keepalive_connections=args.k)
-        async with LocalSandbox(workers=args.workers, preload=tuple(PRELOAD.split(","))) as sb, \
-                httpx.AsyncClient(timeout=120, limits=limits, trust_env=False) as hx, \
-                SandboxClient(server.url) as client:
+        async with (
+            LocalSandbox(workers=args.workers, preload=tuple(PRELOAD.split(","))) as sb,
+            httpx.AsyncClient(timeout=120, limits=limits, trust_env=False) as hx,
+            SandboxClient(server.url) as client,
+        ):
 
             def wire(req: ExecutionRequest) -> dict:
                 return {"request_id": req.request_id, "code": req.code, "timeout_s": req.timeout_s}
 
             def single(url: str):
                 """Raw single-call requests over aiohttp."""
+
                 async def via(req: ExecutionRequest) -> ExecutionResult:
-                    response = await raw.request("POST", url + "/v1/execute", body=json.dumps(wire(req)).encode(),
-                                                 read_timeout_s=120, connect_timeout_s=10)
+                    response = await raw.request(
+                        "POST",
+                        url + "/v1/execute",
+                        body=json.dumps(wire(req)).encode(),
+                        read_timeout_s=120,
+                        connect_timeout_s=10,
+                    )
                     return result_from_wire(response.json(), req.request_id)
+
                 return via
 
             async def via_httpx(req: ExecutionRequest) -> ExecutionResult:
@@ -189,20 +213,24 @@ async def main_async(args: argparse.Namespace) -> dict:
 
             async def batch_via_service(reqs: list[ExecutionRequest]) -> list[ExecutionResult]:
                 body = json.dumps({"requests": [wire(r) for r in reqs]}).encode()
-                response = await raw.request("POST", server.url + "/v1/execute/batch", body=body,
-                                             read_timeout_s=120, connect_timeout_s=10)
+                response = await raw.request(
+                    "POST", server.url + "/v1/execute/batch", body=body, read_timeout_s=120, connect_timeout_s=10
+                )
                 return [result_from_wire(w, r.request_id) for r, w in zip(reqs, response.json()["results"])]
 
             async def batch_via_stream(reqs: list[ExecutionRequest]) -> list[ExecutionResult]:
                 body = json.dumps({"requests": [wire(r) for r in reqs]}).encode()
                 results: list[ExecutionResult | None] = [None] * len(reqs)
-                async with raw.stream_lines("POST", server.url + "/v1/execute/stream", body=body,
-                                            read_timeout_s=120, connect_timeout_s=10) as stream:
+                async with raw.stream_lines(
+                    "POST", server.url + "/v1/execute/stream", body=body, read_timeout_s=120, connect_timeout_s=10
+                ) as stream:
                     async for line in stream.lines():
                         item = json.loads(line)
                         results[item["index"]] = result_from_wire(item["result"], reqs[item["index"]].request_id)
-                return [r if r is not None else ExecutionResult.internal_error("no line", q.request_id)
-                        for r, q in zip(results, reqs)]
+                return [
+                    r if r is not None else ExecutionResult.internal_error("no line", q.request_id)
+                    for r, q in zip(results, reqs)
+                ]
 
             for _ in range(2 * sb.max_concurrency):  # warm every path
                 await sb.run(ExecutionRequest("print(1)"))
@@ -211,50 +239,135 @@ async def main_async(args: argparse.Namespace) -> dict:
             for rnd in range(args.rounds):
                 for name, (n, n_fresh) in counts.items():
                     n = max(args.k, int(n * scale))
-                    rows.append({"round": rnd, "workload": name, "executor": "in_process",
-                                 **await measured(drive(workload(name, n), args.k, sb.run), None, n)})
-                    rows.append({"round": rnd, "workload": name, "executor": "service",
-                                 **await measured(drive(workload(name, n), args.k, via_service), server.pid, n)})
-                    rows.append({"round": rnd, "workload": name, "executor": "service_httpx",
-                                 **await measured(drive(workload(name, n), args.k, via_httpx), server.pid, n)})
-                    rows.append({"round": rnd, "workload": name, "executor": "service_client",
-                                 **await measured(drive(workload(name, n), args.k, client.run), server.pid, n)})
-                    rows.append({"round": rnd, "workload": name, "executor": "service_routes",
-                                 **await measured(drive(workload(name, n), args.k, via_routes), routes.pid, n)})
-                    rows.append({"round": rnd, "workload": name, "executor": "in_process_batch",
-                                 **await measured(drive_batches(workload(name, n), args.k, sb.run_batch,
-                                                                args.batches_in_flight), None, n)})
-                    rows.append({"round": rnd, "workload": name, "executor": "service_batch",
-                                 **await measured(drive_batches(workload(name, n), args.k, batch_via_service,
-                                                                args.batches_in_flight),
-                                                  server.pid, n)})
-                    rows.append({"round": rnd, "workload": name, "executor": "service_stream",
-                                 **await measured(drive_batches(workload(name, n), args.k, batch_via_stream,
-                                                                args.batches_in_flight),
-                                                  server.pid, n)})
-                    rows.append({"round": rnd, "workload": name, "executor": "service_client_batch",
-                                 **await measured(drive_batches(workload(name, n), args.k, client.run_batch,
-                                                                args.batches_in_flight),
-                                                  server.pid, n)})
+                    rows.append(
+                        {
+                            "round": rnd,
+                            "workload": name,
+                            "executor": "in_process",
+                            **await measured(drive(workload(name, n), args.k, sb.run), None, n),
+                        }
+                    )
+                    rows.append(
+                        {
+                            "round": rnd,
+                            "workload": name,
+                            "executor": "service",
+                            **await measured(drive(workload(name, n), args.k, via_service), server.pid, n),
+                        }
+                    )
+                    rows.append(
+                        {
+                            "round": rnd,
+                            "workload": name,
+                            "executor": "service_httpx",
+                            **await measured(drive(workload(name, n), args.k, via_httpx), server.pid, n),
+                        }
+                    )
+                    rows.append(
+                        {
+                            "round": rnd,
+                            "workload": name,
+                            "executor": "service_client",
+                            **await measured(drive(workload(name, n), args.k, client.run), server.pid, n),
+                        }
+                    )
+                    rows.append(
+                        {
+                            "round": rnd,
+                            "workload": name,
+                            "executor": "service_routes",
+                            **await measured(drive(workload(name, n), args.k, via_routes), routes.pid, n),
+                        }
+                    )
+                    rows.append(
+                        {
+                            "round": rnd,
+                            "workload": name,
+                            "executor": "in_process_batch",
+                            **await measured(
+                                drive_batches(workload(name, n), args.k, sb.run_batch, args.batches_in_flight), None, n
+                            ),
+                        }
+                    )
+                    rows.append(
+                        {
+                            "round": rnd,
+                            "workload": name,
+                            "executor": "service_batch",
+                            **await measured(
+                                drive_batches(workload(name, n), args.k, batch_via_service, args.batches_in_flight),
+                                server.pid,
+                                n,
+                            ),
+                        }
+                    )
+                    rows.append(
+                        {
+                            "round": rnd,
+                            "workload": name,
+                            "executor": "service_stream",
+                            **await measured(
+                                drive_batches(workload(name, n), args.k, batch_via_stream, args.batches_in_flight),
+                                server.pid,
+                                n,
+                            ),
+                        }
+                    )
+                    rows.append(
+                        {
+                            "round": rnd,
+                            "workload": name,
+                            "executor": "service_client_batch",
+                            **await measured(
+                                drive_batches(workload(name, n), args.k, client.run_batch, args.batches_in_flight),
+                                server.pid,
+                                n,
+                            ),
+                        }
+                    )
                     if rnd == 0:
-                        rows.append({"round": rnd, "workload": name, "executor": "fresh",
-                                     **await drive(workload(name, max(args.k, int(n_fresh * scale))), args.k,
-                                                   run_baseline)})
+                        rows.append(
+                            {
+                                "round": rnd,
+                                "workload": name,
+                                "executor": "fresh",
+                                **await drive(workload(name, max(args.k, int(n_fresh * scale))), args.k, run_baseline),
+                            }
+                        )
     finally:
         await raw.aclose()
         server.stop()
         routes.stop()
-    return {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "k": args.k, "workers": args.workers,
-            "batches_in_flight": args.batches_in_flight,
-            "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                        "cores": len(os.sched_getaffinity(0)), "load_avg_before": load_before,
-                        "load_avg_after": os.getloadavg()},
-            "rows": rows, "summary": summarize(rows)}
+    return {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "k": args.k,
+        "workers": args.workers,
+        "batches_in_flight": args.batches_in_flight,
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cores": len(os.sched_getaffinity(0)),
+            "load_avg_before": load_before,
+            "load_avg_after": os.getloadavg(),
+        },
+        "rows": rows,
+        "summary": summarize(rows),
+    }
 
 
 #: Every executor row, in the order they run (the module docstring says what each is and which client it uses).
-EXECUTORS = ("in_process", "service", "service_httpx", "service_client", "service_routes", "in_process_batch",
-             "service_batch", "service_stream", "service_client_batch", "fresh")
+EXECUTORS = (
+    "in_process",
+    "service",
+    "service_httpx",
+    "service_client",
+    "service_routes",
+    "in_process_batch",
+    "service_batch",
+    "service_stream",
+    "service_client_batch",
+    "fresh",
+)
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -271,61 +384,113 @@ def summarize(rows: list[dict]) -> dict:
                 if values:
                     cpu[f"{ex}_{key}"] = values[len(values) // 2]
         fresh = med["fresh"] or float("nan")
-        out[name] = {**{f"{k}_calls_per_s": v for k, v in med.items()}, **cpu,
-                     "service_over_in_process": round(med["service"] / med["in_process"], 3),
-                     "httpx_over_in_process": round(med["service_httpx"] / med["in_process"], 3),
-                     "client_over_in_process": round(med["service_client"] / med["in_process"], 3),
-                     "routes_over_in_process": round(med["service_routes"] / med["in_process"], 3),
-                     "batch_over_in_process_batch": round(med["service_batch"] / med["in_process_batch"], 3),
-                     "stream_over_in_process_batch": round(med["service_stream"] / med["in_process_batch"], 3),
-                     "client_batch_over_in_process_batch":
-                         round(med["service_client_batch"] / med["in_process_batch"], 3),
-                     "service_x_fresh": round(med["service"] / fresh, 1),
-                     "client_x_fresh": round(med["service_client"] / fresh, 1),
-                     "in_process_x_fresh": round(med["in_process"] / fresh, 1)}
+        out[name] = {
+            **{f"{k}_calls_per_s": v for k, v in med.items()},
+            **cpu,
+            "service_over_in_process": round(med["service"] / med["in_process"], 3),
+            "httpx_over_in_process": round(med["service_httpx"] / med["in_process"], 3),
+            "client_over_in_process": round(med["service_client"] / med["in_process"], 3),
+            "routes_over_in_process": round(med["service_routes"] / med["in_process"], 3),
+            "batch_over_in_process_batch": round(med["service_batch"] / med["in_process_batch"], 3),
+            "stream_over_in_process_batch": round(med["service_stream"] / med["in_process_batch"], 3),
+            "client_batch_over_in_process_batch": round(med["service_client_batch"] / med["in_process_batch"], 3),
+            "service_x_fresh": round(med["service"] / fresh, 1),
+            "client_x_fresh": round(med["service_client"] / fresh, 1),
+            "in_process_x_fresh": round(med["in_process"] / fresh, 1),
+        }
     return out
 
 
 def render(report: dict) -> None:
     m = report["machine"]
-    head = (f"service_single {report['date']} (K = {report['k']}, {report['workers']} workers, {m['cores']} cores, "
-            f"load {m['load_avg_before'][0]:.1f} -> {m['load_avg_after'][0]:.1f})")
+    head = (
+        f"service_single {report['date']} (K = {report['k']}, {report['workers']} workers, {m['cores']} cores, "
+        f"load {m['load_avg_before'][0]:.1f} -> {m['load_avg_after'][0]:.1f})"
+    )
     single = Table(title=f"{head}: single calls, K in flight")
-    for col in ("workload", "in-process /s", "raw aiohttp /s", "raw/in-proc", "raw httpx /s", "httpx/in-proc",
-                "SandboxClient.run /s", "client/in-proc", "raw aiohttp, no fast path /s", "fresh /s",
-                "client x fresh", "in-process x fresh"):
+    for col in (
+        "workload",
+        "in-process /s",
+        "raw aiohttp /s",
+        "raw/in-proc",
+        "raw httpx /s",
+        "httpx/in-proc",
+        "SandboxClient.run /s",
+        "client/in-proc",
+        "raw aiohttp, no fast path /s",
+        "fresh /s",
+        "client x fresh",
+        "in-process x fresh",
+    ):
         single.add_column(col)
     for name, s in report["summary"].items():
-        single.add_row(name, str(s["in_process_calls_per_s"]), str(s["service_calls_per_s"]),
-                       f"{s['service_over_in_process']:.2f}", str(s["service_httpx_calls_per_s"]),
-                       f"{s['httpx_over_in_process']:.2f}", str(s["service_client_calls_per_s"]),
-                       f"{s['client_over_in_process']:.2f}", str(s["service_routes_calls_per_s"]),
-                       str(s["fresh_calls_per_s"]), f"{s['client_x_fresh']}", f"{s['in_process_x_fresh']}")
+        single.add_row(
+            name,
+            str(s["in_process_calls_per_s"]),
+            str(s["service_calls_per_s"]),
+            f"{s['service_over_in_process']:.2f}",
+            str(s["service_httpx_calls_per_s"]),
+            f"{s['httpx_over_in_process']:.2f}",
+            str(s["service_client_calls_per_s"]),
+            f"{s['client_over_in_process']:.2f}",
+            str(s["service_routes_calls_per_s"]),
+            str(s["fresh_calls_per_s"]),
+            f"{s['client_x_fresh']}",
+            f"{s['in_process_x_fresh']}",
+        )
     console.print(single)
     batches = Table(title=f"batches of {report['k']}, {report.get('batches_in_flight', '?')} in flight")
-    for col in ("workload", "in-process run_batch /s", "raw aiohttp POST /s", "raw/in-proc",
-                "raw aiohttp stream /s", "stream/in-proc", "SandboxClient.run_batch /s", "client/in-proc"):
+    for col in (
+        "workload",
+        "in-process run_batch /s",
+        "raw aiohttp POST /s",
+        "raw/in-proc",
+        "raw aiohttp stream /s",
+        "stream/in-proc",
+        "SandboxClient.run_batch /s",
+        "client/in-proc",
+    ):
         batches.add_column(col)
     for name, s in report["summary"].items():
-        batches.add_row(name, str(s["in_process_batch_calls_per_s"]), str(s["service_batch_calls_per_s"]),
-                        f"{s['batch_over_in_process_batch']:.2f}", str(s["service_stream_calls_per_s"]),
-                        f"{s['stream_over_in_process_batch']:.2f}", str(s["service_client_batch_calls_per_s"]),
-                        f"{s['client_batch_over_in_process_batch']:.2f}")
+        batches.add_row(
+            name,
+            str(s["in_process_batch_calls_per_s"]),
+            str(s["service_batch_calls_per_s"]),
+            f"{s['batch_over_in_process_batch']:.2f}",
+            str(s["service_stream_calls_per_s"]),
+            f"{s['stream_over_in_process_batch']:.2f}",
+            str(s["service_client_batch_calls_per_s"]),
+            f"{s['client_batch_over_in_process_batch']:.2f}",
+        )
     console.print(batches)
-    cpu = Table(title="CPU ms per call outside the sandbox workers (medians): this process (the client; in process, "
-                      "the pool's host side) / the server process itself")
+    cpu = Table(
+        title="CPU ms per call outside the sandbox workers (medians): this process (the client; in process, "
+        "the pool's host side) / the server process itself"
+    )
     cpu.add_column("executor (client)")
     names = list(report["summary"])
     for name in names:
         cpu.add_column(name)
-    labels = {"in_process": "in-process (no HTTP)", "service": "single (raw aiohttp)",
-              "service_httpx": "single (raw httpx)", "service_client": "single (SandboxClient.run)",
-              "service_routes": "single, no fast path (raw aiohttp)", "in_process_batch": "batch in-process",
-              "service_batch": "batch (raw aiohttp)", "service_stream": "batch, streamed (raw aiohttp)",
-              "service_client_batch": "batch (SandboxClient.run_batch)"}
+    labels = {
+        "in_process": "in-process (no HTTP)",
+        "service": "single (raw aiohttp)",
+        "service_httpx": "single (raw httpx)",
+        "service_client": "single (SandboxClient.run)",
+        "service_routes": "single, no fast path (raw aiohttp)",
+        "in_process_batch": "batch in-process",
+        "service_batch": "batch (raw aiohttp)",
+        "service_stream": "batch, streamed (raw aiohttp)",
+        "service_client_batch": "batch (SandboxClient.run_batch)",
+    }
     for ex, label in labels.items():
-        cpu.add_row(label, *(f"{report['summary'][n].get(f'{ex}_client_cpu_ms_per_call', '')} / "
-                             f"{report['summary'][n].get(f'{ex}_server_cpu_ms_per_call', '-')}" for n in names))
+        cpu.add_row(
+            label,
+            *(
+                f"{report['summary'][n].get(f'{ex}_client_cpu_ms_per_call', '')} / "
+                f"{report['summary'][n].get(f'{ex}_server_cpu_ms_per_call', '-')}"
+                for n in names
+            ),
+        )
     console.print(cpu)
     bad = [r for r in report["rows"] if r["wrong"]]
     console.print("no wrong answers" if not bad else f"[red]{len(bad)} phases with wrong answers[/]")
@@ -334,8 +499,12 @@ def render(report: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--k", type=int, default=16, help="requests in flight")
-    ap.add_argument("--batches-in-flight", type=int, default=2,
-                    help="batch clients sending at once in the batch phases (1: one batch at a time)")
+    ap.add_argument(
+        "--batches-in-flight",
+        type=int,
+        default=2,
+        help="batch clients sending at once in the batch phases (1: one batch at a time)",
+    )
     ap.add_argument("--workers", type=int, default=None, help="sandbox workers (default: cores)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians reported)")
     ap.add_argument("--quick", action="store_true", help="a quarter of the calls, one round")

@@ -36,12 +36,20 @@ def browser():
         pytest.skip("selenium is not installed (it is in tirl's [dev] extra: pip install -e '.[dev]')")
     chrome, driver = _which(_CHROMIUM), _which(_DRIVER)
     if chrome is None or driver is None:
-        pytest.skip("Chromium or chromedriver is not installed: browser test NOT run. Install Debian's packages "
-                    "(apt-get install chromium chromium-driver) or run `make test` as root, which does it")
+        pytest.skip(
+            "Chromium or chromedriver is not installed: browser test NOT run. Install Debian's packages "
+            "(apt-get install chromium chromium-driver) or run `make test` as root, which does it"
+        )
     opts = webdriver.ChromeOptions()
     opts.binary_location = chrome
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1000", "--allow-file-access-from-files"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        "--allow-file-access-from-files",
+    ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(executable_path=driver), options=opts)

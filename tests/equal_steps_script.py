@@ -47,13 +47,26 @@ def main() -> None:
     from accelerate import PartialState
 
     state = PartialState()
-    config = load_config(None, [
-        f"output_dir={out_dir / 'run'}", f"model.name_or_path={model_dir}", "model.dtype=float32",
-        f"max_steps={max_steps}", "problems_per_step=4", "save_steps=3", "rollout.group_size=2",
-        "rollout.oversample=2", "roc.min_per_class=1", f"optim.per_device_train_batch_size={per_device}",
-        "optim.warmup_steps=0", "optim.learning_rate=1e-3", "optim.weight_decay=0.0", "logging.console=false",
-        "data.seed=0",
-    ])
+    config = load_config(
+        None,
+        [
+            f"output_dir={out_dir / 'run'}",
+            f"model.name_or_path={model_dir}",
+            "model.dtype=float32",
+            f"max_steps={max_steps}",
+            "problems_per_step=4",
+            "save_steps=3",
+            "rollout.group_size=2",
+            "rollout.oversample=2",
+            "roc.min_per_class=1",
+            f"optim.per_device_train_batch_size={per_device}",
+            "optim.warmup_steps=0",
+            "optim.learning_rate=1e-3",
+            "optim.weight_decay=0.0",
+            "logging.console=false",
+            "data.seed=0",
+        ],
+    )
     problems = [Problem(id=f"k{i}", problem=f"scripted problem number {i}", answer="0") for i in range(16)]
     from tirl.models import load_tokenizer
     from tirl.protocol import stop_token_ids
@@ -67,13 +80,23 @@ def main() -> None:
 
     full, per_rank = shard_numels(trainer.model_wrapped)  # parameters each rank holds (under FSDP, ZeRO-3: shards)
     local = per_rank[state.process_index]
-    steps = [{"step": h["step"], "loss": h["loss"], "grad_norm": h["grad_norm"]}
-             for h in trainer.state.log_history if "grad_norm" in h]
-    record = {"rank": state.process_index, "world": state.num_processes, "seen": source.seen, "steps": steps,
-              "checksums": source.checksums, "global_step": trainer.state.global_step,
-              "resumed_from": str(run.resume_from) if run.resume_from else None,
-              "distributed_type": str(trainer.accelerator.distributed_type), "local_numel": local,
-              "full_numel": full}
+    steps = [
+        {"step": h["step"], "loss": h["loss"], "grad_norm": h["grad_norm"]}
+        for h in trainer.state.log_history
+        if "grad_norm" in h
+    ]
+    record = {
+        "rank": state.process_index,
+        "world": state.num_processes,
+        "seen": source.seen,
+        "steps": steps,
+        "checksums": source.checksums,
+        "global_step": trainer.state.global_step,
+        "resumed_from": str(run.resume_from) if run.resume_from else None,
+        "distributed_type": str(trainer.accelerator.distributed_type),
+        "local_numel": local,
+        "full_numel": full,
+    }
     (out_dir / f"rank{state.process_index}.json").write_text(json.dumps(record))
     run.close()
     import torch.distributed as dist

@@ -35,10 +35,17 @@ class ScriptedSource:
             prompt = self.tok.encode(p.problem, add_special_tokens=False)
             for j in range(n):
                 ids = [100 + j, 200 + int(p.id[1:]), 300][: 2 + (j % 2)] + [self.stop]
-                out.append(Trajectory(prompt_ids=prompt, response_ids=ids, loss_mask=[1] * len(ids),
-                                      logprobs=[-1.0] * len(ids),
-                                      turns=[TurnRecord(text="", answer_blocks=1)],
-                                      final_answer=str(j), metadata={"j": j}))
+                out.append(
+                    Trajectory(
+                        prompt_ids=prompt,
+                        response_ids=ids,
+                        loss_mask=[1] * len(ids),
+                        logprobs=[-1.0] * len(ids),
+                        turns=[TurnRecord(text="", answer_blocks=1)],
+                        final_answer=str(j),
+                        metadata={"j": j},
+                    )
+                )
         return out
 
 
@@ -46,8 +53,9 @@ class ModScorer:
     """Sample j of problem k is correct when (j + k) % 3 == 0: mixed groups."""
 
     def score(self, trajectories: Any, problems: Any) -> list[Score]:
-        return [Score(1.0 if (t.metadata["j"] + int(p.id[1:])) % 3 == 0 else 0.0)
-                for t, p in zip(trajectories, problems)]
+        return [
+            Score(1.0 if (t.metadata["j"] + int(p.id[1:])) % 3 == 0 else 0.0) for t, p in zip(trajectories, problems)
+        ]
 
 
 def main() -> None:
@@ -55,12 +63,24 @@ def main() -> None:
     from accelerate import PartialState
 
     state = PartialState()
-    config = load_config(None, [
-        f"output_dir={out_dir / 'run'}", f"model.name_or_path={model_dir}", "model.dtype=float32",
-        "max_steps=2", "problems_per_step=4", "save_steps=100", "rollout.group_size=2", "rollout.oversample=2",
-        "roc.min_per_class=1", "optim.per_device_train_batch_size=2", "optim.warmup_steps=0",
-        "optim.learning_rate=1e-3", "logging.console=false",
-    ])
+    config = load_config(
+        None,
+        [
+            f"output_dir={out_dir / 'run'}",
+            f"model.name_or_path={model_dir}",
+            "model.dtype=float32",
+            "max_steps=2",
+            "problems_per_step=4",
+            "save_steps=100",
+            "rollout.group_size=2",
+            "rollout.oversample=2",
+            "roc.min_per_class=1",
+            "optim.per_device_train_batch_size=2",
+            "optim.warmup_steps=0",
+            "optim.learning_rate=1e-3",
+            "logging.console=false",
+        ],
+    )
     problems = [Problem(id=f"k{i}", problem=f"scripted problem number {i}", answer="0") for i in range(8)]
     from tirl.models import load_tokenizer
     from tirl.protocol import stop_token_ids
@@ -79,8 +99,13 @@ def main() -> None:
 
     trainer._generate_and_score_completions = spy
     trainer.train()
-    record = {"rank": state.process_index, "world": state.num_processes, "seen": source.seen, "adv_diffs": diffs,
-              "global_step": trainer.state.global_step}
+    record = {
+        "rank": state.process_index,
+        "world": state.num_processes,
+        "seen": source.seen,
+        "adv_diffs": diffs,
+        "global_step": trainer.state.global_step,
+    }
     (out_dir / f"rank{state.process_index}.json").write_text(json.dumps(record))
     run.close()
     import torch.distributed as dist

@@ -54,8 +54,9 @@ def _die(pause: bool) -> None:
 class ScriptedSource:
     """Problem k's sample j: prompt = problem tokens; completion of 2-3 tokens ending in the stop id."""
 
-    def __init__(self, tokenizer: Any, stop_id: int, log: Path, life: int, fault: Fault | None,
-                 pause: bool = False) -> None:
+    def __init__(
+        self, tokenizer: Any, stop_id: int, log: Path, life: int, fault: Fault | None, pause: bool = False
+    ) -> None:
         self.tok, self.stop, self.log, self.life, self.fault, self.pause = tokenizer, stop_id, log, life, fault, pause
 
     def generate(self, problems: Any, n: int, *, seed: int, trainer: Any) -> list[Trajectory]:
@@ -71,9 +72,17 @@ class ScriptedSource:
             prompt = self.tok.encode(p.problem, add_special_tokens=False)
             for j in range(n):
                 ids = [100 + j, 200 + int(p.id[1:]), 300][: 2 + (j % 2)] + [self.stop]
-                out.append(Trajectory(prompt_ids=prompt, response_ids=ids, loss_mask=[1] * len(ids),
-                                      logprobs=[-1.0] * len(ids), turns=[TurnRecord(text="", answer_blocks=1)],
-                                      final_answer=str(j), metadata={"j": j}))
+                out.append(
+                    Trajectory(
+                        prompt_ids=prompt,
+                        response_ids=ids,
+                        loss_mask=[1] * len(ids),
+                        logprobs=[-1.0] * len(ids),
+                        turns=[TurnRecord(text="", answer_blocks=1)],
+                        final_answer=str(j),
+                        metadata={"j": j},
+                    )
+                )
         return out
 
 
@@ -81,18 +90,32 @@ class ModScorer:
     """Sample j of problem k is correct when (j + k) % 3 == 0: mixed groups."""
 
     def score(self, trajectories: Any, problems: Any) -> list[Score]:
-        return [Score(1.0 if (t.metadata["j"] + int(p.id[1:])) % 3 == 0 else 0.0)
-                for t, p in zip(trajectories, problems)]
+        return [
+            Score(1.0 if (t.metadata["j"] + int(p.id[1:])) % 3 == 0 else 0.0) for t, p in zip(trajectories, problems)
+        ]
 
 
 def config(out: Path, model_dir: Path, max_steps: int = 4, save_steps: int = 1) -> Any:
     """4 problems, 2 per step (an epoch is 2 steps, so 4 steps cross an epoch boundary)."""
-    return load_config(None, [
-        f"output_dir={out}", f"model.name_or_path={model_dir}", "model.dtype=float32",
-        f"max_steps={max_steps}", "problems_per_step=2", f"save_steps={save_steps}", "rollout.group_size=2",
-        "rollout.oversample=2", "roc.min_per_class=1", "optim.per_device_train_batch_size=2",
-        "optim.warmup_steps=0", "optim.learning_rate=1e-3", "logging.console=false", "watchdog.enabled=false",
-    ])
+    return load_config(
+        None,
+        [
+            f"output_dir={out}",
+            f"model.name_or_path={model_dir}",
+            "model.dtype=float32",
+            f"max_steps={max_steps}",
+            "problems_per_step=2",
+            f"save_steps={save_steps}",
+            "rollout.group_size=2",
+            "rollout.oversample=2",
+            "roc.min_per_class=1",
+            "optim.per_device_train_batch_size=2",
+            "optim.warmup_steps=0",
+            "optim.learning_rate=1e-3",
+            "logging.console=false",
+            "watchdog.enabled=false",
+        ],
+    )
 
 
 def run_life(cfg: Any, log: Path, life: int, fault: Fault | None = None, pause: bool = False) -> Any:
@@ -157,8 +180,13 @@ def run_life(cfg: Any, log: Path, life: int, fault: Fault | None = None, pause: 
 
 
 def main() -> None:
-    model_dir, out, life, point, step = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], \
-        int(sys.argv[5])
+    model_dir, out, life, point, step = (
+        Path(sys.argv[1]),
+        Path(sys.argv[2]),
+        int(sys.argv[3]),
+        sys.argv[4],
+        int(sys.argv[5]),
+    )
     cfg = config(out / "run", model_dir)
     run_life(cfg, out / "rollouts.jsonl", life, Fault(point, step), pause=True)
 

@@ -99,8 +99,11 @@ def remove_host_sysv_ipc(found: dict[str, list[int]]) -> None:
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    ctl = {"shm": lambda i: libc.shmctl(i, 0, None), "sem": lambda i: libc.semctl(i, 0, 0),
-           "msg": lambda i: libc.msgctl(i, 0, None)}
+    ctl = {
+        "shm": lambda i: libc.shmctl(i, 0, None),
+        "sem": lambda i: libc.semctl(i, 0, 0),
+        "msg": lambda i: libc.msgctl(i, 0, None),
+    }
     for kind, ids in found.items():
         for ident in ids:
             ctl[kind](ident)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tirl.train.ablation import ARMS, main, plan
 
-FAKE = r'''
+FAKE = r"""
 import json, pathlib, sys
 args = sys.argv[1:]
 state = pathlib.Path(sys.argv[0]).with_suffix(".calls")
@@ -28,7 +28,7 @@ elif args[0] == "eval":
     out = pathlib.Path(args[args.index("--out-dir") + 1])
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text("{}")
-'''
+"""
 
 
 def _calls(fake: Path) -> list[list[str]]:
@@ -37,12 +37,19 @@ def _calls(fake: Path) -> list[list[str]]:
 
 
 def test_plan_is_seed_major_with_evals_after_each_run(tmp_path):
-    jobs = plan(tmp_path, arms=list(ARMS), seeds=[0, 1], eval_steps=[10], eval_config="e.yaml",
-                start_model="sft", tirl=["tirl"])
+    jobs = plan(
+        tmp_path, arms=list(ARMS), seeds=[0, 1], eval_steps=[10], eval_config="e.yaml", start_model="sft", tirl=["tirl"]
+    )
     names = [j.name for j in jobs]
     assert names[0] == "eval-start" and names[-1] == "plot"
-    assert names[1:7] == ["train-grpo-s0", "eval-grpo-s0-10", "train-roc-s0", "eval-roc-s0-10",
-                          "train-grpo2g-s0", "eval-grpo2g-s0-10"]
+    assert names[1:7] == [
+        "train-grpo-s0",
+        "eval-grpo-s0-10",
+        "train-roc-s0",
+        "eval-roc-s0-10",
+        "train-grpo2g-s0",
+        "eval-grpo2g-s0-10",
+    ]
     train = next(j for j in jobs if j.name == "train-roc-s1")
     assert train.argv[4:] == [ARMS["roc"], "seed=1", f"output_dir={tmp_path / 'roc-s1'}"]
     plot = jobs[-1].argv
@@ -54,8 +61,19 @@ def test_runner_restarts_killed_jobs_resumes_and_skips_what_is_done(tmp_path):
     fake = tmp_path / "fake_tirl.py"
     fake.write_text(FAKE)
     out = tmp_path / "abl"
-    argv = ["--out", str(out), "--seeds", "0", "1", "--eval-steps", "10", "--tirl", f"{sys.executable} {fake}",
-            "--retries", "2"]
+    argv = [
+        "--out",
+        str(out),
+        "--seeds",
+        "0",
+        "1",
+        "--eval-steps",
+        "10",
+        "--tirl",
+        f"{sys.executable} {fake}",
+        "--retries",
+        "2",
+    ]
     assert main(argv) == 1  # grpo2g-s1 stopped with 3
     calls = _calls(fake)
     trains = [c for c in calls if c[:2] == ["train", "rl"]]
@@ -75,8 +93,24 @@ def test_runner_restarts_killed_jobs_resumes_and_skips_what_is_done(tmp_path):
 
 
 def test_dry_run_prints_the_remaining_commands(tmp_path, capsys):
-    assert main(["--out", str(tmp_path / "abl"), "--seeds", "0", "--arms", "roc", "--dry-run", "--tirl", "tirl",
-                 "--set", "rollout.server_url=http://127.0.0.1:1"]) == 0
+    assert (
+        main(
+            [
+                "--out",
+                str(tmp_path / "abl"),
+                "--seeds",
+                "0",
+                "--arms",
+                "roc",
+                "--dry-run",
+                "--tirl",
+                "tirl",
+                "--set",
+                "rollout.server_url=http://127.0.0.1:1",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out.splitlines()
     assert printed[1].startswith("tirl train rl --config configs/rl/cpu-toolfix-roc.yaml seed=0")
     assert printed[1].endswith("rollout.server_url=http://127.0.0.1:1")

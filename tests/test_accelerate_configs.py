@@ -14,8 +14,13 @@ LAUNCH = re.compile(r"accelerate launch\s+-")  # a command line, not a mention i
 
 
 def launch_lines() -> list[tuple[Path, str]]:
-    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "configs").rglob("*.yaml")),
-             *sorted((ROOT / "benchmarks").glob("*.sh")), ROOT / "Makefile"]
+    files = [
+        ROOT / "README.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "configs").rglob("*.yaml")),
+        *sorted((ROOT / "benchmarks").glob("*.sh")),
+        ROOT / "Makefile",
+    ]
     out = []
     for f in files:
         if f.is_file():
@@ -37,8 +42,13 @@ def test_every_launch_line_names_an_existing_config_file():
 
 def test_accelerate_configs_are_readable():
     configs = sorted((ROOT / "configs" / "accelerate").glob("*.yaml"))
-    assert {c.name for c in configs} >= {"zero3-8x8.yaml", "ddp-2cpu.yaml", "fsdp2-8gpu.yaml", "fsdp2-2cpu.yaml",
-                                         "zero3-2cpu.yaml"}
+    assert {c.name for c in configs} >= {
+        "zero3-8x8.yaml",
+        "ddp-2cpu.yaml",
+        "fsdp2-8gpu.yaml",
+        "fsdp2-2cpu.yaml",
+        "zero3-2cpu.yaml",
+    }
     for c in configs:
         data = yaml.safe_load(c.read_text())
         assert data["distributed_type"] in ("FSDP", "DEEPSPEED", "MULTI_GPU", "MULTI_CPU"), c.name

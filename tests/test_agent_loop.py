@@ -124,8 +124,9 @@ async def test_three_turn_trajectory_tokens_masks_logprobs_and_results_exactly(t
     seg1 = tool_response_segment_ids(tok, [traj.turns[0].tool_calls[0].response_text])
     seg2 = tool_response_segment_ids(tok, [traj.turns[1].tool_calls[0].response_text])
     assert traj.response_ids == ids[0] + seg1 + ids[1] + seg2 + ids[2]
-    assert traj.loss_mask == ([1] * len(ids[0]) + [0] * len(seg1) + [1] * len(ids[1]) + [0] * len(seg2)
-                              + [1] * len(ids[2]))
+    assert traj.loss_mask == (
+        [1] * len(ids[0]) + [0] * len(seg1) + [1] * len(ids[1]) + [0] * len(seg2) + [1] * len(ids[2])
+    )
     # log-probs: the engine's at model tokens, 0.0 at injected ones
     lp = [-0.5 - 0.001 * i for i in range(max(map(len, ids)))]
     expected_lp = lp[: len(ids[0])] + [0.0] * len(seg1) + lp[: len(ids[1])] + [0.0] * len(seg2) + lp[: len(ids[2])]
@@ -138,9 +139,7 @@ async def test_three_turn_trajectory_tokens_masks_logprobs_and_results_exactly(t
     assert traj.metadata["tool_internal_errors"] == 0
     # token-in/token-out: each engine call continues exactly the ids so far; the budget shrinks accordingly
     prompt = traj.prompt_ids
-    assert [c[0] for c in engine.calls] == [
-        prompt, prompt + ids[0] + seg1, prompt + ids[0] + seg1 + ids[1] + seg2
-    ]
+    assert [c[0] for c in engine.calls] == [prompt, prompt + ids[0] + seg1, prompt + ids[0] + seg1 + ids[1] + seg2]
     assert [c[1] for c in engine.calls] == [4000, 4000 - len(ids[0] + seg1), 4000 - len(ids[0] + seg1 + ids[1] + seg2)]
 
 
@@ -155,7 +154,7 @@ async def test_f85_sampled_ids_are_kept_even_when_re_encoding_differs(smollm2_to
     loop, engine = make_loop(tok, turns)
     traj = await loop.run_one(RolloutRequest(PROBLEM))
     assert traj.response_ids[: len(first)] == first
-    assert engine.calls[1][0][len(traj.prompt_ids):][: len(first)] == first
+    assert engine.calls[1][0][len(traj.prompt_ids) :][: len(first)] == first
     assert traj.logprobs[: len(first)] == [-1.0] * len(first)
     assert len(traj.logprobs) == len(traj.response_ids) == len(traj.loss_mask)
 
@@ -171,8 +170,9 @@ async def test_max_turns_stops_without_executing_the_last_call(tok):
 
 
 async def test_f34_turn_cut_by_budget_never_runs_partial_code(tok):
-    long_call = "<tool_call>" + json.dumps({"name": "execute_python_code_with_standard_io",
-                                            "arguments": {"code": "for i in range(3):\n    print(i)" * 20}})
+    long_call = "<tool_call>" + json.dumps(
+        {"name": "execute_python_code_with_standard_io", "arguments": {"code": "for i in range(3):\n    print(i)" * 20}}
+    )
     loop, _ = make_loop(tok, [long_call], max_response_tokens=30)
     traj = await loop.run_one(RolloutRequest(PROBLEM))
     assert traj.finish_reason == "length" and traj.truncated
@@ -194,8 +194,12 @@ async def test_tool_segment_that_does_not_fit_the_budget_ends_with_length(tok):
 async def test_f88_tool_outputs_are_capped_per_call(smollm2_tokenizer):
     tok = smollm2_tokenizer
     big = ExecutionResult(status="ok", stdout="1234567 " * 1000)  # ~2,000+ tokens of output
-    loop, _ = make_loop(tok, [call_text("print('x')")] * 3 + ["<answer>\\boxed{1}</answer>"],
-                        ScriptedExecutor(lambda code: big), max_response_tokens=16384)
+    loop, _ = make_loop(
+        tok,
+        [call_text("print('x')")] * 3 + ["<answer>\\boxed{1}</answer>"],
+        ScriptedExecutor(lambda code: big),
+        max_response_tokens=16384,
+    )
     traj = await loop.run_one(RolloutRequest(PROBLEM))
     assert traj.finish_reason == "answer"
     for turn in traj.turns[:3]:
@@ -212,10 +216,14 @@ async def test_f88_context_window_ends_cleanly(smollm2_tokenizer):
 
     tok = smollm2_tokenizer
     big = ExecutionResult(status="ok", stdout="1234567 " * 1000)
-    cfg = dict(max_response_tokens=30000, context_window=16384,
-               protocol=dataclasses.replace(ProtocolConfig(), tool_response_max_chars=0))
-    loop, engine = make_loop(tok, [call_text("print('x')")] * 12 + ["<answer>\\boxed{1}</answer>"],
-                             ScriptedExecutor(lambda code: big), **cfg)
+    cfg = dict(
+        max_response_tokens=30000,
+        context_window=16384,
+        protocol=dataclasses.replace(ProtocolConfig(), tool_response_max_chars=0),
+    )
+    loop, engine = make_loop(
+        tok, [call_text("print('x')")] * 12 + ["<answer>\\boxed{1}</answer>"], ScriptedExecutor(lambda code: big), **cfg
+    )
     traj = await loop.run_one(RolloutRequest(PROBLEM))
     assert traj.finish_reason == "context" and traj.truncated
     assert len(traj.prompt_ids) + len(traj.response_ids) <= 16384
@@ -296,7 +304,7 @@ async def test_several_calls_in_one_turn_run_as_one_batch_in_order(smollm2_token
     loop, _ = make_loop(tok, [turn, "<answer>\\boxed{1}</answer>"], ex)
     traj = await loop.run_one(RolloutRequest(PROBLEM))
     assert [r.response_text for r in traj.turns[0].tool_calls] == ["111", "222"]
-    seg = tok.decode(traj.response_ids[traj.loss_mask.index(0):])
+    seg = tok.decode(traj.response_ids[traj.loss_mask.index(0) :])
     assert seg.index("111") < seg.index("222")
 
 
@@ -326,8 +334,9 @@ async def test_missing_logprobs_give_an_empty_list(smollm2_tokenizer):
 
 async def test_one_lease_per_trajectory_with_prompt_plus_budget_and_all_turns_on_it(smollm2_tokenizer):
     tok = smollm2_tokenizer
-    engines = [ScriptedEngine(tok, [call_text("print(1)"), "<answer>\\boxed{1}</answer>"], stop_of(tok))
-               for _ in range(2)]
+    engines = [
+        ScriptedEngine(tok, [call_text("print(1)"), "<answer>\\boxed{1}</answer>"], stop_of(tok)) for _ in range(2)
+    ]
 
     class TwoEngines:
         def __init__(self):
@@ -387,7 +396,13 @@ async def test_run_trajectories_is_flat_prompt_major_with_group_ids(smollm2_toke
     problems = ["p0", {"problem": "p1", "id": "x7", "source": "aime"}]
     trajs = await run_trajectories(problems, 3, SingleEngineRouter(engine), ScriptedExecutor(), tok, seed=1)
     assert [(t.metadata["group_id"], t.metadata["sample_index"]) for t in trajs] == [
-        ("0", 0), ("0", 1), ("0", 2), ("x7", 0), ("x7", 1), ("x7", 2)]
+        ("0", 0),
+        ("0", 1),
+        ("0", 2),
+        ("x7", 0),
+        ("x7", 1),
+        ("x7", 2),
+    ]
     assert trajs[4].metadata["source"] == "aime" and trajs[4].metadata["group_index"] == 1
     assert len({t.metadata["seed"] for t in trajs}) == 6
 
@@ -401,13 +416,18 @@ async def test_run_trajectories_takes_problems_as_the_id_dicts_callers_built(smo
     for rows in (problems, [{"problem": p.problem, "id": p.id} for p in problems]):
         engine = ScriptedEngine(tok, ["<answer>\\boxed{1}</answer>"], stop_of(tok))
         trajs = await run_trajectories(rows, 2, SingleEngineRouter(engine), ScriptedExecutor(), tok, seed=3)
-        metadata = [{k: v for k, v in t.metadata.items() if not k.endswith("time_s") and k != "trajectory_id"}
-                    for t in trajs]  # timings and the random trajectory suffix differ between runs
+        metadata = [
+            {k: v for k, v in t.metadata.items() if not k.endswith("time_s") and k != "trajectory_id"} for t in trajs
+        ]  # timings and the random trajectory suffix differ between runs
         runs.append((metadata, [t.prompt_ids for t in trajs], [c[0] for c in engine.calls]))
     assert runs[0] == runs[1]  # same groups, seeds, metadata and prompts as the dicts RL and the sampler built
     metadata, _, prompts = runs[0]
     assert [(m["group_id"], m["id"], m["sample_index"]) for m in metadata] == [
-        ("a-1", "a-1", 0), ("a-1", "a-1", 1), ("b-2", "b-2", 0), ("b-2", "b-2", 1)]
+        ("a-1", "a-1", 0),
+        ("a-1", "a-1", 1),
+        ("b-2", "b-2", 0),
+        ("b-2", "b-2", 1),
+    ]
     assert "What is 6 * 7?" in tok.decode(prompts[0])
     assert not any(k in m for m in metadata for k in ("answer", "source", "level"))  # the reference is not read
     with pytest.raises(ValueError, match="must be a Problem"):
@@ -429,8 +449,9 @@ def test_run_trajectories_sync_outside_and_inside_a_running_loop(smollm2_tokeniz
     assert len(asyncio.run(inside())) == 2
 
 
-@pytest.mark.parametrize("bad", [ExecutionResult.internal_error("unreachable"),
-                                 ExecutionResult(status="ok", stdout="41\n")])
+@pytest.mark.parametrize(
+    "bad", [ExecutionResult.internal_error("unreachable"), ExecutionResult(status="ok", stdout="41\n")]
+)
 async def test_f89_health_check_fails_fast_on_a_broken_sandbox(bad):
     with pytest.raises(SandboxUnavailable):
         await check_executor(ScriptedExecutor(lambda code: bad))
@@ -456,8 +477,13 @@ async def test_f89_run_trajectories_checks_the_sandbox_before_generating(smollm2
     tok = smollm2_tokenizer
     engine = ScriptedEngine(tok, ["x"], stop_of(tok))
     with pytest.raises(SandboxUnavailable):
-        await run_trajectories(["p"], 2, SingleEngineRouter(engine),
-                               ScriptedExecutor(lambda c: ExecutionResult.internal_error("down")), tok)
+        await run_trajectories(
+            ["p"],
+            2,
+            SingleEngineRouter(engine),
+            ScriptedExecutor(lambda c: ExecutionResult.internal_error("down")),
+            tok,
+        )
     assert engine.calls == []
 
 

@@ -53,8 +53,12 @@ def check_invariants(traj, budget):
 
 async def test_random_model_trajectories_are_well_formed(tiny):
     engine, tok = tiny
-    loop = AgentLoop(SingleEngineRouter(engine), OkExecutor(), tok,
-                     AgentLoopConfig(max_response_tokens=48, max_turns=3, temperature=1.0))
+    loop = AgentLoop(
+        SingleEngineRouter(engine),
+        OkExecutor(),
+        tok,
+        AgentLoopConfig(max_response_tokens=48, max_turns=3, temperature=1.0),
+    )
     trajs = await loop.run_many([RolloutRequest("What is 1 + 1?", sample_index=i, seed=i) for i in range(4)])
     assert len(trajs) == 4
     for traj in trajs:
@@ -86,8 +90,12 @@ async def test_real_engine_continues_after_a_malformed_tool_call(tiny):
 
     wrapper = FirstTurnScripted()
     executor = OkExecutor()
-    loop = AgentLoop(SingleEngineRouter(wrapper), executor, tok,
-                     AgentLoopConfig(max_response_tokens=120, max_turns=2, temperature=1.0))
+    loop = AgentLoop(
+        SingleEngineRouter(wrapper),
+        executor,
+        tok,
+        AgentLoopConfig(max_response_tokens=120, max_turns=2, temperature=1.0),
+    )
     traj = await loop.run_one(RolloutRequest("What is 1 + 1?", seed=3))
     check_invariants(traj, 120)
     assert [r.cls for r in traj.turns[0].tool_calls] == ["parse_error"]
@@ -96,4 +104,4 @@ async def test_real_engine_continues_after_a_malformed_tool_call(tiny):
     n1 = traj.turns[0].num_tokens
     segment_len = traj.loss_mask.index(1, n1) - n1
     assert segment_len > 0 and wrapper.prompts[1] == traj.prompt_ids + traj.response_ids[: n1 + segment_len]
-    assert "Tool call error" in tok.decode(traj.response_ids[n1: n1 + segment_len])
+    assert "Tool call error" in tok.decode(traj.response_ids[n1 : n1 + segment_len])

@@ -53,7 +53,7 @@ def test_chunked_entropy_equals_the_full_softmax(tiny):
     with torch.no_grad():
         logits = model(torch.tensor([prompt + response])).logits[0].double()
     logp = torch.log_softmax(logits, -1)
-    want = (-(logp.exp() * logp).sum(-1))[len(prompt) - 1: -1].tolist()
+    want = (-(logp.exp() * logp).sum(-1))[len(prompt) - 1 : -1].tolist()
     assert len(got) == len(response)
     assert got == pytest.approx(want, rel=1e-4)
     assert all(0 <= e <= math.log(logits.shape[-1]) + 1e-4 for e in got)
@@ -104,20 +104,24 @@ def test_records_without_token_ids_are_refused(tiny, tmp_path):
         score_run(folder, tiny[0], tiny[1], "tiny")
 
 
-@pytest.mark.parametrize("mask,k,want", [
-    ([1, 1, 0, 0, 1, 1, 1], 2, {4, 5}),
-    ([0, 0, 1, 1], 3, set()),  # an injected run before any model token is not a tool response
-    ([1, 0, 1, 0, 1, 1], 5, {2, 4, 5}),  # the next injected run cuts the window
-    ([1, 1, 1], 2, set()),
-])
+@pytest.mark.parametrize(
+    "mask,k,want",
+    [
+        ([1, 1, 0, 0, 1, 1, 1], 2, {4, 5}),
+        ([0, 0, 1, 1], 3, set()),  # an injected run before any model token is not a tool response
+        ([1, 0, 1, 0, 1, 1], 5, {2, 4, 5}),  # the next injected run cuts the window
+        ([1, 1, 1], 2, set()),
+    ],
+)
 def test_post_tool_positions(mask, k, want):
     assert post_tool_positions(mask, k) == want
 
 
 def test_label_stats_split_post_tool_and_count_high_entropy_tokens():
-    rows = [{"id": "a", "entropy": [0.1, 0.2, None, 3.0, 2.5, 0.1],
-             "tokens": ["x", "y", "<inj>", " But", "Wait", "x"]},
-            {"id": "b", "entropy": [2.9, None, 0.3], "tokens": [" But", "<inj>", "z"]}]
+    rows = [
+        {"id": "a", "entropy": [0.1, 0.2, None, 3.0, 2.5, 0.1], "tokens": ["x", "y", "<inj>", " But", "Wait", "x"]},
+        {"id": "b", "entropy": [2.9, None, 0.3], "tokens": [" But", "<inj>", "z"]},
+    ]
     masks = {"a": [1, 1, 0, 1, 1, 1], "b": [1, 0, 1]}
     st = label_stats("m", rows, masks, first_k=1)
     values = [0.1, 0.2, 3.0, 2.5, 0.1, 2.9, 0.3]
@@ -145,8 +149,20 @@ def test_report_compares_labels_on_the_same_trajectories(tiny, tmp_path):
 
 def test_cli_writes_files_report_and_plot_and_the_viewer_uses_them(tiny_smollm2_model_dir, tmp_path):
     folder = write_train_run(tmp_path / "train", steps=1)
-    res = CliRunner().invoke(app, ["analyze", "entropy", str(folder), "--model", str(tiny_smollm2_model_dir),
-                                   "--label", "tiny", "--first-k", "3"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "analyze",
+            "entropy",
+            str(folder),
+            "--model",
+            str(tiny_smollm2_model_dir),
+            "--label",
+            "tiny",
+            "--first-k",
+            "3",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "after a tool response" in res.output and "top high-entropy tokens under tiny" in res.output
     rep = json.loads((folder / "entropy" / "report.json").read_text())
@@ -163,8 +179,7 @@ def test_cli_writes_files_report_and_plot_and_the_viewer_uses_them(tiny_smollm2_
 
 
 def test_cli_rejects_mismatched_labels(tmp_path):
-    res = CliRunner().invoke(app, ["analyze", "entropy", str(tmp_path), "--model", "a", "--model", "b",
-                                   "--label", "x"])
+    res = CliRunner().invoke(app, ["analyze", "entropy", str(tmp_path), "--model", "a", "--model", "b", "--label", "x"])
     assert res.exit_code == 2 and "--label" in res.output
 
 
@@ -221,6 +236,7 @@ def test_reference_run_renders_sft_conversations_with_their_mask(smollm2_tokeniz
 
 
 def test_reference_run_cli_rejects_an_unknown_source(tmp_path):
-    res = CliRunner().invoke(app, ["analyze", "reference-run", str(tmp_path / "r"), "--model",
-                                   "smollm2-135m-instruct", "--source", "nope:3"])
+    res = CliRunner().invoke(
+        app, ["analyze", "reference-run", str(tmp_path / "r"), "--model", "smollm2-135m-instruct", "--source", "nope:3"]
+    )
     assert res.exit_code == 2 and "nope" in res.output

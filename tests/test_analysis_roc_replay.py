@@ -25,19 +25,34 @@ class _Tok:
 
 
 def _traj(failing: int, ok: int, answer_blocks: int = 1, tokens: int = 10) -> Trajectory:
-    records = [ToolCallRecord(call=ToolCall(name="f", arguments={"code": "x"}),
-                              result=ExecutionResult(status="error" if k < failing else "ok"),
-                              cls="error" if k < failing else "ok")  # type: ignore[arg-type]
-               for k in range(failing + ok)]
-    return Trajectory(prompt_ids=[1, 2], response_ids=list(range(tokens)), loss_mask=[1] * tokens,
-                      turns=[TurnRecord(text="t", tool_calls=records),
-                             TurnRecord(text="a", answer_blocks=answer_blocks)],
-                      final_answer="1")
+    records = [
+        ToolCallRecord(
+            call=ToolCall(name="f", arguments={"code": "x"}),
+            result=ExecutionResult(status="error" if k < failing else "ok"),
+            cls="error" if k < failing else "ok",
+        )  # type: ignore[arg-type]
+        for k in range(failing + ok)
+    ]
+    return Trajectory(
+        prompt_ids=[1, 2],
+        response_ids=list(range(tokens)),
+        loss_mask=[1] * tokens,
+        turns=[TurnRecord(text="t", tool_calls=records), TurnRecord(text="a", answer_blocks=answer_blocks)],
+        final_answer="1",
+    )
 
 
 # per problem, 8 samples: (correct, failing calls, ok calls); 4 positives of which 2 recovered from a failing call
-GROUP = [(True, 1, 1), (True, 0, 1), (True, 1, 1), (True, 0, 1), (False, 1, 0), (False, 0, 1), (False, 2, 0),
-         (False, 0, 1)]
+GROUP = [
+    (True, 1, 1),
+    (True, 0, 1),
+    (True, 1, 1),
+    (True, 0, 1),
+    (False, 1, 0),
+    (False, 0, 1),
+    (False, 2, 0),
+    (False, 0, 1),
+]
 
 
 def _eval_run(folder, problems: int = 6, group=GROUP):
@@ -45,8 +60,15 @@ def _eval_run(folder, problems: int = 6, group=GROUP):
     with open(folder / "trajectories.jsonl", "w") as fh:
         for p in range(problems):
             for j, (correct, bad, ok) in enumerate(group):
-                rec = trajectory_record(_traj(bad, ok, tokens=10 + j), _Tok(), {"correct": correct, "status": "ok"},
-                                        "text", benchmark="fixture", problem_id=f"p{p}", sample_index=j)
+                rec = trajectory_record(
+                    _traj(bad, ok, tokens=10 + j),
+                    _Tok(),
+                    {"correct": correct, "status": "ok"},
+                    "text",
+                    benchmark="fixture",
+                    problem_id=f"p{p}",
+                    sample_index=j,
+                )
                 fh.write(json.dumps(rec) + "\n")
     return folder
 
@@ -104,8 +126,11 @@ def test_a_task_without_failing_positives_gives_roc_nothing_to_choose(tmp_path):
 def test_kept_metrics_count_calls_formats_and_lengths():
     from tirl.analysis.roc_replay import Member
 
-    kept = [Member(1.0, 0.0, 0.0, 0.0, 2, 0, 10), Member(1.0, 1.5, 0.5, 1.0, 0, 0, 20),
-            Member(0.0, 0.0, 1.0, 0.0, 1, 1, 30)]
+    kept = [
+        Member(1.0, 0.0, 0.0, 0.0, 2, 0, 10),
+        Member(1.0, 1.5, 0.5, 1.0, 0, 0, 20),
+        Member(0.0, 0.0, 1.0, 0.0, 1, 1, 30),
+    ]
     m = kept_metrics(kept)
     assert m["calls_per_traj"] == 1.0 and m["length"] == 20.0 and m["pos_without_call"] == 0.5
     assert m["pos_format_violation"] == 0.5 and m["pos_with_failing_call"] == 0.0
@@ -114,9 +139,18 @@ def test_kept_metrics_count_calls_formats_and_lengths():
 
 def _rl_run(tmp_path):
     problems = [Problem(id=f"q{i}", problem=f"problem {i}", answer="1") for i in range(2)]
-    cfg = load_config(None, ["rollout.group_size=4", "rollout.oversample=2", "roc.min_per_class=1",
-                             "problems_per_step=2", "optim.per_device_train_batch_size=4",
-                             "logging.log_trajectories=true", f"output_dir={tmp_path}"])
+    cfg = load_config(
+        None,
+        [
+            "rollout.group_size=4",
+            "rollout.oversample=2",
+            "roc.min_per_class=1",
+            "problems_per_step=2",
+            "optim.per_device_train_batch_size=4",
+            "logging.log_trajectories=true",
+            f"output_dir={tmp_path}",
+        ],
+    )
 
     class Source:
         def generate(self, probs, n, *, seed, trainer):
@@ -128,8 +162,10 @@ def _rl_run(tmp_path):
 
     fn = RocRolloutFunc(cfg, problems, Source(), Scorer(), 0)
     for step in range(3):
-        fn(["problem 0"] * 4 + ["problem 1"] * 4,
-           SimpleNamespace(state=SimpleNamespace(global_step=step), accelerator=SimpleNamespace(process_index=0)))
+        fn(
+            ["problem 0"] * 4 + ["problem 1"] * 4,
+            SimpleNamespace(state=SimpleNamespace(global_step=step), accelerator=SimpleNamespace(process_index=0)),
+        )
     return tmp_path
 
 

@@ -92,8 +92,14 @@ def _write(tmp_path, lines) -> Path:
 
 
 def test_local_jsonl_loads_with_defaults_and_extras(tmp_path):
-    f = _write(tmp_path, [{"problem": "1+1?", "answer": 2, "topic": "add"}, "", {"problem": "x", "answer": 27.0,
-                                                                                 "id": "q7", "source": "me"}])
+    f = _write(
+        tmp_path,
+        [
+            {"problem": "1+1?", "answer": 2, "topic": "add"},
+            "",
+            {"problem": "x", "answer": 27.0, "id": "q7", "source": "me"},
+        ],
+    )
     a, b = load_benchmark(f)
     assert (a.id, a.answer, a.source, a.meta) == ("mine-0", "2", str(f), {"topic": "add"})
     assert (b.id, b.answer, b.source, b.meta) == ("q7", "27", "me", {})

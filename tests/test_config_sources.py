@@ -67,8 +67,9 @@ class RecordingExecutor:
 
 def test_protocol_and_tool_limits_of_an_rl_recipe_reach_the_agent_loop(tmp_path, smollm2_tokenizer):
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text("protocol:\n  prompt_style: compact\n"
-                      "rollout:\n  tool_timeout_s: 3.5\n  tool_memory_mb: 512\n  max_turns: 2\n")
+    recipe.write_text(
+        "protocol:\n  prompt_style: compact\nrollout:\n  tool_timeout_s: 3.5\n  tool_memory_mb: 512\n  max_turns: 2\n"
+    )
     config = load_config(recipe)
     tok = smollm2_tokenizer
     engines: list[RecordingEngine] = []
@@ -146,10 +147,30 @@ def test_eval_cli_flags_reach_the_eval_config(monkeypatch, tmp_path):
     from tirl.cli.main import app
 
     seen = _capture_eval_config(monkeypatch)
-    res = CliRunner().invoke(app, ["eval", "-m", "m", "-b", "toolmath:3", "--out-dir", str(tmp_path),
-                                   "--max-turns", "3",
-                                   "--max-response-tokens", "512", "--tool-timeout-s", "4", "--max-concurrency", "5",
-                                   "--prompt-style", "compact", "--temperature", "0.2"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "-m",
+            "m",
+            "-b",
+            "toolmath:3",
+            "--out-dir",
+            str(tmp_path),
+            "--max-turns",
+            "3",
+            "--max-response-tokens",
+            "512",
+            "--tool-timeout-s",
+            "4",
+            "--max-concurrency",
+            "5",
+            "--prompt-style",
+            "compact",
+            "--temperature",
+            "0.2",
+        ],
+    )
     assert res.exit_code == 0, res.output
     loop = seen[0].loop_config(context_window=2048)
     assert (loop.max_turns, loop.max_response_tokens, loop.tool_timeout_s, loop.max_concurrency) == (3, 512, 4.0, 5)
@@ -159,10 +180,19 @@ def test_eval_cli_flags_reach_the_eval_config(monkeypatch, tmp_path):
 
 def test_eval_resume_record_keeps_the_keys_of_existing_run_folders(tmp_path):
     config = EvalConfig(model="m", benchmarks=["aime24"], out_dir=tmp_path)
-    assert config.resume_settings() == {"model": "m", "temperature": 0.6, "top_p": 1.0, "max_turns": 30,
-                                        "max_tokens": 30720, "use_tools": True, "seed": 0, "tool_timeout_s": 10.0}
-    lower = EvalConfig(model="m", benchmarks=["aime24"], out_dir=tmp_path,
-                       rollout=AgentLoopSettings(tool_memory_mb=256))
+    assert config.resume_settings() == {
+        "model": "m",
+        "temperature": 0.6,
+        "top_p": 1.0,
+        "max_turns": 30,
+        "max_tokens": 30720,
+        "use_tools": True,
+        "seed": 0,
+        "tool_timeout_s": 10.0,
+    }
+    lower = EvalConfig(
+        model="m", benchmarks=["aime24"], out_dir=tmp_path, rollout=AgentLoopSettings(tool_memory_mb=256)
+    )
     assert lower.resume_settings()["tool_memory_mb"] == 256  # a different limit may change results: recorded
 
 
@@ -178,14 +208,19 @@ def _eval(*args: str) -> Any:
 def test_eval_config_file_sets_the_run_and_only_given_flags_override_it(monkeypatch, tmp_path):
     seen = _capture_eval_config(monkeypatch)
     path = tmp_path / "eval.yaml"
-    path.write_text("model: qwen2.5-coder-0.5b-tirl-sft\nbenchmarks: [toolmath:20, math500:10]\nsamples: 3\n"
-                    "rollout:\n  max_turns: 3\n  max_response_tokens: 512\n  tool_memory_mb: 1024\n"
-                    "protocol:\n  prompt_style: compact\n")
+    path.write_text(
+        "model: qwen2.5-coder-0.5b-tirl-sft\nbenchmarks: [toolmath:20, math500:10]\nsamples: 3\n"
+        "rollout:\n  max_turns: 3\n  max_response_tokens: 512\n  tool_memory_mb: 1024\n"
+        "protocol:\n  prompt_style: compact\n"
+    )
     res = _eval("--config", str(path), "--samples", "5", "--tool-timeout-s", "2.5")
     assert res.exit_code == 0, res.output
     (config,) = seen
     assert (config.model, config.benchmarks, config.subsets) == (
-        "qwen2.5-coder-0.5b-tirl-sft", ["toolmath", "math500"], {"toolmath": 20, "math500": 10})
+        "qwen2.5-coder-0.5b-tirl-sft",
+        ["toolmath", "math500"],
+        {"toolmath": 20, "math500": 10},
+    )
     assert config.samples == 5  # the flag wins
     loop = config.loop_config(context_window=None)
     # from the file (the flags' defaults, 30 turns and 30,720 tokens, do not override it), then the flag
@@ -207,10 +242,16 @@ def test_eval_config_file_takes_an_rl_recipes_rollout_and_protocol_sections(tmp_
     recipe = yaml.safe_load(recipe_path.read_text())
     shared = {f.name for f in dataclasses.fields(AgentLoopSettings)}
     path = tmp_path / "eval.yaml"
-    path.write_text(yaml.safe_dump({
-        "model": "m", "benchmarks": ["toolmath"], "protocol": recipe["protocol"],
-        "rollout": {k: v for k, v in recipe["rollout"].items() if k in shared},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model": "m",
+                "benchmarks": ["toolmath"],
+                "protocol": recipe["protocol"],
+                "rollout": {k: v for k, v in recipe["rollout"].items() if k in shared},
+            }
+        )
+    )
     rl = load_config(recipe_path)
     evaluated = load_eval_config(path).loop_config(context_window=None)
     trained = rl.rollout.agent_loop_config(rl.protocol)
@@ -231,9 +272,24 @@ def test_eval_config_file_errors_are_one_line_and_exit_2(tmp_path):
 def test_eval_print_config_reads_back_as_the_same_run(tmp_path):
     from tirl.eval.config import load_eval_config
 
-    res = _eval("-m", "m", "-b", "toolmath:3,math500", "--prompt-style", "compact", "--max-turns", "4",
-                "--no-use-tools", "--servers", "http://a,http://b", "--engine", "openai", "--kv-capacities", "1000",
-                "--print-config")
+    res = _eval(
+        "-m",
+        "m",
+        "-b",
+        "toolmath:3,math500",
+        "--prompt-style",
+        "compact",
+        "--max-turns",
+        "4",
+        "--no-use-tools",
+        "--servers",
+        "http://a,http://b",
+        "--engine",
+        "openai",
+        "--kv-capacities",
+        "1000",
+        "--print-config",
+    )
     assert res.exit_code == 0, res.output
     printed = tmp_path / "printed.yaml"
     printed.write_text(res.output)

@@ -8,14 +8,17 @@ import pytest
 from tirl.train import cpu_sharding
 
 
-@pytest.mark.parametrize(("env", "fsdp", "deepspeed"), [
-    ({}, False, False),
-    ({"ACCELERATE_USE_FSDP": "true"}, False, False),  # a GPU launch: accelerate's own branch
-    ({"ACCELERATE_USE_FSDP": "true", "ACCELERATE_USE_CPU": "1"}, True, False),
-    ({"ACCELERATE_USE_DEEPSPEED": "true", "LOCAL_RANK": "0"}, False, True),
-    ({"ACCELERATE_USE_DEEPSPEED": "true"}, False, False),  # not a launched rank
-    ({"ACCELERATE_USE_DEEPSPEED": "true", "LOCAL_RANK": "0", "ACCELERATE_USE_CPU": "1"}, False, False),
-])
+@pytest.mark.parametrize(
+    ("env", "fsdp", "deepspeed"),
+    [
+        ({}, False, False),
+        ({"ACCELERATE_USE_FSDP": "true"}, False, False),  # a GPU launch: accelerate's own branch
+        ({"ACCELERATE_USE_FSDP": "true", "ACCELERATE_USE_CPU": "1"}, True, False),
+        ({"ACCELERATE_USE_DEEPSPEED": "true", "LOCAL_RANK": "0"}, False, True),
+        ({"ACCELERATE_USE_DEEPSPEED": "true"}, False, False),  # not a launched rank
+        ({"ACCELERATE_USE_DEEPSPEED": "true", "LOCAL_RANK": "0", "ACCELERATE_USE_CPU": "1"}, False, False),
+    ],
+)
 def test_what_is_requested(monkeypatch, env, fsdp, deepspeed):
     for name in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_CPU", "ACCELERATE_USE_DEEPSPEED", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
@@ -43,8 +46,11 @@ def test_the_deepspeed_wrapper_gives_a_cpu_rank_gloo(monkeypatch):
     from accelerate.utils import DistributedType
 
     monkeypatch.setattr(state.PartialState, "_prepare_backend", state.PartialState._prepare_backend)
-    monkeypatch.setattr(state.PartialState, "_prepare_backend",
-                        lambda self, cpu=False, sagemaker_dp=False, backend=None: (None, DistributedType.NO))
+    monkeypatch.setattr(
+        state.PartialState,
+        "_prepare_backend",
+        lambda self, cpu=False, sagemaker_dp=False, backend=None: (None, DistributedType.NO),
+    )
     cpu_sharding._wrap_prepare_backend()
     wrapped = state.PartialState._prepare_backend
     assert wrapped(object()) == ("gloo", DistributedType.MULTI_CPU)

@@ -15,21 +15,43 @@ def kind(raw: str) -> str:
     return classify_answer(normalize_answer(raw))
 
 
-@pytest.mark.parametrize("raw", [
-    "\\left( 3, \\frac{\\pi}{2} \\right)",  # MATH-500 (polar coordinates): a tuple
-    "(1, 2)", "[2, 5)", "(-\\infty, -2) \\cup (2, \\infty)", "\\{1, 2\\}", "\\pm 3", "3 and 4", "2, 3, 5",
-    "x > 2", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "\\left( 3, \\frac{\\pi}{2} \\right)",  # MATH-500 (polar coordinates): a tuple
+        "(1, 2)",
+        "[2, 5)",
+        "(-\\infty, -2) \\cup (2, \\infty)",
+        "\\{1, 2\\}",
+        "\\pm 3",
+        "3 and 4",
+        "2, 3, 5",
+        "x > 2",
+        "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}",
+    ],
+)
 def test_compound_answers_are_compound(raw: str) -> None:
     assert kind(raw) == "compound"
 
 
-@pytest.mark.parametrize("raw,expected", [
-    ("42", "integer"), ("$1{,}000$", "integer"), ("-7", "integer"), ("\\boxed{12}", "integer"),
-    ("\\frac{3}{4}", "rational"), ("-0.25", "rational"), ("3/4", "rational"),
-    ("2\\sqrt{3}", "expression"), ("\\frac{\\pi}{2}", "expression"), ("2^{10}", "expression"),
-    ("\\text{Monday}", "text"), ("yes", "text"), ("", "empty"),
-])
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ("42", "integer"),
+        ("$1{,}000$", "integer"),
+        ("-7", "integer"),
+        ("\\boxed{12}", "integer"),
+        ("\\frac{3}{4}", "rational"),
+        ("-0.25", "rational"),
+        ("3/4", "rational"),
+        ("2\\sqrt{3}", "expression"),
+        ("\\frac{\\pi}{2}", "expression"),
+        ("2^{10}", "expression"),
+        ("\\text{Monday}", "text"),
+        ("yes", "text"),
+        ("", "empty"),
+    ],
+)
 def test_kinds(raw: str, expected: str) -> None:
     assert kind(raw) == expected
 
@@ -37,8 +59,14 @@ def test_kinds(raw: str, expected: str) -> None:
 def test_the_integer_policy_keeps_integers_and_names_every_other_drop() -> None:
     answers = [normalize_answer(a) for a in ["17", "(1, 2)", "\\frac{1}{2}", "\\sqrt{2}", "\\text{red}", ""]]
     checks = check_answers(answers, AnswerPolicy(probe=False))
-    assert [c.reason for c in checks] == [None, "compound_answer", "non_integer_answer", "expression_answer",
-                                          "text_answer", "empty_answer"]
+    assert [c.reason for c in checks] == [
+        None,
+        "compound_answer",
+        "non_integer_answer",
+        "expression_answer",
+        "text_answer",
+        "empty_answer",
+    ]
 
 
 def test_a_2000_digit_answer_is_dropped_by_the_digit_rule_not_by_luck() -> None:

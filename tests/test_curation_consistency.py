@@ -14,8 +14,10 @@ from tirl.data.curation import AnswerPolicy, ConsistencyConfig, CurationConfig, 
 from tirl.data.curation.sources import SourceProblem
 from tirl.data.problem import Problem
 
-PROBLEMS = [Problem(id=f"p{i}", problem=f"Problem number {i} about {w}.", answer=str(i))
-            for i, w in enumerate(["apples", "boats", "cards", "dice"])]
+PROBLEMS = [
+    Problem(id=f"p{i}", problem=f"Problem number {i} about {w}.", answer=str(i))
+    for i, w in enumerate(["apples", "boats", "cards", "dice"])
+]
 
 
 def scripted(matches: dict[str, int], asked: list[str]):
@@ -36,11 +38,14 @@ def test_a_problem_stays_only_with_at_least_m_matching_samples(tmp_path: Path) -
     gen, score = scripted({"p0": 0, "p1": 1, "p2": 2, "p3": 16}, asked)
     items = [SourceProblem("toy", p) for p in PROBLEMS]
     cfg = CurationConfig(answers=AnswerPolicy(probe=False), consistency=ConsistencyConfig(samples=16, min_correct=2))
-    kept, drops, _ = curate_problems(items, cfg, references=[], sampler=(gen, score),
-                                     progress_path=tmp_path / "progress.jsonl")
+    kept, drops, _ = curate_problems(
+        items, cfg, references=[], sampler=(gen, score), progress_path=tmp_path / "progress.jsonl"
+    )
     assert [k.problem.id for k in kept] == ["p2", "p3"]
-    assert {d.id: (d.reason, d.detail["correct"]) for d in drops} == {"p0": ("label_inconsistent", 0),
-                                                                      "p1": ("label_inconsistent", 1)}
+    assert {d.id: (d.reason, d.detail["correct"]) for d in drops} == {
+        "p0": ("label_inconsistent", 0),
+        "p1": ("label_inconsistent", 1),
+    }
 
 
 def test_an_interrupted_run_resumes_without_resampling_finished_problems(tmp_path: Path) -> None:
@@ -74,10 +79,29 @@ def test_bad_settings_are_rejected() -> None:
 @pytest.mark.slow
 def test_the_step_runs_for_real_with_the_tiny_model_and_the_tool(tmp_path: Path, tiny_model_dir: Path) -> None:
     src = tmp_path / "two.jsonl"
-    src.write_text("".join(json.dumps({"id": f"q{i}", "problem": f"What is {i} plus {i}?", "answer": str(2 * i)})
-                           + "\n" for i in (3, 4)))
-    base = ["data", "curate", str(src), "--consistency-model", str(tiny_model_dir), "--consistency-samples", "2",
-            "--max-turns", "1", "--max-response-tokens", "8", "--dtype", "float32", "--workers", "1"]
+    src.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "problem": f"What is {i} plus {i}?", "answer": str(2 * i)}) + "\n"
+            for i in (3, 4)
+        )
+    )
+    base = [
+        "data",
+        "curate",
+        str(src),
+        "--consistency-model",
+        str(tiny_model_dir),
+        "--consistency-samples",
+        "2",
+        "--max-turns",
+        "1",
+        "--max-response-tokens",
+        "8",
+        "--dtype",
+        "float32",
+        "--workers",
+        "1",
+    ]
     res = CliRunner().invoke(app, base + ["--out-dir", str(tmp_path / "a"), "--consistency-min", "1"])
     assert res.exit_code == 0, res.output
     lines = (tmp_path / "a" / "consistency.progress.jsonl").read_text().splitlines()

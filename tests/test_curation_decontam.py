@@ -76,8 +76,16 @@ def test_common_phrasing_can_be_ignored() -> None:
 
 def test_user_files_are_references(tmp_path) -> None:
     path = tmp_path / "mine.jsonl"
-    path.write_text(json.dumps({"id": "q1", "problem": "How many lattice points lie strictly inside the big "
-                                                      "pentagon drawn on the board?", "answer": "3"}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "id": "q1",
+                "problem": "How many lattice points lie strictly inside the big pentagon drawn on the board?",
+                "answer": "3",
+            }
+        )
+        + "\n"
+    )
     refs = benchmark_references([str(path)])
     assert refs[0][0] == "mine/q1"
     hit = ContaminationIndex(refs).check(word_tokens("how many LATTICE points lie strictly inside the big pentagon"))

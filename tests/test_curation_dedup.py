@@ -16,8 +16,10 @@ def run(texts: list[str], answers: list[str] | None = None, n: int = 3, threshol
     return find_duplicates(tokens, [ngram_hashes(t, n) for t in tokens], threshold, answers)
 
 
-GSM = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-       "How many clips did Natalia sell altogether in April and May?")
+GSM = (
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May?"
+)
 
 
 def test_an_exact_copy_with_other_spacing_and_case_is_a_duplicate_of_the_first() -> None:

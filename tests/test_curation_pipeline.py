@@ -63,8 +63,7 @@ def test_files_are_written_and_the_rl_loader_reads_the_output(tmp_path: Path, co
     assert report["total_in"] == 7 and report["kept"] == 2
     assert [s["step"] for s in report["steps"]] == ["normalise", "answer", "dedup", "decontam"]
     assert report["steps"][-1]["out"] == 2 and report["steps"][0]["in"] == 7
-    assert report["per_source"]["mixed"] == {"in": 7, "normalise": 1, "answer": 2, "dedup": 1, "decontam": 1,
-                                             "kept": 2}
+    assert report["per_source"]["mixed"] == {"in": 7, "normalise": 1, "answer": 2, "dedup": 1, "decontam": 1, "kept": 2}
     assert report["reasons"]["huge_answer"]["examples"][0]["id"] == "huge"
     assert sum(report["answer_length_histogram"].values()) == 2
     md = (out / "report.md").read_text()
@@ -80,11 +79,15 @@ def test_earlier_sources_win_duplicates_and_counts_are_per_source(tmp_path: Path
 
 
 def test_problems_that_need_a_picture_or_a_file_are_dropped(tmp_path: Path) -> None:
-    rows = [{"id": "pic", "problem": "See the figure. [Image: x.gif] How many?", "answer": "4", "has_image": True},
-            {"id": "file", "problem": "Using names.txt, sum the scores.", "answer": "9",
-             "resource_files": ["names.txt"]}]
-    result = curate([str(write_jsonl(tmp_path / "a.jsonl", rows))], tmp_path / "o",
-                    CurationConfig(answers=AnswerPolicy(probe=False)))
+    rows = [
+        {"id": "pic", "problem": "See the figure. [Image: x.gif] How many?", "answer": "4", "has_image": True},
+        {"id": "file", "problem": "Using names.txt, sum the scores.", "answer": "9", "resource_files": ["names.txt"]},
+    ]
+    result = curate(
+        [str(write_jsonl(tmp_path / "a.jsonl", rows))],
+        tmp_path / "o",
+        CurationConfig(answers=AnswerPolicy(probe=False)),
+    )
     assert {d.reason for d in result.dropped} == {"needs_attachment"} and not result.kept
 
 
@@ -105,11 +108,13 @@ def test_cli_prints_the_step_table_and_writes_the_set(tmp_path: Path, collection
 def test_cli_answers_bad_input_with_exit_code_2(tmp_path: Path, collection: Path) -> None:
     res = CliRunner().invoke(app, ["data", "curate", "nope.jsonl", "--out-dir", str(tmp_path / "x")])
     assert res.exit_code == 2 and "error" in res.output
-    res = CliRunner().invoke(app, ["data", "curate", str(collection), "--out-dir", str(tmp_path / "y"),
-                                   "--accept", "everything"])
+    res = CliRunner().invoke(
+        app, ["data", "curate", str(collection), "--out-dir", str(tmp_path / "y"), "--accept", "everything"]
+    )
     assert res.exit_code == 2 and "accept must be one of" in res.output
-    res = CliRunner().invoke(app, ["data", "curate", str(collection), "--out-dir", str(tmp_path / "z"),
-                                   "--benchmarks", "nope"])
+    res = CliRunner().invoke(
+        app, ["data", "curate", str(collection), "--out-dir", str(tmp_path / "z"), "--benchmarks", "nope"]
+    )
     assert res.exit_code == 2 and "unknown benchmark" in res.output
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"problem": "What is 2+2?", "answer": "4"}\n{"problem": "cut off\n')

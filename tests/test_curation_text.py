@@ -12,24 +12,29 @@ def test_problem_whitespace_is_normalised_but_latex_and_words_are_kept() -> None
     assert normalize_problem(raw) == "Let $x = 3$.\n\nFind $x^2$."
 
 
-@pytest.mark.parametrize("raw,expected", [
-    ("$\\boxed{1{,}000}$", "1000"),
-    ("\\$18", "18"),
-    ("12,345,678", "12345678"),
-    ("  007 ", "7"),
-    ("\\text{42}", "42"),
-    ("x = -5", "-5"),
-    ("\\dfrac{3}{4}", "\\frac{3}{4}"),
-    ("$(1, 2)$", "(1,2)"),
-])
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ("$\\boxed{1{,}000}$", "1000"),
+        ("\\$18", "18"),
+        ("12,345,678", "12345678"),
+        ("  007 ", "7"),
+        ("\\text{42}", "42"),
+        ("x = -5", "-5"),
+        ("\\dfrac{3}{4}", "\\frac{3}{4}"),
+        ("$(1, 2)$", "(1,2)"),
+    ],
+)
 def test_answers_get_the_verifiers_normal_form(raw: str, expected: str) -> None:
     assert normalize_answer(raw) == expected
 
 
 def test_a_copy_with_other_spacing_latex_spacing_and_punctuation_has_the_same_tokens() -> None:
     original = "If $f(x) = \\frac{3x-2}{x-2}$, what is the value of $f(-2) + f(-1) + f(0)$? Express your answer."
-    copy = ("if  $f( x )=\\dfrac{3x - 2}{x\\,-\\,2}$; what is the value of "
-            "$f(-2)\\;+\\;f(-1)\\quad+ f(0)$!! express your ANSWER")
+    copy = (
+        "if  $f( x )=\\dfrac{3x - 2}{x\\,-\\,2}$; what is the value of "
+        "$f(-2)\\;+\\;f(-1)\\quad+ f(0)$!! express your ANSWER"
+    )
     assert word_tokens(copy) == word_tokens(original)
 
 

@@ -12,7 +12,8 @@ from tirl.data.euler import load_project_euler, parse_problems, parse_solutions
 def test_headings_split_problems_and_blank_solutions_are_left_out(tmp_path: Path) -> None:
     (tmp_path / "problems.txt").write_text(
         "Problem 1\n=========\n\nFirst text.\n\nProblem 2 is mentioned inside.\n\n\n"
-        "Problem 2\n=========\n\nSecond [Image: 2_pic.gif] text.\n")
+        "Problem 2\n=========\n\nSecond [Image: 2_pic.gif] text.\n"
+    )
     (tmp_path / "solutions.txt").write_text("1. 233168\n2. 0.5\n3. \n")
     rows = load_project_euler(tmp_path)
     assert [r.id for r in rows] == ["projecteuler-001", "projecteuler-002"]

@@ -43,9 +43,15 @@ async def test_batched_greedy_equals_unbatched_generate(model):
     assert engine.batches_run == 1 and engine.max_batch_seen == 3
     assert len({t for o in outs for t in o.token_ids}) > 3  # the fixture model does not repeat one id
     for prompt, out in zip(PROMPTS, outs):
-        ref = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             do_sample=False, max_new_tokens=8, eos_token_id=None, pad_token_id=0)
-        assert out.token_ids == ref[0, len(prompt):].tolist()
+        ref = model.generate(
+            torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=8,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
+        assert out.token_ids == ref[0, len(prompt) :].tolist()
         assert out.finish_reason == "length"
 
 
@@ -108,8 +114,11 @@ async def test_model_eos_that_is_not_a_stop_id_reports_eos(model):
 
 async def test_rows_of_one_batch_keep_their_own_limits_and_settings(model):
     engine = HFEngine(model, HFEngineConfig(seed=0))
-    params = [SamplingParams(max_new_tokens=2, temperature=0), SamplingParams(max_new_tokens=9, temperature=1.0),
-              SamplingParams(max_new_tokens=5, temperature=0.3, top_p=0.8)]
+    params = [
+        SamplingParams(max_new_tokens=2, temperature=0),
+        SamplingParams(max_new_tokens=9, temperature=1.0),
+        SamplingParams(max_new_tokens=5, temperature=0.3, top_p=0.8),
+    ]
     outs = await _gen_all(engine, PROMPTS, params)
     assert [len(o.token_ids) for o in outs] == [2, 9, 5]
     assert engine.batches_run == 1
@@ -256,8 +265,14 @@ async def test_prompt_ids_are_used_as_given_token_in_token_out(model, qwen_token
     prompt = [PROMPTS[0][0], hel, lo]  # "hello" re-encodes as one token
     assert qwen_tokenizer.encode(qwen_tokenizer.decode(prompt), add_special_tokens=False) != prompt
     out = await HFEngine(model).generate(prompt, SamplingParams(max_new_tokens=5, temperature=0))
-    ref = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 3, dtype=torch.long),
-                         do_sample=False, max_new_tokens=5, eos_token_id=None, pad_token_id=0)
+    ref = model.generate(
+        torch.tensor([prompt]),
+        attention_mask=torch.ones(1, 3, dtype=torch.long),
+        do_sample=False,
+        max_new_tokens=5,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
     assert out.token_ids == ref[0, 3:].tolist()
     assert torch.allclose(torch.tensor(out.logprobs), _teacher_forced(model, prompt, out.token_ids), atol=1e-4)
 

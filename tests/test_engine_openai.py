@@ -131,8 +131,9 @@ async def test_unreachable_server_gives_an_error_output():
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    async with OpenAIEngine(f"http://127.0.0.1:{port}", OpenAIEngineConfig(api="sglang", max_retries=2,
-                                                                           **FAST_RETRY)) as engine:
+    async with OpenAIEngine(
+        f"http://127.0.0.1:{port}", OpenAIEngineConfig(api="sglang", max_retries=2, **FAST_RETRY)
+    ) as engine:
         out = await engine.generate(PROMPT, SamplingParams(max_new_tokens=3))
         assert engine.requests_sent == 3
     assert out.finish_reason == "error" and "ConnectError" in out.error
@@ -153,15 +154,24 @@ def test_engine_works_across_event_loops(server):
 
 
 def test_text_tokens_are_refused_rather_than_retokenized():
-    answer = {"choices": [{"finish_reason": "length",
-                           "logprobs": {"tokens": ["Hello", " world"], "token_logprobs": [-1.0, -2.0]}}]}
+    answer = {
+        "choices": [
+            {"finish_reason": "length", "logprobs": {"tokens": ["Hello", " world"], "token_logprobs": [-1.0, -2.0]}}
+        ]
+    }
     with pytest.raises(ValueError, match="never re-tokenizes"):
         _parse_openai(answer, SamplingParams(max_new_tokens=2))
 
 
 def test_token_id_strings_are_parsed_when_token_ids_are_absent():
-    answer = {"choices": [{"finish_reason": "stop",
-                           "logprobs": {"tokens": ["token_id:5", "token_id:151645"], "token_logprobs": [-1.5, -0.25]}}]}
+    answer = {
+        "choices": [
+            {
+                "finish_reason": "stop",
+                "logprobs": {"tokens": ["token_id:5", "token_id:151645"], "token_logprobs": [-1.5, -0.25]},
+            }
+        ]
+    }
     out = _parse_openai(answer, SamplingParams(max_new_tokens=9, stop_token_ids=[151645]))
     assert (out.token_ids, out.logprobs, out.finish_reason) == ([5, 151645], [-1.5, -0.25], "stop")
     eos = _parse_openai(answer, SamplingParams(max_new_tokens=9, stop_token_ids=[7]))

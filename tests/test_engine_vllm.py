@@ -50,10 +50,12 @@ def test_concurrent_turns_are_batched_with_own_params():
     engine = VLLMEngine(llm, batch_wait_s=0.05, sampling_params_cls=FakeSamplingParams)
 
     async def run():
-        outs = await asyncio.gather(*[
-            engine.generate([10 * i], SamplingParams(max_new_tokens=3 + i, stop_token_ids=[99], seed=i))
-            for i in range(5)
-        ])
+        outs = await asyncio.gather(
+            *[
+                engine.generate([10 * i], SamplingParams(max_new_tokens=3 + i, stop_token_ids=[99], seed=i))
+                for i in range(5)
+            ]
+        )
         await engine.aclose()
         return outs
 
@@ -83,14 +85,19 @@ def test_bad_request_is_an_error_not_an_exception():
 
 def test_output_mapping_length_eos_and_stop():
     params = SamplingParams(max_new_tokens=4, stop_token_ids=[7])
-    length = SimpleNamespace(outputs=[SimpleNamespace(token_ids=[1, 2, 3, 4], logprobs=None, finish_reason="length",
-                                                      stop_reason=None)])
+    length = SimpleNamespace(
+        outputs=[SimpleNamespace(token_ids=[1, 2, 3, 4], logprobs=None, finish_reason="length", stop_reason=None)]
+    )
     assert to_generation_output(length, params).finish_reason == "length"
-    eos = SimpleNamespace(outputs=[SimpleNamespace(token_ids=[1, 2], logprobs=None, finish_reason="stop",
-                                                   stop_reason=None)])
+    eos = SimpleNamespace(
+        outputs=[SimpleNamespace(token_ids=[1, 2], logprobs=None, finish_reason="stop", stop_reason=None)]
+    )
     mapped = to_generation_output(eos, params)
     assert mapped.finish_reason == "eos" and mapped.token_ids == [1, 2] and mapped.logprobs == []
-    stop = SimpleNamespace(outputs=[SimpleNamespace(token_ids=[1, 7], logprobs=[{1: -1.0}, {7: -2.0}],
-                                                    finish_reason="stop", stop_reason=7)])
+    stop = SimpleNamespace(
+        outputs=[
+            SimpleNamespace(token_ids=[1, 7], logprobs=[{1: -1.0}, {7: -2.0}], finish_reason="stop", stop_reason=7)
+        ]
+    )
     mapped = to_generation_output(stop, params)
     assert (mapped.token_ids, mapped.logprobs, mapped.finish_reason) == ([1, 7], [-1.0, -2.0], "stop")

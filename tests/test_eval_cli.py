@@ -10,15 +10,30 @@ import pytest
 
 
 def tirl(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "tirl.cli.main", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "tirl.cli.main", *args], capture_output=True, text=True, cwd=cwd, timeout=900
+    )
 
 
 @pytest.mark.model
 def test_eval_on_a_real_model_writes_records_and_table_then_resumes(tmp_path):
     out = tmp_path / "run"
-    args = ["eval", "--model", "smollm2-135m-instruct", "--benchmarks", "gsm8k:2", "--samples", "1",
-            "--max-response-tokens", "32", "--max-turns", "2", "--out-dir", str(out), "--quiet"]
+    args = [
+        "eval",
+        "--model",
+        "smollm2-135m-instruct",
+        "--benchmarks",
+        "gsm8k:2",
+        "--samples",
+        "1",
+        "--max-response-tokens",
+        "32",
+        "--max-turns",
+        "2",
+        "--out-dir",
+        str(out),
+        "--quiet",
+    ]
     first = tirl(*args, cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     records = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
@@ -38,15 +53,17 @@ def test_eval_on_a_real_model_writes_records_and_table_then_resumes(tmp_path):
 
 
 def test_unknown_benchmark_is_a_clear_error_without_loading_a_model(tmp_path):
-    res = tirl("eval", "--model", "no-such-model", "--benchmarks", "nope", "--out-dir", str(tmp_path / "o"),
-               cwd=tmp_path)
+    res = tirl(
+        "eval", "--model", "no-such-model", "--benchmarks", "nope", "--out-dir", str(tmp_path / "o"), cwd=tmp_path
+    )
     assert res.returncode == 2
     assert "unknown benchmark 'nope'" in res.stderr and "Traceback" not in res.stdout + res.stderr
 
 
 def test_unknown_model_is_a_clear_error(tmp_path):
-    res = tirl("eval", "--model", "no-such-model", "--benchmarks", "aime25:1", "--out-dir", str(tmp_path / "o"),
-               cwd=tmp_path)
+    res = tirl(
+        "eval", "--model", "no-such-model", "--benchmarks", "aime25:1", "--out-dir", str(tmp_path / "o"), cwd=tmp_path
+    )
     assert res.returncode == 2
     assert "no-such-model" in res.stderr and "Traceback" not in res.stdout + res.stderr
 
@@ -58,8 +75,21 @@ def test_bad_benchmark_count_is_a_clear_error(tmp_path):
 
 @pytest.mark.model
 def test_unreachable_sandbox_fails_fast_before_generating(tmp_path):
-    res = tirl("eval", "--model", "smollm2-135m-instruct", "--benchmarks", "gsm8k:1", "--samples", "1",
-               "--sandbox", "http://127.0.0.1:9", "--out-dir", str(tmp_path / "o"), "--quiet", cwd=tmp_path)
+    res = tirl(
+        "eval",
+        "--model",
+        "smollm2-135m-instruct",
+        "--benchmarks",
+        "gsm8k:1",
+        "--samples",
+        "1",
+        "--sandbox",
+        "http://127.0.0.1:9",
+        "--out-dir",
+        str(tmp_path / "o"),
+        "--quiet",
+        cwd=tmp_path,
+    )
     assert res.returncode == 2, res.stdout + res.stderr
     assert "health check" in res.stderr
     assert not (tmp_path / "o" / "trajectories.jsonl").read_text()

@@ -32,9 +32,13 @@ def test_default_demo_compares_the_base_the_sft_and_the_rl_model_in_the_trained_
 
 @pytest.mark.slow
 def test_demo_run_prints_progress_lines_and_a_side_by_side_table_off_a_terminal(tmp_path, tiny_model_dir):
-    settings = DemoSettings(models=(("base", str(tiny_model_dir)), ("tirl", str(tiny_model_dir))),
-                            benchmarks=(("toolmath", 2), ("math500", 1)), max_tokens=12, max_turns=1,
-                            concurrency=4)
+    settings = DemoSettings(
+        models=(("base", str(tiny_model_dir)), ("tirl", str(tiny_model_dir))),
+        benchmarks=(("toolmath", 2), ("math500", 1)),
+        max_tokens=12,
+        max_turns=1,
+        concurrency=4,
+    )
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=False, width=60)  # a narrow log must not wrap progress lines
     results, elapsed = asyncio.run(run_demo(tmp_path, settings, listener=lambda: ConsoleListener(console)))

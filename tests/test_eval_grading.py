@@ -48,22 +48,35 @@ class PlainTextEngine:
 def components(tok, *, fallback: bool, check: bool = True) -> EvalComponents:
     # Integer answers never reach the symbolic path, so no executor is needed for the verdicts; the reference
     # check uses the shared default sandbox for the non-integer references.
-    return EvalComponents(router=SingleEngineRouter(PlainTextEngine(tok)), tokenizer=tok, executor=None,
-                          grader=make_grader(None, answer_fallback=fallback),
-                          check_golds=make_gold_checker(None) if check else None,
-                          load_problems=lambda name: PROBLEMS[name])
+    return EvalComponents(
+        router=SingleEngineRouter(PlainTextEngine(tok)),
+        tokenizer=tok,
+        executor=None,
+        grader=make_grader(None, answer_fallback=fallback),
+        check_golds=make_gold_checker(None) if check else None,
+        load_problems=lambda name: PROBLEMS[name],
+    )
 
 
 def config(tmp_path, name, **kw):
-    return EvalConfig(model="scripted", benchmarks=["toy"], out_dir=tmp_path / name, samples=4,
-                      rollout=AgentLoopSettings(max_response_tokens=500, max_turns=2), use_tools=False, **kw)
+    return EvalConfig(
+        model="scripted",
+        benchmarks=["toy"],
+        out_dir=tmp_path / name,
+        samples=4,
+        rollout=AgentLoopSettings(max_response_tokens=500, max_turns=2),
+        use_tools=False,
+        **kw,
+    )
 
 
 async def run(tmp_path, tok, name, *, fallback: bool, check: bool = True):
     out = io.StringIO()
-    result = await run_eval(config(tmp_path, name, answer_fallback=fallback),
-                            components(tok, fallback=fallback, check=check),
-                            listener=ConsoleListener(Console(file=out, width=200), progress=False))
+    result = await run_eval(
+        config(tmp_path, name, answer_fallback=fallback),
+        components(tok, fallback=fallback, check=check),
+        listener=ConsoleListener(Console(file=out, width=200), progress=False),
+    )
     summary = json.loads((tmp_path / name / "summary.json").read_text())["benchmarks"]["toy"]
     return result, summary, out.getvalue()
 
@@ -152,8 +165,9 @@ def test_extract_answer_fallback_forms() -> None:
 
 
 async def test_the_reference_check_names_each_unparsable_reference() -> None:
-    reasons = await make_gold_checker(None)(["5", "}{", "2 3", "\\operatorname{e}", "", "129_8", "\\frac{0}{0}",
-                                             "(-\\infty, 3)"])
+    reasons = await make_gold_checker(None)(
+        ["5", "}{", "2 3", "\\operatorname{e}", "", "129_8", "\\frac{0}{0}", "(-\\infty, 3)"]
+    )
     assert [r is None for r in reasons] == [True, False, False, True, False, False, False, True]
     assert "separated" in reasons[2] and "base-8" in reasons[5] and "finite" in reasons[6]
 
@@ -173,7 +187,8 @@ def test_the_cli_flag_turns_the_fallback_on_and_it_is_off_without_it(tmp_path, m
     monkeypatch.setattr(cli_eval, "_run", lambda config, console, progress=True: seen.append(config) or Result())
     runner = CliRunner()
     for extra in ([], ["--answer-fallback"]):
-        res = runner.invoke(app, ["eval", "--model", "m", "--benchmarks", "aime25:1", "--out-dir", str(tmp_path / "o"),
-                                  *extra])
+        res = runner.invoke(
+            app, ["eval", "--model", "m", "--benchmarks", "aime25:1", "--out-dir", str(tmp_path / "o"), *extra]
+        )
         assert res.exit_code == 0, res.output
     assert [c.answer_fallback for c in seen] == [False, True]

@@ -47,8 +47,10 @@ def test_majority_votes_by_value_not_by_string():
     # the issue's example: 1/2 has three of five votes in three notations
     assert majority_correct(["\\frac{1}{2}", "0.5", "\\dfrac{1}{2}", "3", "3"], [True, True, True, False, False]) == 1.0
     # the same grouping among wrong answers: 0.25 (three notations) beats the right 1/2 (two votes)
-    assert majority_correct(["\\frac{1}{4}", "0.25", "1/4", "\\frac{1}{2}", "0.5"],
-                            [False, False, False, True, True]) == 0.0
+    assert (
+        majority_correct(["\\frac{1}{4}", "0.25", "1/4", "\\frac{1}{2}", "0.5"], [False, False, False, True, True])
+        == 0.0
+    )
     # thousands separators, assignments, \\$ and trailing punctuation are one value
     assert majority_correct(["1,000", "1000", "x = 1000", "999", "999", "999"], [False] * 3 + [True] * 3) == 0.5
     assert majority_correct(["x = 5", "5.", "6", "6"], [False, False, True, True]) == 0.5
@@ -90,10 +92,18 @@ def _outcomes():
     length = 10
     for pid, samples in rows.items():
         for j, (ans, ok) in enumerate(samples):
-            outs.append(SampleOutcome(problem_id=pid, sample_index=j, correct=ok, answer=ans, model_tokens=length,
-                                      tool_classes=["ok", "error"] if pid == "A" else [],
-                                      finish_reason="length" if ans is None else "answer",
-                                      tool_internal_errors=1 if (pid, j) == ("A", 1) else 0))
+            outs.append(
+                SampleOutcome(
+                    problem_id=pid,
+                    sample_index=j,
+                    correct=ok,
+                    answer=ans,
+                    model_tokens=length,
+                    tool_classes=["ok", "error"] if pid == "A" else [],
+                    finish_reason="length" if ans is None else "answer",
+                    tool_internal_errors=1 if (pid, j) == ("A", 1) else 0,
+                )
+            )
             length += 10
     return list(reversed(outs))  # order must not matter
 
@@ -172,8 +182,13 @@ def test_majority_reads_digits_percentages_and_repeating_decimals_as_the_grader_
 
 def test_majority_hedged_answers_vote_for_no_value():  # issue 23
     # "2 or 3" is not a vote for 2: the two hedged answers are a group of their own that ties with 2
-    assert majority_correct(["2\\text{ or 3}", "2\\text{ or 3}", "2", "2", "5"],
-                            [False, False, True, True, False]) == 0.5
+    assert (
+        majority_correct(["2\\text{ or 3}", "2\\text{ or 3}", "2", "2", "5"], [False, False, True, True, False]) == 0.5
+    )
     # and a hedged answer never joins the correct group through its key
-    assert majority_correct(["2\\text{ or 3}", "2\\text{ or 3}", "2\\text{ or 3}", "2", "2"],
-                            [False, False, False, True, True]) == 0.0
+    assert (
+        majority_correct(
+            ["2\\text{ or 3}", "2\\text{ or 3}", "2\\text{ or 3}", "2", "2"], [False, False, False, True, True]
+        )
+        == 0.0
+    )

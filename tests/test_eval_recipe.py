@@ -94,8 +94,18 @@ def test_recipe_path_is_the_run_config_of_a_checkpoint_or_final_folder(tmp_path)
 def test_recipe_settings_are_the_sections_the_eval_shares_less_concurrency():
     import yaml
 
-    shared = recipe_settings(yaml.safe_load(RECIPE.read_text()) | {"rollout": {
-        "max_turns": 3, "group_size": 4, "tool_timeout_s": 5.0, "max_concurrency": 7, "sandbox": "local"}})
+    shared = recipe_settings(
+        yaml.safe_load(RECIPE.read_text())
+        | {
+            "rollout": {
+                "max_turns": 3,
+                "group_size": 4,
+                "tool_timeout_s": 5.0,
+                "max_concurrency": 7,
+                "sandbox": "local",
+            }
+        }
+    )
     assert shared["rollout"] == {"max_turns": 3, "tool_timeout_s": 5.0}  # training-only keys and concurrency: no
     assert shared["protocol"] == {"prompt_style": "compact"}
     assert "model" not in shared and "optim" not in shared
@@ -110,13 +120,24 @@ def test_a_checkpoint_is_evaluated_with_its_recipes_limits_and_protocol(monkeypa
     r = config.rollout
     # the recipe's values, where the evaluation's defaults are 30 turns, 30,720 tokens, T 0.6 and 10 s
     assert (r.max_turns, r.max_response_tokens, r.context_window, r.temperature, r.tool_timeout_s) == (
-        3, 384, 768, 1.0, 5.0)
+        3,
+        384,
+        768,
+        1.0,
+        5.0,
+    )
     assert config.protocol == ProtocolConfig(prompt_style="compact")
     assert r.max_concurrency is None  # the engine's default, not the trainer's
     line = _recipe_line(res.output)
     assert f"settings from the recipe {run / 'config.yaml'}" in line
-    for item in ("rollout.max_turns=3", "rollout.max_response_tokens=384", "rollout.tool_timeout_s=5.0",
-                 "rollout.temperature=1.0", "rollout.context_window=768", "protocol.prompt_style=compact"):
+    for item in (
+        "rollout.max_turns=3",
+        "rollout.max_response_tokens=384",
+        "rollout.tool_timeout_s=5.0",
+        "rollout.temperature=1.0",
+        "rollout.context_window=768",
+        "protocol.prompt_style=compact",
+    ):
         assert item in line
     assert "overridden" not in line
 
@@ -125,8 +146,19 @@ def test_flags_key_values_and_the_eval_config_override_the_recipe(monkeypatch, t
     seen = _capture(monkeypatch)
     run = _run_folder(tmp_path)
     heldout = ROOT / "configs" / "eval" / "toolmath-heldout.yaml"
-    res = _eval("--config", str(heldout), "--model", str(run / "checkpoint-2"), "--out-dir", str(tmp_path / "o"),
-                "--max-turns", "5", "--tool-timeout-s", "2", "protocol.answer_fallback=none")
+    res = _eval(
+        "--config",
+        str(heldout),
+        "--model",
+        str(run / "checkpoint-2"),
+        "--out-dir",
+        str(tmp_path / "o"),
+        "--max-turns",
+        "5",
+        "--tool-timeout-s",
+        "2",
+        "protocol.answer_fallback=none",
+    )
     assert res.exit_code == 0, res.output
     (config,) = seen
     r = config.rollout
@@ -137,14 +169,17 @@ def test_flags_key_values_and_the_eval_config_override_the_recipe(monkeypatch, t
     line = _recipe_line(res.output)
     assert "overridden here: " in line
     overridden = line.split("overridden here: ", 1)[1]
-    for item in ("rollout.max_turns 3 -> 5", "rollout.tool_timeout_s 5.0 -> 2.0", "rollout.temperature 1.0 -> 0.6",
-                 "protocol.answer_fallback last_box_final_turn -> none"):
+    for item in (
+        "rollout.max_turns 3 -> 5",
+        "rollout.tool_timeout_s 5.0 -> 2.0",
+        "rollout.temperature 1.0 -> 0.6",
+        "protocol.answer_fallback last_box_final_turn -> none",
+    ):
         assert item in overridden
     assert "max_response_tokens" not in overridden  # set by the file to the recipe's own value: not overridden
 
     seen.clear()
-    res = _eval("--model", str(run / "checkpoint-2"), "-b", "toolmath", "--out-dir", str(tmp_path / "o"),
-                "--no-recipe")
+    res = _eval("--model", str(run / "checkpoint-2"), "-b", "toolmath", "--out-dir", str(tmp_path / "o"), "--no-recipe")
     assert res.exit_code == 0 and "settings from the recipe" not in res.output
     assert seen[0].rollout == AgentLoopSettings() and seen[0].protocol == ProtocolConfig()
 
@@ -179,8 +214,10 @@ def test_a_packaged_trained_model_brings_the_prompt_style_of_its_manifest(monkey
     assert "manifest.json" in _recipe_line(res.output)
     assert _eval("-m", name, "-b", "toolmath", "--prompt-style", "full", "--out-dir", str(tmp_path)).exit_code == 0
     assert seen[1].protocol.prompt_style == "full"
-    assert load_eval_config(None, {"model": "qwen2.5-coder-0.5b-instruct", "benchmarks": ["toolmath"]}).protocol \
-        == ProtocolConfig()  # a built-in base model has no recipe
+    assert (
+        load_eval_config(None, {"model": "qwen2.5-coder-0.5b-instruct", "benchmarks": ["toolmath"]}).protocol
+        == ProtocolConfig()
+    )  # a built-in base model has no recipe
 
 
 def test_a_recipe_with_invalid_shared_settings_is_a_one_line_error(tmp_path):
@@ -194,8 +231,10 @@ def test_a_recipe_with_invalid_shared_settings_is_a_one_line_error(tmp_path):
 
 def test_print_config_of_a_checkpoint_reads_back_as_the_same_run(tmp_path):
     run = _run_folder(tmp_path)
-    res = CliRunner().invoke(__import__("tirl.cli.main", fromlist=["app"]).app,
-                             ["eval", "-m", str(run / "checkpoint-2"), "-b", "toolmath", "--print-config"])
+    res = CliRunner().invoke(
+        __import__("tirl.cli.main", fromlist=["app"]).app,
+        ["eval", "-m", str(run / "checkpoint-2"), "-b", "toolmath", "--print-config"],
+    )
     assert res.exit_code == 0, res.output
     printed = tmp_path / "printed.yaml"
     printed.write_text(res.stdout)  # the recipe line goes to stderr; stdout is the file
@@ -210,8 +249,21 @@ def test_the_recipes_tool_timeout_reaches_the_evaluation_run(tiny_model_dir, tmp
     bench = tmp_path / "bench.jsonl"
     bench.write_text(json.dumps({"id": "q0", "problem": "What is 6 times 7?", "answer": "42"}) + "\n")
     out = tmp_path / "out"
-    res = _eval("--model", str(run / "checkpoint-2"), "-b", str(bench), "--samples", "1",
-                "--max-response-tokens", "8", "--dtype", "float32", "--quiet", "--out-dir", str(out))
+    res = _eval(
+        "--model",
+        str(run / "checkpoint-2"),
+        "-b",
+        str(bench),
+        "--samples",
+        "1",
+        "--max-response-tokens",
+        "8",
+        "--dtype",
+        "float32",
+        "--quiet",
+        "--out-dir",
+        str(out),
+    )
     assert res.exit_code == 0, res.output
     settings = json.loads((out / "run.json").read_text())
     settings = settings.get("settings", settings)
@@ -227,8 +279,9 @@ def test_the_recipes_tool_timeout_reaches_the_evaluation_run(tiny_model_dir, tmp
 def _help() -> str:
     from tirl.cli.main import app
 
-    res = CliRunner().invoke(app, ["eval", "--help"], env={"TERMINAL_WIDTH": "200", "COLUMNS": "200"},
-                             terminal_width=200)
+    res = CliRunner().invoke(
+        app, ["eval", "--help"], env={"TERMINAL_WIDTH": "200", "COLUMNS": "200"}, terminal_width=200
+    )
     assert res.exit_code == 0, res.output
     return res.output
 
@@ -238,13 +291,43 @@ def test_help_lists_one_flag_per_setting_named_after_its_key():
 
     text = _help()
     shown = set(re.findall(r"--[a-z][a-z0-9.-]*", text))
-    expected = {"--max-turns", "--max-response-tokens", "--temperature", "--top-p", "--context-window",
-                "--tool-timeout-s", "--tool-memory-mb", "--max-concurrency",  # every AgentLoopSettings field
-                "--model", "--benchmarks", "--out-dir", "--subset", "--samples", "--use-tools", "--no-use-tools",
-                "--engine", "--servers", "--scheduler", "--kv-capacities", "--admission-coef", "--sandbox",
-                "--seed", "--dtype", "--answer-fallback", "--server-seed", "--no-server-seed",
-                "--prompt-style", "--tool-call-format", "--protocol.answer-fallback", "--multi-call", "--lenient",
-                "--config", "--no-recipe", "--quiet", "--print-config"}
+    expected = {
+        "--max-turns",
+        "--max-response-tokens",
+        "--temperature",
+        "--top-p",
+        "--context-window",
+        "--tool-timeout-s",
+        "--tool-memory-mb",
+        "--max-concurrency",  # every AgentLoopSettings field
+        "--model",
+        "--benchmarks",
+        "--out-dir",
+        "--subset",
+        "--samples",
+        "--use-tools",
+        "--no-use-tools",
+        "--engine",
+        "--servers",
+        "--scheduler",
+        "--kv-capacities",
+        "--admission-coef",
+        "--sandbox",
+        "--seed",
+        "--dtype",
+        "--answer-fallback",
+        "--server-seed",
+        "--no-server-seed",
+        "--prompt-style",
+        "--tool-call-format",
+        "--protocol.answer-fallback",
+        "--multi-call",
+        "--lenient",
+        "--config",
+        "--no-recipe",
+        "--quiet",
+        "--print-config",
+    }
     assert expected <= shown, sorted(expected - shown)
     assert not shown & set(RENAMED_FLAGS) - {"--no-tools"} and "--no-tools" not in text.replace("--no-use-tools", "")
     assert "KEY=VALUE" in text and "Agent-loop settings (rollout section)" in text
@@ -276,8 +359,15 @@ def test_a_setting_has_the_same_flag_in_tirl_eval_and_tirl_data():
     eval_names = {setting(fl): fl.name for fl in EVAL_FLAGS}
     data_names = {setting(fl): fl.name for fl in SAMPLER_FLAGS}
     shared = set(eval_names) & set(data_names)
-    assert {("max_response_tokens",), ("tool_timeout_s",), ("sandbox", "backend"), ("sandbox", "workers"),
-            ("protocol", "prompt_style"), ("protocol", "answer_fallback"), ("seed",)} <= shared
+    assert {
+        ("max_response_tokens",),
+        ("tool_timeout_s",),
+        ("sandbox", "backend"),
+        ("sandbox", "workers"),
+        ("protocol", "prompt_style"),
+        ("protocol", "answer_fallback"),
+        ("seed",),
+    } <= shared
     assert {k: eval_names[k] for k in shared} == {k: data_names[k] for k in shared}
     # and no flag name means one setting in one command and another in the other
     by_name = {name: k for k, name in eval_names.items()}
@@ -307,6 +397,7 @@ class _Limits:
     seed: int = 1
     cpu_s: float = 2.0
 
+
 @dataclasses.dataclass
 class _Top:
     """Top.
@@ -333,16 +424,31 @@ def test_generated_flags_cover_a_new_section_and_qualify_shared_names():
 
 
 def test_renamed_flags_are_refused_with_the_new_name():
-    for old, new in (("--max-tokens", "--max-response-tokens"), ("--out", "--out-dir"),
-                     ("--tool-timeout", "--tool-timeout-s"), ("--no-tools", "--no-use-tools")):
+    for old, new in (
+        ("--max-tokens", "--max-response-tokens"),
+        ("--out", "--out-dir"),
+        ("--tool-timeout", "--tool-timeout-s"),
+        ("--no-tools", "--no-use-tools"),
+    ):
         res = _eval("-m", "m", "-b", "aime24", old, *([] if old == "--no-tools" else ["1"]))
         assert res.exit_code == 2 and f"{old} is now {new}" in res.output, res.output
 
 
 def test_key_value_arguments_reach_any_setting(monkeypatch, tmp_path):
     seen = _capture(monkeypatch)
-    res = _eval("-m", "m", "-b", "aime24", "--out-dir", str(tmp_path), "protocol.system_prompt=Be brief.",
-                "rollout.context_window=900", "samples=3", "--samples", "4")
+    res = _eval(
+        "-m",
+        "m",
+        "-b",
+        "aime24",
+        "--out-dir",
+        str(tmp_path),
+        "protocol.system_prompt=Be brief.",
+        "rollout.context_window=900",
+        "samples=3",
+        "--samples",
+        "4",
+    )
     assert res.exit_code == 0, res.output
     (config,) = seen
     assert config.protocol.system_prompt == "Be brief." and config.rollout.context_window == 900
@@ -359,8 +465,9 @@ def test_the_demo_config_is_the_demos_settings():
 
     out = Path("runs/demo")
     for config in demo_configs(out):
-        from_file = load_eval_config(ROOT / "configs" / "eval" / "demo.yaml",
-                                     {"model": config.model, "out_dir": str(config.out_dir)})
+        from_file = load_eval_config(
+            ROOT / "configs" / "eval" / "demo.yaml", {"model": config.model, "out_dir": str(config.out_dir)}
+        )
         assert from_file == config
     assert DemoSettings().benchmarks == (("toolmath", 20), ("math500", 10))
 
@@ -375,10 +482,16 @@ def _documented_invocations(command: str = "tirl eval") -> list[tuple[str, str]]
     """``(where, argument text)`` of every ``command`` in the docs, configs, benchmarks and Makefile:
     the text after the command up to a closing backquote, a comment, a shell separator or the end of the line
     (continuation lines joined)."""
-    files = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").rglob("*.md")),
-             *sorted((ROOT / "configs").rglob("*.yaml")), *sorted((ROOT / "benchmarks").rglob("*.sh")),
-             *sorted((ROOT / "benchmarks").rglob("*.py")), *sorted((ROOT / "src").rglob("*.py")),
-             *sorted((ROOT / "src").rglob("*.md"))]
+    files = [
+        ROOT / "README.md",
+        ROOT / "Makefile",
+        *sorted((ROOT / "docs").rglob("*.md")),
+        *sorted((ROOT / "configs").rglob("*.yaml")),
+        *sorted((ROOT / "benchmarks").rglob("*.sh")),
+        *sorted((ROOT / "benchmarks").rglob("*.py")),
+        *sorted((ROOT / "src").rglob("*.py")),
+        *sorted((ROOT / "src").rglob("*.md")),
+    ]
     found = []
     for f in files:
         if not f.is_file():
@@ -386,11 +499,11 @@ def _documented_invocations(command: str = "tirl eval") -> list[tuple[str, str]]
         text = re.sub(r"\\\n\s*(#\s*)?", " ", f.read_text(encoding="utf-8"))
         for m in re.finditer(re.escape(command) + r"\b", text):
             line_start = text.rfind("\n", 0, m.start()) + 1
-            inline = text[line_start:m.start()].count("`") % 2 == 1  # inside `...`, which may span lines
-            after = text[m.end():]
-            rest = after[:after.index("`")] if inline and "`" in after else re.split(r"`|\n", after, maxsplit=1)[0]
+            inline = text[line_start : m.start()].count("`") % 2 == 1  # inside `...`, which may span lines
+            after = text[m.end() :]
+            rest = after[: after.index("`")] if inline and "`" in after else re.split(r"`|\n", after, maxsplit=1)[0]
             rest = re.split(r"\s#|&&|;|\|", rest, maxsplit=1)[0]
-            found.append((f"{f.relative_to(ROOT)}:{text[:m.start()].count(chr(10)) + 1}", rest))
+            found.append((f"{f.relative_to(ROOT)}:{text[: m.start()].count(chr(10)) + 1}", rest))
     return found
 
 
@@ -403,8 +516,12 @@ def test_every_documented_tirl_eval_flag_exists():
             known.update(decl.split("/"))
     invocations = _documented_invocations()
     assert len(invocations) > 30
-    bad = [(where, flag) for where, rest in invocations for flag in re.findall(r"(?<![\w-])--?[a-z][\w.-]*", rest)
-           if flag not in known]
+    bad = [
+        (where, flag)
+        for where, rest in invocations
+        for flag in re.findall(r"(?<![\w-])--?[a-z][\w.-]*", rest)
+        if flag not in known
+    ]
     assert not bad, bad
 
 
@@ -420,6 +537,10 @@ def test_every_documented_tirl_data_flag_exists(command, least):
         known.update(param.opts + param.secondary_opts)
     invocations = _documented_invocations(f"tirl data {command}")
     assert len(invocations) >= least
-    bad = [(where, flag) for where, rest in invocations for flag in re.findall(r"(?<![\w-])--?[a-z][\w.-]*", rest)
-           if flag not in known]
+    bad = [
+        (where, flag)
+        for where, rest in invocations
+        for flag in re.findall(r"(?<![\w-])--?[a-z][\w.-]*", rest)
+        if flag not in known
+    ]
     assert not bad, bad

@@ -68,18 +68,31 @@ class Executor:
 
 
 async def verifier(traj, response_text, gold):
-    return {"correct": traj.final_answer == gold, "status": "ok" if traj.final_answer else "no_answer",
-            "extracted": traj.final_answer}
+    return {
+        "correct": traj.final_answer == gold,
+        "status": "ok" if traj.final_answer else "no_answer",
+        "extracted": traj.final_answer,
+    }
 
 
 def components(tok, engine, executor=None):
-    return EvalComponents(router=SingleEngineRouter(engine), tokenizer=tok, executor=executor or Executor(),
-                          grader=verifier, load_problems=lambda name: PROBLEMS[name])
+    return EvalComponents(
+        router=SingleEngineRouter(engine),
+        tokenizer=tok,
+        executor=executor or Executor(),
+        grader=verifier,
+        load_problems=lambda name: PROBLEMS[name],
+    )
 
 
 def config(tmp_path, *, rollout=(), **kw):
-    base = dict(model="scripted", benchmarks=["toy", "other"], out_dir=tmp_path / "out", samples=4,
-                rollout=AgentLoopSettings(max_response_tokens=2000, max_turns=4, **dict(rollout)))
+    base = dict(
+        model="scripted",
+        benchmarks=["toy", "other"],
+        out_dir=tmp_path / "out",
+        samples=4,
+        rollout=AgentLoopSettings(max_response_tokens=2000, max_turns=4, **dict(rollout)),
+    )
     base.update(kw)
     return EvalConfig(**base)
 
@@ -149,10 +162,10 @@ async def test_records_store_the_exact_token_ids_and_loss_mask(tmp_path, smollm2
 
 
 async def test_resume_after_crash_redoes_only_missing_samples_and_matches_an_uninterrupted_run(
-        tmp_path, smollm2_tokenizer):
+    tmp_path, smollm2_tokenizer
+):
     tok = smollm2_tokenizer
-    reference = await run_eval(config(tmp_path, out_dir=tmp_path / "ref"), components(tok, ProblemEngine(tok)),
-                               **QUIET)
+    reference = await run_eval(config(tmp_path, out_dir=tmp_path / "ref"), components(tok, ProblemEngine(tok)), **QUIET)
 
     crashing = ProblemEngine(tok, crash_at=15)
     with pytest.raises(Crash):
@@ -188,8 +201,9 @@ async def test_more_samples_extend_a_run_and_summary_covers_only_what_was_asked(
     await run_eval(config(tmp_path, samples=2), components(tok, ProblemEngine(tok)), **QUIET)
     result = await run_eval(config(tmp_path, samples=4), components(tok, ProblemEngine(tok)), **QUIET)
     assert (result.resumed_samples, result.new_samples) == (8, 8)
-    small = await run_eval(config(tmp_path, samples=2, subsets={"toy": 1}), components(tok, ProblemEngine(tok)),
-                           **QUIET)
+    small = await run_eval(
+        config(tmp_path, samples=2, subsets={"toy": 1}), components(tok, ProblemEngine(tok)), **QUIET
+    )
     assert [(s.benchmark, s.num_samples) for s in small.summaries] == [("toy", 2), ("other", 2)]
 
 
@@ -197,8 +211,9 @@ async def test_different_settings_refuse_to_resume(tmp_path, smollm2_tokenizer):
     tok = smollm2_tokenizer
     await run_eval(config(tmp_path, samples=1), components(tok, ProblemEngine(tok)), **QUIET)
     with pytest.raises(ResumeMismatch, match="temperature"):
-        await run_eval(config(tmp_path, samples=1, rollout={"temperature": 1.0}), components(tok, ProblemEngine(tok)),
-                       **QUIET)
+        await run_eval(
+            config(tmp_path, samples=1, rollout={"temperature": 1.0}), components(tok, ProblemEngine(tok)), **QUIET
+        )
 
 
 async def test_engine_errors_are_not_stored_and_are_retried(tmp_path, smollm2_tokenizer):
@@ -248,8 +263,9 @@ def test_eval_protocol_reaches_the_agent_loop_and_the_resume_record(tmp_path):
     from tirl.protocol import ProtocolConfig
 
     plain = EvalConfig(model="m", benchmarks=["toolmath"], out_dir=tmp_path)
-    compact = EvalConfig(model="m", benchmarks=["toolmath"], out_dir=tmp_path,
-                         protocol=ProtocolConfig(prompt_style="compact"))
+    compact = EvalConfig(
+        model="m", benchmarks=["toolmath"], out_dir=tmp_path, protocol=ProtocolConfig(prompt_style="compact")
+    )
     assert compact.loop_config(None).protocol.prompt_style == "compact"
     assert "protocol" not in plain.resume_settings()  # folders written before the field still resume
     assert compact.resume_settings()["protocol"]["prompt_style"] == "compact"

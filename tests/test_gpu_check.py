@@ -46,8 +46,11 @@ def test_run_mode_without_a_carry_folder_says_how_to_prepare_it(tmp_path):
 
 
 def test_the_carried_wheels_are_exact_pins():
-    lines = [ln for ln in (ROOT / "benchmarks" / "gpu_check_wheels.txt").read_text().splitlines()
-             if ln.strip() and not ln.startswith("#")]
+    lines = [
+        ln
+        for ln in (ROOT / "benchmarks" / "gpu_check_wheels.txt").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     assert lines and all("==" in ln and ln.count("==") == 1 for ln in lines)
     names = {ln.split("==")[0].lower() for ln in lines}
     assert {"trl", "datasets", "pyarrow", "math-verify", "setuptools"} <= names
@@ -61,8 +64,13 @@ def test_run_mode_on_a_machine_without_cuda_stops_before_installing(tmp_path):
     (carry / "tokenizer" / "tokenizer.json.gz").write_bytes(gzip.compress(b"{}"))  # as prepare leaves it
     venv = tmp_path / "venv"
     env = dict(os.environ, PYTHON=sys.executable, GPU_CHECK_VENV=str(venv), CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run(["bash", str(SCRIPT), "run", str(carry), str(tmp_path / "out")], capture_output=True,
-                          text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "run", str(carry), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "sees no CUDA device" in proc.stderr and "GPU_CHECK_DEVICE=cpu" in proc.stderr
     assert not venv.exists()  # nothing installed on the wrong machine

@@ -53,6 +53,7 @@ async def _scan(sb: LocalSandbox) -> list[str]:
 
 # ----- a call's bytes must not reach the worker (and so later calls) -----------------------------------------
 
+
 @needs_mem
 async def test_signal_pipe_bytes_never_reach_later_calls():
     """Broke: a call wrote ``QSIGN5555`` to descriptor 4 (the signal-note pipe, meant for the SIGABRT
@@ -73,8 +74,10 @@ async def test_scratch_file_names_never_reach_later_calls():
     """Broke: a call named 300 files (and two nested directories) after its data in its scratch directory; the
     worker listed them to remove them, and the next call's scan found ``QFILE0000``... in its memory. The
     directory is still removed (the next call starts in an empty one)."""
-    code = ("import os\nfor i in range(300):\n    open('QFIL' + 'E%04d' % i + 'x' * 200, 'w').close()\n"
-            "os.makedirs('QDIR' + 'A7777/QDIR' + 'B8888')\nprint(len(os.listdir('.')))")
+    code = (
+        "import os\nfor i in range(300):\n    open('QFIL' + 'E%04d' % i + 'x' * 200, 'w').close()\n"
+        "os.makedirs('QDIR' + 'A7777/QDIR' + 'B8888')\nprint(len(os.listdir('.')))"
+    )
     async with LocalSandbox(workers=1, preload=()) as sb:
         made = await sb.run(ExecutionRequest(code))
         assert made.status == "ok" and made.stdout.strip() == "301", made
@@ -120,8 +123,9 @@ async def test_deep_result_record_fails_only_its_own_call():
     worker was answered ``internal``. Now the record is ignored (as any record the code wrote itself)."""
     async with LocalSandbox(workers=1, slots_per_worker=2, preload=()) as sb:
         pids = sb.worker_pids()
-        sibling = asyncio.ensure_future(sb.run(ExecutionRequest(
-            "import time\ntime.sleep(1.5)\nprint('sibling done')", timeout_s=30)))
+        sibling = asyncio.ensure_future(
+            sb.run(ExecutionRequest("import time\ntime.sleep(1.5)\nprint('sibling done')", timeout_s=30))
+        )
         await asyncio.sleep(0.3)
         deep = await sb.run(ExecutionRequest("import os\nos.write(3, b'[' * 100000)\nos._exit(0)"))
         assert deep.status == "ok", deep.stderr
@@ -250,8 +254,11 @@ time.sleep(0.3)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="calls of one worker share its network namespace: abstract socket names "
-                                       "are visible to concurrent calls (docs/sandbox.md, What a call can read)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="calls of one worker share its network namespace: abstract socket names "
+    "are visible to concurrent calls (docs/sandbox.md, What a call can read)",
+)
 async def test_abstract_socket_names_are_not_a_channel():
     """Broke, left: two concurrent calls of one worker; A binds an abstract socket named after its data, B
     reads ``/proc/net/unix`` and prints whether it saw it (it did). ``connect`` is refused, so nothing reaches
@@ -289,8 +296,11 @@ print(987654 in found)
 
 
 @needs_mem
-@pytest.mark.xfail(strict=True, reason="the done frame's metadata (byte totals, wait status) is built in the "
-                                       "worker's heap, and a call chooses it (docs/sandbox.md, What a call can read)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="the done frame's metadata (byte totals, wait status) is built in the "
+    "worker's heap, and a call chooses it (docs/sandbox.md, What a call can read)",
+)
 async def test_call_chosen_metadata_is_not_a_channel():
     """Broke, left: a call writes exactly 987654 bytes to stdout (past the cap: only the total is kept); the
     worker's ``done`` frame ``"out_total":987654`` stays in its freed heap, and the next call's scan finds
@@ -305,6 +315,7 @@ async def test_call_chosen_metadata_is_not_a_channel():
 
 
 # ----- the tool-call parsers ---------------------------------------------------------------------------------
+
 
 class _CountingText(str):
     """A turn that counts the characters its ``find`` calls scan (the parsers' only long scans)."""
@@ -335,9 +346,33 @@ def test_draft_scan_is_linear(fmt):
     assert spans == [(0, 7 + len(blocks) + 8), (7 + len(blocks) + 12, 7 + len(blocks) + 12 + 16)]
 
 
-_FRAGMENTS = ["</parameter>", "<parameter=", "<parameter=code>", "</function>", "<function=", "</tool_call>",
-              "<tool_call>", "<think>", "</think>", "\n", " ", "\t", "\u2028", "\x85", "\u3000", "\r", "x", ">",
-              "<", "=", "code", "\x00", "\ud800", "</", "<answer>"]
+_FRAGMENTS = [
+    "</parameter>",
+    "<parameter=",
+    "<parameter=code>",
+    "</function>",
+    "<function=",
+    "</tool_call>",
+    "<tool_call>",
+    "<think>",
+    "</think>",
+    "\n",
+    " ",
+    "\t",
+    "\u2028",
+    "\x85",
+    "\u3000",
+    "\r",
+    "x",
+    ">",
+    "<",
+    "=",
+    "code",
+    "\x00",
+    "\ud800",
+    "</",
+    "<answer>",
+]
 
 
 def test_qwen3_xml_hostile_values_read_back_or_are_refused():
@@ -359,8 +394,12 @@ def test_qwen3_xml_hostile_values_read_back_or_are_refused():
         for before, after in (("", ""), ("so ", " then"), ("<think>a</think>", ""), ("", "<tool_call>")):
             items = parse_tool_calls(before + text + after, cfg)
             if code.strip():
-                assert isinstance(items[0], ToolCall) and items[0].arguments == {"code": code, "input": stdin}, \
-                    (before, code, stdin, items)
+                assert isinstance(items[0], ToolCall) and items[0].arguments == {"code": code, "input": stdin}, (
+                    before,
+                    code,
+                    stdin,
+                    items,
+                )
             else:
                 assert isinstance(items[0], ToolCallError) and items[0].kind == "empty_code", items
     assert written > 1000
@@ -377,11 +416,16 @@ def test_qwen3_xml_look_alikes_never_run():
         return f"<tool_call>\n{body}\n</tool_call>"
 
     assert parse_tool_calls("\uff1ctool_call\uff1e<function=x></function>\uff1c/tool_call\uff1e", cfg) == []
-    kinds = [parse_tool_calls(t, cfg)[0].kind for t in (
-        call(f"<function={fn}>\n<parameter=\u0441ode>\nprint(1)\n</parameter>\n</function>"),
-        call(f"<function={fn}\u200b>\n<parameter=code>\nprint(1)\n</parameter>\n</function>"),
-        call(f"<function={fn}>\n<function={fn}>\n<parameter=code>\nprint(1)\n</parameter>\n</function>\n</function>"),
-    )]
+    kinds = [
+        parse_tool_calls(t, cfg)[0].kind
+        for t in (
+            call(f"<function={fn}>\n<parameter=\u0441ode>\nprint(1)\n</parameter>\n</function>"),
+            call(f"<function={fn}\u200b>\n<parameter=code>\nprint(1)\n</parameter>\n</function>"),
+            call(
+                f"<function={fn}>\n<function={fn}>\n<parameter=code>\nprint(1)\n</parameter>\n</function>\n</function>"
+            ),
+        )
+    ]
     assert kinds == ["missing_code", "unknown_function", "unexpected_text"]
     big = "x = 1\n" * 350_000
     items = parse_tool_calls(call(f"<function={fn}>\n<parameter=code>\n{big}\n</parameter>\n</function>"), cfg)

@@ -31,12 +31,21 @@ def closed_port() -> int:
 def run_resolve(ref: str, cache: Path, *, offline: bool) -> subprocess.CompletedProcess:
     """``resolve(ref)`` then ``load_tokenizer(ref)`` in a fresh interpreter: prints both folders, or the error
     (exit 3)."""
-    env = dict(os.environ, PYTHONPATH=str(SRC), HF_HUB_CACHE=str(cache), HF_HOME=str(cache.parent / "hf-home"),
-               HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}", HF_HUB_OFFLINE="1" if offline else "0",
-               HF_HUB_ETAG_TIMEOUT="5", HF_HUB_DISABLE_TELEMETRY="1")
-    code = ("import sys\nfrom tirl.models import ModelNotFoundError, resolve, load_tokenizer\n"
-            f"try:\n    print(resolve({ref!r}))\n    print(load_tokenizer({ref!r}).name_or_path)\n"
-            "except ModelNotFoundError as e:\n    print(e, file=sys.stderr)\n    sys.exit(3)\n")
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(SRC),
+        HF_HUB_CACHE=str(cache),
+        HF_HOME=str(cache.parent / "hf-home"),
+        HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}",
+        HF_HUB_OFFLINE="1" if offline else "0",
+        HF_HUB_ETAG_TIMEOUT="5",
+        HF_HUB_DISABLE_TELEMETRY="1",
+    )
+    code = (
+        "import sys\nfrom tirl.models import ModelNotFoundError, resolve, load_tokenizer\n"
+        f"try:\n    print(resolve({ref!r}))\n    print(load_tokenizer({ref!r}).name_or_path)\n"
+        "except ModelNotFoundError as e:\n    print(e, file=sys.stderr)\n    sys.exit(3)\n"
+    )
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
 
 

@@ -27,8 +27,10 @@ def _chat_ids(tok, text):
 async def _greedy_turn(folder, tok, max_new_tokens):
     engine = HFEngine.from_pretrained(folder)
     stops = generation_eos_ids(folder)
-    out = await engine.generate(_chat_ids(tok, "What is 2+3? Reply with the number only."),
-                                SamplingParams(max_new_tokens=max_new_tokens, temperature=0, stop_token_ids=stops))
+    out = await engine.generate(
+        _chat_ids(tok, "What is 2+3? Reply with the number only."),
+        SamplingParams(max_new_tokens=max_new_tokens, temperature=0, stop_token_ids=stops),
+    )
     return out, stops
 
 
@@ -65,8 +67,9 @@ def test_a_user_gguf_file_gets_its_tokenizer_and_end_of_turn_detected(tmp_path, 
     tok = load_tokenizer(gguf)
     assert tok.eos_token == "<|im_end|>"
     assert tok.convert_ids_to_tokens(generation_eos_ids(gguf))[0] == "<|im_end|>"
-    assert [p.name.startswith("gguf-SmolLM2") for p in (tmp_path / "cache" / "tokenizers").iterdir()
-            if p.is_dir()] == [True]
+    assert [p.name.startswith("gguf-SmolLM2") for p in (tmp_path / "cache" / "tokenizers").iterdir() if p.is_dir()] == [
+        True
+    ]
     assert not (tmp_path / "cache" / "models").exists()  # no weights converted for a tokenizer
 
 

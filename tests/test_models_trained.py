@@ -46,8 +46,14 @@ def packaged(tmp_path, tiny_model_dir, monkeypatch):
 
     cks, _ = _fake_checkpoints(tmp_path, tiny_model_dir)
     root = tmp_path / "trained"
-    export_trained_model(root / "tiny-tirl", name="tiny-tirl", base=str(tiny_model_dir), checkpoints=cks,
-                         prompt_style="compact", description="test")
+    export_trained_model(
+        root / "tiny-tirl",
+        name="tiny-tirl",
+        base=str(tiny_model_dir),
+        checkpoints=cks,
+        prompt_style="compact",
+        description="test",
+    )
     monkeypatch.setattr(trained_mod, "TRAINED_DIR", root)
     monkeypatch.setenv("TIRL_CACHE", str(tmp_path / "cache"))
     return tmp_path
@@ -61,7 +67,8 @@ def test_exported_adapters_are_float16_and_small(packaged):
     assert manifest["adapters"] == ["adapter0", "adapter1"] and manifest["prompt_style"] == "compact"
     for name in manifest["adapters"]:
         assert {str(t.dtype) for t in load_file(str(folder / name / "adapter_model.safetensors")).values()} == {
-            "torch.float16"}
+            "torch.float16"
+        }
 
 
 def test_a_packaged_model_resolves_by_name_to_the_merged_weights(packaged):
@@ -92,8 +99,9 @@ def test_export_needs_the_sft_rows_first(tmp_path, tiny_model_dir):
     empty = tmp_path / "ck"
     empty.mkdir()
     with pytest.raises(FileNotFoundError, match="SFT"):
-        export_trained_model(tmp_path / "out", name="x", base="b", checkpoints=[empty], prompt_style="full",
-                             description="")
+        export_trained_model(
+            tmp_path / "out", name="x", base="b", checkpoints=[empty], prompt_style="full", description=""
+        )
 
 
 def test_a_lora_checkpoint_folder_is_a_model_reference(tmp_path, tiny_model_dir, monkeypatch):

@@ -27,8 +27,9 @@ DOC = REPO / "docs" / "architecture.md"
 LEAVES = frozenset({"tirl", "tirl._lazy", "tirl._loop"})
 """Modules every package may import; they import nothing of tirl's."""
 
-_LOWER = frozenset({"algo", "config", "data", "models", "protocol", "reward", "rollout", "runtime", "sandbox",
-                    "service"})
+_LOWER = frozenset(
+    {"algo", "config", "data", "models", "protocol", "reward", "rollout", "runtime", "sandbox", "service"}
+)
 ORDER: dict[str, frozenset[str]] = {
     "sandbox": frozenset(),
     "protocol": frozenset({"sandbox"}),
@@ -93,14 +94,18 @@ def import_edges(root: Path = SRC) -> list[Edge]:
                 else:
                     parent = node.module or ""
                 # ``from tirl import train`` imports the package tirl.train; ``from tirl import __version__`` tirl
-                targets = [f"{parent}.{a.name}" if _is_module(f"{parent}.{a.name}", root) else parent
-                           for a in node.names]
+                targets = [
+                    f"{parent}.{a.name}" if _is_module(f"{parent}.{a.name}", root) else parent for a in node.names
+                ]
             elif isinstance(node, ast.Dict) and is_package:
                 values = [v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
                 if values and len(values) == len(node.values) and all(v.startswith("tirl.") for v in values):
                     targets = values  # a lazy export table: name -> the module imported on first access
-            edges += [Edge(module, t, node.lineno) for t in dict.fromkeys(targets)  # one edge per imported module
-                      if t == "tirl" or t.startswith("tirl.")]
+            edges += [
+                Edge(module, t, node.lineno)
+                for t in dict.fromkeys(targets)  # one edge per imported module
+                if t == "tirl" or t.startswith("tirl.")
+            ]
     return edges
 
 
@@ -111,8 +116,11 @@ def package_of(module: str) -> str | None:
     return module.split(".")[1]
 
 
-def violations(edges: list[Edge], order: dict[str, frozenset[str]] = ORDER,
-               only_from: dict[tuple[str, str], frozenset[str]] = ONLY_FROM) -> list[str]:
+def violations(
+    edges: list[Edge],
+    order: dict[str, frozenset[str]] = ORDER,
+    only_from: dict[tuple[str, str], frozenset[str]] = ONLY_FROM,
+) -> list[str]:
     """One line per import that the order does not allow."""
     found = []
     for e in edges:
@@ -134,8 +142,8 @@ def violations(edges: list[Edge], order: dict[str, frozenset[str]] = ORDER,
 
 def doc_order(text: str) -> tuple[dict[str, frozenset[str]], dict[tuple[str, str], frozenset[str]]]:
     """The order table of docs/architecture.md's "Dependencies point one way" paragraph."""
-    section = text[text.index("Dependencies point one way"):]
-    lines = section[section.index("| package | imports from |"):].splitlines()
+    section = text[text.index("Dependencies point one way") :]
+    lines = section[section.index("| package | imports from |") :].splitlines()
     order: dict[str, frozenset[str]] = {}
     only: dict[tuple[str, str], frozenset[str]] = {}
     every = []
@@ -193,41 +201,53 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_a_synthetic_upward_import_is_caught_in_every_form(tmp_path):
-    root = _tree(tmp_path, {
-        "sandbox/pool.py": (
-            "from typing import TYPE_CHECKING\n"
-            "import tirl\n"
-            "from tirl import __version__\n"
-            "from tirl._loop import BackgroundLoop\n"  # leaves: allowed
-            "from tirl.sandbox import types\n"  # its own package: allowed
-            "if TYPE_CHECKING:\n"
-            "    from tirl.runtime import AgentRuntime\n"  # line 7
-            "def f():\n"
-            "    from tirl.train.common import x\n"  # line 9
-            "from ..reward import verify\n"  # line 10, relative
-            "from tirl import eval\n"  # line 11, a package named through tirl
-            "class C:\n"
-            "    import tirl.cli.main\n"  # line 13
-        ),
-        "sandbox/types.py": "",
-        "runtime.py": "from tirl.sandbox import pool\n",  # allowed
-        "train/common.py": "",
-        "train/__init__.py": "_E = {'a': 'tirl.train.common', 'b': 'tirl.cli.main'}\n",  # lazy table, line 1
-        "reward/__init__.py": "",
-        "reward/verifier.py": "from tirl.service import app\n",  # allowed edge, not from this module
-        "reward/routes.py": "from tirl.service import app\n",
-        "service/app.py": "",
-        "eval/__init__.py": "",
-        "cli/main.py": "from tirl.train import common\n",
-        "_lazy.py": "from tirl.sandbox import types\n",  # a leaf importing tirl
-        "tools/x.py": "from tirl.sandbox import types\n",  # a package missing from the order
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "sandbox/pool.py": (
+                "from typing import TYPE_CHECKING\n"
+                "import tirl\n"
+                "from tirl import __version__\n"
+                "from tirl._loop import BackgroundLoop\n"  # leaves: allowed
+                "from tirl.sandbox import types\n"  # its own package: allowed
+                "if TYPE_CHECKING:\n"
+                "    from tirl.runtime import AgentRuntime\n"  # line 7
+                "def f():\n"
+                "    from tirl.train.common import x\n"  # line 9
+                "from ..reward import verify\n"  # line 10, relative
+                "from tirl import eval\n"  # line 11, a package named through tirl
+                "class C:\n"
+                "    import tirl.cli.main\n"  # line 13
+            ),
+            "sandbox/types.py": "",
+            "runtime.py": "from tirl.sandbox import pool\n",  # allowed
+            "train/common.py": "",
+            "train/__init__.py": "_E = {'a': 'tirl.train.common', 'b': 'tirl.cli.main'}\n",  # lazy table, line 1
+            "reward/__init__.py": "",
+            "reward/verifier.py": "from tirl.service import app\n",  # allowed edge, not from this module
+            "reward/routes.py": "from tirl.service import app\n",
+            "service/app.py": "",
+            "eval/__init__.py": "",
+            "cli/main.py": "from tirl.train import common\n",
+            "_lazy.py": "from tirl.sandbox import types\n",  # a leaf importing tirl
+            "tools/x.py": "from tirl.sandbox import types\n",  # a package missing from the order
+        },
+    )
     found = violations(import_edges(root))
     heads = sorted(v.split(":")[0] + ":" + v.split(":")[1].split(" ")[0] for v in found)
-    assert heads == sorted([
-        "tirl.sandbox.pool:7", "tirl.sandbox.pool:9", "tirl.sandbox.pool:10", "tirl.sandbox.pool:11",
-        "tirl.sandbox.pool:13", "tirl.train:1", "tirl.reward.verifier:1", "tirl._lazy:1", "tirl.tools.x:1",
-    ]), found
+    assert heads == sorted(
+        [
+            "tirl.sandbox.pool:7",
+            "tirl.sandbox.pool:9",
+            "tirl.sandbox.pool:10",
+            "tirl.sandbox.pool:11",
+            "tirl.sandbox.pool:13",
+            "tirl.train:1",
+            "tirl.reward.verifier:1",
+            "tirl._lazy:1",
+            "tirl.tools.x:1",
+        ]
+    ), found
     assert any("sandbox -> runtime points up" in v for v in found)
     assert any("only ['tirl.reward.routes'] of reward may import service" in v for v in found)
     assert any("'tools' is not in the order" in v for v in found)

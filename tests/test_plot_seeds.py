@@ -18,9 +18,16 @@ runner = CliRunner()
 def _run(folder: Path, offset: float, steps: int = 12, step_s: float = 600.0) -> Path:
     log = MetricsLog(folder / "metrics.jsonl")
     for s in range(1, steps + 1):
-        log.write({"step": s, "tirl/reward/mean": offset + 0.02 * s, "tirl/time/step_s": step_s,
-                   "tirl/tool_error_in_correct/before": 0.1 + offset, "tirl/tool_calls/per_traj": 1.0,
-                   "tirl/length/mean": 100.0})
+        log.write(
+            {
+                "step": s,
+                "tirl/reward/mean": offset + 0.02 * s,
+                "tirl/time/step_s": step_s,
+                "tirl/tool_error_in_correct/before": 0.1 + offset,
+                "tirl/tool_calls/per_traj": 1.0,
+                "tirl/length/mean": 100.0,
+            }
+        )
     return folder
 
 
@@ -63,16 +70,34 @@ def test_cli_groups_runs_by_label_and_aggregates_heldout(tmp_path):
     def write_eval(name: str, model: str, pass1: float) -> Path:
         d = tmp_path / name
         d.mkdir()
-        (d / "summary.json").write_text(json.dumps({"settings": {"model": model},
-                                                    "benchmarks": {"toolfix": {"avg_pass1": pass1}}}))
+        (d / "summary.json").write_text(
+            json.dumps({"settings": {"model": model}, "benchmarks": {"toolfix": {"avg_pass1": pass1}}})
+        )
         return d
 
     runs = [_run(tmp_path / f"r{i}", 0.1 * i) for i in range(2)] + [_run(tmp_path / "g0", 0.3)]
-    evals = [write_eval("e0", "sft", 0.3), write_eval("r0_10", "runs/r0/checkpoint-10", 0.4),
-             write_eval("r1_10", "runs/r1/checkpoint-10", 0.6)]
-    args = ["plot", "--compare", f"RoC={runs[0]}", f"RoC={runs[1]}", f"GRPO={runs[2]}", "--out",
-            str(tmp_path / "p"), "--band", "std", "--eval", f"RoC={evals[0]}", "--eval", f"RoC={evals[1]}",
-            "--eval", f"RoC={evals[2]}"]
+    evals = [
+        write_eval("e0", "sft", 0.3),
+        write_eval("r0_10", "runs/r0/checkpoint-10", 0.4),
+        write_eval("r1_10", "runs/r1/checkpoint-10", 0.6),
+    ]
+    args = [
+        "plot",
+        "--compare",
+        f"RoC={runs[0]}",
+        f"RoC={runs[1]}",
+        f"GRPO={runs[2]}",
+        "--out",
+        str(tmp_path / "p"),
+        "--band",
+        "std",
+        "--eval",
+        f"RoC={evals[0]}",
+        "--eval",
+        f"RoC={evals[1]}",
+        "--eval",
+        f"RoC={evals[2]}",
+    ]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     assert _pixels_near(tmp_path / "p" / "heldout.png", tuple(0.2 * c + 0.8 for c in to_rgb("C0"))) > 500

@@ -105,8 +105,11 @@ def test_field_extraction_cases(case_id, text, expected):
 
 
 def test_field_extraction_cases_cover_shared_file():
-    ids = {json.loads(line)["id"] for line in FIELD_CASES.read_text().splitlines()
-           if line.strip() and json.loads(line)["component"] == "extraction"}
+    ids = {
+        json.loads(line)["id"]
+        for line in FIELD_CASES.read_text().splitlines()
+        if line.strip() and json.loads(line)["component"] == "extraction"
+    }
     covered = {c[0].split("-")[0] for c in FIELD_EXTRACTION}
     assert ids <= covered, sorted(ids - covered)
 
@@ -179,8 +182,12 @@ def test_format_penalty_rejects_impossible_counts(blocks, turns):
 
 
 def test_trajectory_format_penalty_sums_turns():
-    turns = [TurnRecord(text="a", answer_blocks=1), TurnRecord(text="b", answer_blocks=1),
-             TurnRecord(text="c", answer_blocks=1), TurnRecord(text="d", answer_blocks=0)]
+    turns = [
+        TurnRecord(text="a", answer_blocks=1),
+        TurnRecord(text="b", answer_blocks=1),
+        TurnRecord(text="c", answer_blocks=1),
+        TurnRecord(text="d", answer_blocks=0),
+    ]
     traj = Trajectory(prompt_ids=[1], turns=turns)
     assert trajectory_format_penalty(traj) == pytest.approx(0.5)
     assert trajectory_format_penalty(Trajectory(prompt_ids=[1])) == 1.0
@@ -207,12 +214,12 @@ def test_extract_never_raises_on_arbitrary_text(text):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(alphabet=st.characters(blacklist_characters="{}\\<>"), min_size=1, max_size=40)
-       .filter(lambda s: s.strip()))
+@given(
+    st.text(alphabet=st.characters(blacklist_characters="{}\\<>"), min_size=1, max_size=40).filter(lambda s: s.strip())
+)
 def test_boxed_value_round_trips(value):
     text = f"<reason>work</reason><answer>The answer is \\boxed{{{value}}}.</answer>"
     assert extract_answer(text) == value.strip()
-
 
 
 # Drafts: text inside a closed <think>...</think> never supplies the final answer (the tool-call parser's rule).
@@ -224,10 +231,16 @@ DRAFT_CASES = [
     ("draft-answer-in-block-later", "<answer>\\boxed{15} <think>or \\boxed{12}</think></answer>", "15"),
     ("two-drafts", "<think>\\boxed{1}</think> \\boxed{2} <think>\\boxed{3}</think>", "2"),
     ("unclosed-draft-is-text", "<think>so it is \\boxed{12}", "12"),
-    ("think-in-tool-call-is-not-a-tag",
-     '<tool_call>{"name": "f", "arguments": {"code": "print(\'<think>\')"}}</tool_call> \\boxed{7} </think>', "7"),
-    ("draft-across-tool-response",
-     "<think>\\boxed{1}<tool_response>\\boxed{9}</tool_response> x</think> \\boxed{4}", "4"),
+    (
+        "think-in-tool-call-is-not-a-tag",
+        '<tool_call>{"name": "f", "arguments": {"code": "print(\'<think>\')"}}</tool_call> \\boxed{7} </think>',
+        "7",
+    ),
+    (
+        "draft-across-tool-response",
+        "<think>\\boxed{1}<tool_response>\\boxed{9}</tool_response> x</think> \\boxed{4}",
+        "4",
+    ),
 ]
 
 

@@ -119,8 +119,10 @@ def test_an_incomplete_format_cannot_be_built():
 
 # ------------------------------------------------------------------------------------------- qwen3_xml: parsing
 
-BRIEF = ("<tool_call>\n<function=execute_python_code_with_standard_io>\n<parameter=code>\nprint(6*7)\n"
-         "</parameter>\n<parameter=input>\n</parameter>\n</function>\n</tool_call>")
+BRIEF = (
+    "<tool_call>\n<function=execute_python_code_with_standard_io>\n<parameter=code>\nprint(6*7)\n"
+    "</parameter>\n<parameter=input>\n</parameter>\n</function>\n</tool_call>"
+)
 
 CASES = [
     ("the_issue_example", BRIEF, [ok("print(6*7)")], None),
@@ -128,51 +130,117 @@ CASES = [
     ("text_around", "Let me compute.\n" + xml("print(2)") + "\nand wait.", [ok("print(2)")], None),
     ("input_defaults_to_empty", xml("print(input())", None), [ok("print(input())")], None),
     ("input_kept", xml("print(input())", "7\n8"), [ok("print(input())", "7\n8")], None),
-    ("inline_layout", f"<tool_call><function={FN}><parameter=code>print(5)</parameter></function></tool_call>",
-     [ok("print(5)")], None),
-    ("spaces_around_names", f"<tool_call>\n<function= {FN} >\n<parameter= code >\nprint(1)\n</parameter>\n"
-     "</function>\n</tool_call>", [ok("print(1)")], None),
+    (
+        "inline_layout",
+        f"<tool_call><function={FN}><parameter=code>print(5)</parameter></function></tool_call>",
+        [ok("print(5)")],
+        None,
+    ),
+    (
+        "spaces_around_names",
+        f"<tool_call>\n<function= {FN} >\n<parameter= code >\nprint(1)\n</parameter>\n</function>\n</tool_call>",
+        [ok("print(1)")],
+        None,
+    ),
     ("indentation_and_blank_lines_kept", xml("\n    pass\n\n"), [ok("\n    pass\n\n")], None),
-    ("closing_tags_inside_strings", xml('print("</tool_call>")\nprint("</parameter>")\nprint("</function>")'),
-     [ok('print("</tool_call>")\nprint("</parameter>")\nprint("</function>")')], None),
-    ("parameter_close_then_text_is_value", xml("s = '</parameter> x'\nprint(s)"),
-     [ok("s = '</parameter> x'\nprint(s)")], None),
+    (
+        "closing_tags_inside_strings",
+        xml('print("</tool_call>")\nprint("</parameter>")\nprint("</function>")'),
+        [ok('print("</tool_call>")\nprint("</parameter>")\nprint("</function>")')],
+        None,
+    ),
+    (
+        "parameter_close_then_text_is_value",
+        xml("s = '</parameter> x'\nprint(s)"),
+        [ok("s = '</parameter> x'\nprint(s)")],
+        None,
+    ),
     ("two_calls", xml("print(1)") + "\n" + xml("print(2)"), [ok("print(1)"), ok("print(2)")], None),
-    ("extra_parameter_warns", xml("print(1)", "", params="<parameter=timeout>\n5\n</parameter>\n"),
-     [ok("print(1)", warnings=["ignored_argument:timeout"])], None),
-    ("parameters_in_any_order", f"<tool_call>\n<function={FN}>\n<parameter=input>\n3\n</parameter>\n"
-     "<parameter=code>\nprint(input())\n</parameter>\n</function>\n</tool_call>", [ok("print(input())", "3")], None),
+    (
+        "extra_parameter_warns",
+        xml("print(1)", "", params="<parameter=timeout>\n5\n</parameter>\n"),
+        [ok("print(1)", warnings=["ignored_argument:timeout"])],
+        None,
+    ),
+    (
+        "parameters_in_any_order",
+        f"<tool_call>\n<function={FN}>\n<parameter=input>\n3\n</parameter>\n"
+        "<parameter=code>\nprint(input())\n</parameter>\n</function>\n</tool_call>",
+        [ok("print(input())", "3")],
+        None,
+    ),
     # errors: nothing of these runs
     ("unclosed_cut_by_budget", BRIEF[:-12], [err("unclosed_tag")], None),
-    ("unclosed_inside_value", "<tool_call>\n<function=" + FN + ">\n<parameter=code>\nfor i in range(3):",
-     [err("unclosed_tag")], None),
+    (
+        "unclosed_inside_value",
+        "<tool_call>\n<function=" + FN + ">\n<parameter=code>\nfor i in range(3):",
+        [err("unclosed_tag")],
+        None,
+    ),
     ("restarted_call", xml("print(1)")[:60] + "\n" + xml("print(2)"), [err("unclosed_tag"), ok("print(2)")], None),
     ("empty", "<tool_call>\n  \n</tool_call>", [err("empty_call")], None),
     ("json_written_in_xml_mode", render_tool_call("print(1)"), [err("missing_function")], None),
     ("function_without_name", "<tool_call>\n<function=>\n</function>\n</tool_call>", [err("invalid_name")], None),
-    ("function_tag_not_closed_on_its_line", "<tool_call>\n<function=f\n>\n</function>\n</tool_call>",
-     [err("invalid_name")], None),
+    (
+        "function_tag_not_closed_on_its_line",
+        "<tool_call>\n<function=f\n>\n</function>\n</tool_call>",
+        [err("invalid_name")],
+        None,
+    ),
     ("unknown_function", xml(name="python"), [err("unknown_function")], None),
-    ("parameter_without_name", f"<tool_call>\n<function={FN}>\n<parameter=>\nx\n</parameter>\n</function>\n"
-     "</tool_call>", [err("invalid_parameter")], None),
-    ("parameter_never_closed", f"<tool_call>\n<function={FN}>\n<parameter=code>\nprint(1)\n</function>\n</tool_call>",
-     [err("unclosed_parameter")], None),
-    ("function_never_closed", f"<tool_call>\n<function={FN}>\n<parameter=code>\nprint(1)\n</parameter>\n</tool_call>",
-     [err("unclosed_function")], [ok("print(1)", repairs=["missing_function_close"])]),
-    ("text_between_parameters", f"<tool_call>\n<function={FN}>\nnow the code:\n<parameter=code>\nprint(1)\n"
-     "</parameter>\n</function>\n</tool_call>", [err("unexpected_text")], None),
-    ("text_after_function", xml("print(1)").replace("</function>\n", "</function>\nok\n"), [err("unexpected_text")],
-     None),
-    ("duplicate_parameter", xml("print(1)", "", params="<parameter=code>\nprint(2)\n</parameter>\n"),
-     [err("duplicate_argument")], None),
+    (
+        "parameter_without_name",
+        f"<tool_call>\n<function={FN}>\n<parameter=>\nx\n</parameter>\n</function>\n</tool_call>",
+        [err("invalid_parameter")],
+        None,
+    ),
+    (
+        "parameter_never_closed",
+        f"<tool_call>\n<function={FN}>\n<parameter=code>\nprint(1)\n</function>\n</tool_call>",
+        [err("unclosed_parameter")],
+        None,
+    ),
+    (
+        "function_never_closed",
+        f"<tool_call>\n<function={FN}>\n<parameter=code>\nprint(1)\n</parameter>\n</tool_call>",
+        [err("unclosed_function")],
+        [ok("print(1)", repairs=["missing_function_close"])],
+    ),
+    (
+        "text_between_parameters",
+        f"<tool_call>\n<function={FN}>\nnow the code:\n<parameter=code>\nprint(1)\n"
+        "</parameter>\n</function>\n</tool_call>",
+        [err("unexpected_text")],
+        None,
+    ),
+    (
+        "text_after_function",
+        xml("print(1)").replace("</function>\n", "</function>\nok\n"),
+        [err("unexpected_text")],
+        None,
+    ),
+    (
+        "duplicate_parameter",
+        xml("print(1)", "", params="<parameter=code>\nprint(2)\n</parameter>\n"),
+        [err("duplicate_argument")],
+        None,
+    ),
     ("no_code", xml(None, "3"), [err("missing_code")], None),
     ("blank_code", xml("  \n "), [err("empty_code")], None),
-    ("error_then_valid_call", xml(name="nope") + "\n" + xml("print(9)"), [err("unknown_function"), ok("print(9)")],
-     None),
+    (
+        "error_then_valid_call",
+        xml(name="nope") + "\n" + xml("print(9)"),
+        [err("unknown_function"), ok("print(9)")],
+        None,
+    ),
     ("stray_close_is_text", "</tool_call> " + xml("print(1)"), [ok("print(1)")], None),
     ("draft_ignored", "<think>" + xml("print(0)") + "</think>\n" + xml("print(1)"), [ok("print(1)")], None),
-    ("think_close_inside_value_does_not_end_the_draft",
-     "<think>" + xml("print('</think>')") + " still drafting</think>" + xml("print(1)"), [ok("print(1)")], None),
+    (
+        "think_close_inside_value_does_not_end_the_draft",
+        "<think>" + xml("print('</think>')") + " still drafting</think>" + xml("print(1)"),
+        [ok("print(1)")],
+        None,
+    ),
     ("unclosed_think_is_text", "<think>" + xml("print(1)"), [ok("print(1)")], None),
 ]
 
@@ -197,9 +265,9 @@ def test_errors_and_calls_carry_raw_and_span():
     text = "ab " + xml("print(1)") + " cd " + xml(name="nope")
     call, error = parse_tool_calls(text, XML)
     assert isinstance(call, ToolCall) and isinstance(error, ToolCallError)
-    assert text[call.span[0]:call.span[1]] == xml("print(1)")
-    assert call.raw == xml("print(1)")[len("<tool_call>"):-len("</tool_call>")]
-    assert text[error.span[0]:error.span[1]] == xml(name="nope") and error.message
+    assert text[call.span[0] : call.span[1]] == xml("print(1)")
+    assert call.raw == xml("print(1)")[len("<tool_call>") : -len("</tool_call>")]
+    assert text[error.span[0] : error.span[1]] == xml(name="nope") and error.message
 
 
 def test_multi_call_first_aliases_and_custom_tags():
@@ -232,14 +300,17 @@ class CountingStr(str):
         return hit
 
 
-@pytest.mark.parametrize("block", [
-    "<tool_call>",
-    "<tool_call>\n<function=f>\n<parameter=code>\nprint(1)\n",
-    "<tool_call><function=x><parameter=code>x</parameter> y </parameter>",
-    "<tool_call>\n<function=" + FN + ">\n<parameter=code>\nprint(1)\n</parameter>\n</function>\n</tool_call>",
-    "<tool_call></tool_call></parameter></parameter>",
-    "<think><tool_call><function=f><parameter=c>v</parameter></function></tool_call></think>",
-])
+@pytest.mark.parametrize(
+    "block",
+    [
+        "<tool_call>",
+        "<tool_call>\n<function=f>\n<parameter=code>\nprint(1)\n",
+        "<tool_call><function=x><parameter=code>x</parameter> y </parameter>",
+        "<tool_call>\n<function=" + FN + ">\n<parameter=code>\nprint(1)\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call></tool_call></parameter></parameter>",
+        "<think><tool_call><function=f><parameter=c>v</parameter></function></tool_call></think>",
+    ],
+)
 def test_parsing_work_is_linear_in_the_turn_length(block):
     text = CountingStr(block * 2000)
     CountingStr.scanned = 0
@@ -263,15 +334,19 @@ def test_many_parameters_on_one_line_parse_in_linear_work():
 def test_render_is_the_template_layout():
     assert render_tool_call("print(6*7)", "", XML) == (
         "<tool_call>\n<function=execute_python_code_with_standard_io>\n<parameter=code>\nprint(6*7)\n</parameter>\n"
-        "<parameter=input>\n\n</parameter>\n</function>\n</tool_call>")
+        "<parameter=input>\n\n</parameter>\n</function>\n</tool_call>"
+    )
 
 
-@pytest.mark.parametrize("code,why", [
-    ("print('<tool_call>')", "opening tag"),
-    ("s = '</parameter>\n<parameter=x>'", "would end the value"),
-    ("s = '</parameter></function>'", "would end the value"),
-    ("s = '</parameter>   </tool_call>'", "would end the value"),
-])
+@pytest.mark.parametrize(
+    "code,why",
+    [
+        ("print('<tool_call>')", "opening tag"),
+        ("s = '</parameter>\n<parameter=x>'", "would end the value"),
+        ("s = '</parameter></function>'", "would end the value"),
+        ("s = '</parameter>   </tool_call>'", "would end the value"),
+    ],
+)
 def test_render_refuses_what_would_not_read_back(code, why):
     with pytest.raises(ValueError, match=why):
         render_tool_call(code, "", XML)
@@ -289,8 +364,26 @@ def test_render_refuses_bad_names():
 
 
 _code_text = st.text(st.characters(codec="utf-8"), max_size=200) | st.lists(
-    st.sampled_from(["\n", " ", "\t", "x", "</parameter>", "</tool_call>", "</function>", "<parameter=", "<think>",
-                     "</think>", "<function=", ">", "<", "\r"]), max_size=30).map("".join)
+    st.sampled_from(
+        [
+            "\n",
+            " ",
+            "\t",
+            "x",
+            "</parameter>",
+            "</tool_call>",
+            "</function>",
+            "<parameter=",
+            "<think>",
+            "</think>",
+            "<function=",
+            ">",
+            "<",
+            "\r",
+        ]
+    ),
+    max_size=30,
+).map("".join)
 
 
 @settings(max_examples=300, deadline=None)
@@ -310,16 +403,41 @@ def test_render_then_parse_round_trips_or_render_refuses(code, stdin):
 
 
 @settings(max_examples=100, deadline=None)
-@given(codes=st.lists(st.text(st.characters(codec="utf-8"), min_size=1, max_size=60).filter(
-    lambda c: c.strip() and unwritable_reason(c, XML) is None), min_size=1, max_size=4),
-    glue=st.text(st.sampled_from("ab .\n"), max_size=5))
+@given(
+    codes=st.lists(
+        st.text(st.characters(codec="utf-8"), min_size=1, max_size=60).filter(
+            lambda c: c.strip() and unwritable_reason(c, XML) is None
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    glue=st.text(st.sampled_from("ab .\n"), max_size=5),
+)
 def test_several_rendered_calls_round_trip_in_order(codes, glue):
     text = glue.join(render_tool_call(c, "", XML) for c in codes)
     assert [c.code for c in parse_tool_calls(text, XML)] == codes
 
 
-_fragments = st.sampled_from(["<tool_call>", "</tool_call>", "<function=", FN, ">", "</function>", "<parameter=",
-                              "code", "input", "</parameter>", "\n", " ", "print(1)", "<think>", "</think>", "x"])
+_fragments = st.sampled_from(
+    [
+        "<tool_call>",
+        "</tool_call>",
+        "<function=",
+        FN,
+        ">",
+        "</function>",
+        "<parameter=",
+        "code",
+        "input",
+        "</parameter>",
+        "\n",
+        " ",
+        "print(1)",
+        "<think>",
+        "</think>",
+        "x",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -344,7 +462,7 @@ def test_tools_block_and_compact_example_are_worded_for_the_format():
     full, compact = tools_block(XML), tools_block(dataclasses.replace(XML, prompt_style="compact"))
     assert "<function=NAME>" in full and "JSON object" not in full
     for block in (full, compact):
-        example = block[block.rindex("<tool_call>\n<function="):]
+        example = block[block.rindex("<tool_call>\n<function=") :]
         assert summary(parse_tool_calls(example, XML)) == [ok("print(2 + 2)")]
     assert "JSON object" in tools_block()  # the Hermes wording is unchanged
 
@@ -353,7 +471,7 @@ def test_parse_error_hint_shows_a_call_that_parses():
     [error] = parse_tool_calls(BRIEF[:-12], XML)
     text = render_parse_error(error, XML)
     assert text.startswith("Tool call error (unclosed_tag): ")
-    assert summary(parse_tool_calls(text[text.index("<tool_call>"):], XML)) == [ok("print(1 + 1)")]
+    assert summary(parse_tool_calls(text[text.index("<tool_call>") :], XML)) == [ok("print(1 + 1)")]
     assert "A valid call is a JSON object inside the tags" in render_parse_error(error)
 
 
@@ -385,8 +503,14 @@ def qwen35_tokenizer(qwen_tokenizer):
     return WithTemplate(qwen_tokenizer, path.read_text(encoding="utf-8"))
 
 
-REFERENCE_CODES = ["print(6*7)", "x = 1\nprint(x)\n", "\n    pass", 'print("</tool_call>")', "print('é→∑')",
-                   "s = '</parameter> x'\nprint(s)"]
+REFERENCE_CODES = [
+    "print(6*7)",
+    "x = 1\nprint(x)\n",
+    "\n    pass",
+    'print("</tool_call>")',
+    "print('é→∑')",
+    "s = '</parameter> x'\nprint(s)",
+]
 
 
 @pytest.mark.parametrize("code", REFERENCE_CODES)
@@ -394,14 +518,16 @@ def test_structured_call_in_the_qwen35_template_is_render_tool_call(qwen35_token
     call = {"type": "function", "function": {"name": FN, "arguments": {"code": code, "input": ""}}}
     messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
     text = qwen35_tokenizer.apply_chat_template(messages, tokenize=False)
-    block = text[text.index("<tool_call>"):text.rindex("</tool_call>") + len("</tool_call>")]
+    block = text[text.index("<tool_call>") : text.rindex("</tool_call>") + len("</tool_call>")]
     assert block == render_tool_call(code, "", XML)
     assert summary(parse_tool_calls(text, XML)) == [ok(code)]
 
 
 def test_two_structured_calls_in_the_template_parse_in_order(qwen35_tokenizer):
-    calls = [{"type": "function", "function": {"name": FN, "arguments": {"code": c, "input": ""}}}
-             for c in ("print(1)", "print(2)")]
+    calls = [
+        {"type": "function", "function": {"name": FN, "arguments": {"code": c, "input": ""}}}
+        for c in ("print(1)", "print(2)")
+    ]
     messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "Two.", "tool_calls": calls}]
     text = qwen35_tokenizer.apply_chat_template(messages, tokenize=False)
     assert summary(parse_tool_calls(text, XML)) == [ok("print(1)"), ok("print(2)")]
@@ -419,9 +545,11 @@ def test_the_template_declares_the_tool_only_in_its_own_format(qwen35_tokenizer,
 
 
 def test_conversation_text_equals_the_qwen35_template_rendering(qwen35_tokenizer):
-    turns = [ConversationTurn("Compute.\n" + render_tool_call("print(6*7)", "", XML), tool_responses=["42"]),
-             ConversationTurn("Check.\n" + render_tool_call("print(6*7 - 1)", "", XML), tool_responses=["41"]),
-             ConversationTurn("</reason>\n<answer>\\boxed{42}</answer>")]
+    turns = [
+        ConversationTurn("Compute.\n" + render_tool_call("print(6*7)", "", XML), tool_responses=["42"]),
+        ConversationTurn("Check.\n" + render_tool_call("print(6*7 - 1)", "", XML), tool_responses=["41"]),
+        ConversationTurn("</reason>\n<answer>\\boxed{42}</answer>"),
+    ]
     ours = render_conversation_text(qwen35_tokenizer, "What is 6*7?", turns, XML)
     messages = conversation_messages("What is 6*7?", turns, XML, native_tools=True)
     reference = qwen35_tokenizer.apply_chat_template(messages, tools=[tool_schema(XML)], tokenize=False)
@@ -459,8 +587,9 @@ async def test_an_xml_call_is_executed_and_its_response_appended_in_the_agent_lo
     results = {}
     for name, cfg in (("xml", XML), ("hermes", ProtocolConfig())):
         engine, executor = ScriptedEngine(tok, [t1, t2, t3], stop_of(tok)), ScriptedExecutor()
-        loop = AgentLoop(SingleEngineRouter(engine), executor, tok, AgentLoopConfig(max_response_tokens=4000,
-                                                                                   protocol=cfg))
+        loop = AgentLoop(
+            SingleEngineRouter(engine), executor, tok, AgentLoopConfig(max_response_tokens=4000, protocol=cfg)
+        )
         results[name] = (await loop.run_one(RolloutRequest(PROBLEM)), executor)
     traj, executor = results["xml"]
     assert [[r.cls for r in t.tool_calls] for t in traj.turns] == [["ok"], ["parse_error"], []]
@@ -502,14 +631,21 @@ async def test_eval_runs_xml_calls_from_an_eval_configs_protocol_section(tmp_pat
             return GenerationOutput(ids, [-0.1] * len(ids))
 
     path = tmp_path / "eval.yaml"
-    path.write_text(f"model: scripted\nbenchmarks: [toy]\nsamples: 2\nout_dir: {tmp_path / 'out'}\n"
-                    "rollout: {max_turns: 3, max_response_tokens: 2000}\nprotocol: {tool_call_format: qwen3_xml}\n")
+    path.write_text(
+        f"model: scripted\nbenchmarks: [toy]\nsamples: 2\nout_dir: {tmp_path / 'out'}\n"
+        "rollout: {max_turns: 3, max_response_tokens: 2000}\nprotocol: {tool_call_format: qwen3_xml}\n"
+    )
     config = load_eval_config(path)
     assert config.protocol == XML
     tok = smollm2_tokenizer
     executor = Executor()
-    components = EvalComponents(router=SingleEngineRouter(XmlEngine(tok)), tokenizer=tok, executor=executor,
-                                grader=verifier, load_problems=lambda name: PROBLEMS[name])
+    components = EvalComponents(
+        router=SingleEngineRouter(XmlEngine(tok)),
+        tokenizer=tok,
+        executor=executor,
+        grader=verifier,
+        load_problems=lambda name: PROBLEMS[name],
+    )
     result = await run_eval(config, components)
     [toy] = result.summaries
     assert toy.avg_pass1 == 1.0 and toy.tool_call_classes["ok"] == 6 and toy.tool_call_classes["parse_error"] == 0

@@ -37,77 +37,196 @@ PARSE_CASES = [
     ("with-stdin", call_text("print(input())", "7\n"), [("call", "print(input())", "7\n")], None),
     ("no-call", "I will just answer. <answer>\\boxed{1}</answer>", [], []),
     ("stray-close-tag", "done </tool_call> really", [], []),
-    ("whitespace-around-json", "<tool_call>\n  " + json.dumps({"name": FN, "arguments": {"code": "x=1"}})
-     + "\n\n</tool_call>", [("call", "x=1", "")], None),
-    ("text-after-call-ignored", call_text("print(2)") + "\nNow I wait. <answer>\\boxed{3}</answer>",
-     [("call", "print(2)", "")], None),
-    ("unclosed", "<tool_call>" + json.dumps({"name": FN, "arguments": {"code": "print(1)"}}),
-     [("unclosed_tag", None, None)], [("unclosed_tag", None, None)]),
-    ("unclosed-then-restart", "<tool_call>{\"name\": \"" + FN + "\", \"argu" + call_text("print(3)"),
-     [("unclosed_tag", None, None), ("call", "print(3)", "")], None),
+    (
+        "whitespace-around-json",
+        "<tool_call>\n  " + json.dumps({"name": FN, "arguments": {"code": "x=1"}}) + "\n\n</tool_call>",
+        [("call", "x=1", "")],
+        None,
+    ),
+    (
+        "text-after-call-ignored",
+        call_text("print(2)") + "\nNow I wait. <answer>\\boxed{3}</answer>",
+        [("call", "print(2)", "")],
+        None,
+    ),
+    (
+        "unclosed",
+        "<tool_call>" + json.dumps({"name": FN, "arguments": {"code": "print(1)"}}),
+        [("unclosed_tag", None, None)],
+        [("unclosed_tag", None, None)],
+    ),
+    (
+        "unclosed-then-restart",
+        '<tool_call>{"name": "' + FN + '", "argu' + call_text("print(3)"),
+        [("unclosed_tag", None, None), ("call", "print(3)", "")],
+        None,
+    ),
     ("empty", "<tool_call>  \n </tool_call>", [("empty_call", None, None)], [("empty_call", None, None)]),
     ("garbage", "<tool_call>print(1)</tool_call>", [("invalid_json", None, None)], [("invalid_json", None, None)]),
-    ("trailing-comma", "<tool_call>{\"name\": \"" + FN + "\", \"arguments\": {\"code\": \"1\",}}</tool_call>",
-     [("invalid_json", None, None)], [("call", "1", "")]),  # lenient: a Python literal allows the comma
-    ("extra-data", "<tool_call>" + json.dumps({"name": FN, "arguments": {"code": "1"}}) + " }</tool_call>",
-     [("invalid_json", None, None)], None),
+    (
+        "trailing-comma",
+        '<tool_call>{"name": "' + FN + '", "arguments": {"code": "1",}}</tool_call>',
+        [("invalid_json", None, None)],
+        [("call", "1", "")],
+    ),  # lenient: a Python literal allows the comma
+    (
+        "extra-data",
+        "<tool_call>" + json.dumps({"name": FN, "arguments": {"code": "1"}}) + " }</tool_call>",
+        [("invalid_json", None, None)],
+        None,
+    ),
     ("not-object", "<tool_call>[1, 2]</tool_call>", [("not_an_object", None, None)], None),
-    ("string-json", "<tool_call>\"hello\"</tool_call>", [("not_an_object", None, None)], None),
-    ("missing-name", "<tool_call>" + json.dumps({"arguments": {"code": "1"}}) + "</tool_call>",
-     [("missing_name", None, None)], None),
-    ("invalid-name", "<tool_call>" + json.dumps({"name": 3, "arguments": {"code": "1"}}) + "</tool_call>",
-     [("invalid_name", None, None)], None),
+    ("string-json", '<tool_call>"hello"</tool_call>', [("not_an_object", None, None)], None),
+    (
+        "missing-name",
+        "<tool_call>" + json.dumps({"arguments": {"code": "1"}}) + "</tool_call>",
+        [("missing_name", None, None)],
+        None,
+    ),
+    (
+        "invalid-name",
+        "<tool_call>" + json.dumps({"name": 3, "arguments": {"code": "1"}}) + "</tool_call>",
+        [("invalid_name", None, None)],
+        None,
+    ),
     ("unknown-function", call_text("1", name="WolframAlpha"), [("unknown_function", None, None)], None),
-    ("release-name-not-default", call_text("1", name="python_code_with_standard_io"),
-     [("unknown_function", None, None)], None),
-    ("missing-arguments", "<tool_call>" + json.dumps({"name": FN}) + "</tool_call>",
-     [("missing_arguments", None, None)], None),
-    ("arguments-list", "<tool_call>" + json.dumps({"name": FN, "arguments": ["print(1)"]}) + "</tool_call>",
-     [("arguments_not_object", None, None)], [("arguments_not_object", None, None)]),
-    ("arguments-as-string", "<tool_call>" + json.dumps({"name": FN, "arguments": json.dumps({"code": "print(4)"})})
-     + "</tool_call>", [("arguments_not_object", None, None)], [("call", "print(4)", "")]),
-    ("arguments-bad-string", "<tool_call>" + json.dumps({"name": FN, "arguments": "print(4)"}) + "</tool_call>",
-     [("arguments_not_object", None, None)], [("arguments_not_object", None, None)]),
-    ("parameters-key", "<tool_call>" + json.dumps({"name": FN, "parameters": {"code": "print(5)"}})
-     + "</tool_call>", [("missing_arguments", None, None)], [("call", "print(5)", "")]),
-    ("missing-code", "<tool_call>" + json.dumps({"name": FN, "arguments": {"input": "1"}}) + "</tool_call>",
-     [("missing_code", None, None)], None),
-    ("code-not-string", "<tool_call>" + json.dumps({"name": FN, "arguments": {"code": ["a"]}}) + "</tool_call>",
-     [("bad_argument_type", None, None)], [("bad_argument_type", None, None)]),
+    (
+        "release-name-not-default",
+        call_text("1", name="python_code_with_standard_io"),
+        [("unknown_function", None, None)],
+        None,
+    ),
+    (
+        "missing-arguments",
+        "<tool_call>" + json.dumps({"name": FN}) + "</tool_call>",
+        [("missing_arguments", None, None)],
+        None,
+    ),
+    (
+        "arguments-list",
+        "<tool_call>" + json.dumps({"name": FN, "arguments": ["print(1)"]}) + "</tool_call>",
+        [("arguments_not_object", None, None)],
+        [("arguments_not_object", None, None)],
+    ),
+    (
+        "arguments-as-string",
+        "<tool_call>" + json.dumps({"name": FN, "arguments": json.dumps({"code": "print(4)"})}) + "</tool_call>",
+        [("arguments_not_object", None, None)],
+        [("call", "print(4)", "")],
+    ),
+    (
+        "arguments-bad-string",
+        "<tool_call>" + json.dumps({"name": FN, "arguments": "print(4)"}) + "</tool_call>",
+        [("arguments_not_object", None, None)],
+        [("arguments_not_object", None, None)],
+    ),
+    (
+        "parameters-key",
+        "<tool_call>" + json.dumps({"name": FN, "parameters": {"code": "print(5)"}}) + "</tool_call>",
+        [("missing_arguments", None, None)],
+        [("call", "print(5)", "")],
+    ),
+    (
+        "missing-code",
+        "<tool_call>" + json.dumps({"name": FN, "arguments": {"input": "1"}}) + "</tool_call>",
+        [("missing_code", None, None)],
+        None,
+    ),
+    (
+        "code-not-string",
+        "<tool_call>" + json.dumps({"name": FN, "arguments": {"code": ["a"]}}) + "</tool_call>",
+        [("bad_argument_type", None, None)],
+        [("bad_argument_type", None, None)],
+    ),
     ("empty-code", call_text("   \n"), [("empty_code", None, None)], [("empty_code", None, None)]),
-    ("input-number", "<tool_call>" + json.dumps({"name": FN, "arguments": {"code": "x", "input": 5}})
-     + "</tool_call>", [("bad_argument_type", None, None)], [("call", "x", "5")]),
-    ("input-null", "<tool_call>" + json.dumps({"name": FN, "arguments": {"code": "x", "input": None}})
-     + "</tool_call>", [("bad_argument_type", None, None)], [("call", "x", "")]),
-    ("input-bool-never-coerced", "<tool_call>" + json.dumps({"name": FN, "arguments": {"code": "x", "input": True}})
-     + "</tool_call>", [("bad_argument_type", None, None)], [("bad_argument_type", None, None)]),
-    ("raw-newline-in-string", "<tool_call>{\"name\": \"" + FN + "\", \"arguments\": {\"code\": \"a = 1\n\tprint(a)\"}}"
-     "</tool_call>", [("invalid_json", None, None)], [("call", "a = 1\n\tprint(a)", "")]),
-    ("python-dict-literals", "<tool_call>{'name': '" + FN + "', 'arguments': {'code': 'print(True)', "
-     "'input': None}}</tool_call>", [("invalid_json", None, None)], [("call", "print(True)", "")]),
-    ("invalid-latex-escape", "<tool_call>{\"name\": \"" + FN + "\", \"arguments\": {\"code\": \"s = r'\\sqrt{2}'\"}}"
-     "</tool_call>", [("invalid_json", None, None)], [("call", "s = r'\\sqrt{2}'", "")]),
-    ("invalid-unicode-escape", "<tool_call>{\"name\": \"" + FN + "\", \"arguments\": "
-     "{\"code\": \"t = r'\\underbrace'\"}}</tool_call>", [("invalid_json", None, None)],
-     [("call", "t = r'\\underbrace'", "")]),
-    ("code-fence", "<tool_call>\n```json\n" + json.dumps({"name": FN, "arguments": {"code": "print(6)"}})
-     + "\n```\n</tool_call>", [("invalid_json", None, None)], [("call", "print(6)", "")]),
-    ("close-tag-in-code", call_text("s = '</tool_call>'\nprint(len(s))"),
-     [("call", "s = '</tool_call>'\nprint(len(s))", "")], None),
+    (
+        "input-number",
+        "<tool_call>" + json.dumps({"name": FN, "arguments": {"code": "x", "input": 5}}) + "</tool_call>",
+        [("bad_argument_type", None, None)],
+        [("call", "x", "5")],
+    ),
+    (
+        "input-null",
+        "<tool_call>" + json.dumps({"name": FN, "arguments": {"code": "x", "input": None}}) + "</tool_call>",
+        [("bad_argument_type", None, None)],
+        [("call", "x", "")],
+    ),
+    (
+        "input-bool-never-coerced",
+        "<tool_call>" + json.dumps({"name": FN, "arguments": {"code": "x", "input": True}}) + "</tool_call>",
+        [("bad_argument_type", None, None)],
+        [("bad_argument_type", None, None)],
+    ),
+    (
+        "raw-newline-in-string",
+        '<tool_call>{"name": "' + FN + '", "arguments": {"code": "a = 1\n\tprint(a)"}}</tool_call>',
+        [("invalid_json", None, None)],
+        [("call", "a = 1\n\tprint(a)", "")],
+    ),
+    (
+        "python-dict-literals",
+        "<tool_call>{'name': '" + FN + "', 'arguments': {'code': 'print(True)', 'input': None}}</tool_call>",
+        [("invalid_json", None, None)],
+        [("call", "print(True)", "")],
+    ),
+    (
+        "invalid-latex-escape",
+        '<tool_call>{"name": "' + FN + '", "arguments": {"code": "s = r\'\\sqrt{2}\'"}}</tool_call>',
+        [("invalid_json", None, None)],
+        [("call", "s = r'\\sqrt{2}'", "")],
+    ),
+    (
+        "invalid-unicode-escape",
+        '<tool_call>{"name": "' + FN + '", "arguments": {"code": "t = r\'\\underbrace\'"}}</tool_call>',
+        [("invalid_json", None, None)],
+        [("call", "t = r'\\underbrace'", "")],
+    ),
+    (
+        "code-fence",
+        "<tool_call>\n```json\n" + json.dumps({"name": FN, "arguments": {"code": "print(6)"}}) + "\n```\n</tool_call>",
+        [("invalid_json", None, None)],
+        [("call", "print(6)", "")],
+    ),
+    (
+        "close-tag-in-code",
+        call_text("s = '</tool_call>'\nprint(len(s))"),
+        [("call", "s = '</tool_call>'\nprint(len(s))", "")],
+        None,
+    ),
     ("open-tag-in-code", call_text("s = '<tool_call>'\nprint(s)"), [("call", "s = '<tool_call>'\nprint(s)", "")], None),
     ("think-tags-in-code", call_text("print('</think>')"), [("call", "print('</think>')", "")], None),
-    ("two-calls", "a " + call_text("print(1)") + " b " + call_text("print(2)") + " c",
-     [("call", "print(1)", ""), ("call", "print(2)", "")], None),
-    ("error-then-call", "<tool_call>nope</tool_call>" + call_text("print(2)"),
-     [("invalid_json", None, None), ("call", "print(2)", "")], None),
-    ("unbalanced-quote-does-not-swallow-next", "<tool_call>{\"code\": \"x</tool_call> then " + call_text("print(9)"),
-     [("invalid_json", None, None), ("call", "print(9)", "")], None),
+    (
+        "two-calls",
+        "a " + call_text("print(1)") + " b " + call_text("print(2)") + " c",
+        [("call", "print(1)", ""), ("call", "print(2)", "")],
+        None,
+    ),
+    (
+        "error-then-call",
+        "<tool_call>nope</tool_call>" + call_text("print(2)"),
+        [("invalid_json", None, None), ("call", "print(2)", "")],
+        None,
+    ),
+    (
+        "unbalanced-quote-does-not-swallow-next",
+        '<tool_call>{"code": "x</tool_call> then ' + call_text("print(9)"),
+        [("invalid_json", None, None), ("call", "print(9)", "")],
+        None,
+    ),
     ("reason-calls-are-real", "<reason>Let me compute. " + call_text("print(7)"), [("call", "print(7)", "")], None),
-    ("closed-think-is-draft", "<think>draft " + call_text("print(1)") + "</think>" + call_text("print(2)"),
-     [("call", "print(2)", "")], None),
+    (
+        "closed-think-is-draft",
+        "<think>draft " + call_text("print(1)") + "</think>" + call_text("print(2)"),
+        [("call", "print(2)", "")],
+        None,
+    ),
     ("unclosed-think-is-real", "<think>working " + call_text("print(3)"), [("call", "print(3)", "")], None),
-    ("draft-with-close-tag-in-code", "<think>" + call_text("print('</think>')") + " still drafting</think>"
-     + call_text("print(4)"), [("call", "print(4)", "")], None),
+    (
+        "draft-with-close-tag-in-code",
+        "<think>" + call_text("print('</think>')") + " still drafting</think>" + call_text("print(4)"),
+        [("call", "print(4)", "")],
+        None,
+    ),
     ("two-drafts", "<think>" + call_text("a") + "</think> x <think>" + call_text("b") + "</think>", [], None),
 ]
 
@@ -139,7 +258,7 @@ def test_errors_carry_message_raw_and_span():
     assert isinstance(err, ToolCallError)
     assert err.kind == "invalid_json"
     assert err.raw == "{bad json}"
-    assert text[err.span[0]:err.span[1]] == "<tool_call>{bad json}</tool_call>"
+    assert text[err.span[0] : err.span[1]] == "<tool_call>{bad json}</tool_call>"
     assert "JSON" in err.message and "\n" not in err.message
 
 
@@ -147,8 +266,8 @@ def test_call_span_and_raw():
     block = call_text("print(1)")
     text = "abc " + block + " def"
     [call] = parse_tool_calls(text)
-    assert text[call.span[0]:call.span[1]] == block
-    assert call.raw == block[len("<tool_call>"):-len("</tool_call>")]
+    assert text[call.span[0] : call.span[1]] == block
+    assert call.raw == block[len("<tool_call>") : -len("</tool_call>")]
 
 
 def test_repairs_are_listed():
@@ -224,7 +343,7 @@ SUSPICIOUS = [
 
 @pytest.mark.parametrize("case_id,json_code,warnings", SUSPICIOUS, ids=[c[0] for c in SUSPICIOUS])
 def test_suspicious_escapes_flagged_not_repaired(case_id, json_code, warnings):
-    text = "<tool_call>{\"name\": \"" + FN + "\", \"arguments\": {\"code\": \"" + json_code + "\"}}</tool_call>"
+    text = '<tool_call>{"name": "' + FN + '", "arguments": {"code": "' + json_code + '"}}</tool_call>'
     [call] = parse_tool_calls(text, lenient=True)
     assert call.warnings == warnings
     assert not call.repaired
@@ -234,35 +353,84 @@ def test_suspicious_escapes_flagged_not_repaired(case_id, json_code, warnings):
 # Field cases, component "parser" (tests/data/field_cases.jsonl). Inputs copied verbatim.
 F = FN
 FIELD_PARSER = [
-    ("F26", "<tool_call>{\"name\": \"" + F + "\", \"arguments\": {\"code\": \"x = 1\nprint(x)\", "
-     "\"input\": \"\"}}</tool_call>",
-     [("invalid_json", None, None)], [("call", "x = 1\nprint(x)", "")]),
-    ("F28", "<tool_call>{\"name\": \"" + F + "\", \"arguments\": {\"code\": \"s = '</tool_call>'\\nprint(len(s))\", "
-     "\"input\": \"\"}}</tool_call>",
-     [("call", "s = '</tool_call>'\nprint(len(s))", "")], None),
-    ("F29", "<tool_call>{\"name\": \"" + F + "\", \"arguments\": {\"code\": \"print(r'\\\\frac{1}{2}')\", "
-     "\"input\": \"\"}}</tool_call>", [("call", "print(r'\\frac{1}{2}')", "")], None),
-    ("F29-single-backslash", "<tool_call>{\"name\": \"" + F + "\", \"arguments\": "
-     "{\"code\": \"print(r'\\frac{1}{2}')\", \"input\": \"\"}}</tool_call>",
-     [("call", "print(r'\x0crac{1}{2}')", "")], None),
-    ("F31", "<tool_call>{\"name\": \"" + F + "\", \"arguments\": {\"code\": \"print(\\\"don't\\\")\", "
-     "\"input\": \"\"}}</tool_call>", [("call", "print(\"don't\")", "")], None),
-    ("F32", "<tool_call>{'name': '" + F + "', 'arguments': {'code': 'print(1+1)', 'input': ''}}</tool_call>",
-     [("invalid_json", None, None)], [("call", "print(1+1)", "")]),
-    ("F34", "<tool_call>{\"name\": \"" + F + "\", \"arguments\": {\"code\": \"for i in range(3):\\n    print(i",
-     [("unclosed_tag", None, None)], None),
-    ("F35", "Let me check both.\n<tool_call>{\"name\": \"" + F + "\", \"arguments\": {\"code\": \"print('a')\", "
-     "\"input\": \"\"}}</tool_call>\n<tool_call>{\"name\": \"" + F + "\", \"arguments\": {\"code\": \"print('b')\", "
-     "\"input\": \"\"}}</tool_call>", [("call", "print('a')", ""), ("call", "print('b')", "")], None),
-    ("F37", "<think>Plan: I will call <tool_call>{\"name\": \"" + F + "\", \"arguments\": {\"code\": \"print(1)\", "
-     "\"input\": \"\"}}</tool_call> and then check.</think><tool_call>{\"name\": \"" + F + "\", \"arguments\": "
-     "{\"code\": \"print(1)\", \"input\": \"\"}}</tool_call>", [("call", "print(1)", "")], None),
-    ("F38", "<tool_call>{\"name\": \"" + F + "\", \"arguments\": \\n{\"code\": \"print(5)\", \"input\": \"\"}\\n}"
-     "</tool_call>", [("invalid_json", None, None)], [("call", "print(5)", "")]),
-    ("F40", "<tool_call>{\"name\": \"" + F + "\", \"arguments\": [\"print(1)\"]}</tool_call>",
-     [("arguments_not_object", None, None)], None),
-    ("F40-missing-input", "<tool_call>{\"name\": \"" + F + "\", \"arguments\": {\"code\": \"print(input())\"}}"
-     "</tool_call>", [("call", "print(input())", "")], None),
+    (
+        "F26",
+        '<tool_call>{"name": "' + F + '", "arguments": {"code": "x = 1\nprint(x)", "input": ""}}</tool_call>',
+        [("invalid_json", None, None)],
+        [("call", "x = 1\nprint(x)", "")],
+    ),
+    (
+        "F28",
+        '<tool_call>{"name": "' + F + '", "arguments": {"code": "s = \'</tool_call>\'\\nprint(len(s))", '
+        '"input": ""}}</tool_call>',
+        [("call", "s = '</tool_call>'\nprint(len(s))", "")],
+        None,
+    ),
+    (
+        "F29",
+        '<tool_call>{"name": "' + F + '", "arguments": {"code": "print(r\'\\\\frac{1}{2}\')", '
+        '"input": ""}}</tool_call>',
+        [("call", "print(r'\\frac{1}{2}')", "")],
+        None,
+    ),
+    (
+        "F29-single-backslash",
+        '<tool_call>{"name": "' + F + '", "arguments": {"code": "print(r\'\\frac{1}{2}\')", "input": ""}}</tool_call>',
+        [("call", "print(r'\x0crac{1}{2}')", "")],
+        None,
+    ),
+    (
+        "F31",
+        '<tool_call>{"name": "' + F + '", "arguments": {"code": "print(\\"don\'t\\")", "input": ""}}</tool_call>',
+        [("call", 'print("don\'t")', "")],
+        None,
+    ),
+    (
+        "F32",
+        "<tool_call>{'name': '" + F + "', 'arguments': {'code': 'print(1+1)', 'input': ''}}</tool_call>",
+        [("invalid_json", None, None)],
+        [("call", "print(1+1)", "")],
+    ),
+    (
+        "F34",
+        '<tool_call>{"name": "' + F + '", "arguments": {"code": "for i in range(3):\\n    print(i',
+        [("unclosed_tag", None, None)],
+        None,
+    ),
+    (
+        "F35",
+        'Let me check both.\n<tool_call>{"name": "' + F + '", "arguments": {"code": "print(\'a\')", '
+        '"input": ""}}</tool_call>\n<tool_call>{"name": "' + F + '", "arguments": {"code": "print(\'b\')", '
+        '"input": ""}}</tool_call>',
+        [("call", "print('a')", ""), ("call", "print('b')", "")],
+        None,
+    ),
+    (
+        "F37",
+        '<think>Plan: I will call <tool_call>{"name": "' + F + '", "arguments": {"code": "print(1)", '
+        '"input": ""}}</tool_call> and then check.</think><tool_call>{"name": "' + F + '", "arguments": '
+        '{"code": "print(1)", "input": ""}}</tool_call>',
+        [("call", "print(1)", "")],
+        None,
+    ),
+    (
+        "F38",
+        '<tool_call>{"name": "' + F + '", "arguments": \\n{"code": "print(5)", "input": ""}\\n}</tool_call>',
+        [("invalid_json", None, None)],
+        [("call", "print(5)", "")],
+    ),
+    (
+        "F40",
+        '<tool_call>{"name": "' + F + '", "arguments": ["print(1)"]}</tool_call>',
+        [("arguments_not_object", None, None)],
+        None,
+    ),
+    (
+        "F40-missing-input",
+        '<tool_call>{"name": "' + F + '", "arguments": {"code": "print(input())"}}</tool_call>',
+        [("call", "print(input())", "")],
+        None,
+    ),
 ]
 
 
@@ -304,7 +472,7 @@ def test_deeply_nested_json_does_not_raise():
 
 
 def test_huge_integer_does_not_raise():
-    text = "<tool_call>{\"name\": \"" + FN + "\", \"arguments\": {\"code\": " + "9" * 5000 + "}}</tool_call>"
+    text = '<tool_call>{"name": "' + FN + '", "arguments": {"code": ' + "9" * 5000 + "}}</tool_call>"
     [err] = parse_tool_calls(text, lenient=True)
     assert isinstance(err, ToolCallError)
 
@@ -335,18 +503,51 @@ def test_render_then_parse_round_trips(code, stdin):
 
 
 @settings(max_examples=100, deadline=None)
-@given(codes=st.lists(st.text(min_size=1).filter(lambda s: s.strip()), min_size=1, max_size=4),
-       glue=st.text(alphabet=st.characters(blacklist_characters="<"), max_size=20))
+@given(
+    codes=st.lists(st.text(min_size=1).filter(lambda s: s.strip()), min_size=1, max_size=4),
+    glue=st.text(alphabet=st.characters(blacklist_characters="<"), max_size=20),
+)
 def test_several_rendered_calls_round_trip_in_order(codes, glue):
     text = glue.join(render_tool_call(code) for code in codes)
     assert [item.code for item in parse_tool_calls(text)] == codes
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.one_of(st.lists(st.sampled_from(
-    ["<tool_call>", "</tool_call>", "<think>", "</think>", "{", "}", "\"", "'", "\\", ":", ",", "\"name\"",
-     f"\"{FN}\"", "\"arguments\"", "\"code\"", "\"input\"", "[", "]", "\n", " ", "x", "True", "```"]),
-    max_size=40).map("".join), st.text(max_size=300)))
+@given(
+    st.one_of(
+        st.lists(
+            st.sampled_from(
+                [
+                    "<tool_call>",
+                    "</tool_call>",
+                    "<think>",
+                    "</think>",
+                    "{",
+                    "}",
+                    '"',
+                    "'",
+                    "\\",
+                    ":",
+                    ",",
+                    '"name"',
+                    f'"{FN}"',
+                    '"arguments"',
+                    '"code"',
+                    '"input"',
+                    "[",
+                    "]",
+                    "\n",
+                    " ",
+                    "x",
+                    "True",
+                    "```",
+                ]
+            ),
+            max_size=40,
+        ).map("".join),
+        st.text(max_size=300),
+    )
+)
 def test_parse_never_raises(text):
     for cfg in (ProtocolConfig(), ProtocolConfig(lenient=True, multi_call="first")):
         items = parse_tool_calls(text, cfg)
@@ -360,10 +561,16 @@ def test_parse_never_raises(text):
             assert 0 <= item.span[0] < item.span[1] <= len(text)
 
 
-
-@pytest.mark.parametrize("field,value", [("multi_call", "some"), ("answer_fallback", "guess"),
-                                         ("chat_template", "llama"), ("function_name", ""),
-                                         ("tool_call_open", "")])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("multi_call", "some"),
+        ("answer_fallback", "guess"),
+        ("chat_template", "llama"),
+        ("function_name", ""),
+        ("tool_call_open", ""),
+    ],
+)
 def test_config_rejects_unknown_policies(field, value):
     with pytest.raises(ValueError, match=field):
         ProtocolConfig(**{field: value})
@@ -381,8 +588,16 @@ class _CountingDecoder:
         return self.inner.raw_decode(s, idx)
 
 
-@pytest.mark.parametrize("block", ["<tool_call>", "<tool_call>{</tool_call>", "<think><tool_call>x</tool_call></think>",
-                                   '<tool_call>{"a": "', "<tool_call>\""])
+@pytest.mark.parametrize(
+    "block",
+    [
+        "<tool_call>",
+        "<tool_call>{</tool_call>",
+        "<think><tool_call>x</tool_call></think>",
+        '<tool_call>{"a": "',
+        '<tool_call>"',
+    ],
+)
 def test_decoding_work_is_linear_in_the_turn_length(monkeypatch, block):
     # The fast path used to decode from the block to the end of the turn; a JSONDecodeError then counts every
     # newline before its offset, so 20000 broken blocks took seconds (quadratic). Each block now decodes a

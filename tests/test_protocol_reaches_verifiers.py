@@ -29,15 +29,29 @@ NONE = ProtocolConfig(answer_fallback="none")
 
 
 def _rl_rewards(tok, turn: str, fallback: str) -> tuple[list[Any], list[Any]]:
-    config = load_config(None, ["rollout.group_size=2", "rollout.oversample=1", "roc.enabled=false",
-                                "problems_per_step=1", "optim.per_device_train_batch_size=2",
-                                "rollout.max_response_tokens=200", f"protocol.answer_fallback={fallback}"])
-    source = AgentLoopSource(config, tok, executor_factory=ScriptedExecutor,
-                             engine_factory=lambda model: ScriptedEngine(tok, [turn], stop_of(tok)))
+    config = load_config(
+        None,
+        [
+            "rollout.group_size=2",
+            "rollout.oversample=1",
+            "roc.enabled=false",
+            "problems_per_step=1",
+            "optim.per_device_train_batch_size=2",
+            "rollout.max_response_tokens=200",
+            f"protocol.answer_fallback={fallback}",
+        ],
+    )
+    source = AgentLoopSource(
+        config,
+        tok,
+        executor_factory=ScriptedExecutor,
+        engine_factory=lambda model: ScriptedEngine(tok, [turn], stop_of(tok)),
+    )
     problem = Problem(id="p", problem="What is 2 + 3?", answer="5")
     fn = RocRolloutFunc(config, [problem], source, VerifierScorer(tok, source.verify), pad_token_id=0)
-    trainer = SimpleNamespace(model=None, state=SimpleNamespace(global_step=0),
-                              accelerator=SimpleNamespace(process_index=0))
+    trainer = SimpleNamespace(
+        model=None, state=SimpleNamespace(global_step=0), accelerator=SimpleNamespace(process_index=0)
+    )
     try:
         out = fn([problem.problem] * 2, trainer)
     finally:
@@ -66,12 +80,22 @@ class BareEngine:
 
 
 async def _eval_correct(tmp_path, tok, protocol: ProtocolConfig, name: str) -> tuple[list[bool], dict]:
-    config = EvalConfig(model="scripted", benchmarks=["toy"], out_dir=tmp_path / name, samples=2,
-                        rollout=AgentLoopSettings(max_response_tokens=200, max_turns=2), use_tools=False,
-                        protocol=protocol)
-    components = EvalComponents(router=SingleEngineRouter(BareEngine(tok, BARE)), tokenizer=tok, executor=None,
-                                grader=make_grader(None, protocol=protocol),
-                                load_problems=lambda _: [{"id": "a", "problem": "2 + 3?", "answer": "5"}])
+    config = EvalConfig(
+        model="scripted",
+        benchmarks=["toy"],
+        out_dir=tmp_path / name,
+        samples=2,
+        rollout=AgentLoopSettings(max_response_tokens=200, max_turns=2),
+        use_tools=False,
+        protocol=protocol,
+    )
+    components = EvalComponents(
+        router=SingleEngineRouter(BareEngine(tok, BARE)),
+        tokenizer=tok,
+        executor=None,
+        grader=make_grader(None, protocol=protocol),
+        load_problems=lambda _: [{"id": "a", "problem": "2 + 3?", "answer": "5"}],
+    )
     await run_eval(config, components)
     records = [json.loads(x) for x in (tmp_path / name / "trajectories.jsonl").read_text().splitlines()]
     summary = json.loads((tmp_path / name / "summary.json").read_text())

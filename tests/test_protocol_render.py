@@ -35,12 +35,18 @@ PROBLEM = "Find the sum of all positive divisors of 36."
 
 # Turn texts begin with a space so that no BPE merge crosses the prefill join (see render's docstring).
 TURNS = [
-    ConversationTurn(" I will list divisors with code.\n"
-                     + render_tool_call("n = 36\nprint(sum(d for d in range(1, n + 1) if n % d == 0))"),
-                     ["91"]),
-    ConversationTurn(" Check two ways at once.\n" + render_tool_call("print(1)") + "\n"
-                     + render_tool_call("x = int(input())\nprint(x * 2)", "7\n"),
-                     ["1", "14"]),
+    ConversationTurn(
+        " I will list divisors with code.\n"
+        + render_tool_call("n = 36\nprint(sum(d for d in range(1, n + 1) if n % d == 0))"),
+        ["91"],
+    ),
+    ConversationTurn(
+        " Check two ways at once.\n"
+        + render_tool_call("print(1)")
+        + "\n"
+        + render_tool_call("x = int(input())\nprint(x * 2)", "7\n"),
+        ["1", "14"],
+    ),
     ConversationTurn(" The sum is 91.\n</reason>\n<answer>The answer is \\boxed{91}.</answer>"),
 ]
 
@@ -60,8 +66,9 @@ def template_text(tokenizer, turns, cfg) -> str:
     """The tokenizer's own chat-template rendering of the whole conversation (reference)."""
     native = template_supports_tools(tokenizer)
     messages = conversation_messages(PROBLEM, turns, cfg, native_tools=native)
-    return tokenizer.apply_chat_template(messages, tools=[tool_schema(cfg)] if native else None,
-                                         tokenize=False, add_generation_prompt=False)
+    return tokenizer.apply_chat_template(
+        messages, tools=[tool_schema(cfg)] if native else None, tokenize=False, add_generation_prompt=False
+    )
 
 
 def test_template_choice(qwen_tokenizer, smollm2_tokenizer):
@@ -100,16 +107,19 @@ def test_prefill_join_is_where_split_and_whole_tokenization_may_differ(qwen_toke
 def test_release_layout_has_no_newline_after_eot(tokenizer):
     cfg = ProtocolConfig(keep_newline_after_eot=False)
     segment = tool_response_segment_text(tokenizer, ["91"], cfg)
-    assert segment == ("<|im_start|>user\n<tool_response>\n91\n</tool_response><|im_end|>\n"
-                       "<|im_start|>assistant\n<reason>")
+    assert segment == (
+        "<|im_start|>user\n<tool_response>\n91\n</tool_response><|im_end|>\n<|im_start|>assistant\n<reason>"
+    )
     text = render_conversation_text(tokenizer, PROBLEM, TURNS, cfg)
     assert "<|im_end|><|im_start|>user" in text and "<|im_end|>\n<|im_start|>user\n<tool_response>" not in text
 
 
 def test_segment_layout(tokenizer):
     segment = tool_response_segment_text(tokenizer, ["a", "b\nc"])
-    assert segment == ("\n<|im_start|>user\n<tool_response>\na\n</tool_response>\n<tool_response>\nb\nc\n"
-                       "</tool_response><|im_end|>\n<|im_start|>assistant\n<reason>")
+    assert segment == (
+        "\n<|im_start|>user\n<tool_response>\na\n</tool_response>\n<tool_response>\nb\nc\n"
+        "</tool_response><|im_end|>\n<|im_start|>assistant\n<reason>"
+    )
 
 
 def test_segment_ids_are_tokenized_alone(tokenizer):
@@ -133,7 +143,8 @@ def test_loss_mask_covers_exactly_model_tokens(tokenizer):
     eot = end_of_turn_text(tokenizer)
     assert tokenizer.decode(model) == "".join(turn.text + eot for turn in TURNS)
     assert tokenizer.decode(injected) == "".join(
-        tool_response_segment_text(tokenizer, turn.tool_responses) for turn in TURNS if turn.tool_responses)
+        tool_response_segment_text(tokenizer, turn.tool_responses) for turn in TURNS if turn.tool_responses
+    )
     # Every model turn ends on the end-of-turn token, which is a stop token.
     assert rendered.response_ids[-1] == stop_token_ids(tokenizer)[0]
 
@@ -185,11 +196,17 @@ def test_stop_token_ids(tokenizer):
 
 def test_structured_call_in_qwen_template_matches_render_tool_call(qwen_tokenizer):
     args = {"code": "s = '</tool_call>'\nprint(len(s), 'é')", "input": "1 2\n"}
-    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
-                {"role": "assistant", "content": "",
-                 "tool_calls": [{"type": "function", "function": {"name": FN, "arguments": args}}]}]
+    messages = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "U"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": FN, "arguments": args}}],
+        },
+    ]
     text = qwen_tokenizer.apply_chat_template(messages, tokenize=False)
-    turn = text[text.rindex("<|im_start|>assistant\n") + len("<|im_start|>assistant\n"):-len("<|im_end|>\n")]
+    turn = text[text.rindex("<|im_start|>assistant\n") + len("<|im_start|>assistant\n") : -len("<|im_end|>\n")]
     assert turn == render_tool_call(args["code"], args["input"])
     [call] = parse_tool_calls(turn)
     assert call.arguments == args
@@ -265,8 +282,10 @@ def test_compact_conversation_ids_equal_the_pieces_the_rollout_appends(qwen_toke
     from tirl.protocol.render import tool_response_segment_ids
 
     cfg = ProtocolConfig(prompt_style="compact")
-    turns = [ConversationTurn(text="x <tool_call>{}</tool_call>", tool_responses=["1"]),
-             ConversationTurn(text="done</reason><answer>\\boxed{1}</answer>")]
+    turns = [
+        ConversationTurn(text="x <tool_call>{}</tool_call>", tool_responses=["1"]),
+        ConversationTurn(text="done</reason><answer>\\boxed{1}</answer>"),
+    ]
     conv = render_conversation_ids(qwen_tokenizer, "p", turns, cfg)
     assert conv.prompt_ids == render_prompt_ids(qwen_tokenizer, "p", cfg)
     seg = tool_response_segment_ids(qwen_tokenizer, ["1"], cfg)

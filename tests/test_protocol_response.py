@@ -35,26 +35,52 @@ RESPONSE_CASES = [
     ("display-empty-string-repr", ExecutionResult(status="ok", display="''"), "''"),
     ("no-output", ExecutionResult(status="ok"), NO_OUTPUT),
     ("printed-empty-line", ExecutionResult(status="ok", stdout="\n", display="3"), ""),
-    ("ok-with-stderr", ExecutionResult(status="ok", stdout="1\n", stderr="DeprecationWarning: x\n"),
-     "1\n[stderr]\nDeprecationWarning: x"),
-    ("sandbox-truncated", ExecutionResult(status="ok", stdout="1\n2\n", stdout_truncated=True),
-     "1\n2\n" + SANDBOX_TRUNCATION_MARKER),
+    (
+        "ok-with-stderr",
+        ExecutionResult(status="ok", stdout="1\n", stderr="DeprecationWarning: x\n"),
+        "1\n[stderr]\nDeprecationWarning: x",
+    ),
+    (
+        "sandbox-truncated",
+        ExecutionResult(status="ok", stdout="1\n2\n", stdout_truncated=True),
+        "1\n2\n" + SANDBOX_TRUNCATION_MARKER,
+    ),
     ("exception", ExecutionResult(status="error", error_type="ZeroDivisionError", traceback=TB, exit_code=1), TB),
-    ("exception-after-output", ExecutionResult(status="error", stdout="start\n", error_type="ZeroDivisionError",
-                                               traceback=TB + "\n", exit_code=1), "start\n" + TB),
+    (
+        "exception-after-output",
+        ExecutionResult(
+            status="error", stdout="start\n", error_type="ZeroDivisionError", traceback=TB + "\n", exit_code=1
+        ),
+        "start\n" + TB,
+    ),
     ("error-type-only", ExecutionResult(status="error", error_type="MemoryError"), "MemoryError"),
     ("nonzero-exit", ExecutionResult(status="error", exit_code=3), "Process exited with code 3."),
-    ("nonzero-exit-stderr", ExecutionResult(status="error", exit_code=2, stderr="usage: bad\n"),
-     "[stderr]\nusage: bad\nProcess exited with code 2."),
+    (
+        "nonzero-exit-stderr",
+        ExecutionResult(status="error", exit_code=2, stderr="usage: bad\n"),
+        "[stderr]\nusage: bad\nProcess exited with code 2.",
+    ),
     ("error-no-info", ExecutionResult(status="error"), "The process failed."),
-    ("timeout", ExecutionResult(status="timeout", duration_s=4.02),
-     "TimeoutError: the code did not finish within the time limit (4.0 s) and was stopped."),
-    ("timeout-partial-output", ExecutionResult(status="timeout", stdout="1\n2\n"),
-     "1\n2\nTimeoutError: the code did not finish within the time limit and was stopped."),
-    ("killed", ExecutionResult(status="killed", exit_code=-9, stderr="memory limit exceeded (2048 MiB)"),
-     "The process was killed (exit code -9): memory limit exceeded (2048 MiB)"),
-    ("killed-no-reason", ExecutionResult(status="killed"),
-     "The process was killed: it used too much memory or produced too much output"),
+    (
+        "timeout",
+        ExecutionResult(status="timeout", duration_s=4.02),
+        "TimeoutError: the code did not finish within the time limit (4.0 s) and was stopped.",
+    ),
+    (
+        "timeout-partial-output",
+        ExecutionResult(status="timeout", stdout="1\n2\n"),
+        "1\n2\nTimeoutError: the code did not finish within the time limit and was stopped.",
+    ),
+    (
+        "killed",
+        ExecutionResult(status="killed", exit_code=-9, stderr="memory limit exceeded (2048 MiB)"),
+        "The process was killed (exit code -9): memory limit exceeded (2048 MiB)",
+    ),
+    (
+        "killed-no-reason",
+        ExecutionResult(status="killed"),
+        "The process was killed: it used too much memory or produced too much output",
+    ),
     ("internal", ExecutionResult(status="internal", stderr="worker 3 died: BrokenPipeError"), INTERNAL_ERROR_TEXT),
 ]
 
@@ -71,8 +97,9 @@ def test_internal_details_are_not_shown_to_the_model():
 
 def test_long_output_is_cut_with_marker():
     stdout = "".join(f"line {i}\n" for i in range(1000))
-    text = render_tool_response(ExecutionResult(status="ok", stdout=stdout),
-                                ProtocolConfig(tool_response_max_chars=200))
+    text = render_tool_response(
+        ExecutionResult(status="ok", stdout=stdout), ProtocolConfig(tool_response_max_chars=200)
+    )
     assert len(text) <= 200
     assert text.startswith("line 0\nline 1\n") and text.endswith("line 998\nline 999")
     shown = len(stdout) - 1  # the trailing newline is dropped before the cut
@@ -89,8 +116,10 @@ def test_traceback_tail_survives_the_cut():
 
 def test_cap_disabled():
     stdout = "y" * 10_000
-    assert render_tool_response(ExecutionResult(status="ok", stdout=stdout),
-                                ProtocolConfig(tool_response_max_chars=0)) == stdout
+    assert (
+        render_tool_response(ExecutionResult(status="ok", stdout=stdout), ProtocolConfig(tool_response_max_chars=0))
+        == stdout
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -104,7 +133,7 @@ def test_truncate_middle_properties(text, limit):
     start = out.index("\n...[")
     end = out.index("]...\n", start) + len("]...\n")
     head, tail = out[:start], out[end:]
-    cut = int(out[start + len("\n...["):out.index(" characters cut", start)])
+    cut = int(out[start + len("\n...[") : out.index(" characters cut", start)])
     assert text.startswith(head) and text.endswith(tail)
     assert len(head) + cut + len(tail) == len(text)
     assert abs(len(head) - len(tail)) <= 1
@@ -115,12 +144,26 @@ def test_truncate_tiny_limit_still_says_it_cut():
 
 
 @settings(max_examples=200, deadline=None)
-@given(status=st.sampled_from(EXECUTION_STATUSES), stdout=st.text(max_size=50), stderr=st.text(max_size=50),
-       display=st.one_of(st.none(), st.text(max_size=20)), tb=st.one_of(st.none(), st.text(max_size=50)),
-       exit_code=st.one_of(st.none(), st.integers(-20, 300)), flags=st.tuples(st.booleans(), st.booleans()))
+@given(
+    status=st.sampled_from(EXECUTION_STATUSES),
+    stdout=st.text(max_size=50),
+    stderr=st.text(max_size=50),
+    display=st.one_of(st.none(), st.text(max_size=20)),
+    tb=st.one_of(st.none(), st.text(max_size=50)),
+    exit_code=st.one_of(st.none(), st.integers(-20, 300)),
+    flags=st.tuples(st.booleans(), st.booleans()),
+)
 def test_render_tool_response_never_raises(status, stdout, stderr, display, tb, exit_code, flags):
-    result = ExecutionResult(status=status, stdout=stdout, stderr=stderr, display=display, traceback=tb,
-                             exit_code=exit_code, stdout_truncated=flags[0], stderr_truncated=flags[1])
+    result = ExecutionResult(
+        status=status,
+        stdout=stdout,
+        stderr=stderr,
+        display=display,
+        traceback=tb,
+        exit_code=exit_code,
+        stdout_truncated=flags[0],
+        stderr_truncated=flags[1],
+    )
     text = render_tool_response(result, ProtocolConfig(tool_response_max_chars=120))
     assert isinstance(text, str) and len(text) <= 120
     if status != "ok" or not stdout:
@@ -139,13 +182,13 @@ def test_render_parse_error(err):
     text = render_parse_error(err)
     assert text.startswith(f"Tool call error ({err.kind}): {err.message}")
     assert "Nothing was run." in text
-    example = text[text.index("{"):]
+    example = text[text.index("{") :]
     assert json.loads(example)["name"] == "execute_python_code_with_standard_io"
 
 
 def test_render_parse_error_uses_configured_name():
     text = render_parse_error(PARSE_ERRORS[0], ProtocolConfig(function_name="run"))
-    assert json.loads(text[text.index("{"):])["name"] == "run"
+    assert json.loads(text[text.index("{") :])["name"] == "run"
 
 
 def test_render_call_response_dispatch():
@@ -157,10 +200,18 @@ def test_render_call_response_dispatch():
 
 # --- prompt texts -----------------------------------------------------------------------------------------
 
+
 def test_system_prompt_names_tags_and_tool():
     text = default_system_prompt()
-    for needle in ("<reason>", "</reason>", "<answer>", "</answer>", "\\boxed{}", "<tool_response>",
-                   "execute_python_code_with_standard_io"):
+    for needle in (
+        "<reason>",
+        "</reason>",
+        "<answer>",
+        "</answer>",
+        "\\boxed{}",
+        "<tool_response>",
+        "execute_python_code_with_standard_io",
+    ):
         assert needle in text
 
 
@@ -184,7 +235,7 @@ def test_tools_block_contains_schema_json_and_example_call():
     block = tools_block()
     schema_line = block.split("<tools>\n")[1].split("\n</tools>")[0]
     assert json.loads(schema_line) == tool_schema()
-    [call] = parse_tool_calls(block[block.rindex("<tool_call>"):])
+    [call] = parse_tool_calls(block[block.rindex("<tool_call>") :])
     assert call.code == "print(2 + 2)"
 
 

@@ -19,7 +19,7 @@ from tirl.reward.normalize import canonical_integer
 def frac_value(text: str) -> Fraction:
     """The value of a ``[-]\\frac{p}{q}`` text."""
     sign = -1 if text.startswith("-") else 1
-    p, q = text.lstrip("-")[len("\\frac{"):-1].split("}{")
+    p, q = text.lstrip("-")[len("\\frac{") : -1].split("}{")
     return sign * Fraction(int(p), int(q))
 
 
@@ -84,8 +84,16 @@ def test_constants_in_any_spelling_are_read_as_constants(answer: str, read: str)
 
 @pytest.mark.parametrize(
     "answer, value, base",
-    [("123_8", "83", 8), ("123_{8}", "83", 8), ("1011_2", "11", 2), ("(1011)_2", "11", 2), ("4210_{5}", "555", 5),
-     ("A3_{16}", "163", 16), ("\\text{a3}_{16}", "163", 16), ("999_{10}", "999", 10)],
+    [
+        ("123_8", "83", 8),
+        ("123_{8}", "83", 8),
+        ("1011_2", "11", 2),
+        ("(1011)_2", "11", 2),
+        ("4210_{5}", "555", 5),
+        ("A3_{16}", "163", 16),
+        ("\\text{a3}_{16}", "163", 16),
+        ("999_{10}", "999", 10),
+    ],
 )
 def test_base_numerals_are_their_value(answer: str, value: str, base: int) -> None:
     reading = read_answer(answer)
@@ -148,9 +156,19 @@ def test_trailing_punctuation_is_dropped(answer: str, stripped: str) -> None:
 
 @pytest.mark.parametrize(
     "answer, integer",
-    [("2\\mathrm{e}", None), ("2\\text{ e}", None), ("2\\mathrm{i}", None), ("2\\mathrm{\\pi}", None), ("2 pi", None),
-     ("35\\text{ cm}", "35"), ("3\\mathrm{kg}", "3"), ("5 cm", "5"), ("30^\\circ", "30"), ("10\\%", "10"),
-     ("2\\mathrm{m}", "2")],
+    [
+        ("2\\mathrm{e}", None),
+        ("2\\text{ e}", None),
+        ("2\\mathrm{i}", None),
+        ("2\\mathrm{\\pi}", None),
+        ("2 pi", None),
+        ("35\\text{ cm}", "35"),
+        ("3\\mathrm{kg}", "3"),
+        ("5 cm", "5"),
+        ("30^\\circ", "30"),
+        ("10\\%", "10"),
+        ("2\\mathrm{m}", "2"),
+    ],
 )
 def test_units_are_dropped_but_constants_are_values(answer: str, integer: str | None) -> None:
     assert canonical_integer(answer) == integer
@@ -161,8 +179,32 @@ def test_logical_connectives_become_words_math_verify_reads() -> None:
     assert read_answer("x>1\\wedge x<3").text == "x>1 \\text{ and } x<3"
 
 
-ANSWER_PIECES = ["1", "2", "0", "12", " ", "\\,", "/", "\\frac{", "}{", "}", "_", "8", "{", "\\mathrm{e}", ".", ";",
-                 ",", "-", "$", "x", "<", "\\lor", "π", "A"]
+ANSWER_PIECES = [
+    "1",
+    "2",
+    "0",
+    "12",
+    " ",
+    "\\,",
+    "/",
+    "\\frac{",
+    "}{",
+    "}",
+    "_",
+    "8",
+    "{",
+    "\\mathrm{e}",
+    ".",
+    ";",
+    ",",
+    "-",
+    "$",
+    "x",
+    "<",
+    "\\lor",
+    "π",
+    "A",
+]
 
 
 @settings(max_examples=300, deadline=None)
@@ -187,9 +229,20 @@ def test_reading_a_long_answer_is_linear() -> None:
 
 @pytest.mark.parametrize(
     "a, b",
-    [("\\frac{1}{2}", "0.5"), ("\\dfrac{1}{2}", "1/2"), ("x = \\frac12", "\\tfrac{3}{6}"), ("1,000", "1000"),
-     ("\\$1{,}000", "1 000"), ("x = 5", "5."), ("-\\frac{3}{4}", "\\frac{-3}{4}"), ("-0.75", "-\\frac{3}{4}"),
-     ("123_8", "83"), ("1 1/4", "\\frac{5}{4}"), ("x + 1", "x+1"), ("5.0", "5")],
+    [
+        ("\\frac{1}{2}", "0.5"),
+        ("\\dfrac{1}{2}", "1/2"),
+        ("x = \\frac12", "\\tfrac{3}{6}"),
+        ("1,000", "1000"),
+        ("\\$1{,}000", "1 000"),
+        ("x = 5", "5."),
+        ("-\\frac{3}{4}", "\\frac{-3}{4}"),
+        ("-0.75", "-\\frac{3}{4}"),
+        ("123_8", "83"),
+        ("1 1/4", "\\frac{5}{4}"),
+        ("x + 1", "x+1"),
+        ("5.0", "5"),
+    ],
 )
 def test_value_key_joins_equal_values(a: str, b: str) -> None:
     from tirl.reward.forms import value_key
@@ -199,8 +252,16 @@ def test_value_key_joins_equal_values(a: str, b: str) -> None:
 
 @pytest.mark.parametrize(
     "a, b",
-    [("2 3", "23"), ("2 3", "5"), ("\\frac{1}{2}", "\\frac{1}{3}"), ("0.5", "0.55"), ("x+1", "x-1"), ("1,2", "12"),
-     ("123", "123_8"), ("1 1/4", "\\frac{1}{2}")],
+    [
+        ("2 3", "23"),
+        ("2 3", "5"),
+        ("\\frac{1}{2}", "\\frac{1}{3}"),
+        ("0.5", "0.55"),
+        ("x+1", "x-1"),
+        ("1,2", "12"),
+        ("123", "123_8"),
+        ("1 1/4", "\\frac{1}{2}"),
+    ],
 )
 def test_value_key_keeps_different_values_apart(a: str, b: str) -> None:
     from tirl.reward.forms import value_key

@@ -43,15 +43,19 @@ def test_every_packaged_reference_verifies_against_itself() -> None:
         try:
             verifier = Verifier(sandbox, config, VerifierStats())
             verdicts = await verifier.averify_batch(
-                [VerifyItem(None, gold, answer=gold, question=question) for _, gold, question in rows])
+                [VerifyItem(None, gold, answer=gold, question=question) for _, gold, question in rows]
+            )
             unparsable = await verifier.acheck_references([gold for _, gold, _ in rows])
             return verdicts, unparsable
         finally:
             await sandbox.aclose()
 
     verdicts, unparsable = asyncio.run(run())
-    failures = [(row_id, gold, v.status, v.detail) for (row_id, gold, _), v in zip(rows, verdicts)
-                if not (v.status == "ok" and v.correct)]
+    failures = [
+        (row_id, gold, v.status, v.detail)
+        for (row_id, gold, _), v in zip(rows, verdicts)
+        if not (v.status == "ok" and v.correct)
+    ]
     assert not failures, failures[:20]
     bad = [(row_id, gold, why) for (row_id, gold, _), why in zip(rows, unparsable) if why is not None]
     assert not bad, bad[:20]

@@ -100,8 +100,10 @@ def test_canonical_integer_none_for_non_strings() -> None:
     assert canonical_integer(42) is None  # type: ignore[arg-type]
 
 
-@given(st.integers(min_value=-(10**30), max_value=10**30),
-       st.sampled_from(["plain", "commas", "zeros", "dollar", "unit", "boxed"]))
+@given(
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.sampled_from(["plain", "commas", "zeros", "dollar", "unit", "boxed"]),
+)
 def test_any_integer_written_any_documented_way_canonicalises_to_its_digits(value: int, style: str) -> None:
     digits = str(abs(value))
     if style == "commas":
@@ -187,15 +189,39 @@ def test_deeply_nested_delimiters_are_stripped_in_linear_time():
 from tirl.reward.normalize import ascii_digits, names_hedge  # noqa: E402
 
 
-@pytest.mark.parametrize("text", ["2\\text{ or 3}", "2 or three", "5\\text{ is wrong}", "5\\text{ is not}",
-                                  "5 not", "7\\mbox{ maybe}", "3 possibly", "4\\text{ (probably)}", "2\\text{ or }3"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2\\text{ or 3}",
+        "2 or three",
+        "5\\text{ is wrong}",
+        "5\\text{ is not}",
+        "5 not",
+        "7\\mbox{ maybe}",
+        "3 possibly",
+        "4\\text{ (probably)}",
+        "2\\text{ or }3",
+    ],
+)
 def test_hedge_words_are_never_units(text: str) -> None:
     assert canonical_integer(text) is None
 
 
-@pytest.mark.parametrize("text, value", [("5\\text{ cm}", "5"), ("\\$5", "5"), ("5 meters", "5"), ("30^\\circ", "30"),
-                                         ("5\\text{ dollars}", "5"), ("10\\%", "10"), ("15\\mbox{ cm}^2", "15"),
-                                         ("5\\text{ m^2}", "5"), ("12 square feet", "12"), ("35 cm^{2}", "35")])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("5\\text{ cm}", "5"),
+        ("\\$5", "5"),
+        ("5 meters", "5"),
+        ("30^\\circ", "30"),
+        ("5\\text{ dollars}", "5"),
+        ("10\\%", "10"),
+        ("15\\mbox{ cm}^2", "15"),
+        ("5\\text{ m^2}", "5"),
+        ("12 square feet", "12"),
+        ("35 cm^{2}", "35"),
+    ],
+)
 def test_real_units_still_drop(text: str, value: str) -> None:
     assert canonical_integer(text) == value
 
@@ -218,8 +244,35 @@ def test_plain_integers_of_any_length_are_integers() -> None:
     assert canonical_integer(digits + ".5") is None
 
 
-_PIECES = ["2", "5", "0", ",", " ", "\\text{", "}", " or ", "or", "not", "no", " cm", "\\$", "\\%", "^\\circ", "x = ",
-           "maybe", "\\lor ", "wrong", "is ", "\\mbox{", "three", "meters", ".", "{,}", "\\approx", "dollars"]
+_PIECES = [
+    "2",
+    "5",
+    "0",
+    ",",
+    " ",
+    "\\text{",
+    "}",
+    " or ",
+    "or",
+    "not",
+    "no",
+    " cm",
+    "\\$",
+    "\\%",
+    "^\\circ",
+    "x = ",
+    "maybe",
+    "\\lor ",
+    "wrong",
+    "is ",
+    "\\mbox{",
+    "three",
+    "meters",
+    ".",
+    "{,}",
+    "\\approx",
+    "dollars",
+]
 
 
 @settings(max_examples=400)

@@ -95,12 +95,14 @@ async def test_invalid_json_gets_422(scripted: tuple[httpx.AsyncClient, Scripted
 
 
 async def test_lone_surrogates_in_answers_are_answered_not_a_server_error(
-        scripted: tuple[httpx.AsyncClient, ScriptedExecutor]) -> None:
+    scripted: tuple[httpx.AsyncClient, ScriptedExecutor],
+) -> None:
     # JSON strings may hold lone surrogates; the verdicts echo them, and pydantic's serializer raised (500).
     client, _ = scripted
     items = [{"answer": "\ud800", "gold": "\ud800"}, {"response": b("7\udfff"), "gold": "7"}]
-    response = await client.post("/v1/verify/batch", content=json.dumps({"items": items}).encode(),
-                                 headers={"content-type": "application/json"})
+    response = await client.post(
+        "/v1/verify/batch", content=json.dumps({"items": items}).encode(), headers={"content-type": "application/json"}
+    )
     assert response.status_code == 200
     verdicts = response.json()["verdicts"]
     assert [v["extracted"] for v in verdicts] == ["\ud800", "7\udfff"]

@@ -107,8 +107,10 @@ def test_integer_gold_with_non_integer_answer_is_still_checked_symbolically() ->
     [
         (ExecutionResult(status="timeout", duration_s=5.0, exit_code=-9), "timeout"),
         (ExecutionResult(status="killed", exit_code=-9), "timeout"),
-        (ExecutionResult(status="error", error_type="ImportError", traceback="ImportError: no math_verify"),
-         "verifier_error"),
+        (
+            ExecutionResult(status="error", error_type="ImportError", traceback="ImportError: no math_verify"),
+            "verifier_error",
+        ),
         (ExecutionResult(status="ok", stdout="the worker printed something else\n"), "verifier_error"),
         (ExecutionResult(status="internal", stderr="worker died"), "verifier_error"),
     ],
@@ -154,8 +156,12 @@ class ShortExecutor(ScriptedExecutor):
 
 
 def test_an_executor_that_answers_too_few_results_gives_verifier_errors() -> None:
-    verdict = verify(box("\\frac{2}{4}"), "\\frac{1}{2}", executor=ShortExecutor(in_process),
-                     config=VerifierConfig(internal_retries=0))
+    verdict = verify(
+        box("\\frac{2}{4}"),
+        "\\frac{1}{2}",
+        executor=ShortExecutor(in_process),
+        config=VerifierConfig(internal_retries=0),
+    )
     assert verdict.status == "verifier_error"
 
 
@@ -171,9 +177,7 @@ def test_batch_preserves_order_across_fast_and_symbolic_items() -> None:
 def test_stats_count_every_status_and_log_the_abnormal_ones(caplog: pytest.LogCaptureFixture) -> None:
     stats = VerifierStats()
     executor = ScriptedExecutor(
-        lambda req, n: ExecutionResult(status="timeout", duration_s=5.0)
-        if "tower" in req.stdin
-        else in_process(req, n)
+        lambda req, n: ExecutionResult(status="timeout", duration_s=5.0) if "tower" in req.stdin else in_process(req, n)
     )
     items = [
         (box("5"), "5"),
@@ -186,8 +190,14 @@ def test_stats_count_every_status_and_log_the_abnormal_ones(caplog: pytest.LogCa
         verify_batch(items, executor, stats=stats)
     snap = stats.snapshot()
     assert snap["total"] == 5 and snap["correct"] == 2
-    assert snap["by_status"] == {"ok": 2, "no_answer": 1, "hedged": 0, "unparsable_gold": 1, "timeout": 1,
-                                 "verifier_error": 0}
+    assert snap["by_status"] == {
+        "ok": 2,
+        "no_answer": 1,
+        "hedged": 0,
+        "unparsable_gold": 1,
+        "timeout": 1,
+        "verifier_error": 0,
+    }
     logged = " ".join(record.getMessage() for record in caplog.records)
     assert "unparsable_gold" in logged and "timeout" in logged
     assert "no_answer" not in logged
@@ -212,7 +222,8 @@ def test_integer_reference_given_as_int_is_accepted() -> None:
 
 
 @pytest.mark.parametrize(
-    "response", [None, "", "\\boxed{}", "<answer>no box here</answer> \\boxed{5}", "\\boxed{\\frac{1}{"])
+    "response", [None, "", "\\boxed{}", "<answer>no box here</answer> \\boxed{5}", "\\boxed{\\frac{1}{"]
+)
 def test_missing_answers_are_no_answer(response: str | None) -> None:
     verdict = verify(response, "5", executor=ScriptedExecutor(in_process))
     assert verdict.status == "no_answer" and verdict.reward == 0.0
@@ -342,9 +353,10 @@ def hangs_on(marker: str) -> Callable[[ExecutionRequest, int], ExecutionResult]:
         lines = []
         for i, (gold, pred) in enumerate(items_of(request)):
             if marker in pred:
-                return ExecutionResult(status="timeout", stdout="".join(lines), duration_s=request.timeout_s,
-                                       exit_code=-9)
-            (_, result), = iter_verdicts({"items": [[gold, pred]], "options": {}})
+                return ExecutionResult(
+                    status="timeout", stdout="".join(lines), duration_s=request.timeout_s, exit_code=-9
+                )
+            ((_, result),) = iter_verdicts({"items": [[gold, pred]], "options": {}})
             lines.append(format_worker_output(i, result))
         return ExecutionResult(status="ok", stdout="".join(lines), exit_code=0)
 
@@ -403,8 +415,7 @@ from tirl.reward import VERIFY_STATUSES  # noqa: E402
 GARBAGE_RESULTS = st.builds(
     ExecutionResult,
     status=st.sampled_from(["ok", "error", "timeout", "killed", "internal"]),
-    stdout=st.one_of(st.text(max_size=200),
-                     st.just("TIRL-VERDICT {\"i\": 0, \"status\": \"ok\", \"correct\": true}\n")),
+    stdout=st.one_of(st.text(max_size=200), st.just('TIRL-VERDICT {"i": 0, "status": "ok", "correct": true}\n')),
     stderr=st.text(max_size=50),
 )
 
@@ -417,8 +428,9 @@ def test_verify_never_raises_whatever_the_text_or_the_executor_says(
     stats = VerifierStats()
     box_text = None if response is None else response + " \\boxed{" + response[:20] + "}"
     for text in (response, box_text):
-        verdict = verify(text, gold, executor=ScriptedExecutor(fixed(answer)), stats=stats,
-                         config=VerifierConfig(internal_retries=0))
+        verdict = verify(
+            text, gold, executor=ScriptedExecutor(fixed(answer)), stats=stats, config=VerifierConfig(internal_retries=0)
+        )
         assert verdict.status in VERIFY_STATUSES
         assert verdict.correct is (verdict.reward == 1.0)
         assert not verdict.correct or verdict.status == "ok"
@@ -443,8 +455,9 @@ def test_sync_verify_works_in_a_forked_child_after_the_parent_used_it() -> None:
 
 def test_given_answers_skip_extraction() -> None:
     pairs = [("\\frac{2}{4}", "\\frac{1}{2}"), ("7 apples", "7"), ("", "7")]
-    verdicts = verify_batch([VerifyItem(None, gold, answer=answer) for answer, gold in pairs],
-                            ScriptedExecutor(in_process))
+    verdicts = verify_batch(
+        [VerifyItem(None, gold, answer=answer) for answer, gold in pairs], ScriptedExecutor(in_process)
+    )
     assert [v.extracted for v in verdicts] == ["\\frac{2}{4}", "7 apples", None]  # taken as given, not searched
     assert [v.correct for v in verdicts] == [True, True, False]
     assert verdicts[2].status == "no_answer"

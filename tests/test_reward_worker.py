@@ -170,7 +170,7 @@ def test_iter_verdicts_answers_every_item_in_order_and_flags_bad_ones() -> None:
 
 @pytest.mark.parametrize("payload", [None, [], {"items": "x"}, {"gold": "1", "pred": "1"}])
 def test_iter_verdicts_reports_a_malformed_payload(payload: object) -> None:
-    (index, result), = list(iter_verdicts(payload))
+    ((index, result),) = list(iter_verdicts(payload))
     assert index == 0 and result["status"] == "verifier_error"
 
 
@@ -215,8 +215,9 @@ def test_parse_worker_output_ignores_malformed_lines(stdout: str) -> None:
 
 
 def test_parse_worker_output_keeps_the_last_line_per_index() -> None:
-    text = (format_worker_output(0, {"status": "ok", "correct": True, "detail": None, "seconds": 0.1})
-            + format_worker_output(0, {"status": "ok", "correct": False, "detail": "x", "seconds": 0.2}))
+    text = format_worker_output(
+        0, {"status": "ok", "correct": True, "detail": None, "seconds": 0.1}
+    ) + format_worker_output(0, {"status": "ok", "correct": False, "detail": "x", "seconds": 0.2})
     assert parse_worker_output(text) == {0: {"status": "ok", "correct": False, "detail": "x", "seconds": 0.2}}
 
 
@@ -236,9 +237,17 @@ def test_two_stage_parsing_is_enabled_and_keeps_results() -> None:
 
 
 DETERMINISM_PAIRS = [
-    ("0", "4 \\cdot 0/0"), ("0", "5 \\cdot 0/0"), ("0", "\\infty - \\infty"), ("5", "\\frac{0}{0}"), ("1", "0/0 + 1"),
-    ("(0, 1)", "(0/0, 1)"), ("\\{0\\}", "\\{0/0\\}"), ("(-\\infty, 3)", "x<3"), ("\\frac{1}{2}", "1 1/4"),
-    ("1 - \\frac{1}{\\mathrm{e}}", "1 - e^{-1}"), ("(-\\infty,2)\\cup(3,\\infty)", "x<2 \\text{ or } x>3"),
+    ("0", "4 \\cdot 0/0"),
+    ("0", "5 \\cdot 0/0"),
+    ("0", "\\infty - \\infty"),
+    ("5", "\\frac{0}{0}"),
+    ("1", "0/0 + 1"),
+    ("(0, 1)", "(0/0, 1)"),
+    ("\\{0\\}", "\\{0/0\\}"),
+    ("(-\\infty, 3)", "x<3"),
+    ("\\frac{1}{2}", "1 1/4"),
+    ("1 - \\frac{1}{\\mathrm{e}}", "1 - e^{-1}"),
+    ("(-\\infty,2)\\cup(3,\\infty)", "x<2 \\text{ or } x>3"),
 ]
 DETERMINISM_SCRIPT = """
 import json, sys
@@ -255,8 +264,15 @@ def test_verdicts_do_not_depend_on_the_hash_seed() -> None:
     outputs = set()
     for seed in ("0", "1", "2", "4242"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        done = subprocess.run([sys.executable, "-c", DETERMINISM_SCRIPT], input=json.dumps(DETERMINISM_PAIRS),
-                              capture_output=True, text=True, env=env, timeout=300, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", DETERMINISM_SCRIPT],
+            input=json.dumps(DETERMINISM_PAIRS),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=True,
+        )
         outputs.add(done.stdout.strip().splitlines()[-1])
     assert len(outputs) == 1, outputs
     verdicts = json.loads(outputs.pop())
@@ -267,10 +283,17 @@ def test_verdicts_do_not_depend_on_the_hash_seed() -> None:
 @pytest.mark.parametrize(
     "expr, undefined",
     [
-        (sympy.nan, True), (sympy.zoo, True), (sympy.Mul(sympy.Integer(0), sympy.oo, evaluate=False), True),
-        (sympy.Add(sympy.oo, -sympy.oo, evaluate=False), True), (sympy.sin(sympy.oo), True),
-        (sympy.Pow(sympy.Integer(0), -1, evaluate=False), True), (sympy.Tuple(1, sympy.nan), True),
-        (sympy.oo, False), (sympy.Integer(0), False), (sympy.Rational(1, 2), False), (sympy.Symbol("x") / 0, True),
+        (sympy.nan, True),
+        (sympy.zoo, True),
+        (sympy.Mul(sympy.Integer(0), sympy.oo, evaluate=False), True),
+        (sympy.Add(sympy.oo, -sympy.oo, evaluate=False), True),
+        (sympy.sin(sympy.oo), True),
+        (sympy.Pow(sympy.Integer(0), -1, evaluate=False), True),
+        (sympy.Tuple(1, sympy.nan), True),
+        (sympy.oo, False),
+        (sympy.Integer(0), False),
+        (sympy.Rational(1, 2), False),
+        (sympy.Symbol("x") / 0, True),
         (sympy.Pow(10, sympy.Pow(10, 8, evaluate=False), evaluate=False), False),  # too large to evaluate: left alone
         (sympy.Interval(0, sympy.oo), False),
     ],
@@ -286,8 +309,10 @@ def test_solution_sets_of_conditions() -> None:
     assert guards.solution_set(sympy.Eq(x, sympy.Interval(0, 1), evaluate=False)) == sympy.Interval(0, 1)
     assert guards.solution_set(sympy.Eq(x, 3)) is None  # an assignment is left to math-verify
     assert guards.solution_set(x < sympy.Symbol("y", real=True)) is None  # two variables: not a set of reals
-    assert guards.same_set(guards.solution_set(sympy.Or(x < 2, x > 3)),
-                           sympy.Union(sympy.Interval.open(-sympy.oo, 2), sympy.Interval.open(3, sympy.oo)))
+    assert guards.same_set(
+        guards.solution_set(sympy.Or(x < 2, x > 3)),
+        sympy.Union(sympy.Interval.open(-sympy.oo, 2), sympy.Interval.open(3, sympy.oo)),
+    )
     assert not guards.same_set(guards.solution_set(x <= 3), sympy.Interval.open(-sympy.oo, 3))
 
 

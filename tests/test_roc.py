@@ -56,14 +56,52 @@ def _group(n_pos: int, n: int = 32, penalty: float = 0.5) -> list[Candidate]:
 # proportional quotas, minimum 2 per class with `<=` comparisons). The rows the notes list are 1-6, 16, 29-31; the
 # others follow from the same rule and are checked against it below.
 TOPK_TABLE = {
-    0: (0, 16), 1: (1, 15), 2: (2, 14), 3: (2, 14), 4: (2, 14), 5: (2, 14), 6: (3, 13), 7: (4, 12),
-    8: (4, 12), 9: (4, 12), 10: (5, 11), 11: (6, 10), 12: (6, 10), 13: (6, 10), 14: (7, 9), 15: (8, 8),
-    16: (8, 8), 17: (8, 8), 18: (9, 7), 19: (10, 6), 20: (10, 6), 21: (10, 6), 22: (11, 5), 23: (12, 4),
-    24: (12, 4), 25: (12, 4), 26: (13, 3), 27: (14, 2), 28: (14, 2), 29: (14, 2), 30: (14, 2), 31: (15, 1),
+    0: (0, 16),
+    1: (1, 15),
+    2: (2, 14),
+    3: (2, 14),
+    4: (2, 14),
+    5: (2, 14),
+    6: (3, 13),
+    7: (4, 12),
+    8: (4, 12),
+    9: (4, 12),
+    10: (5, 11),
+    11: (6, 10),
+    12: (6, 10),
+    13: (6, 10),
+    14: (7, 9),
+    15: (8, 8),
+    16: (8, 8),
+    17: (8, 8),
+    18: (9, 7),
+    19: (10, 6),
+    20: (10, 6),
+    21: (10, 6),
+    22: (11, 5),
+    23: (12, 4),
+    24: (12, 4),
+    25: (12, 4),
+    26: (13, 3),
+    27: (14, 2),
+    28: (14, 2),
+    29: (14, 2),
+    30: (14, 2),
+    31: (15, 1),
     32: (16, 0),
 }
-NOTES_ROWS = {1: (1, 15), 2: (2, 14), 3: (2, 14), 4: (2, 14), 5: (2, 14), 6: (3, 13), 16: (8, 8),
-              29: (14, 2), 30: (14, 2), 31: (15, 1)}
+NOTES_ROWS = {
+    1: (1, 15),
+    2: (2, 14),
+    3: (2, 14),
+    4: (2, 14),
+    5: (2, 14),
+    6: (3, 13),
+    16: (8, 8),
+    29: (14, 2),
+    30: (14, 2),
+    31: (15, 1),
+}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -76,8 +114,13 @@ def test_p_err_no_call_is_half():
 
 def test_p_err_counts_structured_classes_not_text():
     # a successful call whose output mentions "error" is not a failure; timeout and parse errors are
-    traj = _traj([([_call("ok", stdout="relative error 1e-9")], 0), ([_call("timeout"), _call("parse_error")], 0),
-                  ([_call("error")], 1)])
+    traj = _traj(
+        [
+            ([_call("ok", stdout="relative error 1e-9")], 0),
+            ([_call("timeout"), _call("parse_error")], 0),
+            ([_call("error")], 1),
+        ]
+    )
     assert p_err(traj) == pytest.approx(3 / 4)
 
 
@@ -212,9 +255,7 @@ def test_paper_mode_negatives_uniform_and_penalty_blind():
 
 
 def test_paper_mode_zero_penalty_positives_first():
-    group = [Candidate(1.0, 0.0), Candidate(1.0, 0.5), Candidate(1.0, 0.0), Candidate(1.0, 1.5)] + [
-        Candidate(0.0)
-    ] * 4
+    group = [Candidate(1.0, 0.0), Candidate(1.0, 0.5), Candidate(1.0, 0.0), Candidate(1.0, 1.5)] + [Candidate(0.0)] * 4
     for seed in range(50):
         sel = select_group(group, 4, random.Random(seed), "paper", min_per_class=1)
         assert sel.kept_pos == 2

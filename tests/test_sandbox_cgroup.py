@@ -54,8 +54,9 @@ def call_cgroup_dirs(proc_cgroup_text: str) -> list[str]:
     return dirs
 
 
-needs_layer = pytest.mark.skipif(expect_active() is None,
-                                 reason="no writable cgroup v1 memory controller as root on this machine")
+needs_layer = pytest.mark.skipif(
+    expect_active() is None, reason="no writable cgroup v1 memory controller as root on this machine"
+)
 
 # ----- parsing and the v2 paths (no kernel) -----------------------------------------------------------
 
@@ -73,7 +74,9 @@ def test_parse_mountinfo_and_proc_cgroup():
 def test_locate_v1_uses_the_own_cgroup_or_the_configured_parent():
     hs = cgroup.locate(None, V1_MOUNTINFO, V1_PROC_CGROUP)
     assert [(h.version, h.controllers, h.base) for h in hs] == [
-        (1, ("memory",), "/sys/fs/cgroup/memory/process_api/abc"), (1, ("pids",), "/sys/fs/cgroup/pids")]
+        (1, ("memory",), "/sys/fs/cgroup/memory/process_api/abc"),
+        (1, ("pids",), "/sys/fs/cgroup/pids"),
+    ]
     hs = cgroup.locate("tirl/", V1_MOUNTINFO, V1_PROC_CGROUP)
     assert [h.base for h in hs] == ["/sys/fs/cgroup/memory/tirl", "/sys/fs/cgroup/pids/tirl"]
     comounted = "35 31 0:32 / /sys/fs/cgroup/memory,pids rw - cgroup cgroup rw,memory,pids\n"
@@ -91,9 +94,16 @@ def test_locate_without_a_usable_memory_controller_says_why():
     assert cgroup._join("/m", "/docker/x", "/docker/x/sub") == "/m/sub"
 
 
-V2_FILES = {"cgroup.procs": "", "cgroup.controllers": "memory pids", "cgroup.subtree_control": "",
-            "memory.max": "max", "memory.swap.max": "max", "memory.events": "oom 0\noom_kill 0\n", "pids.max": "max",
-            "memory.current": "0"}
+V2_FILES = {
+    "cgroup.procs": "",
+    "cgroup.controllers": "memory pids",
+    "cgroup.subtree_control": "",
+    "memory.max": "max",
+    "memory.swap.max": "max",
+    "memory.events": "oom 0\noom_kill 0\n",
+    "pids.max": "max",
+    "memory.current": "0",
+}
 
 
 @pytest.fixture
@@ -191,8 +201,7 @@ def test_pids_hierarchy_that_cannot_be_used_is_left_out_with_the_reason(tmp_path
         real_write(path, value)
 
     monkeypatch.setattr(cgroup, "_write", write)
-    mountinfo = (f"35 31 0:32 / {mem} rw - cgroup cgroup rw,memory\n"
-                 f"41 31 0:38 / {unified} rw - cgroup2 cgroup2 rw\n")
+    mountinfo = f"35 31 0:32 / {mem} rw - cgroup cgroup rw,memory\n41 31 0:38 / {unified} rw - cgroup2 cgroup2 rw\n"
     layer = cgroup.CgroupLayer.setup(None, mountinfo=mountinfo, proc_cgroup="4:memory:/a\n0::/a\n")
     assert [(h.version, h.controllers) for h in layer.hierarchies] == [(1, ("memory",))]
     text = layer.describe()
@@ -220,7 +229,8 @@ async def test_call_runs_in_its_own_cgroup_with_the_request_limits_emptied_after
         "import re\ntext = open('/proc/self/cgroup').read()\n"
         "mem = re.search(r':memory:(.*)', text).group(1)\npids = re.search(r':pids:(.*)', text).group(1)\n"
         "print(open('/sys/fs/cgroup/memory' + mem + '/memory.limit_in_bytes').read().strip())\n"
-        "print(open('/sys/fs/cgroup/pids' + pids + '/pids.max').read().strip())")
+        "print(open('/sys/fs/cgroup/pids' + pids + '/pids.max').read().strip())"
+    )
     async with LocalSandbox(workers=1, slots_per_worker=2, nproc_limit=48, **LIGHT) as sb:
         layers = {layer["name"]: layer for layer in await sb.layer_report()}
         assert layers["cgroup"]["active"], layers["cgroup"]
@@ -248,7 +258,8 @@ async def test_processes_that_together_pass_the_memory_limit_are_killed_and_the_
     code = PRINT_CGROUP + (
         "import os, time\nkids = []\nfor _ in range(8):\n    pid = os.fork()\n    if pid == 0:\n"
         "        block = b'\\x01' * (64 << 20)\n        time.sleep(1)\n        os._exit(0)\n    kids.append(pid)\n"
-        "print([os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) for k in kids])")
+        "print([os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) for k in kids])"
+    )
     async with LocalSandbox(workers=1, slots_per_worker=1, **LIGHT) as sb:
         pids = sb.worker_pids()
         r = await sb.run(ExecutionRequest(code, memory_mb=256, timeout_s=20))

@@ -104,8 +104,10 @@ async def test_numpy_allocation_past_the_limit(sb):
 async def test_100mb_of_stdout_is_capped_while_streaming(sb):
     pids = sb.worker_pids()
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    code = ("import sys\nchunk = 'x' * 2**20\nfor _ in range(100):\n    sys.stdout.write(chunk)\n"
-            "print('done', file=sys.stderr)")
+    code = (
+        "import sys\nchunk = 'x' * 2**20\nfor _ in range(100):\n    sys.stdout.write(chunk)\n"
+        "print('done', file=sys.stderr)"
+    )
     r = await run(sb, code, timeout_s=20)
     assert r.status == "ok"
     assert r.stdout_truncated and not r.stderr_truncated
@@ -151,7 +153,7 @@ async def test_f07_background_process_does_not_delay_the_answer_and_dies(sb, var
     code = {
         "popen": f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'])\nprint('started')",
         "fork": f"import os, time\nif os.fork() == 0:\n    os.execvp('sleep', ['sleep', '{marker}'])\nelse:\n"
-                "    time.sleep(0.2)\n    print('started')",
+        "    time.sleep(0.2)\n    print('started')",
     }[variant]
     pids = sb.worker_pids()
     r = await run(sb, code, timeout_s=10)
@@ -162,8 +164,10 @@ async def test_f07_background_process_does_not_delay_the_answer_and_dies(sb, var
 
 async def test_f20_sigterm_and_sigint_ignored_then_killed(sb):
     pids = sb.worker_pids()
-    code = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-            "signal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(1000)")
+    code = (
+        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(1000)"
+    )
     r = await run(sb, code, timeout_s=1)
     assert r.status == "timeout" and r.exit_code == -9
     await check_host_unaffected(sb, pids)
@@ -245,9 +249,9 @@ async def test_f16_no_outbound_network(sb, layers, variant):
     code = {
         "urllib": "import urllib.request\nprint(urllib.request.urlopen('http://example.com', timeout=3).status)",
         "udp": "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-               "s.connect(('8.8.8.8', 80))\nprint(s.getsockname()[0])",
+        "s.connect(('8.8.8.8', 80))\nprint(s.getsockname()[0])",
         "curl": "import subprocess\ntry:\n    rc = subprocess.run(['curl', '-sS', '-m', '3', 'http://example.com'],"
-                " capture_output=True).returncode\nexcept FileNotFoundError:\n    rc = 'no curl'\nprint(rc)",
+        " capture_output=True).returncode\nexcept FileNotFoundError:\n    rc = 'no curl'\nprint(rc)",
     }[variant]
     r = await run(sb, code, timeout_s=8)
     if variant == "curl":
@@ -280,9 +284,11 @@ async def test_deeply_nested_scratch_tree_is_removed_without_harming_the_worker(
     # shutil.rmtree recursed once per level: 1500 nested directories crashed the worker (RecursionError),
     # which answered the call ``internal`` and replaced the worker.
     pids = sb.worker_pids()
-    code = ("import os\nos.symlink('/', 'root_link')\nfor i in range(1500):\n"
-            "    os.mkdir('d'); open('d/f', 'w').close(); os.chdir('d')\n"
-            "    if i % 500 == 499: os.chmod('..', 0)\nprint('deep')")
+    code = (
+        "import os\nos.symlink('/', 'root_link')\nfor i in range(1500):\n"
+        "    os.mkdir('d'); open('d/f', 'w').close(); os.chdir('d')\n"
+        "    if i % 500 == 499: os.chmod('..', 0)\nprint('deep')"
+    )
     r = await run(sb, code, timeout_s=10)
     assert (r.status, r.stdout) == ("ok", "deep\n"), r.stderr
     await check_host_unaffected(sb, pids)
@@ -293,9 +299,11 @@ async def test_many_empty_files_hit_the_scratch_inode_bound(sb, layers):
     if not layer_active(layers, "mount_namespace"):
         pytest.skip("no private scratch tmpfs on this machine")
     pids = sb.worker_pids()
-    code = ("import os\nn = 0\ntry:\n    for n in range(100_000):\n"
-            "        os.close(os.open(f'f{n}', os.O_CREAT | os.O_WRONLY))\n"
-            "except OSError as exc:\n    print('stopped', exc.errno, n <= 65536)\nelse:\n    print('no bound')")
+    code = (
+        "import os\nn = 0\ntry:\n    for n in range(100_000):\n"
+        "        os.close(os.open(f'f{n}', os.O_CREAT | os.O_WRONLY))\n"
+        "except OSError as exc:\n    print('stopped', exc.errno, n <= 65536)\nelse:\n    print('no bound')"
+    )
     r = await run(sb, code, timeout_s=20)
     assert (r.status, r.stdout) == ("ok", "stopped 28 True\n"), r.stderr
     await check_host_unaffected(sb, pids)
@@ -331,15 +339,18 @@ async def test_sysv_ipc_objects_do_not_outlive_the_call(sb, layers):
         await check_host_unaffected(sb, pids)
         assert host_sysv_ipc(key) == {"shm": [], "sem": [], "msg": []}
         # Later calls (on either worker) cannot find them either: lookups without IPC_CREAT fail.
-        later = await sb.run_batch([ExecutionRequest(SYSV_IPC_CODE.format(key=key, size=0, flags=0, attach=False))
-                                    for _ in range(4)])
+        later = await sb.run_batch(
+            [ExecutionRequest(SYSV_IPC_CODE.format(key=key, size=0, flags=0, attach=False)) for _ in range(4)]
+        )
         for r in later:
             assert (r.status, r.stdout) == ("ok", f"{[os.strerror(2)] * 3}\n"), r.stderr
         if layer_active(layers, "seccomp"):  # nor can the code leave its namespace or make another one
-            escape = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-                      "fd = os.open('/proc/self/ns/ipc', 0)\n"
-                      "print([ctypes.get_errno() if call() < 0 else 0 for call in (lambda: libc.unshare(0x08000000), "
-                      "lambda: libc.setns(fd, 0x08000000))])")
+            escape = (
+                "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                "fd = os.open('/proc/self/ns/ipc', 0)\n"
+                "print([ctypes.get_errno() if call() < 0 else 0 for call in (lambda: libc.unshare(0x08000000), "
+                "lambda: libc.setns(fd, 0x08000000))])"
+            )
             r = await run(sb, escape)
             assert (r.status, r.stdout) == ("ok", "[1, 1]\n"), r.stderr
     finally:
@@ -352,8 +363,9 @@ async def test_f17_parent_environment_is_absent(sb):
     assert lines[0] == "None"
     names = eval(lines[1])
     allowed_prefixes = ("PATH", "LANG", "LC_", "HOME", "TMP", "TEMP", "PYTHON", "MPL", "USER", "LOGNAME")
-    assert all(n.endswith("_NUM_THREADS") or n.endswith("MAXIMUM_THREADS") or n.startswith(allowed_prefixes)
-               for n in names), names
+    assert all(
+        n.endswith("_NUM_THREADS") or n.endswith("MAXIMUM_THREADS") or n.startswith(allowed_prefixes) for n in names
+    ), names
 
 
 async def test_host_process_environment_is_unreadable(sb, layers):
@@ -438,12 +450,17 @@ async def test_f10_large_output_is_flagged_truncated(sb):
 
 async def test_code_cannot_signal_its_worker(sb, layers):
     info = await sb.worker_info()
-    if not (layer_active(layers, "pid_namespace") or layer_active(layers, "unprivileged_user")
-            or info["plan"]["landlock_abi"] >= 6):
+    if not (
+        layer_active(layers, "pid_namespace")
+        or layer_active(layers, "unprivileged_user")
+        or info["plan"]["landlock_abi"] >= 6
+    ):
         pytest.skip("no PID namespace, no separate user and no Landlock signal scoping here (documented limit)")
     pids = sb.worker_pids()
-    code = (f"import os, signal\nfor pid in {pids!r}:\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
-            "    except OSError as e:\n        print(type(e).__name__)")
+    code = (
+        f"import os, signal\nfor pid in {pids!r}:\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
+        "    except OSError as e:\n        print(type(e).__name__)"
+    )
     r = await run(sb, code)
     assert r.status == "ok"
     assert r.stdout.count("Error") == len(pids)  # ProcessLookupError (other namespace) or PermissionError

@@ -29,9 +29,10 @@ import pytest_asyncio
 from sandbox_helpers import layer_active
 from tirl.sandbox import ExecutionRequest, LocalSandbox, isolation, uids
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"),
-              pytest.mark.skipif(os.geteuid() != 0,
-                                 reason="per-call uids and mounts need root (as on tirl's machines)")]
+pytestmark = [
+    pytest.mark.asyncio(loop_scope="module"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="per-call uids and mounts need root (as on tirl's machines)"),
+]
 
 NPROC = 64
 ORDINARY_TIMEOUT_S = 60.0
@@ -39,10 +40,16 @@ POOL_OPTIONS = dict(preload=("numpy",), nproc_limit=NPROC)
 
 #: (code, expected stdout) of ordinary call ``i``: a thread, a subprocess, numpy.
 ORDINARY = (
-    ("import threading\nr = []\nt = threading.Thread(target=lambda: r.append({i} * 2))\nt.start(); t.join()\n"
-     "print('thread', r[0])", "thread {twice}\n"),
-    ("import subprocess\nprint(subprocess.run(['echo', 'sub', '{i}'], capture_output=True, text=True, check=True)"
-     ".stdout.strip())", "sub {i}\n"),
+    (
+        "import threading\nr = []\nt = threading.Thread(target=lambda: r.append({i} * 2))\nt.start(); t.join()\n"
+        "print('thread', r[0])",
+        "thread {twice}\n",
+    ),
+    (
+        "import subprocess\nprint(subprocess.run(['echo', 'sub', '{i}'], capture_output=True, text=True, check=True)"
+        ".stdout.strip())",
+        "sub {i}\n",
+    ),
     ("import numpy as np\nprint('numpy', int(np.arange({i} + 1).sum()))", "numpy {tri}\n"),
 )
 
@@ -55,17 +62,23 @@ def ordinary(i: int) -> tuple[ExecutionRequest, str]:
 
 BOMBS = {
     "fork": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", 256),
-    "thread": ("import threading, time\nwhile True:\n    try:\n"
-               "        threading.Thread(target=time.sleep, args=(100,), daemon=True).start()\n"
-               "    except RuntimeError:\n        pass", 2048),  # room for the threads' stacks (address space)
+    "thread": (
+        "import threading, time\nwhile True:\n    try:\n"
+        "        threading.Thread(target=time.sleep, args=(100,), daemon=True).start()\n"
+        "    except RuntimeError:\n        pass",
+        2048,
+    ),  # room for the threads' stacks (address space)
     # The call's init keeps 4 processes allocating until the call's memory cgroup (or their address-space
     # limit) ends them, and replaces each one that dies, until the deadline.
-    "memory": ("import os, time\ndef hog():\n    held = []\n    while True:\n        try:\n"
-               "            held.append(bytearray(16 << 20))\n        except MemoryError:\n"
-               "            time.sleep(0.01)\n"
-               "kids = 0\nwhile True:\n    while kids < 4:\n        if os.fork() == 0:\n            hog()\n"
-               "        kids += 1\n"
-               "    os.wait()\n    kids -= 1", 256),
+    "memory": (
+        "import os, time\ndef hog():\n    held = []\n    while True:\n        try:\n"
+        "            held.append(bytearray(16 << 20))\n        except MemoryError:\n"
+        "            time.sleep(0.01)\n"
+        "kids = 0\nwhile True:\n    while kids < 4:\n        if os.fork() == 0:\n            hog()\n"
+        "        kids += 1\n"
+        "    os.wait()\n    kids -= 1",
+        256,
+    ),
 }
 
 #: The second pool: another process, same machine, same uid range. Prints "ready", then for every "go"
@@ -108,8 +121,13 @@ async def layers(sb):
 async def second_pool():
     src = isolation.SOURCE_ROOT
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", SECOND_POOL.format(tests=os.path.dirname(os.path.abspath(__file__))),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": src})
+        sys.executable,
+        "-c",
+        SECOND_POOL.format(tests=os.path.dirname(os.path.abspath(__file__))),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": src},
+    )
     line = await asyncio.wait_for(proc.stdout.readline(), 120)
     assert line.strip() == b"ready", line
     yield proc
@@ -135,8 +153,11 @@ async def test_ordinary_calls_next_to_a_bomb_all_answer_ok(sb, second_pool, laye
     there = json.loads(await asyncio.wait_for(second_pool.stdout.readline(), 120))
     overlapped = not bomb_task.done()
     bomb_result = await bomb_task
-    bad = [(r.status, r.stdout, want, r.stderr[-300:]) for r, (_, want) in zip(here, pairs)
-           if (r.status, r.stdout) != ("ok", want)]
+    bad = [
+        (r.status, r.stdout, want, r.stderr[-300:])
+        for r, (_, want) in zip(here, pairs)
+        if (r.status, r.stdout) != ("ok", want)
+    ]
     bad += [row for row in there if (row[0], row[1]) != ("ok", row[2])]
     assert not bad, f"{len(bad)} of 100 ordinary calls failed next to the {bomb} bomb: {bad[:3]}"
     assert len(there) == 50
@@ -165,7 +186,9 @@ async def test_a_call_cannot_signal_a_concurrent_call(sb, layers):
     # Without a shared /proc or uid, the attacker can neither see nor signal the victim; try every pid.
     attacker = ExecutionRequest(
         "import os\nhits = 0\nfor pid in range(2, 5000):\n    try:\n        os.kill(pid, 9)\n        hits += 1\n"
-        "    except OSError:\n        pass\nprint('hits', hits)", timeout_s=30)
+        "    except OSError:\n        pass\nprint('hits', hits)",
+        timeout_s=30,
+    )
     victim_task = asyncio.ensure_future(sb.run(victim))
     await asyncio.sleep(0.3)
     att = await sb.run(attacker)
@@ -203,8 +226,10 @@ async def test_a_killed_worker_releases_the_uids_of_its_calls():
         if not layer_active(layers, "uid_per_call") or pool.config.uid_lock_dir != uids.DEFAULT_LOCK_DIR:
             pytest.skip("the uid_per_call layer is missing here")
         worker = pool.worker_pids()[0]
-        tasks = [asyncio.ensure_future(pool.run(ExecutionRequest("import time\ntime.sleep(60)", timeout_s=90)))
-                 for _ in range(2)]
+        tasks = [
+            asyncio.ensure_future(pool.run(ExecutionRequest("import time\ntime.sleep(60)", timeout_s=90)))
+            for _ in range(2)
+        ]
         for _ in range(200):
             held = _held_by(worker)
             if len(held) == 2:
@@ -233,10 +258,12 @@ async def test_a_killed_worker_releases_the_uids_of_its_calls():
 async def test_proc_lists_only_the_calls_own_processes(sb, layers):
     if not layer_active(layers, "private_proc"):
         pytest.skip("the private_proc layer is missing here")
-    code = ("import os, subprocess\np = subprocess.Popen(['sleep', '30'])\n"
-            "pids = sorted(int(e) for e in os.listdir('/proc') if e.isdigit())\n"
-            "print(pids == sorted([1, p.pid]), open('/proc/1/cmdline', 'rb').read().split(b'\\0')[0] != b'')\n"
-            "p.kill()")
+    code = (
+        "import os, subprocess\np = subprocess.Popen(['sleep', '30'])\n"
+        "pids = sorted(int(e) for e in os.listdir('/proc') if e.isdigit())\n"
+        "print(pids == sorted([1, p.pid]), open('/proc/1/cmdline', 'rb').read().split(b'\\0')[0] != b'')\n"
+        "p.kill()"
+    )
     r = await sb.run(ExecutionRequest(code, timeout_s=30))
     assert (r.status, r.stdout) == ("ok", "True True\n"), r
     host_pid = os.getpid()
@@ -249,13 +276,14 @@ async def test_the_projects_source_is_not_readable(sb, layers):
         pytest.skip("the landlock layer is missing here")
     source = os.path.abspath(isolation.__file__)
     this_test = os.path.abspath(__file__)
-    code = ("import os\nfor path in {paths!r}:\n    try:\n        open(path).read(1)\n        print('read', path)\n"
-            "    except OSError as exc:\n        print('denied', exc.errno)\n"
-            "try:\n    os.listdir({root!r})\n    print('listed')\n"
-            "except OSError as exc:\n    print('denied', exc.errno)\n"
-            "import sys\nprint(any(p.startswith({root!r}) for p in sys.path))")
-    r = await sb.run(ExecutionRequest(code.format(paths=[source, this_test], root=isolation.SOURCE_ROOT),
-                                      timeout_s=30))
+    code = (
+        "import os\nfor path in {paths!r}:\n    try:\n        open(path).read(1)\n        print('read', path)\n"
+        "    except OSError as exc:\n        print('denied', exc.errno)\n"
+        "try:\n    os.listdir({root!r})\n    print('listed')\n"
+        "except OSError as exc:\n    print('denied', exc.errno)\n"
+        "import sys\nprint(any(p.startswith({root!r}) for p in sys.path))"
+    )
+    r = await sb.run(ExecutionRequest(code.format(paths=[source, this_test], root=isolation.SOURCE_ROOT), timeout_s=30))
     assert r.status == "ok", r
     assert r.stdout == f"denied {errno.EACCES}\n" * 3 + "False\n", r.stdout
     # while the Python installation stays readable
@@ -305,8 +333,11 @@ async def test_dev_shm_is_private_to_the_call_and_gone_after_it(sb, layers):
     if not layer_active(layers, "private_shm"):
         pytest.skip("the private_shm layer is missing here")
     name = f"tirl-test-{os.getpid()}"
-    writer = ExecutionRequest(f"import time\nopen('/dev/shm/{name}', 'w').write('x')\ntime.sleep(1)\n"
-                              "import os\nprint(os.listdir('/dev/shm'))", timeout_s=30)
+    writer = ExecutionRequest(
+        f"import time\nopen('/dev/shm/{name}', 'w').write('x')\ntime.sleep(1)\n"
+        "import os\nprint(os.listdir('/dev/shm'))",
+        timeout_s=30,
+    )
     reader = ExecutionRequest("import os, time\ntime.sleep(0.3)\nprint(os.listdir('/dev/shm'))", timeout_s=30)
     w, r = await sb.run_batch([writer, reader])
     assert (w.status, w.stdout) == ("ok", f"['{name}']\n"), w
@@ -320,16 +351,22 @@ async def test_dev_shm_is_bounded(sb, layers):
     if not layer_active(layers, "private_shm"):
         pytest.skip("the private_shm layer is missing here")
     # Files of 8 MiB (under RLIMIT_FSIZE) until the tmpfs is full: at most shm_mb MiB in all.
-    code = ("import errno\nn = 0\ntry:\n    for i in range(40):\n        with open(f'/dev/shm/f{{i}}', 'wb') as fh:\n"
-            "            for _ in range(8):\n                fh.write(b'x' * (1 << 20))\n                fh.flush()\n"
-            "                n += 1\nexcept OSError as exc:\n    print(errno.errorcode[exc.errno], n <= {mb})")
+    code = (
+        "import errno\nn = 0\ntry:\n    for i in range(40):\n        with open(f'/dev/shm/f{{i}}', 'wb') as fh:\n"
+        "            for _ in range(8):\n                fh.write(b'x' * (1 << 20))\n                fh.flush()\n"
+        "                n += 1\nexcept OSError as exc:\n    print(errno.errorcode[exc.errno], n <= {mb})"
+    )
     r = await sb.run(ExecutionRequest(code.format(mb=sb.config.shm_mb), timeout_s=30, memory_mb=1024))
     assert (r.status, r.stdout) == ("ok", "ENOSPC True\n"), r
 
 
 async def test_getpass_works_for_a_uid_without_a_passwd_entry(sb):
-    r = await sb.run(ExecutionRequest("import getpass, os, pathlib\nprint(getpass.getuser(), pathlib.Path.home() == "
-                                      "pathlib.Path(os.getcwd()))", timeout_s=30))
+    r = await sb.run(
+        ExecutionRequest(
+            "import getpass, os, pathlib\nprint(getpass.getuser(), pathlib.Path.home() == pathlib.Path(os.getcwd()))",
+            timeout_s=30,
+        )
+    )
     assert (r.status, r.stdout) == ("ok", f"{isolation.CALL_USER_NAME} True\n"), r
 
 
@@ -337,9 +374,11 @@ async def test_the_answer_checker_still_imports_in_a_pool_that_did_not_preload_i
     """``readable_packages`` (default tirl.reward, tirl.protocol) stay importable; the rest of tirl does not."""
     if not layer_active(layers, "landlock"):
         pytest.skip("the landlock layer is missing here")
-    code = ("from tirl.reward.worker import main\nprint('imported', callable(main))\n"
-            "import tirl.sandbox.pool as p\ntry:\n    open(p.__file__).read(1)\n"
-            "except PermissionError:\n    print('denied')")
+    code = (
+        "from tirl.reward.worker import main\nprint('imported', callable(main))\n"
+        "import tirl.sandbox.pool as p\ntry:\n    open(p.__file__).read(1)\n"
+        "except PermissionError:\n    print('denied')"
+    )
     r = await sb.run(ExecutionRequest(code, timeout_s=ORDINARY_TIMEOUT_S))
     assert (r.status, r.stdout) == ("ok", "imported True\ndenied\n"), r
 
@@ -355,9 +394,15 @@ async def test_a_calls_mounts_never_reach_the_host_without_the_workers_mount_nam
             layers = await pool.layer_report()
             if not (layer_active(layers, "private_proc") and layer_active(layers, "private_shm")):
                 pytest.skip("the private_proc/private_shm layers are missing here")
-            task = asyncio.ensure_future(pool.run(ExecutionRequest(
-                "import os, time\nprint(os.listdir('/dev/shm'), sorted(int(p) for p in os.listdir('/proc') if "
-                "p.isdigit()))\ntime.sleep(1.5)", timeout_s=30)))
+            task = asyncio.ensure_future(
+                pool.run(
+                    ExecutionRequest(
+                        "import os, time\nprint(os.listdir('/dev/shm'), sorted(int(p) for p in os.listdir('/proc') if "
+                        "p.isdigit()))\ntime.sleep(1.5)",
+                        timeout_s=30,
+                    )
+                )
+            )
             await asyncio.sleep(0.8)  # the call is sleeping with its mounts in place
             host_view = (os.path.exists(marker), os.path.exists(f"/proc/{os.getpid()}"))
             r = await task
@@ -372,12 +417,19 @@ async def test_more_calls_than_uids_answers_the_extra_call_internal_with_the_rea
     shared uid (that would bring the interference back) but answered ``internal``, saying why."""
     os.chmod(tmp_path, 0o755)
     first = 1_950_000_000 + os.getpid() % 100_000  # a range no other pool uses
-    async with LocalSandbox(workers=1, preload=(), slots_per_worker=2, call_uid_first=first, call_uid_count=1,
-                            uid_lock_dir=str(tmp_path / "uids")) as pool:
+    async with LocalSandbox(
+        workers=1,
+        preload=(),
+        slots_per_worker=2,
+        call_uid_first=first,
+        call_uid_count=1,
+        uid_lock_dir=str(tmp_path / "uids"),
+    ) as pool:
         if not layer_active(await pool.layer_report(), "uid_per_call"):
             pytest.skip("the uid_per_call layer is missing here")
-        results = await pool.run_batch([ExecutionRequest("import os, time\ntime.sleep(1)\nprint(os.getuid())",
-                                                         timeout_s=30)] * 2)
+        results = await pool.run_batch(
+            [ExecutionRequest("import os, time\ntime.sleep(1)\nprint(os.getuid())", timeout_s=30)] * 2
+        )
         after = await pool.run(ExecutionRequest("import os\nprint(os.getuid())", timeout_s=30))
     statuses = sorted(r.status for r in results)
     assert statuses == ["internal", "ok"], results

@@ -81,9 +81,15 @@ def test_seccomp_filter_policy_in_a_child():
 
     out = run_in_child(body)
     assert "crash" not in out, out
-    assert out == {"inet": errno.EPERM, "inet6": errno.EPERM, "unix": 0, "unshare": errno.EPERM,
-                   "unshare_ipc": errno.EPERM,
-                   "mount": errno.EPERM, "subprocess": 0}
+    assert out == {
+        "inet": errno.EPERM,
+        "inet6": errno.EPERM,
+        "unix": 0,
+        "unshare": errno.EPERM,
+        "unshare_ipc": errno.EPERM,
+        "mount": errno.EPERM,
+        "subprocess": 0,
+    }
 
 
 def test_landlock_confines_writes_and_reads_in_a_child():
@@ -109,8 +115,7 @@ def test_landlock_confines_writes_and_reads_in_a_child():
             }
 
         out = run_in_child(body)
-        assert out == {"write_other": errno.EACCES, "read_other": errno.EACCES, "read_scratch": "fine",
-                       "devnull": 0}
+        assert out == {"write_other": errno.EACCES, "read_other": errno.EACCES, "read_scratch": "fine", "devnull": 0}
         assert not os.path.exists(os.path.join(other, "new"))
 
 
@@ -168,8 +173,16 @@ async def test_all_layers_active_when_root_and_kernel_allow():
 
 @pytest.mark.parametrize(
     ("code", "silent"),
-    [("x;", True), ("x ;  # c", True), ("x", False), ("x  # ;", False), ("s = ';'\ns", False),
-     ("f(\n  1);", True), ("print(1)\n\n", False), ("x = (1;", False)],
+    [
+        ("x;", True),
+        ("x ;  # c", True),
+        ("x", False),
+        ("x  # ;", False),
+        ("s = ';'\ns", False),
+        ("f(\n  1);", True),
+        ("print(1)\n\n", False),
+        ("x = (1;", False),
+    ],
 )
 def test_ends_with_semicolon(code, silent):
     assert runner.ends_with_semicolon(code) is silent
@@ -184,7 +197,9 @@ def test_format_user_traceback_drops_library_frames():
     lines = text.splitlines()
     assert lines[0] == "Traceback (most recent call last):"
     assert [line.strip() for line in lines if line.strip().startswith("File")] == [
-        'File "<code>", line 4, in <module>', 'File "<code>", line 3, in f']
+        'File "<code>", line 4, in <module>',
+        'File "<code>", line 3, in f',
+    ]
     assert lines[-1].startswith("json.decoder.JSONDecodeError: Expecting property name")
 
 
@@ -216,13 +231,16 @@ def test_doctor_cli_reports_layers_and_probes_as_json():
         assert probes["4 processes of 128 MiB under memory_mb=384"]["held"], probes
     if "ipc_namespace" in active:
         assert probes["System V shm segment left by a call"]["held"], probes
-    for layer, probe in (("private_proc", "list /proc (only the call's own pids)"),
-                         ("landlock", "read the project's source"),
-                         ("private_shm", "ProcessPoolExecutor (needs /dev/shm)"),
-                         ("uid_per_call", "two concurrent calls run as different uids"),
-                         ("seccomp", "connect to a host Unix socket")):
+    for layer, probe in (
+        ("private_proc", "list /proc (only the call's own pids)"),
+        ("landlock", "read the project's source"),
+        ("private_shm", "ProcessPoolExecutor (needs /dev/shm)"),
+        ("uid_per_call", "two concurrent calls run as different uids"),
+        ("seccomp", "connect to a host Unix socket"),
+    ):
         if layer in active:
             assert probes[probe]["held"], (probe, probes[probe])
     assert probes["memory scan for the previous call's code, stdin, output"]["held"], probes  # no layer needed
-    assert report["all_active"] == (all(layer["active"] for layer in report["layers"]) and all(
-        p["held"] for p in report["probes"]))
+    assert report["all_active"] == (
+        all(layer["active"] for layer in report["layers"]) and all(p["held"] for p in report["probes"])
+    )

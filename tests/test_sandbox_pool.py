@@ -134,8 +134,7 @@ async def test_aclose_answers_running_and_queued_calls_and_is_idempotent():
     after = await sb.run(ExecutionRequest("print(1)"))
     assert after.status == "internal" and "closed" in after.stderr
     await asyncio.sleep(0.1)
-    assert all(not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
-               for pid in pids)
+    assert all(not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z" for pid in pids)
 
 
 async def test_cancelled_callers_do_not_leak_slots():
@@ -160,8 +159,9 @@ async def test_preload_is_configurable():
 async def test_default_preload_imports_the_scientific_stack_once_and_warms_it():
     async with LocalSandbox(workers=1) as sb:
         info = await sb.worker_info()
-        result = await sb.run(ExecutionRequest(
-            "import sys\nprint(all(m in sys.modules for m in ('numpy', 'scipy', 'sympy')))"))
+        result = await sb.run(
+            ExecutionRequest("import sys\nprint(all(m in sys.modules for m in ('numpy', 'scipy', 'sympy')))")
+        )
     assert result.stdout == "True\n"
     assert info["preload"] == {"numpy": "ok", "scipy": "ok", "sympy": "ok"} and info["warmup_errors"] == []
 
@@ -183,17 +183,26 @@ async def test_output_overflow_can_kill_the_call():
 
 
 async def test_degraded_mode_without_any_optional_layer_still_isolates_calls():
-    off = dict(network_namespace=False, pid_namespace=False, mount_namespace=False, ipc_namespace=False,
-               unprivileged_user=False,
-               landlock=False, seccomp=False, cgroup=False)
+    off = dict(
+        network_namespace=False,
+        pid_namespace=False,
+        mount_namespace=False,
+        ipc_namespace=False,
+        unprivileged_user=False,
+        landlock=False,
+        seccomp=False,
+        cgroup=False,
+    )
     async with LocalSandbox(workers=1, **off, **LIGHT) as sb:
         layers = {layer["name"]: layer for layer in await sb.layer_report()}
         for name in off:
             assert not layers[name]["active"] and "switched off" in layers[name]["detail"]
         assert layers["rlimits"]["active"] and layers["env_scrub"]["active"]
         marker = unique_marker()
-        code = ("import os, subprocess, time\nif os.fork() == 0:\n    os.setsid()\n"
-                f"    subprocess.Popen(['sleep', '{marker}'])\n    os._exit(0)\ntime.sleep(60)")
+        code = (
+            "import os, subprocess, time\nif os.fork() == 0:\n    os.setsid()\n"
+            f"    subprocess.Popen(['sleep', '{marker}'])\n    os._exit(0)\ntime.sleep(60)"
+        )
         result = await sb.run(ExecutionRequest(code, timeout_s=1))
         assert result.status == "timeout"
         await asyncio.sleep(0.3)  # the subreaper worker kills escaped orphans on its next scan
@@ -207,7 +216,9 @@ def test_sync_sandbox_runs_code_and_closes_idempotently():
     try:
         assert sb.run_code("print(input())", stdin="hi\n").stdout == "hi\n"
         assert [r.stdout for r in sb.run_batch([ExecutionRequest("print(1)"), ExecutionRequest("print(2)")])] == [
-            "1\n", "2\n"]
+            "1\n",
+            "2\n",
+        ]
         assert {layer["name"] for layer in sb.layer_report()} >= {"seccomp", "landlock", "rlimits"}
     finally:
         sb.close()
@@ -241,7 +252,7 @@ def test_frame_buffer_reassembles_split_frames():
     buf = wire.FrameBuffer()
     messages = []
     for i in range(len(data)):  # one byte at a time
-        messages += buf.feed(data[i:i + 1])
+        messages += buf.feed(data[i : i + 1])
     assert messages == [{"op": "run", "code": "print('é\\udcff')"}, {"op": "shutdown"}]
 
 
@@ -264,7 +275,7 @@ def test_killing_the_host_process_leaves_no_worker_or_call_process():
         "async def main():\n"
         "    sb = LocalSandbox(workers=1, preload=())\n"
         "    await sb.start()\n"
-        "    task = asyncio.ensure_future(sb.run(ExecutionRequest(\"import subprocess, time\\n"
+        '    task = asyncio.ensure_future(sb.run(ExecutionRequest("import subprocess, time\\n'
         f"subprocess.Popen(['sleep', '{marker}'])\\ntime.sleep(60)\", timeout_s=50)))\n"
         "    await asyncio.sleep(0.5)\n"
         "    print(' '.join(map(str, sb.worker_pids())), flush=True)\n"
@@ -277,12 +288,15 @@ def test_killing_the_host_process_leaves_no_worker_or_call_process():
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and (host_pids_with_marker(marker) or any(
-            os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z" for p in worker_pids)):
+    while time.monotonic() < deadline and (
+        host_pids_with_marker(marker)
+        or any(os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z" for p in worker_pids)
+    ):
         time.sleep(0.05)
     assert host_pids_with_marker(marker) == []
-    assert all(not os.path.exists(f"/proc/{p}") or open(f"/proc/{p}/stat").read().split()[2] == "Z"
-               for p in worker_pids)
+    assert all(
+        not os.path.exists(f"/proc/{p}") or open(f"/proc/{p}/stat").read().split()[2] == "Z" for p in worker_pids
+    )
 
 
 async def test_workers_run_the_same_tirl_as_their_parent():

@@ -89,7 +89,8 @@ async def check_gold(sb: LocalSandbox) -> None:
             return await sb.run_batch(requests)
 
     verdict = await Verifier(executor=Spy()).averify_batch(
-        [VerifyItem(r"<answer>\boxed{0.5}</answer>", rf"\frac{{1}}{{2}} + 0\cdot {GOLD_MARKER[0]}_{{{GOLD_MARKER}}}")])
+        [VerifyItem(r"<answer>\boxed{0.5}</answer>", rf"\frac{{1}}{{2}} + 0\cdot {GOLD_MARKER[0]}_{{{GOLD_MARKER}}}")]
+    )
     assert any(GOLD_MARKER in r.stdin for r in sent), "the check did not reach the sandbox"
     assert verdict[0].status in ("ok", "unparsable_gold", "error", "timeout"), verdict
 
@@ -123,9 +124,12 @@ async def test_other_workers_and_concurrent_calls_are_unreadable():
     async with LocalSandbox(workers=2, slots_per_worker=2, preload=PRELOAD_MODULES) as sb:
         await secrets_round(sb, 6)
         tag = unique_marker()
-        slow = [asyncio.ensure_future(sb.run(ExecutionRequest(SLOW_SECRET_CODE.format(tag=tag),
-                                                              stdin=STDIN_MARKER + "\n", timeout_s=200)))
-                for _ in range(2)]
+        slow = [
+            asyncio.ensure_future(
+                sb.run(ExecutionRequest(SLOW_SECRET_CODE.format(tag=tag), stdin=STDIN_MARKER + "\n", timeout_s=200))
+            )
+            for _ in range(2)
+        ]
         for _ in range(600):  # both slow calls (one per worker) printed their marker and now sleep
             if len(host_pids_with_marker(tag)) >= 2:
                 break
@@ -161,8 +165,9 @@ async def test_service_checks_never_reach_the_execute_pool():
     tools, checks = ScriptedExecutor(in_process), ScriptedExecutor(in_process)
     app = create_app(tools, routers=[create_verify_router()], check_executor=checks)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
-        response = await client.post("/v1/verify/batch", json={"items": [
-            {"response": MARKED_ITEM.response, "gold": MARKED_ITEM.gold}]})
+        response = await client.post(
+            "/v1/verify/batch", json={"items": [{"response": MARKED_ITEM.response, "gold": MARKED_ITEM.gold}]}
+        )
         assert response.status_code == 200, response.text
     assert any(GOLD_MARKER in r.stdin for r in checks.requests)
     assert tools.requests == []

@@ -125,8 +125,10 @@ async def test_no_state_leaks_between_calls(sb):
 
 
 async def test_threads_started_by_the_code_are_joined(sb):
-    code = ("import threading, time\ndef late():\n    time.sleep(0.2)\n    print('late')\n"
-            "threading.Thread(target=late).start()")
+    code = (
+        "import threading, time\ndef late():\n    time.sleep(0.2)\n    print('late')\n"
+        "threading.Thread(target=late).start()"
+    )
     r = await run(sb, code)
     assert (r.status, r.stdout) == ("ok", "late\n")
 

@@ -63,10 +63,12 @@ class Listeners:
         self.dgram = os.path.join(root, "host-dgram.sock")
         self.abstract = "\0tirl-test-" + os.path.basename(root)
         self.socks = []
-        for name, kind, address in (("stream", socket.SOCK_STREAM, self.path),
-                                    ("seqpacket", socket.SOCK_SEQPACKET, self.seq),
-                                    ("abstract", socket.SOCK_STREAM, self.abstract),
-                                    ("dgram", socket.SOCK_DGRAM, self.dgram)):
+        for name, kind, address in (
+            ("stream", socket.SOCK_STREAM, self.path),
+            ("seqpacket", socket.SOCK_SEQPACKET, self.seq),
+            ("abstract", socket.SOCK_STREAM, self.abstract),
+            ("dgram", socket.SOCK_DGRAM, self.dgram),
+        ):
             s = socket.socket(socket.AF_UNIX, kind)
             s.bind(address)
             if not address.startswith("\0"):
@@ -116,8 +118,7 @@ async def test_calls_reach_no_host_unix_socket(listeners: Listeners) -> None:
     async with LocalSandbox(workers=1, preload=()) as sb:
         if not layer_active(await sb.layer_report(), "seccomp"):
             pytest.skip("needs the seccomp layer")
-        code = PROBE.format(path=listeners.path, seq=listeners.seq, abstract=listeners.abstract,
-                            dgram=listeners.dgram)
+        code = PROBE.format(path=listeners.path, seq=listeners.seq, abstract=listeners.abstract, dgram=listeners.dgram)
         result = await sb.run(ExecutionRequest(code, timeout_s=30))
     assert result.status == "ok", result.stderr
     out = json.loads(result.stdout)
@@ -127,11 +128,13 @@ async def test_calls_reach_no_host_unix_socket(listeners: Listeners) -> None:
 
 
 async def test_asyncio_and_multiprocessing_still_work() -> None:
-    code = ("import asyncio, multiprocessing as mp\n"
-            "async def main():\n    await asyncio.sleep(0)\n    return 5\n"
-            "print(asyncio.run(main()))\n"
-            "with mp.Pool(2) as p:\n    print(sum(p.map(abs, [-1, -2, 3])))\n"
-            "a, b = mp.Pipe()\na.send([1, 2])\nprint(b.recv())")
+    code = (
+        "import asyncio, multiprocessing as mp\n"
+        "async def main():\n    await asyncio.sleep(0)\n    return 5\n"
+        "print(asyncio.run(main()))\n"
+        "with mp.Pool(2) as p:\n    print(sum(p.map(abs, [-1, -2, 3])))\n"
+        "a, b = mp.Pipe()\na.send([1, 2])\nprint(b.recv())"
+    )
     async with LocalSandbox(workers=1, preload=()) as sb:
         result = await sb.run(ExecutionRequest(code, timeout_s=60))
     assert result.status == "ok", result.stderr

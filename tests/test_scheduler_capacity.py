@@ -29,7 +29,8 @@ def test_sglang_top_level_and_nested_fields():
 
 
 @pytest.mark.parametrize(
-    "bad", [{}, {"max_total_num_tokens": 0}, {"max_total_num_tokens": "x"}, {"max_total_num_tokens": True}, []])
+    "bad", [{}, {"max_total_num_tokens": 0}, {"max_total_num_tokens": "x"}, {"max_total_num_tokens": True}, []]
+)
 def test_sglang_missing_or_invalid_capacity_is_none(bad):
     assert parse_sglang_server_info(bad) is None
 

@@ -38,10 +38,29 @@ def two_servers(tiny_model_dir, qwen_tokenizer):
 def test_tirl_eval_runs_against_two_servers_through_the_scheduler(two_servers, tiny_model_dir, tmp_path):
     before = [s.generate_requests for s in two_servers]
     out = tmp_path / "run"
-    args = ["eval", "--model", str(tiny_model_dir), "--benchmarks", "math500:2", "--samples", "2",
-            "--max-response-tokens", "16", "--max-turns", "2", "--temperature", "0", "--no-use-tools",
-            "--engine", "openai",
-            "--scheduler", "kv_aware", "--quiet", "--out-dir", str(out)]
+    args = [
+        "eval",
+        "--model",
+        str(tiny_model_dir),
+        "--benchmarks",
+        "math500:2",
+        "--samples",
+        "2",
+        "--max-response-tokens",
+        "16",
+        "--max-turns",
+        "2",
+        "--temperature",
+        "0",
+        "--no-use-tools",
+        "--engine",
+        "openai",
+        "--scheduler",
+        "kv_aware",
+        "--quiet",
+        "--out-dir",
+        str(out),
+    ]
     for srv in two_servers:
         args += ["--servers", srv.url + "/v1"]
     result = CliRunner().invoke(app, args)
@@ -59,8 +78,21 @@ def test_tirl_eval_runs_against_two_servers_through_the_scheduler(two_servers, t
 
 
 def test_bad_scheduler_options_are_refused_with_a_message(tmp_path):
-    base = ["eval", "--model", "x", "--benchmarks", "math500:1", "--engine", "openai", "--out-dir", str(tmp_path),
-            "--servers", "http://127.0.0.1:9/v1", "--servers", "http://127.0.0.1:10/v1"]
+    base = [
+        "eval",
+        "--model",
+        "x",
+        "--benchmarks",
+        "math500:1",
+        "--engine",
+        "openai",
+        "--out-dir",
+        str(tmp_path),
+        "--servers",
+        "http://127.0.0.1:9/v1",
+        "--servers",
+        "http://127.0.0.1:10/v1",
+    ]
     result = CliRunner().invoke(app, base + ["--scheduler", "fastest"])
     assert result.exit_code == 2 and "kv_aware, static or round_robin" in result.output
     result = CliRunner().invoke(app, base + ["--kv-capacities", "1,2,3"])

@@ -86,16 +86,25 @@ def test_rule_name_keeps_the_old_keys_working():
 
 
 def test_recipes_choose_the_rule_and_validation_checks_it():
-    cfg = load_config(None, ["roc.rule=random", "rollout.group_size=4", "problems_per_step=1",
-                             "optim.per_device_train_batch_size=4"])
+    cfg = load_config(
+        None, ["roc.rule=random", "rollout.group_size=4", "problems_per_step=1", "optim.per_device_train_batch_size=4"]
+    )
     cfg.validate()
     assert rule_name(cfg.roc) == "random"
     with pytest.raises(ValueError, match="unknown selection rule"):
         load_config(None, ["roc.rule=bogus"]).validate()
     with pytest.raises(ValueError, match="oversample >= 2"):
         load_config(None, ["roc.rule=roc_release", "rollout.oversample=1"]).validate()
-    plain = load_config(None, ["roc.rule=all", "rollout.oversample=1", "rollout.group_size=4",
-                               "problems_per_step=1", "optim.per_device_train_batch_size=4"])
+    plain = load_config(
+        None,
+        [
+            "roc.rule=all",
+            "rollout.oversample=1",
+            "rollout.group_size=4",
+            "problems_per_step=1",
+            "optim.per_device_train_batch_size=4",
+        ],
+    )
     plain.validate()
     assert rule_name(plain.roc) == "all"
 

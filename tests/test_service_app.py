@@ -50,8 +50,18 @@ def _same_labels(sample: str, labels: dict) -> bool:
 
 
 def test_result_to_wire_equals_the_dataclass_dict():
-    result = ExecutionResult("error", stdout="o", stderr="e", display="d", error_type="E", traceback="t",
-                             exit_code=1, duration_s=0.5, stdout_truncated=True, request_id="r")
+    result = ExecutionResult(
+        "error",
+        stdout="o",
+        stderr="e",
+        display="d",
+        error_type="E",
+        traceback="t",
+        exit_code=1,
+        duration_s=0.5,
+        stdout_truncated=True,
+        request_id="r",
+    )
     assert result_to_wire(result) == result.to_dict()
 
 
@@ -62,8 +72,11 @@ def test_schemas_mirror_the_shared_dataclasses():
 
 @pytest.mark.parametrize(
     "data,why",
-    [(["x"], "non-object"), ({"status": "weird", "request_id": "a"}, "unknown"),
-     ({"status": "ok", "request_id": "b"}, "of 'b'")],
+    [
+        (["x"], "non-object"),
+        ({"status": "weird", "request_id": "a"}, "unknown"),
+        ({"status": "ok", "request_id": "b"}, "of 'b'"),
+    ],
 )
 def test_result_from_wire_turns_bad_results_into_internal(data, why):
     result = result_from_wire(data, "a")
@@ -153,16 +166,22 @@ async def test_lone_surrogates_round_trip_without_server_error():
         (json.dumps({"code": "echo 1"}).encode(), "request_id: Field required"),
         (json.dumps({"request_id": "", "code": "x"}).encode(), "request_id: String should have at least 1 character"),
         (json.dumps({"request_id": "a", "code": 5}).encode(), "code: Input should be a valid string"),
-        (json.dumps({"request_id": "a", "code": "x", "timeout_s": 0}).encode(),
-         "timeout_s: Input should be greater than 0"),
+        (
+            json.dumps({"request_id": "a", "code": "x", "timeout_s": 0}).encode(),
+            "timeout_s: Input should be greater than 0",
+        ),
         (json.dumps({"request_id": "a", "code": "x", "stdn": ""}).encode(), "stdn: Extra inputs are not permitted"),
         # FastAPI answered these three with a bare 400 "There was an error parsing the body"
         (b'{"request_id": "a", "code": "\xff"}', "body is not valid JSON: not valid UTF-8 (byte 29)"),
-        (b'{"request_id": "a", "code": "x", "stdin": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
-         "body is not valid JSON: nested too deeply"),
+        (
+            b'{"request_id": "a", "code": "x", "stdin": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            "body is not valid JSON: nested too deeply",
+        ),
         # and this one (json.loads refuses integers over 4300 digits with a plain ValueError)
-        (b'{"request_id": "a", "code": "x", "memory_mb": 1' + b"0" * 5000 + b"}",
-         "body is not valid JSON: Exceeds the limit (4300 digits) for integer string conversion"),
+        (
+            b'{"request_id": "a", "code": "x", "memory_mb": 1' + b"0" * 5000 + b"}",
+            "body is not valid JSON: Exceeds the limit (4300 digits) for integer string conversion",
+        ),
     ],
 )
 async def test_malformed_single_request_gets_readable_422(body, fragment):
@@ -210,8 +229,11 @@ async def test_lax_types_are_422_and_never_run(fields, fragment):
 
 async def test_infinite_timeout_is_422():
     async with client_for(create_app(ScriptedExecutor())) as c:
-        r = await c.post("/v1/execute", content=b'{"request_id": "a", "code": "echo 1", "timeout_s": Infinity}',
-                         headers={"content-type": "application/json"})
+        r = await c.post(
+            "/v1/execute",
+            content=b'{"request_id": "a", "code": "echo 1", "timeout_s": Infinity}',
+            headers={"content-type": "application/json"},
+        )
     assert r.status_code == 422 and "timeout_s: Input should be a finite number" in r.json()["message"]
 
 
@@ -262,7 +284,8 @@ async def test_stdin_over_limit_in_batch_is_413_naming_the_item():
         r = await c.post("/v1/execute/batch", json=body)
     assert r.status_code == 413
     assert r.json()["detail"] == [
-        {"index": 1, "request_id": "b", "message": "stdin is 5 bytes, over the limit of 4 bytes"}]
+        {"index": 1, "request_id": "b", "message": "stdin is 5 bytes, over the limit of 4 bytes"}
+    ]
 
 
 async def test_too_many_items_in_batch_is_413():
@@ -434,7 +457,7 @@ FAST_CASES = [
 
 def _comparable(response: httpx.Response) -> tuple:
     body = response.json()
-    for result in ([body] if "status" in body else body.get("results", [])):
+    for result in [body] if "status" in body else body.get("results", []):
         result.pop("duration_s", None)
     return response.status_code, response.headers["content-type"], body
 
@@ -450,9 +473,12 @@ async def test_fast_path_answers_exactly_as_the_routes(path, body):
 
 async def test_raw_bodies_the_one_pass_parser_refuses_fall_back_to_the_routes():
     # a lone surrogate escape (json.loads accepts it, pydantic's JSON parser does not) and NaN
-    for raw in (b'{"request_id": "s1", "code": "echo \\ud800"}',
-                b'{"request_id": "s2", "code": "echo", "timeout_s": NaN}',
-                b'{"request_id": "s3", "code": "echo a"', b"\xff\xfe"):
+    for raw in (
+        b'{"request_id": "s1", "code": "echo \\ud800"}',
+        b'{"request_id": "s2", "code": "echo", "timeout_s": NaN}',
+        b'{"request_id": "s3", "code": "echo a"',
+        b"\xff\xfe",
+    ):
         answers = []
         for fast in (True, False):
             async with client_for(create_app(ScriptedExecutor(), ServiceConfig(fast_path=fast))) as c:
@@ -466,8 +492,9 @@ async def test_fast_path_is_taken_for_well_formed_requests_and_stays_idempotent(
 
     seen = []
     original = app_module.ExecuteRequest.model_validate_json
-    monkeypatch.setattr(app_module.ExecuteRequest, "model_validate_json",
-                        lambda data: seen.append(data) or original(data))
+    monkeypatch.setattr(
+        app_module.ExecuteRequest, "model_validate_json", lambda data: seen.append(data) or original(data)
+    )
     ex = ScriptedExecutor()
     async with client_for(create_app(ex)) as c:
         first = await c.post("/v1/execute", json=item("echo once", "same-id"))

@@ -232,7 +232,8 @@ async def test_oversize_item_rejected_alone_others_still_run(stream):
     urls, executors, transport = cluster(1, service=ServiceConfig(max_code_bytes=20))
     async with SandboxClient(urls, fast(flush_interval_s=0.05, stream=stream), transport=transport) as client:
         results = await asyncio.gather(
-            client.run(req("echo ok", "small")), client.run(req("echo " + "x" * 50, "big")),
+            client.run(req("echo ok", "small")),
+            client.run(req("echo " + "x" * 50, "big")),
             client.run(req("echo 2", "s2")),
         )
         stats = client.stats()
@@ -353,8 +354,10 @@ async def test_real_sockets_two_servers_in_process():
             ready.set()
 
     stop = asyncio.Event()
-    servers = [asyncio.ensure_future(serve_app(create_app(ex), "127.0.0.1", 0, on_ready=on_ready, stop=stop))
-               for ex in executors]
+    servers = [
+        asyncio.ensure_future(serve_app(create_app(ex), "127.0.0.1", 0, on_ready=on_ready, stop=stop))
+        for ex in executors
+    ]
     try:
         await asyncio.wait_for(ready.wait(), 10)
         async with SandboxClient(urls, fast(senders=4, batch_size=16)) as client:

@@ -44,8 +44,12 @@ def workload(n: int, seed: int) -> list[tuple[ExecutionRequest, tuple]]:
         if kind == "ok":
             calls.append((ExecutionRequest(code=f"print({i} * 3)", timeout_s=2), ("ok", f"{3 * i}\n", None)))
         elif kind == "stdin":
-            calls.append((ExecutionRequest(code="print(int(input()) + 1)", stdin=f"{i}", timeout_s=2),
-                          ("ok", f"{i + 1}\n", None)))
+            calls.append(
+                (
+                    ExecutionRequest(code="print(int(input()) + 1)", stdin=f"{i}", timeout_s=2),
+                    ("ok", f"{i + 1}\n", None),
+                )
+            )
         elif kind == "error":
             calls.append((ExecutionRequest(code=f"raise ValueError({i})", timeout_s=2), ("error", None, "ValueError")))
         else:
@@ -112,7 +116,7 @@ async def test_client_single_calls_and_batches_through_a_real_server():
         assert result.request_id == request.request_id and result.status == status
         assert stdout is None or result.stdout == stdout
         assert error_type is None or result.error_type == error_type
-    assert [r.stdout for r in batch_results] == [f"{i ** 2}\n" for i in range(16)]
+    assert [r.stdout for r in batch_results] == [f"{i**2}\n" for i in range(16)]
     assert [r.request_id for r in batch_results] == [r.request_id for r in batch]
     assert small.status == "ok" and small.stdout == "7\n"
     assert big.status == "internal" and big.request_id == "big" and "HTTP 413" in big.stderr

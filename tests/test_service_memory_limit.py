@@ -44,8 +44,9 @@ async def test_memory_over_the_executors_limit_is_422_and_not_run(fast_path: boo
     for r in (one, batch, stream):
         assert r.status_code == 422, r.text
         assert "memory_mb" in r.json()["message"] and "over the limit of 2048" in r.json()["message"]
-    assert batch.json()["detail"] == [{"index": 1, "request_id": "b",
-                                       "message": "memory_mb 2049 is over the limit of 2048"}]
+    assert batch.json()["detail"] == [
+        {"index": 1, "request_id": "b", "message": "memory_mb 2049 is over the limit of 2048"}
+    ]
     assert fine.status_code == 200 and fine.json()["status"] == "ok"
     assert ex.runs.get("a", 0) == ex.runs.get("b", 0) == ex.runs.get("c", 0) == ex.runs.get("ok", 0) == 0
 

@@ -86,8 +86,9 @@ async def test_each_line_is_sent_as_its_item_finishes_in_completion_order(fast_p
     try:
         async with serving(app) as url:
             body = body_of(item("gate g0; echo 0", "s0"), item("echo 1", "s1"), item("gate g2; echo 2", "s2"))
-            async with http.stream_lines("POST", url + "/v1/execute/stream", body=body, read_timeout_s=30,
-                                         connect_timeout_s=5) as stream:
+            async with http.stream_lines(
+                "POST", url + "/v1/execute/stream", body=body, read_timeout_s=30, connect_timeout_s=5
+            ) as stream:
                 lines = stream.lines()
                 first = json.loads(await anext(lines))
                 running_at_first = ex.running  # the two gated items are still executing
@@ -126,10 +127,13 @@ async def test_a_fast_call_is_answered_while_a_slow_time_sleep_call_of_its_batch
         async with serving(app) as url:
             await sandbox.run(ExecutionRequest("print(0)"))  # workers up before the batch
             events.clear()
-            body = body_of(item("import time\ntime.sleep(5)\nprint('slow')", "slow", timeout_s=60),
-                           item("print('fast')", "fast", timeout_s=60))
-            async with http.stream_lines("POST", url + "/v1/execute/stream", body=body, read_timeout_s=90,
-                                         connect_timeout_s=5) as stream:
+            body = body_of(
+                item("import time\ntime.sleep(5)\nprint('slow')", "slow", timeout_s=60),
+                item("print('fast')", "fast", timeout_s=60),
+            )
+            async with http.stream_lines(
+                "POST", url + "/v1/execute/stream", body=body, read_timeout_s=90, connect_timeout_s=5
+            ) as stream:
                 received = []
                 async for line in stream.lines():
                     data = json.loads(line)
@@ -169,8 +173,11 @@ async def test_bad_requests_get_the_batch_endpoints_413_or_422_before_anything_r
         streamed = await c.post("/v1/execute/stream", content=body, headers=headers)
         batch = await c.post("/v1/execute/batch", content=body, headers=headers)
     assert streamed.status_code in (413, 422)
-    assert (streamed.status_code, streamed.headers["content-type"], streamed.json()) == \
-        (batch.status_code, batch.headers["content-type"], batch.json())
+    assert (streamed.status_code, streamed.headers["content-type"], streamed.json()) == (
+        batch.status_code,
+        batch.headers["content-type"],
+        batch.json(),
+    )
     assert sum(ex.runs.values()) == 0
 
 
@@ -179,10 +186,17 @@ async def test_fast_path_and_routes_give_the_same_lines(monkeypatch):
 
     parsed = []
     original = app_module.BatchExecuteRequest.model_validate_json
-    monkeypatch.setattr(app_module.BatchExecuteRequest, "model_validate_json",
-                        lambda data: parsed.append(data) or original(data))
-    body = body_of(item("sleep 0.02; echo late", "l0"), item("echo a", "l1"), item("fail", "l2"),
-                   item("stdin", "l3", stdin="in\n"), item("raise", "l4"), item("echo é \U0001f600", "l5"))
+    monkeypatch.setattr(
+        app_module.BatchExecuteRequest, "model_validate_json", lambda data: parsed.append(data) or original(data)
+    )
+    body = body_of(
+        item("sleep 0.02; echo late", "l0"),
+        item("echo a", "l1"),
+        item("fail", "l2"),
+        item("stdin", "l3", stdin="in\n"),
+        item("raise", "l4"),
+        item("echo é \U0001f600", "l5"),
+    )
     answers, one_pass = [], []
     for fast_path in (True, False):
         app = create_app(ScriptedExecutor(), ServiceConfig(fast_path=fast_path))
@@ -204,12 +218,17 @@ async def test_stream_shares_idempotency_and_metrics_with_the_other_endpoints():
     ex = ScriptedExecutor()
     app = create_app(ex)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://svc") as c:
-        first = await c.post("/v1/execute/stream", content=body_of(item("echo a", "x"), item("echo a", "x")),
-                             headers={"content-type": "application/json"})
-        again = await c.post("/v1/execute/batch", content=body_of(item("echo a", "x")),
-                             headers={"content-type": "application/json"})
-        conflict = await c.post("/v1/execute/stream", content=body_of(item("echo other", "x")),
-                                headers={"content-type": "application/json"})
+        first = await c.post(
+            "/v1/execute/stream",
+            content=body_of(item("echo a", "x"), item("echo a", "x")),
+            headers={"content-type": "application/json"},
+        )
+        again = await c.post(
+            "/v1/execute/batch", content=body_of(item("echo a", "x")), headers={"content-type": "application/json"}
+        )
+        conflict = await c.post(
+            "/v1/execute/stream", content=body_of(item("echo other", "x")), headers={"content-type": "application/json"}
+        )
         metrics = (await c.get("/metrics")).text
     lines = lines_of(first.content)
     assert sorted(x["index"] for x in lines) == [0, 1] and {x["result"]["stdout"] for x in lines} == {"a\n"}
@@ -250,21 +269,32 @@ async def test_client_disconnect_mid_stream_stops_the_stream_and_the_server_keep
         async with serving(app) as url:
             logging.getLogger("uvicorn.error").addHandler(handler)  # after uvicorn configured its loggers
             body = body_of(item("echo 0", "d0"), item("gate g; echo 1", "d1"))
-            async with http.stream_lines("POST", url + "/v1/execute/stream", body=body, read_timeout_s=30,
-                                         connect_timeout_s=5) as stream:
+            async with http.stream_lines(
+                "POST", url + "/v1/execute/stream", body=body, read_timeout_s=30, connect_timeout_s=5
+            ) as stream:
                 first = json.loads(await anext(stream.lines()))
             # The client has gone while d1 still runs: the server's stream for it ends (nothing left waiting
             # to write to a closed connection), the execution itself goes on.
             await until(lambda: not stream_tasks(), "the server's stream tasks are gone")
             assert not ex.gate("g").is_set() and app.state.service.cache.running == 1
             health = await http.request("GET", url + "/healthz", read_timeout_s=5, connect_timeout_s=5)
-            async with http.stream_lines("POST", url + "/v1/execute/stream", body=body_of(item("echo 2", "d2")),
-                                         read_timeout_s=30, connect_timeout_s=5) as stream:
+            async with http.stream_lines(
+                "POST",
+                url + "/v1/execute/stream",
+                body=body_of(item("echo 2", "d2")),
+                read_timeout_s=30,
+                connect_timeout_s=5,
+            ) as stream:
                 later = [json.loads(line) async for line in stream.lines()]
             ex.gate("g").set()
             await until(lambda: app.state.service.cache.running == 0, "d1 finished")
-            retry = await http.request("POST", url + "/v1/execute/batch", body=body_of(item("gate g; echo 1", "d1")),
-                                       read_timeout_s=30, connect_timeout_s=5)
+            retry = await http.request(
+                "POST",
+                url + "/v1/execute/batch",
+                body=body_of(item("gate g; echo 1", "d1")),
+                read_timeout_s=30,
+                connect_timeout_s=5,
+            )
     finally:
         logging.getLogger("uvicorn.error").removeHandler(handler)
         await http.aclose()
@@ -297,19 +327,24 @@ async def test_client_answers_each_call_as_its_line_arrives_and_outstanding_drop
     executors, transport = cluster(A)
     ex = executors[A]
     async with SandboxClient(URL_A, fast(), transport=transport) as client:
-        calls = [asyncio.ensure_future(client.run(req(code, f"c{i}")))
-                 for i, code in enumerate(["gate g; echo 0", "echo 1", "gate h; echo 2"])]
+        calls = [
+            asyncio.ensure_future(client.run(req(code, f"c{i}")))
+            for i, code in enumerate(["gate g; echo 0", "echo 1", "gate h; echo 2"])
+        ]
         await until(lambda: calls[1].done(), "the quick call is answered")
-        snapshots = [(client.stats().servers[URL_A]["outstanding"], client.stats().in_flight,
-                      [c.done() for c in calls])]
+        snapshots = [
+            (client.stats().servers[URL_A]["outstanding"], client.stats().in_flight, [c.done() for c in calls])
+        ]
         ex.gate("h").set()
         await until(lambda: calls[2].done(), "the second gated call is answered")
-        snapshots.append((client.stats().servers[URL_A]["outstanding"], client.stats().in_flight,
-                          [c.done() for c in calls]))
+        snapshots.append(
+            (client.stats().servers[URL_A]["outstanding"], client.stats().in_flight, [c.done() for c in calls])
+        )
         ex.gate("g").set()
         results = await asyncio.gather(*calls)
-        snapshots.append((client.stats().servers[URL_A]["outstanding"], client.stats().in_flight,
-                          [c.done() for c in calls]))
+        snapshots.append(
+            (client.stats().servers[URL_A]["outstanding"], client.stats().in_flight, [c.done() for c in calls])
+        )
     assert [(path, ids) for _, path, ids in transport.sent] == [("/v1/execute/stream", ["c0", "c1", "c2"])]
     assert snapshots == [(2, 2, [False, True, False]), (1, 1, [False, True, True]), (0, 0, [True, True, True])]
     assert [r.stdout for r in results] == ["0\n", "1\n", "2\n"]
@@ -328,8 +363,10 @@ async def test_stream_cut_mid_way_resends_only_the_unanswered_ids_to_the_same_li
         results = await asyncio.gather(*calls)
         stats = client.stats()
     # Lines come in completion order (k0, k2, k4, then the gated ones): the cut came after k0's and k2's.
-    assert [(netloc, ids) for netloc, _, ids in transport.sent] == \
-        [(A, ["k0", "k1", "k2", "k3", "k4"]), (A, ["k1", "k3", "k4"])]
+    assert [(netloc, ids) for netloc, _, ids in transport.sent] == [
+        (A, ["k0", "k1", "k2", "k3", "k4"]),
+        (A, ["k1", "k3", "k4"]),
+    ]
     assert answered_before_release == [0, 2, 4]
     assert [r.stdout for r in results] == [f"{i}\n" for i in range(5)]
     assert dict(ex.runs) == {f"k{i}": 1 for i in range(5)}  # the server de-duplicated the re-sent ids
@@ -345,8 +382,9 @@ async def test_stream_cut_by_a_dying_server_moves_only_the_unanswered_ids_elsewh
     async with SandboxClient([URL_A, URL_B], fast(), transport=transport) as client:
         client._ensure_started()
         client._pool.servers[1].outstanding = 1_000  # the batch goes to A first
-        results = await client.run_batch([req("echo 0", "m0"), req("gate g; echo 1", "m1"),
-                                          req("gate g; echo 2", "m2")])
+        results = await client.run_batch(
+            [req("echo 0", "m0"), req("gate g; echo 1", "m1"), req("gate g; echo 2", "m2")]
+        )
         client._pool.servers[1].outstanding -= 1_000
         stats = client.stats()
     executors[A].gate("g").set()  # let A's orphaned executions end
@@ -369,8 +407,11 @@ async def test_server_without_the_stream_endpoint_gets_batches_and_is_remembered
             second = await client.run(req(f"echo b{round_}", f"b{round_}"))
         stats = client.stats()
     assert [(netloc, path, ids) for netloc, path, ids in transport.sent] == [
-        (A, "/v1/execute/stream", ["a0"]), (A, "/v1/execute/batch", ["a0"]), (B, "/v1/execute/stream", ["b0"]),
-        (A, "/v1/execute/batch", ["a1"]), (B, "/v1/execute/stream", ["b1"]),
+        (A, "/v1/execute/stream", ["a0"]),
+        (A, "/v1/execute/batch", ["a0"]),
+        (B, "/v1/execute/stream", ["b0"]),
+        (A, "/v1/execute/batch", ["a1"]),
+        (B, "/v1/execute/stream", ["b1"]),
     ]
     assert (first.stdout, second.stdout) == ("a1\n", "b1\n")
     assert stats.failovers == 0 and stats.resent_same_server == 0 and executors[A].runs["a0"] == 1
@@ -424,8 +465,11 @@ async def test_idle_client_sends_at_once_and_a_busy_one_waits_to_fill_its_batch(
     assert [ids for _, _, ids in transport.sent] == [["i0"], ["i1"], ["i2", "i3"]]
 
 
-@pytest.mark.parametrize("bad", [b'{"index": 7, "result": {}}', b'{"index": 0}', b"[0]", b"not json"],
-                         ids=["other index", "no result", "not an object", "not json"])
+@pytest.mark.parametrize(
+    "bad",
+    [b'{"index": 7, "result": {}}', b'{"index": 0}', b"[0]", b"not json"],
+    ids=["other index", "no result", "not an object", "not json"],
+)
 async def test_a_broken_line_is_a_server_failure_and_the_call_still_gets_its_answer(bad):
     executors, transport = cluster(A)
 

@@ -73,8 +73,9 @@ class ScriptedExecutor:
             elif op == "hang":
                 await asyncio.Event().wait()
             elif op == "fail":
-                return ExecutionResult("error", stdout="".join(out), error_type="RuntimeError", exit_code=1,
-                                       request_id=rid)
+                return ExecutionResult(
+                    "error", stdout="".join(out), error_type="RuntimeError", exit_code=1, request_id=rid
+                )
             elif op == "timeout":
                 return ExecutionResult("timeout", stdout="".join(out), exit_code=-9, request_id=rid)
             elif op == "internal":
@@ -85,8 +86,9 @@ class ScriptedExecutor:
             elif op == "raise":
                 raise RuntimeError("scripted executor bug")
             else:
-                return ExecutionResult("error", stderr=f"unknown command {op!r}", error_type="NameError",
-                                       request_id=rid)
+                return ExecutionResult(
+                    "error", stderr=f"unknown command {op!r}", error_type="NameError", request_id=rid
+                )
         return ExecutionResult("ok", stdout="".join(out), exit_code=0, request_id=rid)
 
     async def run_batch(self, requests):
@@ -136,11 +138,13 @@ class RoutingTransport:
             self.sent.append((netloc, parsed.path, ids))
         return netloc, parsed.path
 
-    async def request(self, method: str, url: str, *, body: bytes | None = None, read_timeout_s: float,
-                      connect_timeout_s: float) -> HttpResponse:
+    async def request(
+        self, method: str, url: str, *, body: bytes | None = None, read_timeout_s: float, connect_timeout_s: float
+    ) -> HttpResponse:
         netloc, path = self._route(url, body, read_timeout_s)
-        request = httpx.Request(method, url, content=body,
-                                headers={"content-type": "application/json"} if body is not None else None)
+        request = httpx.Request(
+            method, url, content=body, headers={"content-type": "application/json"} if body is not None else None
+        )
         response = await self.transports[netloc].handle_async_request(request)
         content = await response.aread()
         is_batch = path in EXECUTE_PATHS
@@ -152,8 +156,9 @@ class RoutingTransport:
         return HttpResponse(response.status_code, content)
 
     @asynccontextmanager
-    async def stream_lines(self, method: str, url: str, *, body: bytes | None = None, read_timeout_s: float,
-                           connect_timeout_s: float) -> AsyncIterator[_AsgiStream]:
+    async def stream_lines(
+        self, method: str, url: str, *, body: bytes | None = None, read_timeout_s: float, connect_timeout_s: float
+    ) -> AsyncIterator[_AsgiStream]:
         netloc, path = self._route(url, body, read_timeout_s)
         if path in EXECUTE_PATHS and netloc in self.garbage_batch_response:
             yield _AsgiStream.canned(200, b'{"results": []}\n')
@@ -214,10 +219,20 @@ class _AsgiStream:
         headers = [(b"host", f"{self.url.host}:{self.url.port}".encode())]
         if self.body is not None:
             headers.append((b"content-type", b"application/json"))
-        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-                 "method": self.method, "scheme": "http", "path": self.url.path, "raw_path": self.url.raw_path,
-                 "query_string": b"", "root_path": "", "headers": headers,
-                 "server": (self.url.host, self.url.port), "client": ("127.0.0.1", 40000)}
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": self.method,
+            "scheme": "http",
+            "path": self.url.path,
+            "raw_path": self.url.raw_path,
+            "query_string": b"",
+            "root_path": "",
+            "headers": headers,
+            "server": (self.url.host, self.url.port),
+            "client": ("127.0.0.1", 40000),
+        }
         self._task = asyncio.ensure_future(self.app(scope, receive, send))
         start = await self._next()
         self.status = start["status"]
@@ -268,14 +283,16 @@ class _AsgiStream:
 
 
 @asynccontextmanager
-async def serving(app: Any, graceful_shutdown_s: float = 2, before_stop: asyncio.Event | None = None
-                  ) -> AsyncIterator[str]:
+async def serving(
+    app: Any, graceful_shutdown_s: float = 2, before_stop: asyncio.Event | None = None
+) -> AsyncIterator[str]:
     """Serve ``app`` on 127.0.0.1 (a free port) while the block runs; yields its base URL. On leaving,
     ``before_stop`` is set (to release handlers a test holds back), then the server stops."""
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     stop = asyncio.Event()
-    task = asyncio.ensure_future(serve_app(app, "127.0.0.1", 0, graceful_shutdown_s=graceful_shutdown_s, stop=stop,
-                                           on_ready=ready.set_result))
+    task = asyncio.ensure_future(
+        serve_app(app, "127.0.0.1", 0, graceful_shutdown_s=graceful_shutdown_s, stop=stop, on_ready=ready.set_result)
+    )
     try:
         yield await asyncio.wait_for(ready, 10)
     finally:

@@ -46,6 +46,7 @@ def misbehaving_app() -> tuple[FastAPI, dict[str, int], asyncio.Event]:
             await release.wait()
             yield b"sec"  # a line in two chunks
             yield b"ond\n" + BIG_LINE + b"\n\nlast without newline"
+
         return StreamingResponse(body(), media_type="application/x-ndjson")
 
     @app.get("/cut")
@@ -53,6 +54,7 @@ def misbehaving_app() -> tuple[FastAPI, dict[str, int], asyncio.Event]:
         async def body():
             yield b"only\n"
             raise RuntimeError("the server broke mid-stream (on purpose)")
+
         return StreamingResponse(body(), media_type="application/x-ndjson")
 
     @app.get("/healthz")
@@ -97,14 +99,15 @@ async def test_aiohttp_transport_returns_every_http_answer_and_raises_only_witho
     async with serving(app, graceful_shutdown_s=1, before_stop=release) as url:
         http = AiohttpTransport(max_connections=2, keepalive_expiry_s=4)
         body = '{"x":"é\\udcff"}'.encode()
-        echoes = [await http.request("POST", url + "/echo", body=body, read_timeout_s=5, connect_timeout_s=5)
-                  for _ in range(5)]  # more requests than connections: keep-alive reuse
+        echoes = [
+            await http.request("POST", url + "/echo", body=body, read_timeout_s=5, connect_timeout_s=5)
+            for _ in range(5)
+        ]  # more requests than connections: keep-alive reuse
         boom = await http.request("GET", url + "/boom", read_timeout_s=5, connect_timeout_s=5)
         with pytest.raises(TransportError, match="Timeout"):
             await http.request("GET", url + "/slow", read_timeout_s=0.2, connect_timeout_s=5)
         with pytest.raises(TransportError):
-            await http.request("GET", f"http://127.0.0.1:{free_port()}/healthz", read_timeout_s=5,
-                               connect_timeout_s=5)
+            await http.request("GET", f"http://127.0.0.1:{free_port()}/healthz", read_timeout_s=5, connect_timeout_s=5)
         await http.aclose()
         await http.aclose()
         with pytest.raises(TransportError, match="closed"):
@@ -133,8 +136,9 @@ async def test_aiohttp_stream_lines_gives_each_line_as_it_arrives_and_raises_whe
                 async for line in stream.lines():
                     cut.append(line)
         with pytest.raises(TransportError):
-            async with http.stream_lines("GET", f"http://127.0.0.1:{free_port()}/lines", read_timeout_s=5,
-                                         connect_timeout_s=5):
+            async with http.stream_lines(
+                "GET", f"http://127.0.0.1:{free_port()}/lines", read_timeout_s=5, connect_timeout_s=5
+            ):
                 pass
         after = await http.request("GET", url + "/healthz", read_timeout_s=5, connect_timeout_s=5)
         await http.aclose()
@@ -147,8 +151,9 @@ async def test_aiohttp_stream_lines_gives_each_line_as_it_arrives_and_raises_whe
 
 async def test_client_turns_a_5xx_and_a_read_timeout_into_internal_results():
     app, hits, release = misbehaving_app()
-    config = ClientConfig(server_grace_s=0, http_timeout_margin_s=0.3, max_attempts=2, batch_size=1, senders=2,
-                          probe_interval_s=0.05)
+    config = ClientConfig(
+        server_grace_s=0, http_timeout_margin_s=0.3, max_attempts=2, batch_size=1, senders=2, probe_interval_s=0.05
+    )
     async with serving(app, graceful_shutdown_s=1, before_stop=release) as url:
         async with SandboxClient(url, config) as client:
             boom, hang = await asyncio.gather(

@@ -66,9 +66,15 @@ def test_an_rl_recipes_sandbox_and_verifier_sections_reach_the_built_executor_an
 
 
 def test_a_service_backend_builds_a_client_with_the_recipes_client_section():
-    config = load_config(None, ["sandbox.backend=http://127.0.0.1:9, http://127.0.0.1:10",
-                                "sandbox.client.batch_size=7", "sandbox.client.max_attempts=2",
-                                "sandbox.max_memory_mb=640"])
+    config = load_config(
+        None,
+        [
+            "sandbox.backend=http://127.0.0.1:9, http://127.0.0.1:10",
+            "sandbox.client.batch_size=7",
+            "sandbox.client.max_attempts=2",
+            "sandbox.max_memory_mb=640",
+        ],
+    )
     runtime = AgentRuntime(sandbox=config.sandbox, verifier=config.verifier)
     try:
         client = runtime.executor
@@ -95,8 +101,10 @@ async def test_an_eval_configs_sandbox_and_verifier_sections_reach_the_built_com
     import tirl.eval.components
     import tirl.models
 
-    (tmp_path / "e.yaml").write_text(RECIPE + "model: m\nbenchmarks: [toy]\nengine: openai\n"
-                                              "servers: [http://127.0.0.1:9]\nprotocol: {answer_fallback: none}\n")
+    (tmp_path / "e.yaml").write_text(
+        RECIPE + "model: m\nbenchmarks: [toy]\nengine: openai\n"
+        "servers: [http://127.0.0.1:9]\nprotocol: {answer_fallback: none}\n"
+    )
     config = load_eval_config(tmp_path / "e.yaml", {"verifier": {"assume_positive": False}})
     # no model, no server: the tokenizer and the router are stand-ins; the executor and verifier are the real ones
     monkeypatch.setattr(tirl.models, "load_tokenizer", lambda name: object())
@@ -128,8 +136,9 @@ def test_overrides_and_print_config_show_the_new_sections(tmp_path):
     (tmp_path / "printed.yaml").write_text(res.output)
     assert load_config(tmp_path / "printed.yaml") == load_config(SMOKE, overrides)
 
-    res = CliRunner().invoke(app, ["eval", "--model", "m", "--benchmarks", "toy", "--sandbox", "http://h:1",
-                                   "--print-config"])
+    res = CliRunner().invoke(
+        app, ["eval", "--model", "m", "--benchmarks", "toy", "--sandbox", "http://h:1", "--print-config"]
+    )
     assert res.exit_code == 0, res.output
     printed = yaml.safe_load(res.output)
     assert printed["sandbox"]["backend"] == "http://h:1"
@@ -142,8 +151,10 @@ def test_the_moved_rollout_keys_still_read_with_one_warning_naming_the_new_key(t
         config = load_config(tmp_path / "old.yaml")
     assert (config.sandbox.backend, config.sandbox.workers) == ("http://127.0.0.1:8000", 3)
     warnings = [r.getMessage() for r in caplog.records if r.name == "tirl.config"]
-    assert warnings == ["rollout.sandbox is deprecated: read as sandbox.backend (write that instead)",
-                        "rollout.sandbox_workers is deprecated: read as sandbox.workers (write that instead)"]
+    assert warnings == [
+        "rollout.sandbox is deprecated: read as sandbox.backend (write that instead)",
+        "rollout.sandbox_workers is deprecated: read as sandbox.workers (write that instead)",
+    ]
     assert load_config(None, ["rollout.sandbox=local", "sandbox.backend=local"]).sandbox.backend == "local"
     with pytest.raises(ValueError, match="rollout.sandbox is sandbox.backend now; both are given"):
         load_config(None, ["rollout.sandbox=http://a:1", "sandbox.backend=local"])
@@ -154,7 +165,8 @@ def test_the_moved_rollout_keys_still_read_with_one_warning_naming_the_new_key(t
         eval_config = load_eval_config(tmp_path / "old-eval.yaml")
     assert eval_config.sandbox.backend == "http://127.0.0.1:8000"
     assert [r.getMessage() for r in caplog.records if r.name == "tirl.config"] == [
-        "sandbox is deprecated: read as sandbox.backend (write that instead)"]
+        "sandbox is deprecated: read as sandbox.backend (write that instead)"
+    ]
 
 
 def test_a_bad_field_name_is_a_one_line_error_that_says_where_the_setting_lives():
@@ -196,9 +208,14 @@ class CountingExecutor:
 
 
 def _fractions(tmp_path: Path) -> Path:
-    rows = [{"id": "half", "problem": "What is one divided by two, as a fraction in lowest terms?",
-             "answer": "\\frac{1}{2}"},
-            {"id": "count", "problem": "How many legs do three spiders have together?", "answer": "24"}]
+    rows = [
+        {
+            "id": "half",
+            "problem": "What is one divided by two, as a fraction in lowest terms?",
+            "answer": "\\frac{1}{2}",
+        },
+        {"id": "count", "problem": "How many legs do three spiders have together?", "answer": "24"},
+    ]
     path = tmp_path / "fractions.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
@@ -212,9 +229,12 @@ def test_curate_probes_answers_on_the_runtime_executor_it_is_given(tmp_path):
     runtime = AgentRuntime(lambda: spy)
     default_before = reward_verifier._default_executor
     try:
-        result = curate([str(_fractions(tmp_path))], tmp_path / "out",
-                        CurationConfig(answers=AnswerPolicy(accept="rational"), benchmarks=()),
-                        verify=runtime.verify_data)
+        result = curate(
+            [str(_fractions(tmp_path))],
+            tmp_path / "out",
+            CurationConfig(answers=AnswerPolicy(accept="rational"), benchmarks=()),
+            verify=runtime.verify_data,
+        )
     finally:
         runtime.close()
     assert [p.id for p in result.kept] == ["half", "count"]  # the fraction passed the probe
@@ -233,8 +253,17 @@ async def test_tirl_data_curate_probes_on_the_service_its_sandbox_flag_names(tmp
     collection = _fractions(tmp_path)
     try:
         async with serving(app_) as url:
-            args = ["data", "curate", str(collection), "--out-dir", str(tmp_path / "out"), "--accept", "rational",
-                    "--sandbox", url]
+            args = [
+                "data",
+                "curate",
+                str(collection),
+                "--out-dir",
+                str(tmp_path / "out"),
+                "--accept",
+                "rational",
+                "--sandbox",
+                url,
+            ]
             res = await asyncio.to_thread(CliRunner().invoke, app, args)
     finally:
         await spy.inner.aclose()
@@ -246,6 +275,8 @@ async def test_tirl_data_curate_probes_on_the_service_its_sandbox_flag_names(tmp
 
 
 def test_tirl_data_curate_refuses_a_bad_sandbox_in_one_line(tmp_path):
-    res = CliRunner().invoke(app, ["data", "curate", str(_fractions(tmp_path)), "--out-dir", str(tmp_path / "o"),
-                                   "--sandbox", "ftp://nowhere"])
+    res = CliRunner().invoke(
+        app,
+        ["data", "curate", str(_fractions(tmp_path)), "--out-dir", str(tmp_path / "o"), "--sandbox", "ftp://nowhere"],
+    )
     assert res.exit_code == 2 and "sandbox.backend must be 'local' or http(s)://" in res.output

@@ -44,8 +44,10 @@ def test_the_programs_print_their_answers_in_the_sandbox():
     from tirl.sandbox import ExecutionRequest, LocalSandbox
 
     examples = program_examples(22, config=CFG)  # two of each family
-    codes = [next(c for c in parse_tool_calls(e.turns[0].text, CFG) if isinstance(c, ToolCall)).arguments["code"]
-             for e in examples]
+    codes = [
+        next(c for c in parse_tool_calls(e.turns[0].text, CFG) if isinstance(c, ToolCall)).arguments["code"]
+        for e in examples
+    ]
 
     async def run() -> list:
         async with LocalSandbox(workers=2) as sandbox:

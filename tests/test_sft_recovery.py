@@ -25,13 +25,16 @@ from tirl.sandbox.types import ExecutionResult
 
 CFG = ProtocolConfig(prompt_style="compact")
 N_FAMILIES = len(RECOVERY_FAMILIES)
-LIMIT_ERROR = ("ValueError: Exceeds the limit (4300 digits) for integer string conversion; use "
-               "sys.set_int_max_str_digits() to increase the limit")
+LIMIT_ERROR = (
+    "ValueError: Exceeds the limit (4300 digits) for integer string conversion; use "
+    "sys.set_int_max_str_digits() to increase the limit"
+)
 
 
 def _codes(example) -> list[str]:
-    return [c.arguments["code"] for t in example.turns for c in parse_tool_calls(t.text, CFG)
-            if isinstance(c, ToolCall)]
+    return [
+        c.arguments["code"] for t in example.turns for c in parse_tool_calls(t.text, CFG) if isinstance(c, ToolCall)
+    ]
 
 
 def _family(example) -> str:
@@ -112,10 +115,10 @@ def test_no_row_is_a_toolfix_kind_or_a_toolfix_problem():
     # toolfix's question shapes: digits of b^e (sum, a digit's count, first six) and of n! (sum, non-zero,
     # trailing zeros)
     toolfix_shapes = [
-        r"digits of \$\d+\^\{\d+\}\$\?",                      # digit sum of a power
-        r"appear in the decimal representation of \$\d+\^",     # digit count of a power
+        r"digits of \$\d+\^\{\d+\}\$\?",  # digit sum of a power
+        r"appear in the decimal representation of \$\d+\^",  # digit count of a power
         r"first six digits",
-        r"digits of \$\d+!\$",                                  # digit sum / non-zero digits of n!
+        r"digits of \$\d+!\$",  # digit sum / non-zero digits of n!
         r"zeros does \$\d+!\$ end with",
     ]
     for shape in toolfix_shapes:  # the shapes do match toolfix's own problems
@@ -137,7 +140,7 @@ def test_the_timeout_families_formula_is_what_the_brute_force_computes():
         brute = run_like_sandbox(rec.first.replace(n, small))
         formula = run_like_sandbox(rec.fix.replace(n, small))
         assert brute.status == formula.status == "ok" and brute.stdout == formula.stdout
-        assert int(n) >= 10 ** 10  # ~10^10 loop iterations: hours, far past any tool time limit
+        assert int(n) >= 10**10  # ~10^10 loop iterations: hours, far past any tool time limit
 
 
 def test_sources_and_rendering_mask_the_tool_responses(qwen_tokenizer):
@@ -178,10 +181,10 @@ def test_the_tool_responses_are_what_the_sandbox_returns():
         if "timeout" in e.source:
             assert failed.status == "timeout" and not failed.stdout, e.problem
             # the row's text is the sandbox's rendering of a call stopped at the 5 s limit
-            assert render_tool_response(ExecutionResult("timeout", duration_s=5.0), CFG) == \
-                e.turns[0].tool_responses[0]
+            assert render_tool_response(ExecutionResult("timeout", duration_s=5.0), CFG) == e.turns[0].tool_responses[0]
             assert render_tool_response(failed, CFG) == e.turns[0].tool_responses[0].replace(
-                "(5.0 s)", f"({failed.duration_s:.1f} s)")
+                "(5.0 s)", f"({failed.duration_s:.1f} s)"
+            )
         else:
             assert failed.status == "error", (e.problem, failed.status)
             assert render_tool_response(failed, CFG) == e.turns[0].tool_responses[0], e.problem

@@ -38,6 +38,7 @@ async def sandbox():
 
 # -- the registry ------------------------------------------------------------------------------------------------
 
+
 def test_the_registry_names_both_built_in_tools_and_the_config_validates_against_it():
     assert {"python", "python_session"} <= set(tool_names())
     assert ProtocolConfig().tool == "python"
@@ -58,8 +59,10 @@ def test_the_schema_comes_from_the_tool_and_the_default_is_unchanged():
     session = tool_schema(SESSION)
     assert session["function"]["description"] == SESSION_DESCRIPTION
     assert session["function"]["parameters"] == default["function"]["parameters"]
-    assert tool_schema(ProtocolConfig(tool="python_session", function_description="Mine."))["function"][
-        "description"] == "Mine."
+    assert (
+        tool_schema(ProtocolConfig(tool="python_session", function_description="Mine."))["function"]["description"]
+        == "Mine."
+    )
 
 
 @pytest.mark.parametrize("style", ["full", "compact"])
@@ -84,6 +87,7 @@ def test_parse_and_render_round_trip_with_the_session_tool(fmt):
 
 # -- python_session without a sandbox: the program and the traceback lines ----------------------------------------
 
+
 def test_the_first_cell_is_sent_as_is_and_later_ones_after_one_header_line():
     assert session_program([], "print(1)") == "print(1)"
     program = session_program([("x = 1", ""), ("y = input()", "a\nb")], "print(x)\nprint(y)")
@@ -94,19 +98,26 @@ def test_the_first_cell_is_sent_as_is_and_later_ones_after_one_header_line():
 
 
 def test_traceback_lines_are_the_new_cells_own():
-    result = ExecutionResult(status="error", error_type="ZeroDivisionError",
-                             traceback='Traceback (most recent call last):\n  File "<code>", line 4, in <module>\n'
-                                       "    print(1 / 0)\nZeroDivisionError: division by zero\n")
+    result = ExecutionResult(
+        status="error",
+        error_type="ZeroDivisionError",
+        traceback='Traceback (most recent call last):\n  File "<code>", line 4, in <module>\n'
+        "    print(1 / 0)\nZeroDivisionError: division by zero\n",
+    )
     assert 'File "<code>", line 3,' in cell_result(result, replayed=2).traceback
     assert cell_result(result, replayed=0) is result
-    syntax = ExecutionResult(status="error", error_type="IndentationError",
-                             traceback='  File "<code>", line 3\n    print(i)\n    ^\nIndentationError: expected an '
-                                       "indented block after 'for' statement on line 2\n")
+    syntax = ExecutionResult(
+        status="error",
+        error_type="IndentationError",
+        traceback='  File "<code>", line 3\n    print(i)\n    ^\nIndentationError: expected an '
+        "indented block after 'for' statement on line 2\n",
+    )
     shifted = cell_result(syntax, replayed=1).traceback
     assert 'File "<code>", line 2\n' in shifted and "statement on line 1" in shifted
 
 
 # -- python_session in the real sandbox -----------------------------------------------------------------------------
+
 
 async def _cell(tool: Tool, context: ToolContext, code: str, stdin: str = "") -> ToolResult:
     return await tool.run({"code": code, "input": stdin}, context)
@@ -161,6 +172,7 @@ async def test_a_cell_that_fails_when_re_run_is_reported_and_the_new_cell_still_
 
 # -- the agent loop: state per trajectory, calls of a turn in order ----------------------------------------------
 
+
 class CellEngine:
     """Writes the scripted cells of its problem (``problem -> [code, ...]``) one turn each, then answers with the
     last tool response's first line."""
@@ -188,14 +200,20 @@ class CellEngine:
 
 def _loop(tok, sandbox, cells, cfg):
     engine = CellEngine(tok, cells, cfg)
-    return AgentLoop(SingleEngineRouter(engine), sandbox, tok,
-                     AgentLoopConfig(protocol=cfg, max_turns=6, max_response_tokens=3000, tool_timeout_s=30))
+    return AgentLoop(
+        SingleEngineRouter(engine),
+        sandbox,
+        tok,
+        AgentLoopConfig(protocol=cfg, max_turns=6, max_response_tokens=3000, tool_timeout_s=30),
+    )
 
 
 async def test_the_agent_loop_keeps_state_per_trajectory_and_runs_a_turns_calls_in_order(smollm2_tokenizer, sandbox):
-    cells = {"PROBLEM-A": ["x = 6 * 7", "print(x)"],
-             "PROBLEM-C": [["y = 40", "print(y + 2)"]],  # two calls in one turn: the second sees the first
-             "PROBLEM-B": ["print(x)"]}  # after A on the same loop: must not see A's x
+    cells = {
+        "PROBLEM-A": ["x = 6 * 7", "print(x)"],
+        "PROBLEM-C": [["y = 40", "print(y + 2)"]],  # two calls in one turn: the second sees the first
+        "PROBLEM-B": ["print(x)"],
+    }  # after A on the same loop: must not see A's x
     loop = _loop(smollm2_tokenizer, sandbox, cells, SESSION)
     a, c = await loop.run_many([RolloutRequest(p, group_id=p) for p in ("PROBLEM-A", "PROBLEM-C")])
     [b] = await loop.run_many([RolloutRequest("PROBLEM-B", group_id="PROBLEM-B")])
@@ -209,7 +227,8 @@ async def test_the_agent_loop_keeps_state_per_trajectory_and_runs_a_turns_calls_
     # the same script with the default tool: nothing is kept between calls
     plain = ProtocolConfig()
     [a_plain] = await _loop(smollm2_tokenizer, sandbox, {"PROBLEM-A": cells["PROBLEM-A"]}, plain).run_many(
-        [RolloutRequest("PROBLEM-A")])
+        [RolloutRequest("PROBLEM-A")]
+    )
     assert a_plain.final_answer == "-1" and [r.cls for r in a_plain.tool_call_records] == ["ok", "error"]
     assert a_plain.tool_call_records[0].tool == "python"
 
@@ -242,11 +261,21 @@ async def test_eval_runs_with_the_configured_tool(tool, tmp_path, smollm2_tokeni
     async def grader(traj, response_text, gold):
         return {"correct": traj.final_answer == gold, "status": "ok", "extracted": traj.final_answer}
 
-    components = EvalComponents(router=SingleEngineRouter(KeepEngine(smollm2_tokenizer, cfg)),
-                                tokenizer=smollm2_tokenizer, executor=sandbox, grader=grader,
-                                load_problems=lambda name: EVAL_PROBLEMS)
-    config = EvalConfig(model="scripted", benchmarks=["keep"], out_dir=tmp_path / "out", samples=2, protocol=cfg,
-                        rollout=AgentLoopSettings(max_response_tokens=3000, max_turns=4, tool_timeout_s=30))
+    components = EvalComponents(
+        router=SingleEngineRouter(KeepEngine(smollm2_tokenizer, cfg)),
+        tokenizer=smollm2_tokenizer,
+        executor=sandbox,
+        grader=grader,
+        load_problems=lambda name: EVAL_PROBLEMS,
+    )
+    config = EvalConfig(
+        model="scripted",
+        benchmarks=["keep"],
+        out_dir=tmp_path / "out",
+        samples=2,
+        protocol=cfg,
+        rollout=AgentLoopSettings(max_response_tokens=3000, max_turns=4, tool_timeout_s=30),
+    )
     result = await run_eval(config, components)
     [summary] = result.summaries
     assert summary.avg_pass1 == (1.0 if tool == "python_session" else 0.0)
@@ -273,9 +302,17 @@ def test_the_rl_rollout_function_runs_with_python_session(smollm2_tokenizer):
     from tirl.train.rollout_func import METRICS_KEY, REWARD_KEY, AgentLoopSource, RocRolloutFunc, Score
 
     problems = [Problem(id=p["id"], problem=p["problem"], answer=p["answer"]) for p in EVAL_PROBLEMS]
-    overrides = {"protocol.tool": "python_session", "rollout.group_size": 2, "rollout.oversample": 2,
-                 "rollout.max_turns": 4, "rollout.max_response_tokens": 3000, "rollout.tool_timeout_s": 30,
-                 "roc.min_per_class": 1, "problems_per_step": 2, "optim.per_device_train_batch_size": 2}
+    overrides = {
+        "protocol.tool": "python_session",
+        "rollout.group_size": 2,
+        "rollout.oversample": 2,
+        "rollout.max_turns": 4,
+        "rollout.max_response_tokens": 3000,
+        "rollout.tool_timeout_s": 30,
+        "roc.min_per_class": 1,
+        "problems_per_step": 2,
+        "optim.per_device_train_batch_size": 2,
+    }
     config = load_config(None, [f"{k}={v}" for k, v in overrides.items()])
     assert config.protocol.tool == "python_session"
 
@@ -283,11 +320,16 @@ def test_the_rl_rollout_function_runs_with_python_session(smollm2_tokenizer):
         def score(self, trajectories: Any, probs: Any) -> list[Score]:
             return [Score(1.0 if t.final_answer == p.answer else 0.0) for t, p in zip(trajectories, probs)]
 
-    source = AgentLoopSource(config, smollm2_tokenizer, executor_factory=lambda: LocalSandbox(workers=1, preload=()),
-                             engine_factory=lambda model: KeepEngine(smollm2_tokenizer, config.protocol))
+    source = AgentLoopSource(
+        config,
+        smollm2_tokenizer,
+        executor_factory=lambda: LocalSandbox(workers=1, preload=()),
+        engine_factory=lambda model: KeepEngine(smollm2_tokenizer, config.protocol),
+    )
     fn = RocRolloutFunc(config, problems, source, AnswerScorer(), pad_token_id=2)
-    trainer = SimpleNamespace(state=SimpleNamespace(global_step=0), accelerator=SimpleNamespace(process_index=0),
-                              model=None)
+    trainer = SimpleNamespace(
+        state=SimpleNamespace(global_step=0), accelerator=SimpleNamespace(process_index=0), model=None
+    )
     try:
         out = fn([p.problem for p in problems for _ in range(2)], trainer)
     finally:
@@ -302,6 +344,7 @@ def test_the_rl_rollout_function_runs_with_python_session(smollm2_tokenizer):
 
 # -- a tool defined outside tirl: one class and its registration -------------------------------------------------
 
+
 class UpperTool(Tool):
     """A toy tool without the sandbox: answers ``code`` upper-cased; ``FAIL`` is an error."""
 
@@ -312,8 +355,11 @@ class UpperTool(Tool):
     async def run(self, arguments, context):
         code = arguments.get("code", "")
         status = "error" if code == "FAIL" else "ok"
-        result = ExecutionResult(status=status, stdout=code.upper() + "\n" if status == "ok" else "",
-                                 error_type="ValueError" if status == "error" else None)
+        result = ExecutionResult(
+            status=status,
+            stdout=code.upper() + "\n" if status == "ok" else "",
+            error_type="ValueError" if status == "error" else None,
+        )
         return ToolResult(result=result, text=self.render(result, context.config), details={"chars": len(code)})
 
 
@@ -322,17 +368,24 @@ async def test_a_new_tool_is_one_class_and_its_registration(smollm2_tokenizer):
     cfg = ProtocolConfig(tool="test_upper")
     assert "test_upper" in tool_names() and tool_schema(cfg)["function"]["description"] == UpperTool.description
     engine = CellEngine(smollm2_tokenizer, {"PROBLEM-U": [["shout", "FAIL"]]}, cfg)
-    loop = AgentLoop(SingleEngineRouter(engine), None, smollm2_tokenizer,  # no executor needed
-                     AgentLoopConfig(protocol=cfg, max_turns=3, max_response_tokens=2000))
+    loop = AgentLoop(
+        SingleEngineRouter(engine),
+        None,
+        smollm2_tokenizer,  # no executor needed
+        AgentLoopConfig(protocol=cfg, max_turns=3, max_response_tokens=2000),
+    )
     await loop.check_tools()  # nothing to check without the sandbox
     [traj] = await loop.run_many([RolloutRequest("PROBLEM-U")])
     records = traj.tool_call_records
-    assert [(r.cls, r.tool, r.details) for r in records] == [("ok", "test_upper", {"chars": 5}),
-                                                           ("error", "test_upper", {"chars": 4})]
+    assert [(r.cls, r.tool, r.details) for r in records] == [
+        ("ok", "test_upper", {"chars": 5}),
+        ("error", "test_upper", {"chars": 4}),
+    ]
     assert records[0].response_text == "SHOUT" and "ValueError" in records[1].response_text
 
 
 # -- one GRPO-RoC step on the tiny random model with python_session -----------------------------------------------
+
 
 @pytest.mark.slow
 def test_one_rl_step_on_the_tiny_model_with_python_session(tmp_path, tiny_smollm2_model_dir):
@@ -347,12 +400,25 @@ def test_one_rl_step_on_the_tiny_model_with_python_session(tmp_path, tiny_smollm
     from tirl.train.rl import build_trainer
     from tirl.train.rollout_func import AgentLoopSource, VerifierScorer
 
-    overrides = {"output_dir": tmp_path, "model.name_or_path": tiny_smollm2_model_dir, "model.dtype": "float32",
-                 "max_steps": 1, "problems_per_step": 2, "save_steps": 100, "rollout.group_size": 2,
-                 "rollout.oversample": 2, "rollout.max_turns": 4, "rollout.max_response_tokens": 256,
-                 "rollout.tool_timeout_s": 30, "optim.per_device_train_batch_size": 2, "optim.warmup_steps": 0,
-                 "roc.min_per_class": 1, "logging.console": "false", "logging.report_to": "none",
-                 "protocol.tool": "python_session"}
+    overrides = {
+        "output_dir": tmp_path,
+        "model.name_or_path": tiny_smollm2_model_dir,
+        "model.dtype": "float32",
+        "max_steps": 1,
+        "problems_per_step": 2,
+        "save_steps": 100,
+        "rollout.group_size": 2,
+        "rollout.oversample": 2,
+        "rollout.max_turns": 4,
+        "rollout.max_response_tokens": 256,
+        "rollout.tool_timeout_s": 30,
+        "optim.per_device_train_batch_size": 2,
+        "optim.warmup_steps": 0,
+        "roc.min_per_class": 1,
+        "logging.console": "false",
+        "logging.report_to": "none",
+        "protocol.tool": "python_session",
+    }
     config = load_config(None, [f"{k}={v}" for k, v in overrides.items()])
     tokenizer = load_tokenizer(config.model.name_or_path)
     cells = ["x = 6 * 7", "print(x)"]
@@ -383,11 +449,15 @@ def test_one_rl_step_on_the_tiny_model_with_python_session(tmp_path, tiny_smollm
             await self.inner.aclose()
 
     problems = [Problem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42") for i in range(2)]
-    source = AgentLoopSource(config, tokenizer, executor_factory=lambda: LocalSandbox(workers=1),
-                             engine_factory=lambda model: SessionEngine(
-                                 HFEngine(model, HFEngineConfig(max_batch_size=8, seed=0))))
-    run = build_trainer(config, problems=problems, source=source, scorer=VerifierScorer(tokenizer, source.verify),
-                        num_processes=1)
+    source = AgentLoopSource(
+        config,
+        tokenizer,
+        executor_factory=lambda: LocalSandbox(workers=1),
+        engine_factory=lambda model: SessionEngine(HFEngine(model, HFEngineConfig(max_batch_size=8, seed=0))),
+    )
+    run = build_trainer(
+        config, problems=problems, source=source, scorer=VerifierScorer(tokenizer, source.verify), num_processes=1
+    )
     try:
         run.trainer.train()
     finally:
@@ -413,8 +483,9 @@ async def test_the_session_works_through_the_sandbox_service_alike(sandbox):
     from tirl.service.client import ClientConfig, SandboxClient
 
     transport = RoutingTransport({"svc.test:9001": create_app(sandbox)})
-    async with SandboxClient(["http://svc.test:9001"], ClientConfig(flush_interval_s=0.002),
-                             transport=transport) as client:
+    async with SandboxClient(
+        ["http://svc.test:9001"], ClientConfig(flush_interval_s=0.002), transport=transport
+    ) as client:
         tool = get_tool("python_session")
         ctx = ToolContext(executor=client, config=SESSION, timeout_s=30)
         assert (await _cell(tool, ctx, "total = 40")).cls == "ok"
@@ -431,8 +502,11 @@ class LookupTool(Tool):
     code_arguments = False
 
     def parameters(self, config):
-        return {"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
-                "required": ["query"]}
+        return {
+            "type": "object",
+            "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+            "required": ["query"],
+        }
 
     def example_arguments(self):
         return {"query": "prime"}
@@ -440,8 +514,10 @@ class LookupTool(Tool):
     async def run(self, arguments, context):
         words = {"prime": "a number with exactly two divisors"}
         text = words.get(arguments["query"], "not found")[: arguments.get("limit", 100)]
-        return ToolResult(result=ExecutionResult(status="ok", stdout=text + "\n"),
-                          text=self.render(ExecutionResult(status="ok", stdout=text + "\n"), context.config))
+        return ToolResult(
+            result=ExecutionResult(status="ok", stdout=text + "\n"),
+            text=self.render(ExecutionResult(status="ok", stdout=text + "\n"), context.config),
+        )
 
 
 @pytest.mark.parametrize("fmt", ["hermes", "qwen3_xml"])
@@ -478,8 +554,12 @@ async def test_a_tool_with_its_own_arguments_is_checked_against_its_schema_in_ev
             ids = smollm2_tokenizer.encode(out, add_special_tokens=False) + [stop]
             return GenerationOutput(ids, [-0.1] * len(ids))
 
-    loop = AgentLoop(SingleEngineRouter(Engine()), None, smollm2_tokenizer,
-                     AgentLoopConfig(protocol=cfg, max_turns=3, max_response_tokens=2000))
+    loop = AgentLoop(
+        SingleEngineRouter(Engine()),
+        None,
+        smollm2_tokenizer,
+        AgentLoopConfig(protocol=cfg, max_turns=3, max_response_tokens=2000),
+    )
     [traj] = await loop.run_many([RolloutRequest("Define prime.")])
     [rec] = traj.tool_call_records
     assert (rec.cls, rec.tool, rec.response_text) == ("ok", "test_lookup", "a number")

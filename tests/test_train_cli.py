@@ -21,15 +21,26 @@ runner = CliRunner()
 
 
 def test_train_rl_prints_resolved_config_with_overrides():
-    result = runner.invoke(app, ["train", "rl", "--config", str(CONFIGS / "cpu-tiny-smoke.yaml"), "--print-config",
-                                 "rollout.group_size=4", "optim.learning_rate=3e-5"])
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "rl",
+            "--config",
+            str(CONFIGS / "cpu-tiny-smoke.yaml"),
+            "--print-config",
+            "rollout.group_size=4",
+            "optim.learning_rate=3e-5",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "group_size: 4" in result.output and "learning_rate: 3.0e-05" in result.output
 
 
 def test_train_rl_rejects_bad_override_with_exit_2():
-    result = runner.invoke(app, ["train", "rl", "--config", str(CONFIGS / "cpu-tiny-smoke.yaml"),
-                                 "rollout.gruop_size=4"])
+    result = runner.invoke(
+        app, ["train", "rl", "--config", str(CONFIGS / "cpu-tiny-smoke.yaml"), "rollout.gruop_size=4"]
+    )
     assert result.exit_code == 2
     assert "unknown key" in result.output
 
@@ -46,11 +57,24 @@ def test_train_rl_missing_config_exit_2(tmp_path):
 def _write_run(folder: Path, stage: str, steps: int, reward0: float) -> None:
     log = MetricsLog(folder / "metrics.jsonl")
     for s in range(1, steps + 1):
-        log.write({"step": s, "stage": stage, "loss": 0.1, "tirl/reward/mean": reward0 + 0.01 * s,
-                   "tirl/reward/kept_mean": reward0, "tirl/accuracy": reward0,
-                   "tirl/tool_error_in_correct/before": 0.3, "tirl/tool_error_in_correct/after": 0.2,
-                   "tirl/length/mean": 100.0 + s, "tirl/length/p90": 150.0, "tirl/p_format/mean": 0.5,
-                   "tirl/truncation_rate": 0.1, "tirl/time/rollout_s": 3.0, "tirl/time/update_s": float("nan")})
+        log.write(
+            {
+                "step": s,
+                "stage": stage,
+                "loss": 0.1,
+                "tirl/reward/mean": reward0 + 0.01 * s,
+                "tirl/reward/kept_mean": reward0,
+                "tirl/accuracy": reward0,
+                "tirl/tool_error_in_correct/before": 0.3,
+                "tirl/tool_error_in_correct/after": 0.2,
+                "tirl/length/mean": 100.0 + s,
+                "tirl/length/p90": 150.0,
+                "tirl/p_format/mean": 0.5,
+                "tirl/truncation_rate": 0.1,
+                "tirl/time/rollout_s": 3.0,
+                "tirl/time/update_s": float("nan"),
+            }
+        )
     log.write({"step": steps, "train_runtime": 9.0})  # the trainer's final record: not a step record
 
 
@@ -66,8 +90,9 @@ def test_plot_table_writes_one_markdown_row_per_step(tmp_path):
     _write_run(tmp_path / "a", "stage1", 3, 0.1)
     _write_run(tmp_path / "b", "stage2", 2, 0.5)
     table = tmp_path / "t" / "steps.md"
-    result = runner.invoke(app, ["plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "p"),
-                                 "--table", str(table)])
+    result = runner.invoke(
+        app, ["plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "p"), "--table", str(table)]
+    )
     assert result.exit_code == 0, result.output
     lines = table.read_text().splitlines()
     header = [c.strip() for c in lines[0].strip("|").split("|")]
@@ -88,18 +113,29 @@ def test_heldout_curve_reads_checkpoint_steps_from_eval_summaries(tmp_path):
     def write_eval(name: str, model: str, pass1: float) -> Path:
         d = tmp_path / name
         d.mkdir()
-        (d / "summary.json").write_text(json.dumps({"settings": {"model": model}, "benchmarks": {
-            "toolmath": {"avg_pass1": pass1}, "gsm8k": {"avg_pass1": pass1 / 2}}}))
+        (d / "summary.json").write_text(
+            json.dumps(
+                {
+                    "settings": {"model": model},
+                    "benchmarks": {"toolmath": {"avg_pass1": pass1}, "gsm8k": {"avg_pass1": pass1 / 2}},
+                }
+            )
+        )
         return d
 
-    dirs = [write_eval("e20", "runs/x/checkpoint-20", 0.3), write_eval("e0", "qwen2.5-coder-0.5b-tirl-sft", 0.05),
-            write_eval("e10", "runs/x/checkpoint-10/", 0.1)]
+    dirs = [
+        write_eval("e20", "runs/x/checkpoint-20", 0.3),
+        write_eval("e0", "qwen2.5-coder-0.5b-tirl-sft", 0.05),
+        write_eval("e10", "runs/x/checkpoint-10/", 0.1),
+    ]
     points = heldout_points(dirs)
     assert points["toolmath"] == [(0, 0.05), (10, 0.1), (20, 0.3)]
     assert points["gsm8k"][-1] == (20, 0.15)
     _write_run(tmp_path / "run", "s", 2, 0.1)
-    result = runner.invoke(app, ["plot", str(tmp_path / "run"), "--out", str(tmp_path / "p")]
-                           + [a for d in dirs for a in ("--eval", str(d))])
+    result = runner.invoke(
+        app,
+        ["plot", str(tmp_path / "run"), "--out", str(tmp_path / "p")] + [a for d in dirs for a in ("--eval", str(d))],
+    )
     assert result.exit_code == 0, result.output
     image = matplotlib.image.imread(tmp_path / "p" / "heldout.png")
     assert image.shape[0] > 300 and image.shape[1] > 600 and image[..., :3].std() > 0.05  # drawn, not blank
@@ -116,8 +152,9 @@ def test_compare_draws_one_heldout_line_per_run(tmp_path):
     def write_eval(name: str, model: str, pass1: float) -> Path:
         d = tmp_path / name
         d.mkdir()
-        (d / "summary.json").write_text(json.dumps({"settings": {"model": model},
-                                                    "benchmarks": {"toolmath": {"avg_pass1": pass1}}}))
+        (d / "summary.json").write_text(
+            json.dumps({"settings": {"model": model}, "benchmarks": {"toolmath": {"avg_pass1": pass1}}})
+        )
         return d
 
     start = write_eval("e0", "sft", 0.3)
@@ -126,8 +163,22 @@ def test_compare_draws_one_heldout_line_per_run(tmp_path):
     _write_run(tmp_path / "b", "b", 3, 0.1)
     base = ["plot", "--compare", f"A={tmp_path / 'a'}", f"B={tmp_path / 'b'}"]
     one = runner.invoke(app, base + ["--out", str(tmp_path / "p1"), "--eval", f"A={start}", "--eval", f"A={a40}"])
-    two = runner.invoke(app, base + ["--out", str(tmp_path / "p2"), "--eval", f"A={start}", "--eval", f"A={a40}",
-                                     "--eval", f"B={start}", "--eval", f"B={b40}"])
+    two = runner.invoke(
+        app,
+        base
+        + [
+            "--out",
+            str(tmp_path / "p2"),
+            "--eval",
+            f"A={start}",
+            "--eval",
+            f"A={a40}",
+            "--eval",
+            f"B={start}",
+            "--eval",
+            f"B={b40}",
+        ],
+    )
     assert one.exit_code == 0 and two.exit_code == 0, one.output + two.output
     # the second run's line (colour C1) is drawn only when its evaluations are given
     assert _pixels_near(tmp_path / "p1" / "heldout.png", to_rgb("C1")) < 20
@@ -186,13 +237,19 @@ def _score_by_solved(solved_counts: dict[str, int]):
             seen[p.id] = k + 1
             out.append(1.0 if k < solved_counts[p.id] else 0.0)
         return out
+
     return score
 
 
 def test_filter_hard_keeps_problems_not_solved_every_time(tmp_path):
     solved = {"h0": 8, "h1": 7, "h2": 0, "h3": 8, "h4": 1, "h5": 8}
-    result = filter_hard(PROBLEMS, lambda ps, n: [object()] * (len(ps) * n), _score_by_solved(solved),
-                         tmp_path / "hard.jsonl", HardSubsetConfig(samples=8, chunk_problems=4))
+    result = filter_hard(
+        PROBLEMS,
+        lambda ps, n: [object()] * (len(ps) * n),
+        _score_by_solved(solved),
+        tmp_path / "hard.jsonl",
+        HardSubsetConfig(samples=8, chunk_problems=4),
+    )
     assert (result.total, result.hard, result.solved_all) == (6, 3, 3)
     assert [p.id for p in load_jsonl_problems(tmp_path / "hard.jsonl")] == ["h1", "h2", "h4"]
     assert result.correct_counts == solved
@@ -215,8 +272,13 @@ def test_filter_hard_resumes_without_redoing_finished_problems(tmp_path):
     with open(progress, "a") as fh:
         fh.write('{"id": "h2", "corr')  # a line cut by the crash
     asked.clear()
-    result = filter_hard(PROBLEMS, lambda ps, n: asked.extend(p.id for p in ps) or [object()] * (len(ps) * n),
-                         _score_by_solved(solved), tmp_path / "hard.jsonl", cfg)
+    result = filter_hard(
+        PROBLEMS,
+        lambda ps, n: asked.extend(p.id for p in ps) or [object()] * (len(ps) * n),
+        _score_by_solved(solved),
+        tmp_path / "hard.jsonl",
+        cfg,
+    )
     assert asked == ["h2", "h3", "h4", "h5"]
     assert result.resumed == 2 and result.hard == 6
 
@@ -229,14 +291,16 @@ def test_filter_hard_rejects_bad_input(tmp_path):
 
 
 def test_filter_hard_cli_reports_bad_source(tmp_path):
-    result = runner.invoke(app, ["data", "filter-hard", "--model", "x", "--source", "nope", "--out",
-                                 str(tmp_path / "h.jsonl")])
+    result = runner.invoke(
+        app, ["data", "filter-hard", "--model", "x", "--source", "nope", "--out", str(tmp_path / "h.jsonl")]
+    )
     assert result.exit_code == 2 and "neither" in result.output
 
 
 def _data_help(command: str) -> str:
-    res = CliRunner().invoke(app, ["data", command, "--help"], env={"TERMINAL_WIDTH": "200", "COLUMNS": "200"},
-                             terminal_width=200)
+    res = CliRunner().invoke(
+        app, ["data", command, "--help"], env={"TERMINAL_WIDTH": "200", "COLUMNS": "200"}, terminal_width=200
+    )
     assert res.exit_code == 0, res.output
     return res.output
 
@@ -251,10 +315,29 @@ def test_data_help_lists_the_sampler_flags_generated_from_its_fields(command):
 
     text = _data_help(command)
     shown = set(re.findall(r"--[a-z][a-z0-9.-]*", text))
-    expected = {"--max-turns", "--max-response-tokens", "--temperature", "--top-p", "--context-window",
-                "--tool-timeout-s", "--tool-memory-mb", "--max-concurrency", "--batch-size", "--seed",
-                "--sandbox", "--workers", "--prompt-style", "--tool-call-format", "--protocol.answer-fallback",
-                "--multi-call", "--lenient", "--chat-template", "--tool-response-max-chars", "--dtype", "--chunk"}
+    expected = {
+        "--max-turns",
+        "--max-response-tokens",
+        "--temperature",
+        "--top-p",
+        "--context-window",
+        "--tool-timeout-s",
+        "--tool-memory-mb",
+        "--max-concurrency",
+        "--batch-size",
+        "--seed",
+        "--sandbox",
+        "--workers",
+        "--prompt-style",
+        "--tool-call-format",
+        "--protocol.answer-fallback",
+        "--multi-call",
+        "--lenient",
+        "--chat-template",
+        "--tool-response-max-chars",
+        "--dtype",
+        "--chunk",
+    }
     assert expected <= shown, sorted(expected - shown)
     assert not shown & set(RENAMED_FLAGS), sorted(shown & set(RENAMED_FLAGS))
     # generated: every top-level SamplerConfig setting (the AgentLoopSettings fields among them) has its flag
@@ -271,11 +354,17 @@ def test_data_help_lists_the_sampler_flags_generated_from_its_fields(command):
         assert {"--out", "--source", "--samples", "--model"} <= shown
 
 
-@pytest.mark.parametrize("command, old, new", [
-    ("filter-hard", "--max-tokens", "--max-response-tokens"), ("filter-hard", "--tool-timeout", "--tool-timeout-s"),
-    ("curate", "--max-tokens", "--max-response-tokens"), ("curate", "--tool-timeout", "--tool-timeout-s"),
-    ("curate", "--out", "--out-dir"), ("curate", "--benchmark", "--benchmarks"),
-])
+@pytest.mark.parametrize(
+    "command, old, new",
+    [
+        ("filter-hard", "--max-tokens", "--max-response-tokens"),
+        ("filter-hard", "--tool-timeout", "--tool-timeout-s"),
+        ("curate", "--max-tokens", "--max-response-tokens"),
+        ("curate", "--tool-timeout", "--tool-timeout-s"),
+        ("curate", "--out", "--out-dir"),
+        ("curate", "--benchmark", "--benchmarks"),
+    ],
+)
 def test_data_refuses_an_old_flag_name_in_one_line_naming_the_new(command, old, new, tmp_path):
     args = ["--model", "m"] if command == "filter-hard" else [str(tmp_path / "x.jsonl")]
     res = CliRunner().invoke(app, ["data", command, *args, f"{old}=4"])
@@ -288,20 +377,45 @@ class _Stop(Exception):
     pass
 
 
-_FLAG_ARGS = ["--max-turns", "3", "--max-response-tokens", "77", "--temperature", "0.5", "--tool-timeout-s", "2.5",
-              "--batch-size", "4", "--seed", "9", "--workers", "1", "--prompt-style", "compact",
-              "--protocol.answer-fallback", "none", "--lenient"]
+_FLAG_ARGS = [
+    "--max-turns",
+    "3",
+    "--max-response-tokens",
+    "77",
+    "--temperature",
+    "0.5",
+    "--tool-timeout-s",
+    "2.5",
+    "--batch-size",
+    "4",
+    "--seed",
+    "9",
+    "--workers",
+    "1",
+    "--prompt-style",
+    "compact",
+    "--protocol.answer-fallback",
+    "none",
+    "--lenient",
+]
 
 
 def _check_sampler_config(config):
     from tirl.train.sampler import SamplerConfig
 
     assert isinstance(config, SamplerConfig)
-    assert (config.max_turns, config.max_response_tokens, config.temperature, config.tool_timeout_s) == (3, 77, 0.5,
-                                                                                                        2.5)
+    assert (config.max_turns, config.max_response_tokens, config.temperature, config.tool_timeout_s) == (
+        3,
+        77,
+        0.5,
+        2.5,
+    )
     assert (config.batch_size, config.seed, config.sandbox.workers) == (4, 9, 1)
     assert (config.protocol.prompt_style, config.protocol.answer_fallback, config.protocol.lenient) == (
-        "compact", "none", True)
+        "compact",
+        "none",
+        True,
+    )
     default = SamplerConfig()
     assert config.top_p == default.top_p and config.sandbox.backend == default.sandbox.backend  # not given: kept
     assert config.sandbox.preload == default.sandbox.preload
@@ -319,8 +433,20 @@ def test_filter_hard_flag_values_reach_the_sampler_config(monkeypatch, tmp_path)
 
     monkeypatch.setattr(tirl.runtime, "load_sampling_policy", lambda model, base, dtype: (None, None))
     monkeypatch.setattr(tirl.train.sampler, "policy_sampler", fake_sampler)
-    res = CliRunner().invoke(app, ["data", "filter-hard", "--model", "m", "--source", "synthetic:2:add3",
-                                   "--out", str(tmp_path / "h.jsonl"), *_FLAG_ARGS])
+    res = CliRunner().invoke(
+        app,
+        [
+            "data",
+            "filter-hard",
+            "--model",
+            "m",
+            "--source",
+            "synthetic:2:add3",
+            "--out",
+            str(tmp_path / "h.jsonl"),
+            *_FLAG_ARGS,
+        ],
+    )
     assert isinstance(res.exception, _Stop), res.output
     _check_sampler_config(seen[0])
 
@@ -340,26 +466,56 @@ def test_curate_flag_values_reach_the_sampler_config(monkeypatch, tmp_path):
     res = CliRunner().invoke(app, ["data", "curate", str(src), "--out-dir", str(tmp_path / "o"), *_FLAG_ARGS])
     assert isinstance(res.exception, _Stop), res.output
     _check_sampler_config(seen[0])
-    res = CliRunner().invoke(app, ["data", "curate", str(src), "--out-dir", str(tmp_path / "o"),
-                                   "--tool-timeout-s", "0"])
+    res = CliRunner().invoke(
+        app, ["data", "curate", str(src), "--out-dir", str(tmp_path / "o"), "--tool-timeout-s", "0"]
+    )
     assert res.exit_code == 2 and "tool_timeout_s must be > 0" in res.output, res.output
 
 
 def test_progress_file_format_is_jsonl(tmp_path):
-    filter_hard(PROBLEMS[:2], lambda ps, n: [object()] * (len(ps) * n), _score_by_solved({"h0": 1, "h1": 0}),
-                tmp_path / "hard.jsonl", HardSubsetConfig(samples=1))
+    filter_hard(
+        PROBLEMS[:2],
+        lambda ps, n: [object()] * (len(ps) * n),
+        _score_by_solved({"h0": 1, "h1": 0}),
+        tmp_path / "hard.jsonl",
+        HardSubsetConfig(samples=1),
+    )
     lines = (tmp_path / "hard.jsonl.progress.jsonl").read_text().splitlines()
-    assert [json.loads(x) for x in lines] == [{"id": "h0", "correct": 1, "samples": 1},
-                                              {"id": "h1", "correct": 0, "samples": 1}]
+    assert [json.loads(x) for x in lines] == [
+        {"id": "h0", "correct": 1, "samples": 1},
+        {"id": "h1", "correct": 0, "samples": 1},
+    ]
 
 
 @pytest.mark.slow
 def test_filter_hard_cli_end_to_end_on_tiny_model(tmp_path, tiny_smollm2_model_dir):
     # a random model solves nothing: both problems are hard, and each got its progress line
     out = tmp_path / "hard.jsonl"
-    result = runner.invoke(app, ["data", "filter-hard", "--model", str(tiny_smollm2_model_dir), "--samples", "2",
-                                 "--source", "synthetic:2:add3", "--out", str(out), "--max-turns", "1",
-                                 "--max-response-tokens", "16", "--workers", "1", "--chunk", "1", "--dtype", "float32"])
+    result = runner.invoke(
+        app,
+        [
+            "data",
+            "filter-hard",
+            "--model",
+            str(tiny_smollm2_model_dir),
+            "--samples",
+            "2",
+            "--source",
+            "synthetic:2:add3",
+            "--out",
+            str(out),
+            "--max-turns",
+            "1",
+            "--max-response-tokens",
+            "16",
+            "--workers",
+            "1",
+            "--chunk",
+            "1",
+            "--dtype",
+            "float32",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert len(load_jsonl_problems(out)) == 2
     progress = [json.loads(x) for x in (tmp_path / "hard.jsonl.progress.jsonl").read_text().splitlines()]
@@ -375,13 +531,22 @@ def test_compare_overlays_runs_at_equal_steps_and_equal_wall_time(tmp_path):
     for name, step_s in (("roc", 7200.0), ("grpo", 3600.0)):
         log = MetricsLog(tmp_path / name / "metrics.jsonl")
         for s in range(1, 4):
-            log.write({"step": s, "stage": name, "tirl/reward/mean": 0.1 * s, "tirl/time/step_s": step_s,
-                       "tirl/tool_error_in_correct/after": 0.2, "tirl/tool_calls/per_traj": 1.0,
-                       "tirl/length/mean": 90.0})
+            log.write(
+                {
+                    "step": s,
+                    "stage": name,
+                    "tirl/reward/mean": 0.1 * s,
+                    "tirl/time/step_s": step_s,
+                    "tirl/tool_error_in_correct/after": 0.2,
+                    "tirl/tool_calls/per_traj": 1.0,
+                    "tirl/length/mean": 90.0,
+                }
+            )
     recs = load_runs([tmp_path / "roc"])
     assert _wall_hours(recs) == [2.0, 4.0, 6.0]  # cumulative hours of time/step_s
-    result = runner.invoke(app, ["plot", "--compare", f"RoC={tmp_path / 'roc'}", str(tmp_path / "grpo"),
-                                 "--out", str(tmp_path / "p")])
+    result = runner.invoke(
+        app, ["plot", "--compare", f"RoC={tmp_path / 'roc'}", str(tmp_path / "grpo"), "--out", str(tmp_path / "p")]
+    )
     assert result.exit_code == 0, result.output
     for name in ("compare_steps.png", "compare_time.png"):
         image = matplotlib.image.imread(tmp_path / "p" / name)

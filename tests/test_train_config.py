@@ -15,7 +15,10 @@ def test_defaults_are_the_reports():
     c = RLConfig()
     assert (c.optim.loss_type, c.optim.epsilon, c.optim.epsilon_high, c.optim.beta) == ("dapo", 0.2, 0.28, 0.0)
     assert (c.optim.learning_rate, c.optim.warmup_steps, c.optim.lr_scheduler_type) == (
-        1e-6, 20, "constant_with_warmup")
+        1e-6,
+        20,
+        "constant_with_warmup",
+    )
     assert c.optim.entropy_coef == 0.0
     assert (c.rollout.group_size, c.rollout.samples_per_problem, c.rollout.temperature) == (16, 32, 1.0)
     assert c.problems_per_step == 512
@@ -24,8 +27,16 @@ def test_defaults_are_the_reports():
 def test_yaml_and_overrides(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("optim:\n  learning_rate: 1e-6\nrollout:\n  group_size: 8\n")
-    c = load_config(path, ["rollout.group_size=4", "data.sources=gsm8k,synthetic:10", "init_from=null",
-                           "roc.drop_all_equal=true", "optim.warmup_steps=0"])
+    c = load_config(
+        path,
+        [
+            "rollout.group_size=4",
+            "data.sources=gsm8k,synthetic:10",
+            "init_from=null",
+            "roc.drop_all_equal=true",
+            "optim.warmup_steps=0",
+        ],
+    )
     assert c.optim.learning_rate == 1e-6 and isinstance(c.optim.learning_rate, float)  # YAML 1.1 reads a str
     assert c.rollout.group_size == 4
     assert c.data.sources == ["gsm8k", "synthetic:10"]
@@ -34,9 +45,14 @@ def test_yaml_and_overrides(tmp_path):
 
 @pytest.mark.parametrize(
     "override,match",
-    [("rollout.groupsize=4", "unknown key"), ("rollout.group_size=four", "integer"),
-     ("roc.enabled=maybe", "true/false"), ("optim.learning_rate=fast", "number"), ("rollout=3", "mapping"),
-     ("nonsense", "key.sub=value")],
+    [
+        ("rollout.groupsize=4", "unknown key"),
+        ("rollout.group_size=four", "integer"),
+        ("roc.enabled=maybe", "true/false"),
+        ("optim.learning_rate=fast", "number"),
+        ("rollout=3", "mapping"),
+        ("nonsense", "key.sub=value"),
+    ],
 )
 def test_bad_overrides_raise_clear_errors(override, match):
     with pytest.raises(ValueError, match=match):
@@ -73,25 +89,48 @@ def test_groups_never_span_processes():
     with pytest.raises(ValueError, match="multiple of the 4 processes"):
         c.validate(4)
     with pytest.raises(ValueError, match="per_device_train_batch_size"):
-        load_config(None, ["problems_per_step=1", "rollout.group_size=2", "roc.min_per_class=1",
-                           "optim.per_device_train_batch_size=4"]).validate(1)
+        load_config(
+            None,
+            [
+                "problems_per_step=1",
+                "rollout.group_size=2",
+                "roc.min_per_class=1",
+                "optim.per_device_train_batch_size=4",
+            ],
+        ).validate(1)
 
 
 @pytest.mark.parametrize(
     "override,match",
-    [("rollout.group_size=1", "group_size"), ("rollout.oversample=1", "oversample"), ("roc.mode=best", "mode"),
-     ("roc.min_per_class=9", "min_per_class"), ("optim.loss_type=ppo", "loss_type"), ("model.dtype=int8", "dtype")],
+    [
+        ("rollout.group_size=1", "group_size"),
+        ("rollout.oversample=1", "oversample"),
+        ("roc.mode=best", "mode"),
+        ("roc.min_per_class=9", "min_per_class"),
+        ("optim.loss_type=ppo", "loss_type"),
+        ("model.dtype=int8", "dtype"),
+    ],
 )
 def test_validate_rejects(override, match):
     with pytest.raises(ValueError, match=match):
         load_config(None, [override]).validate(1)
 
 
-@pytest.mark.parametrize("name,processes", [("rstar2-stage1", 64), ("rstar2-stage2", 64), ("rstar2-stage3", 64),
-                                            ("cpu-tiny-smoke", 1), ("cpu-smollm2-synthetic", 1),
-                                            ("cpu-qwen0.5b-synthetic", 1),
-                                            ("cpu-toolmath-roc", 1), ("cpu-toolmath-grpo", 1),
-                                            ("cpu-smollm2-fsdp", 2), ("cpu-smollm2-fsdp", 1)])
+@pytest.mark.parametrize(
+    "name,processes",
+    [
+        ("rstar2-stage1", 64),
+        ("rstar2-stage2", 64),
+        ("rstar2-stage3", 64),
+        ("cpu-tiny-smoke", 1),
+        ("cpu-smollm2-synthetic", 1),
+        ("cpu-qwen0.5b-synthetic", 1),
+        ("cpu-toolmath-roc", 1),
+        ("cpu-toolmath-grpo", 1),
+        ("cpu-smollm2-fsdp", 2),
+        ("cpu-smollm2-fsdp", 1),
+    ],
+)
 def test_shipped_recipes_load_and_validate(name, processes):
     c = load_config(CONFIGS / f"{name}.yaml")
     c.validate(processes)
@@ -103,12 +142,29 @@ def test_stage_2_and_3_state_only_what_differs_from_the_stage_before():
     import yaml
 
     s1, s2, s3 = (load_config(CONFIGS / f"rstar2-stage{i}.yaml") for i in (1, 2, 3))
-    assert s2 == load_config(CONFIGS / "rstar2-stage1.yaml", [
-        "stage=stage2", "output_dir=runs/stage2", "init_from=auto:runs/stage1", "max_steps=85", "data.seed=1",
-        "rollout.max_response_tokens=12288"])
-    assert s3 == load_config(CONFIGS / "rstar2-stage2.yaml", [
-        "stage=stage3", "output_dir=runs/stage3", "init_from=auto:runs/stage2", "max_steps=125", "data.seed=2",
-        "data.sources=runs/stage3_hard.jsonl", "rollout.max_turns=15"])
+    assert s2 == load_config(
+        CONFIGS / "rstar2-stage1.yaml",
+        [
+            "stage=stage2",
+            "output_dir=runs/stage2",
+            "init_from=auto:runs/stage1",
+            "max_steps=85",
+            "data.seed=1",
+            "rollout.max_response_tokens=12288",
+        ],
+    )
+    assert s3 == load_config(
+        CONFIGS / "rstar2-stage2.yaml",
+        [
+            "stage=stage3",
+            "output_dir=runs/stage3",
+            "init_from=auto:runs/stage2",
+            "max_steps=125",
+            "data.seed=2",
+            "data.sources=runs/stage3_hard.jsonl",
+            "rollout.max_turns=15",
+        ],
+    )
     assert s1.optim == s2.optim == s3.optim and s1.roc == s3.roc and s1.model == s3.model
     for i, base in ((2, "rstar2-stage1.yaml"), (3, "rstar2-stage2.yaml")):
         raw = yaml.safe_load((CONFIGS / f"rstar2-stage{i}.yaml").read_text())
@@ -168,8 +224,10 @@ def test_toolmath_grpo_states_only_what_differs_from_roc(tmp_path):
     full.write_text(TOOLMATH_GRPO_FULL)
     grpo = load_config(CONFIGS / "cpu-toolmath-grpo.yaml")
     assert grpo == load_config(full)
-    assert grpo == load_config(CONFIGS / "cpu-toolmath-roc.yaml", [
-        "stage=cpu-toolmath-grpo", "output_dir=runs/cpu-toolmath-grpo", "max_steps=40", "roc.enabled=false"])
+    assert grpo == load_config(
+        CONFIGS / "cpu-toolmath-roc.yaml",
+        ["stage=cpu-toolmath-grpo", "output_dir=runs/cpu-toolmath-grpo", "max_steps=40", "roc.enabled=false"],
+    )
     raw = yaml.safe_load((CONFIGS / "cpu-toolmath-grpo.yaml").read_text())
     assert raw["base"] == "cpu-toolmath-roc.yaml" and set(raw) == {"base", "stage", "output_dir", "max_steps", "roc"}
 
@@ -178,12 +236,18 @@ def test_a_config_file_extends_its_base_section_by_section(tmp_path):
     from tirl.config import read_yaml_mapping
 
     (tmp_path / "sub").mkdir()
-    (tmp_path / "a.yaml").write_text("stage: a\nmax_steps: 5\nrollout: {group_size: 4, max_turns: 3}\n"
-                                     "data: {sources: [x, y]}\n")
-    (tmp_path / "sub" / "b.yaml").write_text("base: ../a.yaml\nstage: b\nrollout: {max_turns: 7}\n"
-                                             "data: {sources: [z]}\n")
+    (tmp_path / "a.yaml").write_text(
+        "stage: a\nmax_steps: 5\nrollout: {group_size: 4, max_turns: 3}\ndata: {sources: [x, y]}\n"
+    )
+    (tmp_path / "sub" / "b.yaml").write_text(
+        "base: ../a.yaml\nstage: b\nrollout: {max_turns: 7}\ndata: {sources: [z]}\n"
+    )
     assert read_yaml_mapping(tmp_path / "sub" / "b.yaml") == {
-        "stage": "b", "max_steps": 5, "rollout": {"group_size": 4, "max_turns": 7}, "data": {"sources": ["z"]}}
+        "stage": "b",
+        "max_steps": 5,
+        "rollout": {"group_size": 4, "max_turns": 7},
+        "data": {"sources": ["z"]},
+    }
     c = load_config(tmp_path / "sub" / "b.yaml", ["rollout.group_size=2"])
     assert (c.stage, c.max_steps, c.rollout.group_size, c.rollout.max_turns) == ("b", 5, 2, 7)
     (tmp_path / "a.yaml").write_text("base: sub/b.yaml\n")
@@ -209,12 +273,15 @@ def test_a_protocol_setting_in_an_rl_recipe_reaches_the_agent_loop(tmp_path):
     from tirl.train.rollout_func import AgentLoopSource
 
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("protocol:\n  prompt_style: compact\n  function_aliases: [python_code_with_standard_io]\n"
-                      "rollout:\n  context_window: 900\n")
+    recipe.write_text(
+        "protocol:\n  prompt_style: compact\n  function_aliases: [python_code_with_standard_io]\n"
+        "rollout:\n  context_window: 900\n"
+    )
     config = load_config(recipe, ["protocol.lenient=true"])
     loop_cfg = AgentLoopSource(config, tokenizer=None)._agent_config()
-    assert loop_cfg.protocol == ProtocolConfig(prompt_style="compact", lenient=True,
-                                               function_aliases=("python_code_with_standard_io",))
+    assert loop_cfg.protocol == ProtocolConfig(
+        prompt_style="compact", lenient=True, function_aliases=("python_code_with_standard_io",)
+    )
     assert loop_cfg.context_window == 900
 
 

@@ -92,8 +92,11 @@ def _recompute(kind: str, text: str) -> int:
 
 
 def test_synthetic_answers_are_exact():
-    problems = (synthetic_problems(28, seed=3) + synthetic_problems(6, seed=3, kinds=["multiply_small", "add3"])
-                + synthetic_problems(9, seed=3, kinds=["add_big", "gcd", "count_digit"]))
+    problems = (
+        synthetic_problems(28, seed=3)
+        + synthetic_problems(6, seed=3, kinds=["multiply_small", "add3"])
+        + synthetic_problems(9, seed=3, kinds=["add_big", "gcd", "count_digit"])
+    )
     assert {p.meta["kind"] for p in problems} == set(SYNTHETIC_KINDS)
     for p in problems:
         assert int(p.answer) == _recompute(p.meta["kind"], p.problem), p.problem

@@ -68,8 +68,12 @@ def test_off_by_default_and_scope_checked():
 def test_trl_loss_uses_the_per_sequence_mask_on_the_tiny_model(tmp_path, tiny_smollm2_model_dir):
     from test_train_rl import _build, _config
 
-    config = _config(tmp_path, tiny_smollm2_model_dir, max_steps=1,
-                     **{"optim.retain_high_entropy_token_ratio": 0.25, "logging.report_to": "[]"})
+    config = _config(
+        tmp_path,
+        tiny_smollm2_model_dir,
+        max_steps=1,
+        **{"optim.retain_high_entropy_token_ratio": 0.25, "logging.report_to": "[]"},
+    )
     run, _ = _build(config)
     trainer = run.trainer
     assert trainer.top_entropy_quantile == 0.25
@@ -92,7 +96,7 @@ def test_trl_loss_uses_the_per_sequence_mask_on_the_tiny_model(tmp_path, tiny_sm
     for _ent, mask, out in seen:
         for row in mask.int().tolist():  # a 0 between 1s: an injected tool segment already excluded by TRL
             ones = [i for i, m in enumerate(row) if m]
-            inner_gaps += bool(ones) and 0 in row[ones[0]:ones[-1]]
+            inner_gaps += bool(ones) and 0 in row[ones[0] : ones[-1]]
         assert not (out & ~mask.bool()).any()  # padding and injected tool tokens never enter
         for b in range(mask.shape[0]):
             n = int(mask[b].sum())

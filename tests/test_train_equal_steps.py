@@ -29,8 +29,14 @@ def _env() -> dict[str, str]:
 
 
 def one_process(model_dir: Path, out: Path, steps: int) -> dict:
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(model_dir), str(out), str(steps)], cwd=TESTS,
-                          capture_output=True, text=True, timeout=900, env=_env())
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(model_dir), str(out), str(steps)],
+        cwd=TESTS,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=_env(),
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return json.loads((out / "rank0.json").read_text())
 
@@ -41,10 +47,21 @@ def two_processes(model_dir: Path, out: Path, steps: int) -> list[dict]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [accelerate, "launch", "--config_file", str(ROOT / "configs" / "accelerate" / "ddp-2cpu.yaml"),
-           "--main_process_port", str(port), str(SCRIPT), str(model_dir), str(out), str(steps)]
-    proc = subprocess.run(cmd, cwd=TESTS, capture_output=True, text=True, timeout=900,
-                          env=dict(_env(), ACCELERATE_USE_CPU="1"))
+    cmd = [
+        accelerate,
+        "launch",
+        "--config_file",
+        str(ROOT / "configs" / "accelerate" / "ddp-2cpu.yaml"),
+        "--main_process_port",
+        str(port),
+        str(SCRIPT),
+        str(model_dir),
+        str(out),
+        str(steps),
+    ]
+    proc = subprocess.run(
+        cmd, cwd=TESTS, capture_output=True, text=True, timeout=900, env=dict(_env(), ACCELERATE_USE_CPU="1")
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 

@@ -88,8 +88,10 @@ def test_rerunning_a_finished_run_says_so_and_trains_nothing(tmp_path):
     result = CliRunner().invoke(app, ["train", "rl", "--config", str(SMOKE), f"output_dir={run}"])
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert lines == [f"finished: {run} has trained all 2 steps; final weights in {run / 'final'}. To train on, "
-                     "re-run with a larger max_steps."]
+    assert lines == [
+        f"finished: {run} has trained all 2 steps; final weights in {run / 'final'}. To train on, "
+        "re-run with a larger max_steps."
+    ]
     assert sorted(p.name for p in run.iterdir()) == ["checkpoint-1", "checkpoint-2", "final"]
 
 
@@ -135,12 +137,15 @@ def test_watchdog_stop_lines_say_how_to_go_on(capsys):
     assert err.strip().splitlines() == [
         "watchdog: stopped at step 3: 100% of trajectories were masked (threshold watchdog.max_masked_share). "
         "runs/x/checkpoint-3 is saved: fix the cause and re-run the same command to resume from it (add "
-        "watchdog.enabled=false to go on regardless)."]
+        "watchdog.enabled=false to go on regardless)."
+    ]
     last = RunStopped("stopped at step 2: x")
     last.final = Path("runs/x/final")
     code, err = _stage_output(last, capsys)
-    assert code == 3 and err.strip() == "watchdog: stopped at step 2: x. That was the last step: final weights in " \
-                                        "runs/x/final."
+    assert (
+        code == 3
+        and err.strip() == "watchdog: stopped at step 2: x. That was the last step: final weights in runs/x/final."
+    )
 
 
 def test_the_interrupt_line_names_the_checkpoint_to_resume_from(tmp_path):
@@ -151,11 +156,14 @@ def test_the_interrupt_line_names_the_checkpoint_to_resume_from(tmp_path):
     assert _resume_hint(str(tmp_path)) == f"re-run the same command to resume from {tmp_path / 'checkpoint-4'}"
 
 
-@pytest.mark.parametrize("override, expected", [
-    ("logging.report_to=[wandb]", "logging.report_to names wandb, which is not installed: pip install wandb"),
-    ("rollout.use_vllm=true", "rollout.use_vllm=true needs vLLM"),
-    ("rollout.server_url=http://127.0.0.1:9", "rollout.server_url http://127.0.0.1:9 does not answer"),
-])
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("logging.report_to=[wandb]", "logging.report_to names wandb, which is not installed: pip install wandb"),
+        ("rollout.use_vllm=true", "rollout.use_vllm=true needs vLLM"),
+        ("rollout.server_url=http://127.0.0.1:9", "rollout.server_url http://127.0.0.1:9 does not answer"),
+    ],
+)
 def test_missing_pieces_end_in_one_line_and_exit_2(tmp_path, override, expected):
     import importlib.util
 
@@ -164,20 +172,38 @@ def test_missing_pieces_end_in_one_line_and_exit_2(tmp_path, override, expected)
     if "vllm" in override and importlib.util.find_spec("vllm"):
         pytest.skip("vLLM is installed here")
     extra = ["model.lora.enabled=true"] if "server_url" in override else []
-    result = CliRunner().invoke(app, ["train", "rl", "--config", str(SMOKE), f"output_dir={tmp_path}", override,
-                                      *extra])
+    result = CliRunner().invoke(
+        app, ["train", "rl", "--config", str(SMOKE), f"output_dir={tmp_path}", override, *extra]
+    )
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: " + expected), lines
 
 
 def test_eval_checks_its_server_before_generating(tmp_path):
-    result = CliRunner().invoke(app, ["eval", "--engine", "openai", "--servers", "http://127.0.0.1:9", "--model", "m",
-                                      "--benchmarks", "gsm8k", "--subset", "1", "--out-dir", str(tmp_path / "e")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--engine",
+            "openai",
+            "--servers",
+            "http://127.0.0.1:9",
+            "--model",
+            "m",
+            "--benchmarks",
+            "gsm8k",
+            "--subset",
+            "1",
+            "--out-dir",
+            str(tmp_path / "e"),
+        ],
+    )
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert lines == ["tirl eval: the server http://127.0.0.1:9 does not answer (GET /health, /v1/models): start "
-                     "it, or fix --server"]
+    assert lines == [
+        "tirl eval: the server http://127.0.0.1:9 does not answer (GET /health, /v1/models): start it, or fix --server"
+    ]
     assert not (tmp_path / "e" / "trajectories.jsonl").exists()
 
 
@@ -187,7 +213,8 @@ def test_sandbox_serve_on_a_bad_or_busy_port_is_one_line(tmp_path):
     result = CliRunner().invoke(app, ["sandbox", "serve", "--port", "99999"])
     assert result.exit_code == 2
     assert [x for x in result.output.splitlines() if x.strip()] == [
-        "tirl sandbox serve: --port 99999 is not a TCP port: use 1-65535 (0 picks a free one)"]
+        "tirl sandbox serve: --port 99999 is not a TCP port: use 1-65535 (0 picks a free one)"
+    ]
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()

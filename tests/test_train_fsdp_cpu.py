@@ -43,14 +43,29 @@ def _two_fsdp_processes_cmd(model_dir: Path, out: Path, steps: int) -> tuple[lis
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    return ([accelerate, "launch", "--config_file", str(CONFIG), "--main_process_port", str(port), str(SCRIPT),
-             str(model_dir), str(out), str(steps)], dict(_env(), ACCELERATE_USE_CPU="1"))
+    return (
+        [
+            accelerate,
+            "launch",
+            "--config_file",
+            str(CONFIG),
+            "--main_process_port",
+            str(port),
+            str(SCRIPT),
+            str(model_dir),
+            str(out),
+            str(steps),
+        ],
+        dict(_env(), ACCELERATE_USE_CPU="1"),
+    )
 
 
 def _run_together(*jobs: tuple[list[str], dict[str, str]]) -> None:
     """Run the commands side by side (most of each is start-up and waiting on the other rank)."""
-    procs = [subprocess.Popen(cmd, cwd=TESTS, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for cmd, env in jobs]
+    procs = [
+        subprocess.Popen(cmd, cwd=TESTS, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for cmd, env in jobs
+    ]
     outputs = [p.communicate(timeout=900)[0] for p in procs]
     for proc, output in zip(procs, outputs):
         assert proc.returncode == 0, output[-6000:]
@@ -67,8 +82,12 @@ def runs(tmp_path_factory, tiny_smollm2_model_dir):
     for name in ("in-one", "in-two"):  # the 2-process checkpoint-3, continued for steps 4 and 5
         shutil.copytree(base / "two" / "run", base / name / "run")
     _run_together(_two_fsdp_processes_cmd(model, base / "in-two", 5), _one_process_cmd(model, base / "in-one", 5))
-    return {"one": _ranks(base / "one", 1)[0], "two": _ranks(base / "two", 2),
-            "in_one": _ranks(base / "in-one", 1)[0], "in_two": _ranks(base / "in-two", 2)}
+    return {
+        "one": _ranks(base / "one", 1)[0],
+        "two": _ranks(base / "two", 2),
+        "in_one": _ranks(base / "in-one", 1)[0],
+        "in_two": _ranks(base / "in-two", 2),
+    }
 
 
 def test_parameters_are_sharded_over_the_two_ranks(runs):

@@ -22,16 +22,23 @@ PAD = 2
 
 def _rec(status: str) -> ToolCallRecord:
     cls = {"ok": "ok", "timeout": "timeout"}.get(status, "error")
-    return ToolCallRecord(call=ToolCall(name="f", arguments={"code": "x"}),
-                          result=ExecutionResult(status=status), cls=cls)  # type: ignore[arg-type]
+    return ToolCallRecord(
+        call=ToolCall(name="f", arguments={"code": "x"}), result=ExecutionResult(status=status), cls=cls
+    )  # type: ignore[arg-type]
 
 
 def _traj(k: int, statuses: list[str], correct: bool, finish: str = "answer") -> Trajectory:
     ids = [100 + k, 101, 102, 103]
-    return Trajectory(prompt_ids=[1, 10], response_ids=ids, loss_mask=[1, 0, 0, 1], logprobs=[-0.5] * 4,
-                      turns=[TurnRecord(text="", tool_calls=[_rec(s) for s in statuses]),
-                             TurnRecord(text="", answer_blocks=1)],
-                      final_answer="ok" if correct else "bad", finish_reason=finish, metadata={"k": k})
+    return Trajectory(
+        prompt_ids=[1, 10],
+        response_ids=ids,
+        loss_mask=[1, 0, 0, 1],
+        logprobs=[-0.5] * 4,
+        turns=[TurnRecord(text="", tool_calls=[_rec(s) for s in statuses]), TurnRecord(text="", answer_blocks=1)],
+        final_answer="ok" if correct else "bad",
+        finish_reason=finish,
+        metadata={"k": k},
+    )
 
 
 def test_causes_and_the_models_own_errors():
@@ -68,8 +75,12 @@ class Scorer:
         self.crash = crash
 
     def score(self, trajectories: Any, problems: Any) -> list[Score]:
-        return [Score(0.0, "verifier_error") if t.metadata["k"] in self.crash else
-                Score(1.0 if t.final_answer == "ok" else 0.0) for t in trajectories]
+        return [
+            Score(0.0, "verifier_error")
+            if t.metadata["k"] in self.crash
+            else Score(1.0 if t.final_answer == "ok" else 0.0)
+            for t in trajectories
+        ]
 
 
 @pytest.mark.parametrize("roc", [True, False])
@@ -81,9 +92,17 @@ def test_masked_trajectories_are_never_kept_and_out_of_the_group_statistics(roc)
     correct = [True, True, False, True, False, True, False, False]
     trajs = [_traj(k, s, c) for k, (s, c) in enumerate(zip(statuses, correct))]
     g = 4 if roc else 8
-    cfg = load_config(None, [f"rollout.group_size={g}", "rollout.oversample=2", "roc.min_per_class=1",
-                             "problems_per_step=1", f"optim.per_device_train_batch_size={g}",
-                             f"roc.enabled={str(roc).lower()}"])
+    cfg = load_config(
+        None,
+        [
+            f"rollout.group_size={g}",
+            "rollout.oversample=2",
+            "roc.min_per_class=1",
+            "problems_per_step=1",
+            f"optim.per_device_train_batch_size={g}",
+            f"roc.enabled={str(roc).lower()}",
+        ],
+    )
     problem = Problem(id="q0", problem="problem 0", answer="1")
     fn = RocRolloutFunc(cfg, [problem], ListSource(trajs), Scorer(crash={5}), PAD)
     trainer = SimpleNamespace(state=SimpleNamespace(global_step=0), accelerator=SimpleNamespace(process_index=0))
@@ -134,8 +153,9 @@ class CyclingEngine:
         else:
             answer = 42 - self.n % 3
             self.n += 1
-            ids = self.tok.encode(f"So {answer}.</reason>\n<answer>\\boxed{{{answer}}}</answer><|im_end|>",
-                                  add_special_tokens=False)
+            ids = self.tok.encode(
+                f"So {answer}.</reason>\n<answer>\\boxed{{{answer}}}</answer><|im_end|>", add_special_tokens=False
+            )
         ids = ids[: params.max_new_tokens]
         return GenerationOutput(token_ids=list(ids), logprobs=[-0.5] * len(ids))
 
@@ -169,24 +189,41 @@ def test_internal_calls_and_verifier_crashes_give_no_gradient(tmp_path, tiny_smo
     from tirl.train.rl import build_trainer
     from tirl.train.rollout_func import AgentLoopSource, VerifierScorer
 
-    config = load_config(None, [
-        f"output_dir={tmp_path}", f"model.name_or_path={tiny_smollm2_model_dir}", "model.dtype=float32",
-        "max_steps=1", "problems_per_step=2", "save_steps=10", "rollout.group_size=4", "roc.enabled=false",
-        "rollout.oversample=1", "rollout.max_turns=3", "rollout.max_response_tokens=128",
-        "optim.per_device_train_batch_size=4", "optim.warmup_steps=0", "logging.console=false",
-        "watchdog.enabled=false",
-    ])
+    config = load_config(
+        None,
+        [
+            f"output_dir={tmp_path}",
+            f"model.name_or_path={tiny_smollm2_model_dir}",
+            "model.dtype=float32",
+            "max_steps=1",
+            "problems_per_step=2",
+            "save_steps=10",
+            "rollout.group_size=4",
+            "roc.enabled=false",
+            "rollout.oversample=1",
+            "rollout.max_turns=3",
+            "rollout.max_response_tokens=128",
+            "optim.per_device_train_batch_size=4",
+            "optim.warmup_steps=0",
+            "logging.console=false",
+            "watchdog.enabled=false",
+        ],
+    )
     tokenizer = load_tokenizer(str(tiny_smollm2_model_dir))
-    source = AgentLoopSource(config, tokenizer, executor_factory=FlakySandbox,
-                             engine_factory=lambda model: CyclingEngine(tokenizer))
+    source = AgentLoopSource(
+        config, tokenizer, executor_factory=FlakySandbox, engine_factory=lambda model: CyclingEngine(tokenizer)
+    )
 
     def crashing_verify(items: list[Any]) -> list[Any]:  # the verifier crashes on the answer 40
         verdicts = source.verify(items)
-        return [Verdict(correct=False, status="verifier_error") if item.answer == "40" else v
-                for item, v in zip(items, verdicts)]
+        return [
+            Verdict(correct=False, status="verifier_error") if item.answer == "40" else v
+            for item, v in zip(items, verdicts)
+        ]
 
-    run = build_trainer(config, problems=PROBLEMS, source=source, scorer=VerifierScorer(tokenizer, crashing_verify),
-                        num_processes=1)
+    run = build_trainer(
+        config, problems=PROBLEMS, source=source, scorer=VerifierScorer(tokenizer, crashing_verify), num_processes=1
+    )
     trainer = run.trainer
     captured: list[dict[str, Any]] = []
     original_loss = trainer.compute_loss
@@ -204,13 +241,16 @@ def test_internal_calls_and_verifier_crashes_give_no_gradient(tmp_path, tiny_smo
     last = run.rollout.last
     causes = last.infra
     assert "tool_internal" in causes and "verifier" in causes and None in causes  # some touched, not all
-    assert all((c == "tool_internal") == any(r.result.status == "internal" for r in t.tool_call_records)
-               for t, c in zip(last.trajectories, causes))
+    assert all(
+        (c == "tool_internal") == any(r.result.status == "internal" for r in t.tool_call_records)
+        for t, c in zip(last.trajectories, causes)
+    )
     masked_ids = {tuple(t.response_ids) for t, c in zip(last.trajectories, causes) if c}
     rows = placeholders = 0
     for batch in captured:
-        for comp, cmask, tmask, adv in zip(batch["completion_ids"], batch["completion_mask"], batch["tool_mask"],
-                                           batch["advantages"]):
+        for comp, cmask, tmask, adv in zip(
+            batch["completion_ids"], batch["completion_mask"], batch["tool_mask"], batch["advantages"]
+        ):
             ids = tuple(comp[cmask.bool()].tolist())
             trained = int((cmask * tmask).sum())
             if len(ids) <= 1:  # a placeholder: no token in the loss, no advantage
@@ -221,8 +261,7 @@ def test_internal_calls_and_verifier_crashes_give_no_gradient(tmp_path, tiny_smo
             assert trained > 0
     assert placeholders == sum(c is not None for c in causes) and rows == len(causes) - placeholders
     # what reached the loss came from unmasked trajectories only
-    trained = {tuple(c[m.bool()].tolist()) for b in captured for c, m in zip(b["completion_ids"],
-                                                                             b["completion_mask"])}
+    trained = {tuple(c[m.bool()].tolist()) for b in captured for c, m in zip(b["completion_ids"], b["completion_mask"])}
     assert not (trained & masked_ids)
     from tirl.train.metrics import read_metrics
 

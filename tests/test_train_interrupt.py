@@ -24,8 +24,18 @@ def test_an_interrupted_run_says_how_to_resume_and_leaves_no_scratch(tmp_path, s
     out, scratch = tmp_path / "run", tmp_path / "tmp"
     scratch.mkdir()
     env = dict(os.environ, TMPDIR=str(scratch), PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "tirl.cli.main", "train", "rl", "--config", str(SMOKE), f"output_dir={out}",
-           "max_steps=50", "save_steps=1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tirl.cli.main",
+        "train",
+        "rl",
+        "--config",
+        str(SMOKE),
+        f"output_dir={out}",
+        "max_steps=50",
+        "save_steps=1",
+    ]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 900  # a generous bound for a loaded machine, not a measurement

@@ -12,18 +12,25 @@ from tirl.train.micro_batch import compact_micro_batch, row_policy
 
 def _batch() -> dict[str, Any]:
     # 4 rows; prompts left-padded to 6, completions right-padded to 7
-    prompt_mask = torch.tensor([[0, 0, 1, 1, 1, 1],
-                                [0, 1, 1, 1, 1, 1],
-                                [1, 1, 1, 1, 1, 1],   # the longest prompt belongs to a row without gradient
-                                [0, 0, 0, 1, 1, 1]])
-    completion_mask = torch.tensor([[1, 1, 1, 0, 0, 0, 0],
-                                    [1, 1, 1, 1, 1, 0, 0],
-                                    [1, 1, 1, 1, 1, 1, 1],
-                                    [1, 0, 0, 0, 0, 0, 0]])  # a placeholder: one token
-    tool_mask = torch.tensor([[1, 1, 1, 1, 1, 1, 1],
-                              [1, 0, 0, 1, 1, 1, 1],         # an injected tool segment
-                              [1, 1, 1, 1, 1, 1, 1],
-                              [0, 0, 0, 0, 0, 0, 0]])
+    prompt_mask = torch.tensor(
+        [
+            [0, 0, 1, 1, 1, 1],
+            [0, 1, 1, 1, 1, 1],
+            [1, 1, 1, 1, 1, 1],  # the longest prompt belongs to a row without gradient
+            [0, 0, 0, 1, 1, 1],
+        ]
+    )
+    completion_mask = torch.tensor(
+        [[1, 1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1, 1], [1, 0, 0, 0, 0, 0, 0]]
+    )  # a placeholder: one token
+    tool_mask = torch.tensor(
+        [
+            [1, 1, 1, 1, 1, 1, 1],
+            [1, 0, 0, 1, 1, 1, 1],  # an injected tool segment
+            [1, 1, 1, 1, 1, 1, 1],
+            [0, 0, 0, 0, 0, 0, 0],
+        ]
+    )
     return {
         "prompt_ids": torch.arange(24).view(4, 6),
         "prompt_mask": prompt_mask,
@@ -93,8 +100,9 @@ def test_trl_loss_and_gradient_are_unchanged_on_the_tiny_model(tmp_path, tiny_sm
 
     from test_train_rl import _build, _config
 
-    config = _config(tmp_path, tiny_smollm2_model_dir, max_steps=1,
-                     **{"optim.loss_type": loss_type, "logging.report_to": "[]"})
+    config = _config(
+        tmp_path, tiny_smollm2_model_dir, max_steps=1, **{"optim.loss_type": loss_type, "logging.report_to": "[]"}
+    )
     run, _ = _build(config)
     trainer = run.trainer
     try:
@@ -113,8 +121,9 @@ def test_trl_loss_and_gradient_are_unchanged_on_the_tiny_model(tmp_path, tiny_sm
             model.zero_grad()
             loss = fn(trainer, model, dict(batch))
             loss.backward()
-            return float(loss.detach()), [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
-                                 for p in params]
+            return float(loss.detach()), [
+                p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params
+            ]
 
         ref_loss, ref_grads = loss_and_grads(trl.GRPOTrainer.compute_loss)
         loss, grads = loss_and_grads(type(trainer).compute_loss)

@@ -69,8 +69,13 @@ class RecordingSource(AgentLoopSource):
 
     def generate(self, problems: Any, samples_per_problem: int, *, seed: int, trainer: Any) -> Any:
         trajectories = super().generate(problems, samples_per_problem, seed=seed, trainer=trainer)
-        self.steps.append({"trajectories": list(trajectories), "sched": dict(self.last_scheduler_stats),
-                           "expected": len(problems) * samples_per_problem})
+        self.steps.append(
+            {
+                "trajectories": list(trajectories),
+                "sched": dict(self.last_scheduler_stats),
+                "expected": len(problems) * samples_per_problem,
+            }
+        )
         return trajectories
 
 
@@ -108,27 +113,51 @@ def _run(tmp_path: Path, tiny_model_dir: Path, failover: bool) -> dict[str, Any]
     server_a, pushes_a, _ = _server(tiny_model_dir, kill_switch=False)
     server_b, pushes_b, switch = _server(tiny_model_dir, kill_switch=True)
     with server_a, server_b:
-        config = load_config(None, [
-            f"output_dir={tmp_path}", f"model.name_or_path={tiny_model_dir}", "model.dtype=float32",
-            "model.lora.enabled=true", "model.lora.r=4", f"max_steps={STEPS}", "problems_per_step=2",
-            "save_steps=10", "rollout.group_size=2", "rollout.oversample=2", "rollout.max_turns=2",
-            "rollout.max_response_tokens=24", f"rollout.server_url={server_a.url},{server_b.url}",
-            f"rollout.server_failover={str(failover).lower()}",
-            "optim.per_device_train_batch_size=2", "optim.learning_rate=5e-2", "optim.warmup_steps=0",
-            "roc.min_per_class=1", "logging.console=false", "watchdog.enabled=false",
-            "logging.log_trajectories=true",
-        ])
+        config = load_config(
+            None,
+            [
+                f"output_dir={tmp_path}",
+                f"model.name_or_path={tiny_model_dir}",
+                "model.dtype=float32",
+                "model.lora.enabled=true",
+                "model.lora.r=4",
+                f"max_steps={STEPS}",
+                "problems_per_step=2",
+                "save_steps=10",
+                "rollout.group_size=2",
+                "rollout.oversample=2",
+                "rollout.max_turns=2",
+                "rollout.max_response_tokens=24",
+                f"rollout.server_url={server_a.url},{server_b.url}",
+                f"rollout.server_failover={str(failover).lower()}",
+                "optim.per_device_train_batch_size=2",
+                "optim.learning_rate=5e-2",
+                "optim.warmup_steps=0",
+                "roc.min_per_class=1",
+                "logging.console=false",
+                "watchdog.enabled=false",
+                "logging.log_trajectories=true",
+            ],
+        )
         config.validate(1)
-        source = RecordingSource(config, load_tokenizer(str(tiny_model_dir)),
-                                 executor_factory=lambda: LocalSandbox(workers=1))
+        source = RecordingSource(
+            config, load_tokenizer(str(tiny_model_dir)), executor_factory=lambda: LocalSandbox(workers=1)
+        )
         run = build_trainer(config, problems=PROBLEMS, source=source, scorer=AlternatingScorer(), num_processes=1)
         try:
             run.trainer.train()
         finally:
             run.close()
         logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-        return {"source": source, "a": server_a, "b": server_b, "pushes_a": pushes_a, "pushes_b": pushes_b,
-                "switch": switch, "logged": [h for h in logged if "tirl/sched/alive" in h]}
+        return {
+            "source": source,
+            "a": server_a,
+            "b": server_b,
+            "pushes_a": pushes_a,
+            "pushes_b": pushes_b,
+            "switch": switch,
+            "logged": [h for h in logged if "tirl/sched/alive" in h],
+        }
 
 
 def _check_counts(step: dict[str, Any]) -> None:
@@ -143,7 +172,8 @@ def _check_counts(step: dict[str, Any]) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("failover", [True, False], ids=["failover", "masked"])
 def test_a_server_killed_mid_step_is_failed_over_and_no_trajectory_is_lost_or_duplicated(
-        tmp_path, tiny_model_dir, failover):
+    tmp_path, tiny_model_dir, failover
+):
     out = _run(tmp_path, tiny_model_dir, failover)
     source, steps = out["source"], out["source"].steps
     key_a, key_b = endpoint_key(out["a"].url), endpoint_key(out["b"].url)
@@ -166,8 +196,10 @@ def test_a_server_killed_mid_step_is_failed_over_and_no_trajectory_is_lost_or_du
     if failover:
         # the trajectories in flight on B moved to A and finished there; admissions = trajectories + moves
         assert killed["sched/failovers"] >= 1 and not errors
-        assert killed[f"sched/trajectories/{key_a}"] + killed[f"sched/trajectories/{key_b}"] == \
-            PER_STEP + killed["sched/failovers"]
+        assert (
+            killed[f"sched/trajectories/{key_a}"] + killed[f"sched/trajectories/{key_b}"]
+            == PER_STEP + killed["sched/failovers"]
+        )
     else:
         assert killed["sched/failovers"] == 0 and errors
     assert all(t.finish_reason != "error" for s in (steps[0], steps[2]) for t in s["trajectories"])
@@ -179,8 +211,9 @@ def test_a_server_killed_mid_step_is_failed_over_and_no_trajectory_is_lost_or_du
     assert out["logged"][1][f"tirl/sched/alive/{key_b}"] == 0.0
     assert source.last_scheduler_stats["sched/alive"] == 1.0
     # the step's log: a trajectory that failed on the dead server is marked as infrastructure and never kept
-    rows = [json.loads(line) for line in (tmp_path / "trajectories" / "step_00002_rank0.jsonl").read_text()
-            .splitlines()]
+    rows = [
+        json.loads(line) for line in (tmp_path / "trajectories" / "step_00002_rank0.jsonl").read_text().splitlines()
+    ]
     assert len(rows) == PER_STEP
     failed = [r for r in rows if r["finish_reason"] == "error"]
     assert len(failed) == len(errors) and all(r["infra"] == "engine" and not r["kept"] for r in failed)
@@ -223,8 +256,10 @@ def test_the_policy_goes_to_every_server_and_a_dead_one_is_left_out(tmp_path):
 
 
 def test_server_url_takes_a_list_or_commas():
-    assert load_config(None, ["rollout.server_url=http://a:1, http://b:2/"]).rollout.server_urls == \
-        ["http://a:1", "http://b:2"]
+    assert load_config(None, ["rollout.server_url=http://a:1, http://b:2/"]).rollout.server_urls == [
+        "http://a:1",
+        "http://b:2",
+    ]
     config = load_config(None, [])
     assert config.rollout.server_urls == []
     config.rollout.server_url = ["http://a:1", "http://b:2,http://c:3"]
@@ -240,8 +275,12 @@ def test_a_server_that_missed_a_policy_leaves_rotation_and_rejoins_when_it_takes
 
     from tirl.rollout.scheduler import Endpoint, RolloutScheduler
 
-    sched = RolloutScheduler([Endpoint("http://a", engine=None, capacity_tokens=100),  # type: ignore[arg-type]
-                              Endpoint("http://b", engine=None, capacity_tokens=100)])  # type: ignore[arg-type]
+    sched = RolloutScheduler(
+        [
+            Endpoint("http://a", engine=None, capacity_tokens=100),  # type: ignore[arg-type]
+            Endpoint("http://b", engine=None, capacity_tokens=100),
+        ]
+    )  # type: ignore[arg-type]
     source = AgentLoopSource.__new__(AgentLoopSource)  # only _route_synced is used
     source._sync = SimpleNamespace(last_loaded=["http://a"], last_failed={"http://b": "refused"})
     source._route_synced(sched)

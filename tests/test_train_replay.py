@@ -34,9 +34,22 @@ def _rewrite(path: Path, index: int, change) -> None:
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("replay") / "run"
-    result = CliRunner().invoke(app, ["train", "rl", "--config", str(SMOKE), f"output_dir={out}", "max_steps=2",
-                                      "save_steps=1", "logging.log_trajectories=true", "logging.console=false",
-                                      "rollout.max_response_tokens=32", "watchdog.enabled=false"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "rl",
+            "--config",
+            str(SMOKE),
+            f"output_dir={out}",
+            "max_steps=2",
+            "save_steps=1",
+            "logging.log_trajectories=true",
+            "logging.console=false",
+            "rollout.max_response_tokens=32",
+            "watchdog.enabled=false",
+        ],
+    )
     assert result.exit_code == 0, result.output
     return out
 
@@ -52,6 +65,7 @@ def test_replayed_smoke_step_matches_then_a_tampered_token_is_reported(smoke_run
     logged = trajectory_file(smoke_run, 2)
     original = logged.read_text(encoding="utf-8")
     try:
+
         def bump(rec):
             rec["response_ids"][5] += 1
 
@@ -129,6 +143,7 @@ def test_scripted_tampered_reward_and_loss_are_mismatches(scripted_run, tiny_smo
     metrics = run / "metrics.jsonl"
     saved = logged.read_text(encoding="utf-8"), metrics.read_text(encoding="utf-8")
     try:
+
         def flip(rec):
             rec["reward"] = 1.0 - rec["reward"]
 

@@ -27,8 +27,13 @@ from tirl.train.metrics import read_metrics
 pytestmark = pytest.mark.slow
 
 MAX_STEPS = 4
-POINTS = ("rollout", "update", "checkpoint:_save_optimizer_and_scheduler", "checkpoint:_save_rng_state",
-          "checkpoint:_save_checkpoint_tail")
+POINTS = (
+    "rollout",
+    "update",
+    "checkpoint:_save_optimizer_and_scheduler",
+    "checkpoint:_save_rng_state",
+    "checkpoint:_save_checkpoint_tail",
+)
 
 
 def _rollouts(log: Path) -> list[dict]:
@@ -71,8 +76,9 @@ def _check_against_baseline(run_dir: Path, log: Path, baseline: dict, note: str)
     for r in _rollouts(log):
         trained[r["step"]] = r["problems"]  # a later life's rollout of a step replaces a killed one's
     assert trained == baseline["steps"], note
-    assert sorted(p for ps in trained.values() for p in ps) == sorted(p for ps in baseline["steps"].values()
-                                                                        for p in ps), note
+    assert sorted(p for ps in trained.values() for p in ps) == sorted(
+        p for ps in baseline["steps"].values() for p in ps
+    ), note
     mine = _weights(run_dir, MAX_STEPS)
     assert mine.keys() == baseline["weights"].keys()
     worst = max(float((mine[k] - baseline["weights"][k]).abs().max()) for k in mine)
@@ -123,9 +129,21 @@ def test_killed_at_random_points_resumes_exactly(baseline, tmp_path, tiny_smollm
 def test_sigkill_during_a_checkpoint_write_then_resume(baseline, tmp_path, tiny_smollm2_model_dir):
     # a real kill: the child pauses after writing checkpoint-3's weights and optimiser, and is SIGKILLed there
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
-    child = subprocess.Popen([sys.executable, str(Path(__file__).parent / "resume_helpers.py"),
-                              str(tiny_smollm2_model_dir), str(tmp_path), "0", "checkpoint:_save_rng_state", "3"],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).parent / "resume_helpers.py"),
+            str(tiny_smollm2_model_dir),
+            str(tmp_path),
+            "0",
+            "checkpoint:_save_rng_state",
+            "3",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
     try:
         assert child.stdout is not None
         lines = iter(child.stdout.readline, "")

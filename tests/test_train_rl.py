@@ -110,10 +110,12 @@ def _build(config: Any):
     from tirl.train.rollout_func import VerifierScorer
 
     tokenizer = load_tokenizer(config.model.name_or_path)
-    source = AgentLoopSource(config, tokenizer, executor_factory=lambda: LocalSandbox(workers=1),
-                             engine_factory=engine_factory)
-    run = build_trainer(config, problems=PROBLEMS, source=source, scorer=VerifierScorer(tokenizer, source.verify),
-                        num_processes=1)
+    source = AgentLoopSource(
+        config, tokenizer, executor_factory=lambda: LocalSandbox(workers=1), engine_factory=engine_factory
+    )
+    run = build_trainer(
+        config, problems=PROBLEMS, source=source, scorer=VerifierScorer(tokenizer, source.verify), num_processes=1
+    )
     return run, holder
 
 
@@ -137,8 +139,15 @@ def two_steps(tmp_path_factory, tiny_smollm2_model_dir):
     finally:
         run.close()
     after = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    return {"config": config, "run": run, "before": before, "after": after, "captured": captured,
-            "engine": holder["engine"], "dir": tmp}
+    return {
+        "config": config,
+        "run": run,
+        "before": before,
+        "after": after,
+        "captured": captured,
+        "engine": holder["engine"],
+        "dir": tmp,
+    }
 
 
 def test_rewards_are_mixed(two_steps):
@@ -159,9 +168,13 @@ def test_tool_output_tokens_have_loss_mask_zero(two_steps):
     engine = two_steps["engine"]
     rows = 0
     for batch in two_steps["captured"]:
-        for prompt, pmask, comp, cmask, tmask in zip(batch["prompt_ids"], batch["prompt_mask"],
-                                                       batch["completion_ids"], batch["completion_mask"],
-                                                       batch["tool_mask"]):
+        for prompt, pmask, comp, cmask, tmask in zip(
+            batch["prompt_ids"],
+            batch["prompt_mask"],
+            batch["completion_ids"],
+            batch["completion_mask"],
+            batch["tool_mask"],
+        ):
             prompt_ids = prompt[pmask.bool()].tolist()
             completion = comp[cmask.bool()].tolist()
             if len(completion) <= 1:
@@ -193,15 +206,32 @@ def test_every_logged_metric_is_finite(two_steps):
     records = [json.loads(line) for line in (two_steps["dir"] / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "tirl/reward/mean" in r]
     assert [r["step"] for r in steps] == [1, 2]
-    required = ["loss", "tirl/reward/mean", "tirl/accuracy", "tirl/tool_error_in_correct/before",
-                "tirl/tool_error_in_correct/after", "tirl/p_format/mean", "tirl/length/mean", "tirl/length/p90",
-                "tirl/truncation_rate", "tirl/tool_calls/per_traj", "tirl/groups/dropped", "tirl/time/rollout_s",
-                "tirl/time/tool_exec_s", "tirl/time/verify_s", "tirl/time/update_s", "check/adv_diff_vs_trl"]
+    required = [
+        "loss",
+        "tirl/reward/mean",
+        "tirl/accuracy",
+        "tirl/tool_error_in_correct/before",
+        "tirl/tool_error_in_correct/after",
+        "tirl/p_format/mean",
+        "tirl/length/mean",
+        "tirl/length/p90",
+        "tirl/truncation_rate",
+        "tirl/tool_calls/per_traj",
+        "tirl/groups/dropped",
+        "tirl/time/rollout_s",
+        "tirl/time/tool_exec_s",
+        "tirl/time/verify_s",
+        "tirl/time/update_s",
+        "check/adv_diff_vs_trl",
+    ]
     for rec in steps:
         missing = [k for k in required if k not in rec]
         assert not missing
-        bad = {k: v for k, v in rec.items() if k not in ("stage",) and not (isinstance(v, (int, float))
-                                                                          and math.isfinite(v))}
+        bad = {
+            k: v
+            for k, v in rec.items()
+            if k not in ("stage",) and not (isinstance(v, (int, float)) and math.isfinite(v))
+        }
         assert not bad
 
 
@@ -251,8 +281,7 @@ def test_interrupted_run_resumes_from_last_checkpoint(two_steps, tmp_path):
 def test_new_stage_starts_from_checkpoint_with_fresh_optimizer(two_steps, tmp_path):
     from safetensors.torch import load_file
 
-    config = _config(tmp_path / "stage2", two_steps["config"].model.name_or_path,
-                     init_from=f"auto:{two_steps['dir']}")
+    config = _config(tmp_path / "stage2", two_steps["config"].model.name_or_path, init_from=f"auto:{two_steps['dir']}")
     run, _ = _build(config)
     try:
         assert run.resume_from is None

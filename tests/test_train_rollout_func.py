@@ -28,12 +28,15 @@ PAD = 2
 PROBLEMS = [Problem(id=f"q{i}", problem=f"problem {i}", answer=str(i)) for i in range(3)]
 
 
-def _traj(prompt: list[int], correct: bool, errors: int = 0, calls: int = 1, length: int = 5,
-          finish: str = "answer") -> Trajectory:
+def _traj(
+    prompt: list[int], correct: bool, errors: int = 0, calls: int = 1, length: int = 5, finish: str = "answer"
+) -> Trajectory:
     records = [
-        ToolCallRecord(call=ToolCall(name="f", arguments={"code": "x"}),
-                       result=ExecutionResult(status="error" if k < errors else "ok", duration_s=0.5),
-                       cls="error" if k < errors else "ok")  # type: ignore[arg-type]
+        ToolCallRecord(
+            call=ToolCall(name="f", arguments={"code": "x"}),
+            result=ExecutionResult(status="error" if k < errors else "ok", duration_s=0.5),
+            cls="error" if k < errors else "ok",
+        )  # type: ignore[arg-type]
         for k in range(calls)
     ]
     ids = list(range(100, 100 + length))
@@ -41,9 +44,13 @@ def _traj(prompt: list[int], correct: bool, errors: int = 0, calls: int = 1, len
     if calls and length >= 4:
         mask[1:3] = [0, 0]  # a tool segment
     return Trajectory(
-        prompt_ids=prompt, response_ids=ids, loss_mask=mask, logprobs=[-0.5] * length,
+        prompt_ids=prompt,
+        response_ids=ids,
+        loss_mask=mask,
+        logprobs=[-0.5] * length,
         turns=[TurnRecord(text="", tool_calls=records), TurnRecord(text="", answer_blocks=1)],
-        final_answer="ok" if correct else "bad", finish_reason=finish,
+        final_answer="ok" if correct else "bad",
+        finish_reason=finish,
     )
 
 
@@ -71,8 +78,13 @@ class AnswerScorer:
 
 
 def _cfg(**kw: Any):
-    base = {"rollout.group_size": 4, "rollout.oversample": 2, "roc.min_per_class": 1, "problems_per_step": 1,
-            "optim.per_device_train_batch_size": 4}
+    base = {
+        "rollout.group_size": 4,
+        "rollout.oversample": 2,
+        "roc.min_per_class": 1,
+        "problems_per_step": 1,
+        "optim.per_device_train_batch_size": 4,
+    }
     base.update(kw)
     return load_config(None, [f"{k}={v}" for k, v in base.items()])
 
@@ -107,8 +119,8 @@ def test_kept_group_advantages_are_per_group_eq7():
     fn = RocRolloutFunc(_cfg(), PROBLEMS, ListSource(groups), AnswerScorer(), PAD)
     out = fn(["problem 0"] * 4 + ["problem 1"] * 4, _trainer())
     for g in range(2):
-        rewards = out[REWARD_KEY][4 * g: 4 * g + 4]
-        assert out[ADVANTAGE_KEY][4 * g: 4 * g + 4] == pytest.approx(group_advantages(rewards))
+        rewards = out[REWARD_KEY][4 * g : 4 * g + 4]
+        assert out[ADVANTAGE_KEY][4 * g : 4 * g + 4] == pytest.approx(group_advantages(rewards))
     assert sum(out[REWARD_KEY][4:]) == 1.0  # the single positive of q1 is kept
 
 
@@ -175,8 +187,9 @@ def test_empty_response_is_never_trained_on():
 
 def test_without_roc_only_g_are_sampled_and_all_kept():
     groups = _groups({"q0": [True, False, False, True, True, True, True, True]})
-    fn = RocRolloutFunc(_cfg(**{"roc.enabled": "false", "rollout.oversample": 1}), PROBLEMS, ListSource(groups),
-                        AnswerScorer(), PAD)
+    fn = RocRolloutFunc(
+        _cfg(**{"roc.enabled": "false", "rollout.oversample": 1}), PROBLEMS, ListSource(groups), AnswerScorer(), PAD
+    )
     fn(["problem 0"] * 4, _trainer())
     assert fn.source.asked == [(["q0"], 4)]
     assert fn.last.slot_sources == [0, 1, 2, 3]
@@ -185,8 +198,9 @@ def test_without_roc_only_g_are_sampled_and_all_kept():
 def test_roc_prefers_error_free_positives_in_figure4_metric():
     # positives: half with a failing call; RoC must lower the failing share inside kept positives
     prompt = [1, 10]
-    trajs = [_traj(prompt, True, errors=1, calls=2) for _ in range(4)] + [_traj(prompt, True, errors=0, calls=2)
-                                                                           for _ in range(2)]
+    trajs = [_traj(prompt, True, errors=1, calls=2) for _ in range(4)] + [
+        _traj(prompt, True, errors=0, calls=2) for _ in range(2)
+    ]
     trajs += [_traj(prompt, False) for _ in range(2)]
     fn = RocRolloutFunc(_cfg(**{"roc.mode": "topk"}), PROBLEMS, ListSource({"q0": trajs}), AnswerScorer(), PAD)
     out = fn(["problem 0"] * 4, _trainer())
@@ -227,7 +241,9 @@ def test_outcome_reward_through_rollout_ignores_tool_call_count():
 def test_passthrough_reward_returns_rewards_and_logs_metrics():
     logged: dict[str, float] = {}
     rewards = passthrough_reward(
-        ["a", "b", "c"], tirl_reward=[1.0, None, 0.0], tirl_metrics=[{"accuracy": 0.5}] * 3,
+        ["a", "b", "c"],
+        tirl_reward=[1.0, None, 0.0],
+        tirl_metrics=[{"accuracy": 0.5}] * 3,
         log_metric=lambda k, v: logged.__setitem__(k, v),
     )
     assert rewards == [1.0, None, 0.0]
@@ -263,8 +279,9 @@ def test_logged_trajectories_carry_the_exact_tokens_and_the_roc_decision(tmp_pat
 
 def test_plain_grpo_groups_are_not_reported_undersized():
     groups = _groups({"q0": [True, False] * 2})
-    fn = RocRolloutFunc(_cfg(**{"roc.enabled": "false", "rollout.oversample": 1}), PROBLEMS, ListSource(groups),
-                        AnswerScorer(), PAD)
+    fn = RocRolloutFunc(
+        _cfg(**{"roc.enabled": "false", "rollout.oversample": 1}), PROBLEMS, ListSource(groups), AnswerScorer(), PAD
+    )
     out = fn(["problem 0"] * 4, _trainer())
     assert out[METRICS_KEY]["groups/undersized"] == 0.0
 
@@ -279,8 +296,9 @@ def test_vllm_source_does_not_unwrap_the_training_model():
     engine_calls = []
     src = AgentLoopSource(_cfg(), tokenizer=None)
     src._make_engine = lambda model, trainer: engine_calls.append(model) or object()  # type: ignore[method-assign]
-    trainer = SimpleNamespace(args=SimpleNamespace(use_vllm=True), model_wrapped=Boom(), accelerator=Boom(),
-                              model=Boom())
+    trainer = SimpleNamespace(
+        args=SimpleNamespace(use_vllm=True), model_wrapped=Boom(), accelerator=Boom(), model=Boom()
+    )
 
     src.runtime = SimpleNamespace(rollouts=lambda *args, **kwargs: [])  # no loop, no executor, no agent loop
     assert src.generate([], 2, seed=0, trainer=trainer) == []
@@ -356,7 +374,8 @@ def test_rollout_calls_the_configured_selection_rule(rule, tmp_path):
 
 def test_rule_all_samples_g_and_keeps_them():
     groups = _groups({"q0": [True, False, False, True, True, True, True, True]})
-    fn = RocRolloutFunc(_cfg(**{"roc.rule": "all", "rollout.oversample": 1}), PROBLEMS, ListSource(groups),
-                        AnswerScorer(), PAD)
+    fn = RocRolloutFunc(
+        _cfg(**{"roc.rule": "all", "rollout.oversample": 1}), PROBLEMS, ListSource(groups), AnswerScorer(), PAD
+    )
     fn(["problem 0"] * 4, _trainer())
     assert fn.source.asked == [(["q0"], 4)] and fn.last.slot_sources == [0, 1, 2, 3]

@@ -20,20 +20,39 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_internal_tool_calls_are_counted_in_the_step_metrics():
     from tirl.algo.roc import Candidate, Selection
 
-    trajs = [Trajectory(prompt_ids=[1], response_ids=[2], loss_mask=[1], metadata={"tool_internal_errors": k})
-             for k in (0, 2, 1, 0)]
+    trajs = [
+        Trajectory(prompt_ids=[1], response_ids=[2], loss_mask=[1], metadata={"tool_internal_errors": k})
+        for k in (0, 2, 1, 0)
+    ]
     cands = [Candidate(reward=0.0, p_err=0.5, p_format=1.0) for _ in range(4)]
-    sels = [Selection(indices=[0, 1], status="selected", n_pos=0, n_neg=2),
-            Selection(indices=[0, 1], status="selected", n_pos=0, n_neg=2)]  # indices within the group
+    sels = [
+        Selection(indices=[0, 1], status="selected", n_pos=0, n_neg=2),
+        Selection(indices=[0, 1], status="selected", n_pos=0, n_neg=2),
+    ]  # indices within the group
     assert step_metrics(trajs, [0.0] * 4, cands, 2, sels)["tool_calls/internal"] == 3.0
 
 
 @pytest.mark.slow
 def test_a_restarted_service_loses_no_trajectory_and_is_counted(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sandbox_restart_run.py"), "--out",
-                           str(tmp_path / "out"), "--steps", "3", "--restart-step", "2", "--json",
-                           str(tmp_path / "r.json")], capture_output=True, text=True, timeout=1200, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "sandbox_restart_run.py"),
+            "--out",
+            str(tmp_path / "out"),
+            "--steps",
+            "3",
+            "--restart-step",
+            "2",
+            "--json",
+            str(tmp_path / "r.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["failed_checks"] == []
@@ -42,6 +61,8 @@ def test_a_restarted_service_loses_no_trajectory_and_is_counted(tmp_path):
     assert all(s["trajectories"] == s["distinct_slots"] == report["expected_per_step"] for s in steps)
     assert report["logged_trajectories"] == 3 * report["expected_per_step"]
     met = steps[1]
-    assert met["sandbox/failovers"] + met["sandbox/resent"] + met["sandbox/internal_retries"] \
-        + met["tool_calls/internal"] > 0
+    assert (
+        met["sandbox/failovers"] + met["sandbox/resent"] + met["sandbox/internal_retries"] + met["tool_calls/internal"]
+        > 0
+    )
     assert any("SIGKILL" in e for e in report["service_events"])

@@ -53,8 +53,7 @@ def lora_server(tiny_model_dir):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("api", ["openai", "sglang"])
-def test_each_rollout_is_generated_by_the_server_with_the_current_adapter(tmp_path, tiny_model_dir, lora_server,
-                                                                          api):
+def test_each_rollout_is_generated_by_the_server_with_the_current_adapter(tmp_path, tiny_model_dir, lora_server, api):
     import torch
 
     from tirl.models import load_tokenizer
@@ -62,14 +61,31 @@ def test_each_rollout_is_generated_by_the_server_with_the_current_adapter(tmp_pa
     from tirl.train.rl import build_trainer
 
     server, pushed = lora_server
-    config = load_config(None, [
-        f"output_dir={tmp_path}", f"model.name_or_path={tiny_model_dir}", "model.dtype=float32",
-        "model.lora.enabled=true", "model.lora.r=4", "max_steps=2", "problems_per_step=2", "save_steps=10",
-        "rollout.group_size=2", "rollout.oversample=2", "rollout.max_turns=2", "rollout.max_response_tokens=24",
-        f"rollout.server_url={server.url}", f"rollout.server_api={api}",
-        "optim.per_device_train_batch_size=2", "optim.learning_rate=5e-2",
-        "optim.warmup_steps=0", "roc.min_per_class=1", "logging.console=false", "watchdog.enabled=false",
-    ])
+    config = load_config(
+        None,
+        [
+            f"output_dir={tmp_path}",
+            f"model.name_or_path={tiny_model_dir}",
+            "model.dtype=float32",
+            "model.lora.enabled=true",
+            "model.lora.r=4",
+            "max_steps=2",
+            "problems_per_step=2",
+            "save_steps=10",
+            "rollout.group_size=2",
+            "rollout.oversample=2",
+            "rollout.max_turns=2",
+            "rollout.max_response_tokens=24",
+            f"rollout.server_url={server.url}",
+            f"rollout.server_api={api}",
+            "optim.per_device_train_batch_size=2",
+            "optim.learning_rate=5e-2",
+            "optim.warmup_steps=0",
+            "roc.min_per_class=1",
+            "logging.console=false",
+            "watchdog.enabled=false",
+        ],
+    )
     config.validate(1)
     tokenizer = load_tokenizer(str(tiny_model_dir))
     source = AgentLoopSource(config, tokenizer, executor_factory=lambda: LocalSandbox(workers=1))
@@ -103,8 +119,10 @@ def test_a_server_without_lora_is_a_clear_error(tmp_path, tiny_model_dir):
     from testing_server import TestingServer
     from tirl.rollout.hf_engine import HFEngine
 
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32),
-                           LoraConfig(r=2, target_modules=["q_proj"]))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32),
+        LoraConfig(r=2, target_modules=["q_proj"]),
+    )
     with TestingServer(HFEngine(model)) as server:
         with pytest.raises(ServerSyncError, match="enable-lora"):
             ServerPolicySync(server.url, tmp_path / "a").push(model)
@@ -123,8 +141,9 @@ def test_sending_an_adapter_needs_a_lora_policy():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["openai", "sglang"])
-def test_eval_of_a_lora_checkpoint_on_a_server_loads_the_adapter_and_requests_it(tmp_path, tiny_model_dir, lora_server,
-                                                                                  engine):
+def test_eval_of_a_lora_checkpoint_on_a_server_loads_the_adapter_and_requests_it(
+    tmp_path, tiny_model_dir, lora_server, engine
+):
     import json
 
     import torch
@@ -137,15 +156,27 @@ def test_eval_of_a_lora_checkpoint_on_a_server_loads_the_adapter_and_requests_it
 
     server, pushed = lora_server
     ckpt = tmp_path / "run" / "checkpoint-3"
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32),
-                           LoraConfig(r=2, target_modules=["q_proj"]))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32),
+        LoraConfig(r=2, target_modules=["q_proj"]),
+    )
     model.save_pretrained(str(ckpt))
     bench = tmp_path / "two.jsonl"
-    bench.write_text("".join(json.dumps({"id": f"q{i}", "problem": f"What is 6 times {i}?", "answer": str(6 * i)})
-                             + "\n" for i in (2, 7)))
-    config = EvalConfig(model=str(ckpt), benchmarks=[str(bench)], out_dir=tmp_path / "out", samples=2,
-                        rollout=AgentLoopSettings(max_turns=1, max_response_tokens=8), engine=engine,
-                        servers=[server.url], server_seed=False)
+    bench.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "problem": f"What is 6 times {i}?", "answer": str(6 * i)}) + "\n" for i in (2, 7)
+        )
+    )
+    config = EvalConfig(
+        model=str(ckpt),
+        benchmarks=[str(bench)],
+        out_dir=tmp_path / "out",
+        samples=2,
+        rollout=AgentLoopSettings(max_turns=1, max_response_tokens=8),
+        engine=engine,
+        servers=[server.url],
+        server_seed=False,
+    )
     result = run_eval_sync(config)
     # the testing server answers 404 to a model name it does not serve: the samples ran under the adapter's name
     assert [p["name"] for p in pushed] == [served_adapter_name(ckpt)]
@@ -177,16 +208,43 @@ def test_tirl_eval_with_engine_sglang_from_the_command_line(tmp_path, tiny_model
     from tirl.rollout.hf_engine import HFEngine
 
     bench = tmp_path / "two.jsonl"
-    bench.write_text("".join(json.dumps({"id": f"q{i}", "problem": f"What is 6 times {i}?", "answer": str(6 * i)})
-                             + "\n" for i in (2, 7)))
+    bench.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "problem": f"What is 6 times {i}?", "answer": str(6 * i)}) + "\n" for i in (2, 7)
+        )
+    )
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
     src = str(Path(__file__).resolve().parents[1] / "src")
     with TestingServer(HFEngine(model), tokenizer=load_tokenizer(str(tiny_model_dir))) as server:
         proc = subprocess.run(
-            [sys.executable, "-m", "tirl.cli.main", "eval", "--model", str(tiny_model_dir), "--engine", "sglang",
-             "--servers", server.url, "--benchmarks", str(bench), "--samples", "2", "--max-turns", "1",
-             "--max-response-tokens", "8", "--out-dir", str(tmp_path / "out"), "--quiet"],
-            capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=src))
+            [
+                sys.executable,
+                "-m",
+                "tirl.cli.main",
+                "eval",
+                "--model",
+                str(tiny_model_dir),
+                "--engine",
+                "sglang",
+                "--servers",
+                server.url,
+                "--benchmarks",
+                str(bench),
+                "--samples",
+                "2",
+                "--max-turns",
+                "1",
+                "--max-response-tokens",
+                "8",
+                "--out-dir",
+                str(tmp_path / "out"),
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=dict(os.environ, PYTHONPATH=src),
+        )
         requests = server.generate_requests
         by_adapter = dict(server.app.state.lora_requests)
     assert proc.returncode == 0, proc.stdout + proc.stderr

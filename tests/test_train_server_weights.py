@@ -63,20 +63,32 @@ def _run(tmp_path: Path, tiny_model_dir: Path, lora: bool) -> dict[str, Any]:
         assert not unexpected and set(missing) <= {"lm_head.weight"}  # tied to the embedding
         served.tie_weights()
         expected = _merged_state(holder["run"].trainer.model)
-        reloads.append({"equal": all(torch.equal(weights[k], expected[k]) for k in weights),
-                        "weights": weights})
+        reloads.append({"equal": all(torch.equal(weights[k], expected[k]) for k in weights), "weights": weights})
 
     overrides = [
-        f"output_dir={tmp_path}", f"model.name_or_path={tiny_model_dir}", "model.dtype=float32", "max_steps=2",
-        "problems_per_step=2", "save_steps=10", "rollout.group_size=2", "rollout.oversample=2",
-        "rollout.max_turns=2", "rollout.max_response_tokens=24", "optim.per_device_train_batch_size=2",
-        "optim.learning_rate=5e-2", "optim.warmup_steps=0", "roc.min_per_class=1", "logging.console=false",
-        "watchdog.enabled=false", "rollout.server_sync=weights",
+        f"output_dir={tmp_path}",
+        f"model.name_or_path={tiny_model_dir}",
+        "model.dtype=float32",
+        "max_steps=2",
+        "problems_per_step=2",
+        "save_steps=10",
+        "rollout.group_size=2",
+        "rollout.oversample=2",
+        "rollout.max_turns=2",
+        "rollout.max_response_tokens=24",
+        "optim.per_device_train_batch_size=2",
+        "optim.learning_rate=5e-2",
+        "optim.warmup_steps=0",
+        "roc.min_per_class=1",
+        "logging.console=false",
+        "watchdog.enabled=false",
+        "rollout.server_sync=weights",
     ]
     if lora:
         overrides += ["model.lora.enabled=true", "model.lora.r=4"]
-    with TestingServer(engine, tokenizer=load_tokenizer(str(tiny_model_dir)), model_name="base",
-                       on_reload_weights=on_reload_weights) as server:
+    with TestingServer(
+        engine, tokenizer=load_tokenizer(str(tiny_model_dir)), model_name="base", on_reload_weights=on_reload_weights
+    ) as server:
         config = load_config(None, overrides + [f"rollout.server_url={server.url}"])
         tokenizer = load_tokenizer(str(tiny_model_dir))
         source = AgentLoopSource(config, tokenizer, executor_factory=lambda: LocalSandbox(workers=1))

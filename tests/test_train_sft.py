@@ -29,8 +29,9 @@ from tirl.protocol.render import conversation_messages, uses_tokenizer_template
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # A short system prompt and tool descriptions keep the tiny model's sequences (and its 151,936-way logits) small.
-SHORT = ProtocolConfig(system_prompt="Solve it.", function_description="Run Python.", code_description="Code.",
-                       input_description="Stdin.")
+SHORT = ProtocolConfig(
+    system_prompt="Solve it.", function_description="Run Python.", code_description="Code.", input_description="Stdin."
+)
 
 
 @pytest.fixture(scope="module")
@@ -57,12 +58,23 @@ def test_gsm8k_conversion_follows_the_protocol(gsm_rows):
 
 
 def test_gsm8k_conversion_rejects_a_wrong_answer_and_a_dangling_call():
-    row = {"id": "x", "problem": "1+1?", "answer": "3", "messages": [
-        {"role": "user", "content": "1+1?"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"type": "function", "function": {"name": "f", "arguments": {"code": "print(1+1)", "input": ""}}}]},
-        {"role": "tool", "content": "2"},
-        {"role": "assistant", "content": "So 2.\nThe answer is $\\boxed{2}$."}]}
+    row = {
+        "id": "x",
+        "problem": "1+1?",
+        "answer": "3",
+        "messages": [
+            {"role": "user", "content": "1+1?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"type": "function", "function": {"name": "f", "arguments": {"code": "print(1+1)", "input": ""}}}
+                ],
+            },
+            {"role": "tool", "content": "2"},
+            {"role": "assistant", "content": "So 2.\nThe answer is $\\boxed{2}$."},
+        ],
+    }
     with pytest.raises(ValueError, match="answer"):
         gsm8k_tir_example(row)
     assert gsm8k_tir_example(dict(row, answer="2")).turns[-1].text.endswith("\\boxed{2}.</answer>")
@@ -71,10 +83,17 @@ def test_gsm8k_conversion_rejects_a_wrong_answer_and_a_dangling_call():
 
 
 def test_chat_conversion_uses_the_first_exchange_inside_answer_tags():
-    ex = chat_example({"id": "c", "messages": [{"role": "user", "content": "Hi?"},
-                                                {"role": "assistant", "content": " Hello. "},
-                                                {"role": "user", "content": "More"},
-                                                {"role": "assistant", "content": "Later"}]})
+    ex = chat_example(
+        {
+            "id": "c",
+            "messages": [
+                {"role": "user", "content": "Hi?"},
+                {"role": "assistant", "content": " Hello. "},
+                {"role": "user", "content": "More"},
+                {"role": "assistant", "content": "Later"},
+            ],
+        }
+    )
     assert ex.problem == "Hi?" and [t.text for t in ex.turns] == ["</reason> <answer>Hello.</answer>"]
     with pytest.raises(ValueError):
         chat_example({"id": "d", "messages": [{"role": "user", "content": "Hi?"}]})
@@ -143,10 +162,21 @@ def test_loss_mask_is_one_exactly_on_model_tokens(request, tok_fixture, which, g
 def _config(tmp_path, model_dir, *overrides):
     from tirl.train.sft_config import load_sft_config
 
-    return load_sft_config(None, [f"model.name_or_path={model_dir}", "model.dtype=float32",
-                                  f"output_dir={tmp_path / 'run'}", "data.max_length=400", "optim.batch_size=2",
-                                  "optim.per_device_train_batch_size=1", "optim.warmup_ratio=0",
-                                  "optim.lr_scheduler_type=constant", "logging.console=false", *overrides])
+    return load_sft_config(
+        None,
+        [
+            f"model.name_or_path={model_dir}",
+            "model.dtype=float32",
+            f"output_dir={tmp_path / 'run'}",
+            "data.max_length=400",
+            "optim.batch_size=2",
+            "optim.per_device_train_batch_size=1",
+            "optim.warmup_ratio=0",
+            "optim.lr_scheduler_type=constant",
+            "logging.console=false",
+            *overrides,
+        ],
+    )
 
 
 def _fixed_batch_loss(trainer):
@@ -202,8 +232,15 @@ def test_lora_final_folder_is_merged_loads_runs_in_the_agent_loop_and_resumes(tm
     from tirl.train.sft import build_sft_trainer, train_sft
 
     examples = load_sft_set("gsm8k_tir", slice(0, 4), SHORT)
-    cfg = _config(tmp_path, tiny_model_dir, "optim.max_steps=2", "optim.learning_rate=1e-2", "save_steps=1",
-                  "model.lora.enabled=true", "model.lora.r=4")
+    cfg = _config(
+        tmp_path,
+        tiny_model_dir,
+        "optim.max_steps=2",
+        "optim.learning_rate=1e-2",
+        "save_steps=1",
+        "model.lora.enabled=true",
+        "model.lora.r=4",
+    )
     final = train_sft(cfg, examples=examples, protocol=SHORT)
     assert (final / "config.json").is_file() and not (final / "adapter_config.json").exists()
     model, tok = load(final, dtype="float32")
@@ -223,14 +260,25 @@ def test_lora_final_folder_is_merged_loads_runs_in_the_agent_loop_and_resumes(tm
         async def aclose(self):
             pass
 
-    loop = AgentLoop(SingleEngineRouter(HFEngine(model, HFEngineConfig(seed=0))), OkExecutor(), tok,
-                     AgentLoopConfig(max_response_tokens=16, max_turns=2, temperature=1.0))
+    loop = AgentLoop(
+        SingleEngineRouter(HFEngine(model, HFEngineConfig(seed=0))),
+        OkExecutor(),
+        tok,
+        AgentLoopConfig(max_response_tokens=16, max_turns=2, temperature=1.0),
+    )
     [traj] = asyncio.run(loop.run_many([RolloutRequest("What is 1 + 1?", sample_index=0, seed=0)]))
     assert traj.finish_reason != "error" and 0 < len(traj.response_ids) <= 16
 
     # resume: the same run with more steps continues from checkpoint-2, and no step is logged twice
-    more = _config(tmp_path, tiny_model_dir, "optim.max_steps=3", "optim.learning_rate=1e-2", "save_steps=1",
-                   "model.lora.enabled=true", "model.lora.r=4")
+    more = _config(
+        tmp_path,
+        tiny_model_dir,
+        "optim.max_steps=3",
+        "optim.learning_rate=1e-2",
+        "save_steps=1",
+        "model.lora.enabled=true",
+        "model.lora.r=4",
+    )
     built = build_sft_trainer(more, examples=examples, protocol=SHORT)
     assert built.resume_from is not None and built.resume_from.name == "checkpoint-2"
     built.trainer.train(resume_from_checkpoint=str(built.resume_from))
@@ -250,8 +298,15 @@ def test_init_token_rows_reach_the_merged_final_model(tmp_path, tiny_model_dir):
     from tirl.train.sft import train_sft
 
     examples = load_sft_set("gsm8k_tir", slice(0, 2), SHORT)
-    cfg = _config(tmp_path, tiny_model_dir, "optim.max_steps=1", "save_steps=100", "model.lora.enabled=true",
-                  "model.lora.r=4", "model.init_token_rows=[<tool_call>, </tool_call>]")
+    cfg = _config(
+        tmp_path,
+        tiny_model_dir,
+        "optim.max_steps=1",
+        "save_steps=100",
+        "model.lora.enabled=true",
+        "model.lora.r=4",
+        "model.init_token_rows=[<tool_call>, </tool_call>]",
+    )
     final = train_sft(cfg, examples=examples, protocol=SHORT)
     base, tok = load(tiny_model_dir, dtype="float32")
     model, _ = load(final, dtype="float32")
@@ -286,8 +341,13 @@ def test_train_token_rows_move_only_those_rows_and_survive_checkpoints(tmp_path,
 
     model_dir = tiny_model_dir if tied else _untied_copy(tiny_model_dir, tmp_path / "untied")
     examples = load_sft_set("gsm8k_tir", slice(0, 2), SHORT)
-    rows = ["model.lora.enabled=true", "model.lora.r=4", "model.train_token_rows=[<tool_call>, </tool_call>]",
-            "optim.learning_rate=5e-2", "save_steps=1"]
+    rows = [
+        "model.lora.enabled=true",
+        "model.lora.r=4",
+        "model.train_token_rows=[<tool_call>, </tool_call>]",
+        "optim.learning_rate=5e-2",
+        "save_steps=1",
+    ]
     final = train_sft(_config(tmp_path, model_dir, "optim.max_steps=2", *rows), examples=examples, protocol=SHORT)
     base, tok = load(model_dir, dtype="float32")
     model, _ = load(final, dtype="float32")
@@ -302,8 +362,9 @@ def test_train_token_rows_move_only_those_rows_and_survive_checkpoints(tmp_path,
     assert (ckpt / ROWS_FILE).is_file()
 
     # resume to step 3: the saved rows are put back before training continues
-    built = build_sft_trainer(_config(tmp_path, model_dir, "optim.max_steps=3", *rows), examples=examples,
-                              protocol=SHORT)
+    built = build_sft_trainer(
+        _config(tmp_path, model_dir, "optim.max_steps=3", *rows), examples=examples, protocol=SHORT
+    )
     assert built.resume_from == ckpt
     emb = built.trainer.model.get_input_embeddings().weight
     assert all(torch.allclose(emb[i].float(), model.get_input_embeddings().weight[i]) for i in tags)
@@ -315,8 +376,13 @@ def test_train_token_rows_config_errors(tmp_path, tiny_model_dir):
     with pytest.raises(ValueError, match="lora"):
         _config(tmp_path, tiny_model_dir, "model.train_token_rows=[<tool_call>]").validate()
     with pytest.raises(ValueError, match="weight_decay"):
-        _config(tmp_path, tiny_model_dir, "model.train_token_rows=[<tool_call>]", "model.lora.enabled=true",
-                "optim.weight_decay=0.1").validate()
+        _config(
+            tmp_path,
+            tiny_model_dir,
+            "model.train_token_rows=[<tool_call>]",
+            "model.lora.enabled=true",
+            "optim.weight_decay=0.1",
+        ).validate()
     with pytest.raises(ValueError, match="SFT stage"):
         load_config(None, ["model.train_token_rows=[<tool_call>]"]).validate(1)
 
@@ -326,8 +392,10 @@ def test_train_token_rows_config_errors(tmp_path, tiny_model_dir):
 
 def test_cli_prints_the_cpu_recipe_and_rejects_bad_keys(tmp_path):
     runner = CliRunner()
-    result = runner.invoke(app, ["train", "sft", "--config", str(CONFIGS / "sft" / "cpu-qwen0.5b.yaml"),
-                                 "--print-config", "optim.max_steps=7"])
+    result = runner.invoke(
+        app,
+        ["train", "sft", "--config", str(CONFIGS / "sft" / "cpu-qwen0.5b.yaml"), "--print-config", "optim.max_steps=7"],
+    )
     assert result.exit_code == 0, result.output
     import yaml
 
@@ -336,6 +404,15 @@ def test_cli_prints_the_cpu_recipe_and_rejects_bad_keys(tmp_path):
     assert printed["merge_lora"] is True
     bad = runner.invoke(app, ["train", "sft", "--config", str(CONFIGS / "sft" / "cpu-qwen0.5b.yaml"), "optim.lr=1"])
     assert bad.exit_code == 2 and "unknown key" in bad.output
-    odd = runner.invoke(app, ["train", "sft", "--config", str(CONFIGS / "sft" / "cpu-qwen0.5b.yaml"),
-                              "optim.batch_size=3", "optim.per_device_train_batch_size=2"])
+    odd = runner.invoke(
+        app,
+        [
+            "train",
+            "sft",
+            "--config",
+            str(CONFIGS / "sft" / "cpu-qwen0.5b.yaml"),
+            "optim.batch_size=3",
+            "optim.per_device_train_batch_size=2",
+        ],
+    )
     assert odd.exit_code == 2 and "multiple" in odd.output

@@ -32,8 +32,10 @@ PROBLEMS = [Problem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", ans
 def test_one_bad_step_warns_but_does_not_stop(caplog):
     dog = RunWatchdog(WatchdogConfig(patience=3))
     with caplog.at_level(logging.WARNING, logger="tirl.train.watchdog"):
-        alarms = dog.observe(1, {"tool_calls/per_traj": 1.0, "tool_calls/error_rate": 1.0, "tool_calls/count": 8,
-                                 "tool_calls/internal": 8})
+        alarms = dog.observe(
+            1,
+            {"tool_calls/per_traj": 1.0, "tool_calls/error_rate": 1.0, "tool_calls/count": 8, "tool_calls/internal": 8},
+        )
     assert [a.kind for a in alarms] == ["tool_errors"]
     assert dog.stop_reason is None
     assert "answered internal by the sandbox" in caplog.text and "1 of 3" in caplog.text
@@ -63,12 +65,20 @@ def test_a_model_that_never_called_the_tool_is_not_collapsing(caplog):
 def test_one_parse_error_among_four_trajectories_does_not_blame_the_sandbox(caplog):
     dog = RunWatchdog(WatchdogConfig(patience=3))
     with caplog.at_level(logging.WARNING, logger="tirl.train.watchdog"):
-        alarms = dog.observe(1, {"tool_calls/per_traj": 0.25, "tool_calls/error_rate": 1.0, "tool_calls/count": 1,
-                                 "tool_calls/internal": 0})
+        alarms = dog.observe(
+            1,
+            {
+                "tool_calls/per_traj": 0.25,
+                "tool_calls/error_rate": 1.0,
+                "tool_calls/count": 1,
+                "tool_calls/internal": 0,
+            },
+        )
     assert alarms == [] and "sandbox" not in caplog.text
     # many failing calls of the model's own are its programs, not the sandbox
-    alarms = dog.check({"tool_calls/per_traj": 2.0, "tool_calls/error_rate": 1.0, "tool_calls/count": 16,
-                        "tool_calls/internal": 0})
+    alarms = dog.check(
+        {"tool_calls/per_traj": 2.0, "tool_calls/error_rate": 1.0, "tool_calls/count": 16, "tool_calls/internal": 0}
+    )
     assert [a.kind for a in alarms] == ["tool_errors"] and "down" not in alarms[0].message
     assert "not the sandbox" in alarms[0].message
 
@@ -86,9 +96,19 @@ def test_messages_name_only_real_recipe_keys(caplog):
     for per_traj in (0.0, 2.0):
         dog = RunWatchdog(WatchdogConfig(patience=1))
         with caplog.at_level(logging.WARNING, logger="tirl.train.watchdog"):
-            dog.observe(1, {"tool_calls/per_traj": per_traj, "tool_calls/error_rate": 1.0, "tool_calls/count": 9,
-                            "tool_calls/internal": 9, "finish/context": 1.0, "finish/error": 1.0,
-                            "infra/masked_share": 1.0, "infra/masked_tool_internal": 4.0})
+            dog.observe(
+                1,
+                {
+                    "tool_calls/per_traj": per_traj,
+                    "tool_calls/error_rate": 1.0,
+                    "tool_calls/count": 9,
+                    "tool_calls/internal": 9,
+                    "finish/context": 1.0,
+                    "finish/error": 1.0,
+                    "infra/masked_share": 1.0,
+                    "infra/masked_tool_internal": 4.0,
+                },
+            )
         named = set(re.findall(r"watchdog\.(\w+)", " ".join(caplog.messages) + (dog.stop_reason or "")))
         assert named and named <= keys, named - keys
         fired |= set(dog.streaks)
@@ -132,8 +152,9 @@ def test_disabled_watchdog_never_stops():
     assert dog.stop_reason is None
 
 
-@pytest.mark.parametrize("override", ["watchdog.patience=0", "watchdog.max_tool_error_rate=1.5",
-                                      "rollout.context_window=1"])
+@pytest.mark.parametrize(
+    "override", ["watchdog.patience=0", "watchdog.max_tool_error_rate=1.5", "rollout.context_window=1"]
+)
 def test_bad_watchdog_settings_are_rejected(override):
     config = load_config(None, [override])
     with pytest.raises(ValueError):
@@ -179,8 +200,7 @@ class FailingSandbox:
         self.calls += 1
         if self.calls == 1:
             return ExecutionResult(status="ok", stdout="42\n", request_id=request.request_id)
-        return ExecutionResult(status="internal", stderr="sandbox worker pool is gone",
-                               request_id=request.request_id)
+        return ExecutionResult(status="internal", stderr="sandbox worker pool is gone", request_id=request.request_id)
 
     async def run_batch(self, requests: Any) -> list[ExecutionResult]:
         return [await self.run(r) for r in requests]
@@ -194,13 +214,27 @@ def _run(tmp: Path, model_dir: Path, *, call_tools: bool, sandbox_factory: Any, 
     from tirl.train.rl import train
     from tirl.train.rollout_func import VerifierScorer
 
-    config = load_config(None, [
-        f"output_dir={tmp}", f"model.name_or_path={model_dir}", "model.dtype=float32", "max_steps=6",
-        "problems_per_step=2", "save_steps=10", "rollout.group_size=2", "rollout.oversample=2",
-        "rollout.max_turns=3", "rollout.max_response_tokens=128", "optim.per_device_train_batch_size=2",
-        "optim.warmup_steps=0", "roc.min_per_class=1", "logging.console=false", "watchdog.patience=2",
-        *extra,
-    ])
+    config = load_config(
+        None,
+        [
+            f"output_dir={tmp}",
+            f"model.name_or_path={model_dir}",
+            "model.dtype=float32",
+            "max_steps=6",
+            "problems_per_step=2",
+            "save_steps=10",
+            "rollout.group_size=2",
+            "rollout.oversample=2",
+            "rollout.max_turns=3",
+            "rollout.max_response_tokens=128",
+            "optim.per_device_train_batch_size=2",
+            "optim.warmup_steps=0",
+            "roc.min_per_class=1",
+            "logging.console=false",
+            "watchdog.patience=2",
+            *extra,
+        ],
+    )
     tokenizer = load_tokenizer(str(model_dir))
     holder: dict[str, Any] = {}
 
@@ -214,8 +248,9 @@ def _run(tmp: Path, model_dir: Path, *, call_tools: bool, sandbox_factory: Any, 
 
 @pytest.mark.slow
 def test_a_sandbox_that_fails_every_call_stops_the_run_with_a_checkpoint(tmp_path, tiny_smollm2_model_dir):
-    train, config, source, scorer, _ = _run(tmp_path, tiny_smollm2_model_dir, call_tools=True,
-                                            sandbox_factory=FailingSandbox)
+    train, config, source, scorer, _ = _run(
+        tmp_path, tiny_smollm2_model_dir, call_tools=True, sandbox_factory=FailingSandbox
+    )
     with pytest.raises(RunStopped, match="tool calls failed"):
         train(config, problems=PROBLEMS, source=source, scorer=scorer, num_processes=1)
     assert (tmp_path / "checkpoint-2").is_dir()  # saved at the stopping step although save_steps=10
@@ -227,8 +262,9 @@ def test_a_sandbox_that_fails_every_call_stops_the_run_with_a_checkpoint(tmp_pat
 def test_a_policy_that_stops_calling_tools_stops_the_run(tmp_path, tiny_smollm2_model_dir):
     from tirl.sandbox import LocalSandbox
 
-    train, config, source, scorer, _ = _run(tmp_path, tiny_smollm2_model_dir, call_tools=False,
-                                            sandbox_factory=lambda: LocalSandbox(workers=1))
+    train, config, source, scorer, _ = _run(
+        tmp_path, tiny_smollm2_model_dir, call_tools=False, sandbox_factory=lambda: LocalSandbox(workers=1)
+    )
     with pytest.raises(RunStopped, match="does not call the tool"):
         train(config, problems=PROBLEMS, source=source, scorer=scorer, num_processes=1)
     assert (tmp_path / "checkpoint-2").is_dir()
@@ -246,8 +282,12 @@ def test_the_training_path_bounds_trajectories_by_the_context_window(tmp_path, t
     prompt_len = max(len(render_prompt_ids(tokenizer, p.problem)) for p in PROBLEMS)
     window = prompt_len + len(tokenizer.encode(TOOL_TURN, add_special_tokens=False)) + 2
     train, config, source, scorer, _ = _run(
-        tmp_path, tiny_smollm2_model_dir, call_tools=True, sandbox_factory=lambda: LocalSandbox(workers=1),
-        extra=[f"rollout.context_window={window}"])
+        tmp_path,
+        tiny_smollm2_model_dir,
+        call_tools=True,
+        sandbox_factory=lambda: LocalSandbox(workers=1),
+        extra=[f"rollout.context_window={window}"],
+    )
     with pytest.raises(RunStopped, match="context window"):
         train(config, problems=PROBLEMS, source=source, scorer=scorer, num_processes=1)
     assert source.context_window == window
@@ -259,9 +299,18 @@ def test_the_trainer_gives_the_rollout_the_models_context_window_by_default(tmp_
     from tirl.models import load_tokenizer
     from tirl.train.rl import build_trainer
 
-    config = load_config(None, [f"output_dir={tmp_path}", f"model.name_or_path={tiny_smollm2_model_dir}",
-                                "model.dtype=float32", "problems_per_step=2", "rollout.group_size=2",
-                                "optim.per_device_train_batch_size=2", "roc.min_per_class=1"])
+    config = load_config(
+        None,
+        [
+            f"output_dir={tmp_path}",
+            f"model.name_or_path={tiny_smollm2_model_dir}",
+            "model.dtype=float32",
+            "problems_per_step=2",
+            "rollout.group_size=2",
+            "optim.per_device_train_batch_size=2",
+            "roc.min_per_class=1",
+        ],
+    )
     run = build_trainer(config, problems=PROBLEMS, num_processes=1)
     try:
         expected = AutoConfig.from_pretrained(str(tiny_smollm2_model_dir)).max_position_embeddings

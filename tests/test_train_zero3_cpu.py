@@ -36,8 +36,9 @@ def _deepspeed_dir() -> Path | None:
 def _env() -> dict[str, str]:
     paths = [str(ROOT / "src"), str(_deepspeed_dir())]
     path = os.pathsep.join([str(_deepspeed_dir() / "bin"), os.environ.get("PATH", "")])  # ninja for its JIT op
-    return dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=os.pathsep.join(paths),
-                PATH=path)
+    return dict(
+        os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=os.pathsep.join(paths), PATH=path
+    )
 
 
 def _one(model_dir: Path, out: Path, steps: int) -> tuple[list[str], dict[str, str]]:
@@ -51,13 +52,28 @@ def _two(model_dir: Path, out: Path, steps: int) -> tuple[list[str], dict[str, s
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in _env().items() if k != "ACCELERATE_USE_CPU"}
-    return ([accelerate, "launch", "--config_file", str(CONFIG), "--main_process_port", str(port), str(SCRIPT),
-             str(model_dir), str(out), str(steps)], env)
+    return (
+        [
+            accelerate,
+            "launch",
+            "--config_file",
+            str(CONFIG),
+            "--main_process_port",
+            str(port),
+            str(SCRIPT),
+            str(model_dir),
+            str(out),
+            str(steps),
+        ],
+        env,
+    )
 
 
 def _run_together(*jobs: tuple[list[str], dict[str, str]]) -> list[tuple[int, str]]:
-    procs = [subprocess.Popen(cmd, cwd=TESTS, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for cmd, env in jobs]
+    procs = [
+        subprocess.Popen(cmd, cwd=TESTS, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for cmd, env in jobs
+    ]
     return [(p.returncode, out) for p, out in ((p, p.communicate(timeout=1200)[0]) for p in procs)]
 
 
@@ -75,11 +91,17 @@ def runs(tmp_path_factory, tiny_smollm2_model_dir):
     for name in ("in-one", "in-two", "plain"):
         shutil.copytree(base / ("two" if name != "plain" else "one") / "run", base / name / "run")
     (rc_two, out_two), (rc_one, out_one), (rc_plain, out_plain) = _run_together(
-        _two(model, base / "in-two", 5), _one(model, base / "in-one", 5), _one(model, base / "plain", 5))
+        _two(model, base / "in-two", 5), _one(model, base / "in-one", 5), _one(model, base / "plain", 5)
+    )
     assert rc_two == 0, out_two[-6000:]
     assert rc_plain == 0, out_plain[-6000:]
-    return {"one": _ranks(base / "one", 1)[0], "two": _ranks(base / "two", 2), "in_two": _ranks(base / "in-two", 2),
-            "plain": _ranks(base / "plain", 1)[0], "in_one": (rc_one, out_one)}
+    return {
+        "one": _ranks(base / "one", 1)[0],
+        "two": _ranks(base / "two", 2),
+        "in_two": _ranks(base / "in-two", 2),
+        "plain": _ranks(base / "plain", 1)[0],
+        "in_one": (rc_one, out_one),
+    }
 
 
 def test_parameters_are_partitioned_over_the_two_ranks(runs):

@@ -101,9 +101,21 @@ def test_malformed_lines_are_skipped_and_counted(tmp_path):
 def test_old_training_logs_without_tool_details_are_readable(tmp_path):
     folder = tmp_path / "old" / "trajectories"
     folder.mkdir(parents=True)
-    old = {"problem_id": "q", "answer": "1", "sample": 0, "kept": False, "reward": 0.0, "verify_status": "ok",
-           "final_answer": "2", "p_err": 0.0, "p_format": 0.0, "finish_reason": "answer", "model_tokens": 9,
-           "tool_calls": ["ok"], "turns": [{"text": "hi", "tool_responses": ["resp"]}]}
+    old = {
+        "problem_id": "q",
+        "answer": "1",
+        "sample": 0,
+        "kept": False,
+        "reward": 0.0,
+        "verify_status": "ok",
+        "final_answer": "2",
+        "p_err": 0.0,
+        "p_format": 0.0,
+        "finish_reason": "answer",
+        "model_tokens": 9,
+        "tool_calls": ["ok"],
+        "turns": [{"text": "hi", "tool_responses": ["resp"]}],
+    }
     (folder / "step_00003_rank0.jsonl").write_text(json.dumps(old) + "\n")
     rec = view_records(read_run(tmp_path / "old"))[0]
     assert rec["step"] == 3 and rec["turns"][0]["calls"][0]["response"] == "resp"
@@ -128,19 +140,49 @@ def test_a_folder_of_runs_names_them(tmp_path):
         read_run(tmp_path / "demo")
 
 
-_junk = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
-                     lambda inner: (st.lists(inner, max_size=3)
-                                    | st.dictionaries(st.text(max_size=6), inner, max_size=3)),
-                     max_leaves=8)
-_fields = ["benchmark", "problem_id", "sample_index", "sample", "step", "group", "rank", "problem", "gold", "answer",
-           "final_answer", "correct", "verdict", "reward", "verify_status", "finish_reason", "model_tokens",
-           "num_response_tokens", "response_ids", "loss_mask", "prompt_ids", "tool_classes", "tool_calls", "turns",
-           "kept", "p_err", "p_format", "selection", "roc_mode"]
+_junk = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+_fields = [
+    "benchmark",
+    "problem_id",
+    "sample_index",
+    "sample",
+    "step",
+    "group",
+    "rank",
+    "problem",
+    "gold",
+    "answer",
+    "final_answer",
+    "correct",
+    "verdict",
+    "reward",
+    "verify_status",
+    "finish_reason",
+    "model_tokens",
+    "num_response_tokens",
+    "response_ids",
+    "loss_mask",
+    "prompt_ids",
+    "tool_classes",
+    "tool_calls",
+    "turns",
+    "kept",
+    "p_err",
+    "p_format",
+    "selection",
+    "roc_mode",
+]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(records=st.lists(st.fixed_dictionaries({}, optional={k: _junk for k in _fields}), min_size=1, max_size=3),
-       kind=st.sampled_from(["eval", "train"]))
+@given(
+    records=st.lists(st.fixed_dictionaries({}, optional={k: _junk for k in _fields}), min_size=1, max_size=3),
+    kind=st.sampled_from(["eval", "train"]),
+)
 def test_records_of_any_shape_never_break_the_page(tmp_path, records, kind):
     folder = tmp_path / f"junk-{kind}"
     if kind == "eval":
@@ -148,18 +190,31 @@ def test_records_of_any_shape_never_break_the_page(tmp_path, records, kind):
         (folder / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     else:
         (folder / "trajectories").mkdir(parents=True, exist_ok=True)
-        (folder / "trajectories" / "step_00001_rank0.jsonl").write_text(
-            "".join(json.dumps(r) + "\n" for r in records))
+        (folder / "trajectories" / "step_00001_rank0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     html = render_html(folder)
     assert len(_page_data(html)["records"]) == len(records)
 
 
 def test_eval_summary_is_shown_and_a_damaged_summary_is_ignored(tmp_path):
     folder = write_eval_run(tmp_path / "run", 2)
-    (folder / "summary.json").write_text(json.dumps({"benchmarks": {"bench": {
-        "num_problems": 1, "samples_per_problem": 2, "avg_pass1": 0.5, "maj_at_k": 1.0,
-        "tool_calls_per_trajectory": 1.0, "truncation_rate": 0.0, "no_answer_rate": 0.0,
-        "mean_response_tokens": 15.0}}}))
+    (folder / "summary.json").write_text(
+        json.dumps(
+            {
+                "benchmarks": {
+                    "bench": {
+                        "num_problems": 1,
+                        "samples_per_problem": 2,
+                        "avg_pass1": 0.5,
+                        "maj_at_k": 1.0,
+                        "tool_calls_per_trajectory": 1.0,
+                        "truncation_rate": 0.0,
+                        "no_answer_rate": 0.0,
+                        "mean_response_tokens": 15.0,
+                    }
+                }
+            }
+        )
+    )
     html = render_html(folder)
     assert "<td>bench</td>" in html and "50.0 %" in html
     (folder / "summary.json").write_text(json.dumps({"benchmarks": {"bench": {"avg_pass1": "x"}, "b2": 3}}))

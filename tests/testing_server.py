@@ -94,9 +94,16 @@ class SGLangLoadLoraRequest(BaseModel):
     lora_path: str | None = None
 
 
-def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-testing",
-              kv_capacity_tokens: int = 65536, faults: dict[str, Any] | None = None,
-              on_load_lora: Any = None, on_reload_weights: Any = None) -> FastAPI:
+def build_app(
+    engine: Engine,
+    *,
+    tokenizer: Any = None,
+    model_name: str = "tirl-testing",
+    kv_capacity_tokens: int = 65536,
+    faults: dict[str, Any] | None = None,
+    on_load_lora: Any = None,
+    on_reload_weights: Any = None,
+) -> FastAPI:
     """The FastAPI app serving ``engine``.
 
     Args:
@@ -151,9 +158,12 @@ def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-
         if on_load_lora is None:
             raise HTTPException(status_code=404, detail="LoRA is not enabled on this server")
         if req.lora_name in adapters and not req.load_inplace:
-            raise HTTPException(status_code=400, detail=f"The lora adapter '{req.lora_name}' has already been "
-                                                        "loaded. If you want to load the adapter in place, set "
-                                                        "'load_inplace' to True.")
+            raise HTTPException(
+                status_code=400,
+                detail=f"The lora adapter '{req.lora_name}' has already been "
+                "loaded. If you want to load the adapter in place, set "
+                "'load_inplace' to True.",
+            )
         on_load_lora(req.lora_name, req.lora_path)
         adapters[req.lora_name] = req.lora_path
         return JSONResponse(f"Success: LoRA adapter '{req.lora_name}' added successfully.")
@@ -165,8 +175,12 @@ def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-
         if not req.lora_path:
             raise HTTPException(status_code=400, detail="lora_path is required")
         if req.lora_name in adapters:
-            return JSONResponse({"success": False, "error_message": f"LoRA adapter {req.lora_name!r} is already "
-                                                                    "loaded; unload it first"})
+            return JSONResponse(
+                {
+                    "success": False,
+                    "error_message": f"LoRA adapter {req.lora_name!r} is already loaded; unload it first",
+                }
+            )
         on_load_lora(req.lora_name, req.lora_path)
         adapters[req.lora_name] = req.lora_path
         return JSONResponse({"success": True, "loaded_adapters": dict(adapters)})
@@ -184,6 +198,7 @@ def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-
     async def flush_cache() -> Any:
         app.state.prefix_cache_resets += 1
         return JSONResponse({})
+
     app.state.weight_reloads = []
 
     @app.post("/collective_rpc")
@@ -220,8 +235,13 @@ def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-
             raise HTTPException(404, f"model {req.model!r} does not exist; this server serves {model_name!r}")
         if (fault := maybe_fault()) is not None:
             return fault
-        params = SamplingParams(max_new_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p,
-                                stop_token_ids=req.stop_token_ids, seed=req.seed)
+        params = SamplingParams(
+            max_new_tokens=req.max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            stop_token_ids=req.stop_token_ids,
+            seed=req.seed,
+        )
         out = await run(req.prompt, params)
         stop_reason = out.token_ids[-1] if out.finish_reason == "stop" else None
         choice: dict[str, Any] = {
@@ -232,10 +252,17 @@ def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-
             "logprobs": None,
         }
         if req.logprobs is not None:
-            tokens = ([f"token_id:{t}" for t in out.token_ids] if req.return_tokens_as_token_ids
-                      else [text_of([t]) for t in out.token_ids])
-            choice["logprobs"] = {"tokens": tokens, "token_logprobs": out.logprobs,
-                                  "top_logprobs": None, "text_offset": []}
+            tokens = (
+                [f"token_id:{t}" for t in out.token_ids]
+                if req.return_tokens_as_token_ids
+                else [text_of([t]) for t in out.token_ids]
+            )
+            choice["logprobs"] = {
+                "tokens": tokens,
+                "token_logprobs": out.logprobs,
+                "top_logprobs": None,
+                "text_offset": [],
+            }
         if req.return_token_ids:
             choice["token_ids"] = out.token_ids
             choice["prompt_token_ids"] = req.prompt
@@ -245,8 +272,11 @@ def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-
             "created": int(time.time()),
             "model": model_name,
             "choices": [choice],
-            "usage": {"prompt_tokens": len(req.prompt), "completion_tokens": len(out.token_ids),
-                      "total_tokens": len(req.prompt) + len(out.token_ids)},
+            "usage": {
+                "prompt_tokens": len(req.prompt),
+                "completion_tokens": len(out.token_ids),
+                "total_tokens": len(req.prompt) + len(out.token_ids),
+            },
         }
 
     @app.post("/generate")
@@ -257,15 +287,24 @@ def build_app(engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-
         if (fault := maybe_fault()) is not None:
             return fault
         sp = req.sampling_params
-        params = SamplingParams(max_new_tokens=sp.max_new_tokens, temperature=sp.temperature, top_p=sp.top_p,
-                                stop_token_ids=sp.stop_token_ids, seed=sp.sampling_seed)
+        params = SamplingParams(
+            max_new_tokens=sp.max_new_tokens,
+            temperature=sp.temperature,
+            top_p=sp.top_p,
+            stop_token_ids=sp.stop_token_ids,
+            seed=sp.sampling_seed,
+        )
         out = await run(req.input_ids, params)
         if out.finish_reason == "length":
             finish: dict[str, Any] = {"type": "length", "length": len(out.token_ids)}
         else:
             finish = {"type": "stop", "matched": out.token_ids[-1]}
-        meta: dict[str, Any] = {"id": uuid.uuid4().hex, "finish_reason": finish,
-                                "prompt_tokens": len(req.input_ids), "completion_tokens": len(out.token_ids)}
+        meta: dict[str, Any] = {
+            "id": uuid.uuid4().hex,
+            "finish_reason": finish,
+            "prompt_tokens": len(req.input_ids),
+            "completion_tokens": len(out.token_ids),
+        }
         if req.return_logprob:
             meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(out.logprobs, out.token_ids)]
         return {"text": text_of(out.token_ids), "output_ids": out.token_ids, "meta_info": meta}
@@ -286,13 +325,27 @@ class TestingServer:
 
     __test__ = False  # not a pytest test class despite the name
 
-    def __init__(self, engine: Engine, *, tokenizer: Any = None, model_name: str = "tirl-testing",
-                 kv_capacity_tokens: int = 65536, port: int = 0, on_load_lora: Any = None,
-                 on_reload_weights: Any = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        tokenizer: Any = None,
+        model_name: str = "tirl-testing",
+        kv_capacity_tokens: int = 65536,
+        port: int = 0,
+        on_load_lora: Any = None,
+        on_reload_weights: Any = None,
+    ) -> None:
         self._faults: dict[str, Any] = {"count": 0, "status": 503}
-        self.app = build_app(engine, tokenizer=tokenizer, model_name=model_name,
-                             kv_capacity_tokens=kv_capacity_tokens, faults=self._faults, on_load_lora=on_load_lora,
-                             on_reload_weights=on_reload_weights)
+        self.app = build_app(
+            engine,
+            tokenizer=tokenizer,
+            model_name=model_name,
+            kv_capacity_tokens=kv_capacity_tokens,
+            faults=self._faults,
+            on_load_lora=on_load_lora,
+            on_reload_weights=on_reload_weights,
+        )
         self._port = port
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -312,8 +365,9 @@ class TestingServer:
         """Start serving; returns once the socket is bound. Raises RuntimeError if it does not start."""
         import uvicorn
 
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self._port, log_level="warning",
-                                lifespan="off", access_log=False)
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=self._port, log_level="warning", lifespan="off", access_log=False
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="tirl-testing-server", daemon=True)
         self._thread.start()

@@ -20,7 +20,7 @@ from tirl.sandbox import ExecutionResult
 from tirl.train.config import load_config
 from tirl.train.rollout_func import RocRolloutFunc, Score
 
-HOSTILE = "</script><img src=x onerror=\"window.__pwned=1\"><b>bold?</b>"
+HOSTILE = '</script><img src=x onerror="window.__pwned=1"><b>bold?</b>'
 CLASSES = ("ok", "error", "timeout", "parse_error")
 
 
@@ -33,16 +33,27 @@ class CharTokenizer:
 
 def _record_for(cls: str, k: int) -> ToolCallRecord:
     if cls == "parse_error":
-        return ToolCallRecord(call=ToolCallError(kind="invalid_json", message="not JSON", raw="{print(1)"),
-                              result=None, cls="parse_error", response_text="Error: the tool call was not valid JSON")
+        return ToolCallRecord(
+            call=ToolCallError(kind="invalid_json", message="not JSON", raw="{print(1)"),
+            result=None,
+            cls="parse_error",
+            response_text="Error: the tool call was not valid JSON",
+        )
     status = {"ok": "ok", "error": "error", "timeout": "timeout"}[cls]
-    result = ExecutionResult(status=status, stdout=f"out-{k}\n" if cls == "ok" else "",
-                             traceback="ZeroDivisionError: division by zero" if cls == "error" else None,
-                             exit_code=0 if cls == "ok" else 1, duration_s=0.25 + k)
+    result = ExecutionResult(
+        status=status,
+        stdout=f"out-{k}\n" if cls == "ok" else "",
+        traceback="ZeroDivisionError: division by zero" if cls == "error" else None,
+        exit_code=0 if cls == "ok" else 1,
+        duration_s=0.25 + k,
+    )
     code = f"def f():\n    return {k} / 1\nprint(f())"
-    return ToolCallRecord(call=ToolCall(name="execute_python_code_with_standard_io",
-                                        arguments={"code": code, "input": "7\n"}),
-                          result=result, cls=cls, response_text=f"<tool_response>\nresponse-{k}\n</tool_response>")
+    return ToolCallRecord(
+        call=ToolCall(name="execute_python_code_with_standard_io", arguments={"code": code, "input": "7\n"}),
+        result=result,
+        cls=cls,
+        response_text=f"<tool_response>\nresponse-{k}\n</tool_response>",
+    )
 
 
 def trajectory(k: int, *, with_tool: bool = True, truncated: bool = False) -> Trajectory:
@@ -53,12 +64,27 @@ def trajectory(k: int, *, with_tool: bool = True, truncated: bool = False) -> Tr
         tool = []
     ids = model1 + tool + model2
     mask = [1] * len(model1) + [0] * len(tool) + [1] * len(model2)
-    turns = [TurnRecord(text=f"turn one of {k}: let me compute", num_tokens=len(model1),
-                        tool_calls=[_record_for(cls, k)] if with_tool else []),
-             TurnRecord(text=f"so the answer is \\boxed{{{k}}} needle-{k}", num_tokens=len(model2), answer_blocks=1,
-                        finish_reason="length" if truncated else "stop")]
-    return Trajectory(prompt_ids=[1, 2, 3, 4], response_ids=ids, loss_mask=mask, turns=turns,
-                      final_answer=str(k), finish_reason="length" if truncated else "answer")
+    turns = [
+        TurnRecord(
+            text=f"turn one of {k}: let me compute",
+            num_tokens=len(model1),
+            tool_calls=[_record_for(cls, k)] if with_tool else [],
+        ),
+        TurnRecord(
+            text=f"so the answer is \\boxed{{{k}}} needle-{k}",
+            num_tokens=len(model2),
+            answer_blocks=1,
+            finish_reason="length" if truncated else "stop",
+        ),
+    ]
+    return Trajectory(
+        prompt_ids=[1, 2, 3, 4],
+        response_ids=ids,
+        loss_mask=mask,
+        turns=turns,
+        final_answer=str(k),
+        finish_reason="length" if truncated else "answer",
+    )
 
 
 def write_eval_run(folder: Path, n: int, *, hostile_at: int | None = 0) -> Path:
@@ -70,8 +96,18 @@ def write_eval_run(folder: Path, n: int, *, hostile_at: int | None = 0) -> Path:
             traj = trajectory(k, with_tool=(k % 7 != 6), truncated=(k % 5 == 4))
             verdict = {"correct": k % 2 == 0, "status": "ok"}
             problem = HOSTILE if k == hostile_at else f"problem number {k}"
-            rec = trajectory_record(traj, tok, verdict, "response", benchmark="bench", problem_id=f"p{k // 2}",
-                                    sample_index=k % 2, seed=k, problem=problem, gold=str(k))
+            rec = trajectory_record(
+                traj,
+                tok,
+                verdict,
+                "response",
+                benchmark="bench",
+                problem_id=f"p{k // 2}",
+                sample_index=k % 2,
+                seed=k,
+                problem=problem,
+                gold=str(k),
+            )
             fh.write(json.dumps(rec) + "\n")
     return folder
 
@@ -79,9 +115,18 @@ def write_eval_run(folder: Path, n: int, *, hostile_at: int | None = 0) -> Path:
 def write_train_run(folder: Path, steps: int = 2) -> Path:
     """A training run's ``trajectories/`` written by RoC's rollout function: 1 problem, 8 sampled, 4 kept."""
     problems = [Problem(id="q0", problem="problem 0", answer="0")]
-    cfg = load_config(None, ["rollout.group_size=4", "rollout.oversample=2", "roc.min_per_class=1",
-                             "problems_per_step=1", "optim.per_device_train_batch_size=4",
-                             "logging.log_trajectories=true", f"output_dir={folder}"])
+    cfg = load_config(
+        None,
+        [
+            "rollout.group_size=4",
+            "rollout.oversample=2",
+            "roc.min_per_class=1",
+            "problems_per_step=1",
+            "optim.per_device_train_batch_size=4",
+            "logging.log_trajectories=true",
+            f"output_dir={folder}",
+        ],
+    )
 
     class Source:
         def generate(self, probs: Any, n: int, *, seed: int, trainer: Any) -> list[Trajectory]:
@@ -93,6 +138,8 @@ def write_train_run(folder: Path, steps: int = 2) -> Path:
 
     fn = RocRolloutFunc(cfg, problems, Source(), Scorer(), pad_token_id=2)
     for step in range(steps):
-        fn(["problem 0"] * 4, SimpleNamespace(state=SimpleNamespace(global_step=step),
-                                              accelerator=SimpleNamespace(process_index=0)))
+        fn(
+            ["problem 0"] * 4,
+            SimpleNamespace(state=SimpleNamespace(global_step=step), accelerator=SimpleNamespace(process_index=0)),
+        )
     return folder

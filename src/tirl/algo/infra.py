@@ -46,8 +46,9 @@ def is_internal(record: Any) -> bool:
     return result is not None and getattr(result, "status", None) == "internal"
 
 
-def infra_cause(trajectory: Any, verify_status: str | None = None, *,
-                mask_verifier_timeouts: bool = True) -> str | None:
+def infra_cause(
+    trajectory: Any, verify_status: str | None = None, *, mask_verifier_timeouts: bool = True
+) -> str | None:
     """The infrastructure failure that touched ``trajectory`` (one of :data:`INFRA_CAUSES`), or None when
     everything that happened to it was the model's doing.
 

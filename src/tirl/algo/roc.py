@@ -121,9 +121,7 @@ def p_format(trajectory: Trajectory) -> float:
     return trajectory_format_penalty(trajectory)
 
 
-def p_total(
-    trajectory: Trajectory, *, use_error_penalty: bool = True, use_format_penalty: bool = True
-) -> float:
+def p_total(trajectory: Trajectory, *, use_error_penalty: bool = True, use_format_penalty: bool = True) -> float:
     """Total RoC penalty ``p_err * [use_error_penalty] + p_format * [use_format_penalty]`` (paper Eq. 5).
 
     Returns:
@@ -306,9 +304,7 @@ class Selection:
     kept_neg: int = 0
 
 
-def _weighted_without_replacement(
-    items: list[int], weights: list[float], k: int, rng: random.Random
-) -> list[int]:
+def _weighted_without_replacement(items: list[int], weights: list[float], k: int, rng: random.Random) -> list[int]:
     """Draw ``k`` of ``items`` without replacement, each draw with probability ``w_i / sum(remaining w)``."""
     pool = list(zip(items, weights))
     chosen: list[int] = []

@@ -92,8 +92,10 @@ def rule_name(config: RocConfig) -> str:
     """
     if config.rule:
         if not config.enabled and config.rule != "all":
-            raise ValueError(f"roc.enabled: false means plain GRPO (rule all) but roc.rule is {config.rule!r}; "
-                             "drop one of the two keys")
+            raise ValueError(
+                f"roc.enabled: false means plain GRPO (rule all) but roc.rule is {config.rule!r}; "
+                "drop one of the two keys"
+            )
         return config.rule
     if not config.enabled:
         return "all"
@@ -131,20 +133,28 @@ def _finish(sel: Selection, group: Sequence[Scored], kept: list[int]) -> Selecti
     return sel
 
 
-@register_rule("roc_paper", oversamples=True,
-               description="RoC as the paper states it (negatives uniformly, positives by 1/p_total)")
+@register_rule(
+    "roc_paper",
+    oversamples=True,
+    description="RoC as the paper states it (negatives uniformly, positives by 1/p_total)",
+)
 def roc_paper(group: Sequence[Scored], target_size: int, rng: random.Random, config: RocConfig) -> Selection:
     """:func:`tirl.algo.roc.select_group` in ``paper`` mode with the config's minimum per class and filter."""
-    return select_group(group, target_size, rng, "paper", min_per_class=config.min_per_class,
-                        drop_all_equal=config.drop_all_equal)
+    return select_group(
+        group, target_size, rng, "paper", min_per_class=config.min_per_class, drop_all_equal=config.drop_all_equal
+    )
 
 
-@register_rule("roc_release", oversamples=True,
-               description="RoC as the public release does it (lowest p_total first, deterministic)")
+@register_rule(
+    "roc_release",
+    oversamples=True,
+    description="RoC as the public release does it (lowest p_total first, deterministic)",
+)
 def roc_release(group: Sequence[Scored], target_size: int, rng: random.Random, config: RocConfig) -> Selection:
     """:func:`tirl.algo.roc.select_group` in ``topk`` mode (``rng`` unused)."""
-    return select_group(group, target_size, rng, "topk", min_per_class=config.min_per_class,
-                        drop_all_equal=config.drop_all_equal)
+    return select_group(
+        group, target_size, rng, "topk", min_per_class=config.min_per_class, drop_all_equal=config.drop_all_equal
+    )
 
 
 @register_rule("random", oversamples=True, description="uniform down-sampling, blind to reward and penalty")
@@ -169,8 +179,13 @@ def keep_all(group: Sequence[Scored], target_size: int, rng: random.Random, conf
     return sel
 
 
-def apply_rule(name: str, group: Sequence[Scored], target_size: int, rng: random.Random | int | None,
-               config: RocConfig | None = None) -> Selection:
+def apply_rule(
+    name: str,
+    group: Sequence[Scored],
+    target_size: int,
+    rng: random.Random | int | None,
+    config: RocConfig | None = None,
+) -> Selection:
     """Run the rule ``name`` on one group.
 
     Args:
@@ -189,5 +204,16 @@ def apply_rule(name: str, group: Sequence[Scored], target_size: int, rng: random
     return get_rule(name).select(group, target_size, r, config or RocConfig())
 
 
-__all__ = ["RULES", "RuleFunction", "SelectionRule", "apply_rule", "get_rule", "keep_all", "random_rule",
-           "register_rule", "roc_paper", "roc_release", "rule_name"]
+__all__ = [
+    "RULES",
+    "RuleFunction",
+    "SelectionRule",
+    "apply_rule",
+    "get_rule",
+    "keep_all",
+    "random_rule",
+    "register_rule",
+    "roc_paper",
+    "roc_release",
+    "rule_name",
+]

@@ -41,8 +41,9 @@ HIGH_QUANTILE = 0.8
 """Tokens at or above this quantile of a label's entropies are "high-entropy" (top 20%, Wang et al. 2025)."""
 
 
-def token_entropies(model: Any, prompt_ids: Sequence[int], response_ids: Sequence[int], *,
-                    chunk: int = 256) -> list[float]:
+def token_entropies(
+    model: Any, prompt_ids: Sequence[int], response_ids: Sequence[int], *, chunk: int = 256
+) -> list[float]:
     """Entropy (nats) of the model's next-token distribution at every response token.
 
     Args:
@@ -70,7 +71,7 @@ def token_entropies(model: Any, prompt_ids: Sequence[int], response_ids: Sequenc
         hidden = model.base_model(input_ids=ids).last_hidden_state[0]
         start, end = len(prompt_ids) - 1, ids.shape[1] - 1  # positions predicting response tokens
         for a in range(start, end, chunk):
-            logits = head(hidden[a:min(end, a + chunk)]).float()
+            logits = head(hidden[a : min(end, a + chunk)]).float()
             logp = torch.log_softmax(logits, dim=-1)
             out.extend((-(logp.exp() * logp).sum(-1)).tolist())
     return out
@@ -82,8 +83,16 @@ def label_for(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name.replace(":", "-")).strip("-") or "model"
 
 
-def score_run(run_dir: str | Path, model: Any, tokenizer: Any, label: str, *, model_name: str = "",
-              limit: int | None = None, progress: Any = None) -> Path:
+def score_run(
+    run_dir: str | Path,
+    model: Any,
+    tokenizer: Any,
+    label: str,
+    *,
+    model_name: str = "",
+    limit: int | None = None,
+    progress: Any = None,
+) -> Path:
     """Re-score a run's trajectories and append them to ``RUN_DIR/entropy/<label>.jsonl``.
 
     Trajectories without saved token ids (older files) are skipped; already scored ones (same id in the
@@ -107,8 +116,10 @@ def score_run(run_dir: str | Path, model: Any, tokenizer: Any, label: str, *, mo
     run = read_run(run_dir)
     todo = list(iter_token_records(run))
     if not todo:
-        raise ValueError(f"no trajectory in {run_dir} holds prompt_ids/response_ids/loss_mask; re-run it with this "
-                         "tirl version (older files store text only)")
+        raise ValueError(
+            f"no trajectory in {run_dir} holds prompt_ids/response_ids/loss_mask; re-run it with this "
+            "tirl version (older files store text only)"
+        )
     if limit is not None:
         todo = todo[:limit]
     folder = run.root / ENTROPY_DIR
@@ -120,11 +131,18 @@ def score_run(run_dir: str | Path, model: Any, tokenizer: Any, label: str, *, mo
         for n, (rid, rec) in enumerate(todo):
             ents = token_entropies(model, rec["prompt_ids"], rec["response_ids"])
             mask = rec["loss_mask"]
-            fh.write(json.dumps({
-                "id": rid, "model": model_name,
-                "entropy": [round(e, 5) if m else None for e, m in zip(ents, mask)],
-                "tokens": [tokenizer.decode([t], skip_special_tokens=False) for t in rec["response_ids"]],
-            }, ensure_ascii=False) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "id": rid,
+                        "model": model_name,
+                        "entropy": [round(e, 5) if m else None for e, m in zip(ents, mask)],
+                        "tokens": [tokenizer.decode([t], skip_special_tokens=False) for t in rec["response_ids"]],
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
             fh.flush()
             if progress is not None:
                 progress(n + 1, len(todo))
@@ -185,8 +203,16 @@ def _quantile(sorted_vals: Sequence[float], q: float) -> float:
     return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
 
 
-def label_stats(label: str, rows: Iterable[dict[str, Any]], masks: dict[str, Sequence[int]], *, first_k: int = 10,
-                top: int = 30, bins: int = 40, max_nats: float | None = None) -> LabelStats:
+def label_stats(
+    label: str,
+    rows: Iterable[dict[str, Any]],
+    masks: dict[str, Sequence[int]],
+    *,
+    first_k: int = 10,
+    top: int = 30,
+    bins: int = 40,
+    max_nats: float | None = None,
+) -> LabelStats:
     """Statistics of one label's entropy rows (see the module docstring).
 
     Args:
@@ -223,8 +249,10 @@ def label_stats(label: str, rows: Iterable[dict[str, Any]], masks: dict[str, Seq
     high_sum: dict[str, float] = defaultdict(float)
     for t, e in high_tokens:
         high_sum[t] += e
-    forking = [{"token": t, "count": c, "share_high": c / all_counts[t], "mean_entropy": high_sum[t] / c}
-               for t, c in high_counts.most_common(top)]
+    forking = [
+        {"token": t, "count": c, "share_high": c / all_counts[t], "mean_entropy": high_sum[t] / c}
+        for t, c in high_counts.most_common(top)
+    ]
     top_edge = max_nats if max_nats is not None else (s[-1] if s else 1.0) or 1.0
     edges = [top_edge * i / bins for i in range(bins + 1)]
     counts = [0.0] * bins
@@ -232,19 +260,29 @@ def label_stats(label: str, rows: Iterable[dict[str, Any]], masks: dict[str, Seq
         counts[min(bins - 1, int(v / top_edge * bins)) if top_edge > 0 else 0] += 1
     mean = sum(values) / len(values) if values else float("nan")
     return LabelStats(
-        label=label, trajectories=len(rows), tokens=len(values), mean=mean,
+        label=label,
+        trajectories=len(rows),
+        tokens=len(values),
+        mean=mean,
         quantiles={f"p{int(q * 100)}": _quantile(s, q) for q in (0.5, 0.8, 0.9, 0.95, 0.99)},
-        high_threshold=threshold, histogram={"edges": edges, "counts": counts}, forking=forking,
-        post_tool={"first_k": first_k, "n_post": len(post), "n_other": len(other),
-                   "mean_post": sum(post) / len(post) if post else None,
-                   "mean_other": sum(other) / len(other) if other else None,
-                   "high_share_post": sum(v >= threshold for v in post) / len(post) if post else None,
-                   "high_share_other": sum(v >= threshold for v in other) / len(other) if other else None},
+        high_threshold=threshold,
+        histogram={"edges": edges, "counts": counts},
+        forking=forking,
+        post_tool={
+            "first_k": first_k,
+            "n_post": len(post),
+            "n_other": len(other),
+            "mean_post": sum(post) / len(post) if post else None,
+            "mean_other": sum(other) / len(other) if other else None,
+            "high_share_post": sum(v >= threshold for v in post) / len(post) if post else None,
+            "high_share_other": sum(v >= threshold for v in other) / len(other) if other else None,
+        },
     )
 
 
-def entropy_report(run_dir: str | Path, labels: Sequence[str] | None = None, *, first_k: int = 10,
-                   top: int = 30) -> dict[str, Any]:
+def entropy_report(
+    run_dir: str | Path, labels: Sequence[str] | None = None, *, first_k: int = 10, top: int = 30
+) -> dict[str, Any]:
     """Statistics of the run's entropy files (all labels, or the given ones), on a shared histogram range.
 
     Only trajectories scored under every reported label are used, so labels compare the same tokens.
@@ -257,17 +295,38 @@ def entropy_report(run_dir: str | Path, labels: Sequence[str] | None = None, *, 
     labels = list(labels) if labels else sorted(files)
     missing = [lab for lab in labels if lab not in files]
     if not labels or missing:
-        raise FileNotFoundError(f"no entropy file for {missing or 'any model'} in {run.root / ENTROPY_DIR}; "
-                                "run `tirl analyze entropy RUN_DIR --model PATH` first")
+        raise FileNotFoundError(
+            f"no entropy file for {missing or 'any model'} in {run.root / ENTROPY_DIR}; "
+            "run `tirl analyze entropy RUN_DIR --model PATH` first"
+        )
     common = set.intersection(*(set(files[lab]) for lab in labels))
     masks = {rid: rec["loss_mask"] for rid, rec in iter_token_records(run)}
-    top_val = max((e for lab in labels for rid in common for e in files[lab][rid].get("entropy") or []
-                   if e is not None), default=1.0)
-    stats = [label_stats(lab, (files[lab][rid] for rid in sorted(common)), masks, first_k=first_k, top=top,
-                         max_nats=top_val).to_dict() for lab in labels]
-    return {"run": str(run.root), "kind": run.kind, "trajectories": len(common), "high_quantile": HIGH_QUANTILE,
-            "labels": stats}
+    top_val = max(
+        (e for lab in labels for rid in common for e in files[lab][rid].get("entropy") or [] if e is not None),
+        default=1.0,
+    )
+    stats = [
+        label_stats(
+            lab, (files[lab][rid] for rid in sorted(common)), masks, first_k=first_k, top=top, max_nats=top_val
+        ).to_dict()
+        for lab in labels
+    ]
+    return {
+        "run": str(run.root),
+        "kind": run.kind,
+        "trajectories": len(common),
+        "high_quantile": HIGH_QUANTILE,
+        "labels": stats,
+    }
 
 
-__all__ = ["HIGH_QUANTILE", "LabelStats", "entropy_report", "label_for", "label_stats", "post_tool_positions",
-           "score_run", "token_entropies"]
+__all__ = [
+    "HIGH_QUANTILE",
+    "LabelStats",
+    "entropy_report",
+    "label_for",
+    "label_stats",
+    "post_tool_positions",
+    "score_run",
+    "token_entropies",
+]

@@ -57,8 +57,13 @@ def plot_entropy(report: dict[str, Any], out: str | Path) -> Path:
         ax.set_yticks(range(len(fk)))
         ax.set_yticklabels([repr(f["token"])[:24] for f in fk], fontsize=8)
     ax.set_xlabel("count among high-entropy tokens")
-    ax.set_title(f"top high-entropy tokens ({labels[0]['label'] if labels else ''}, >= p80 = "
-                 f"{labels[0]['high_threshold']:.2f} nats)" if labels else "top high-entropy tokens", fontsize=9)
+    ax.set_title(
+        f"top high-entropy tokens ({labels[0]['label'] if labels else ''}, >= p80 = "
+        f"{labels[0]['high_threshold']:.2f} nats)"
+        if labels
+        else "top high-entropy tokens",
+        fontsize=9,
+    )
     fig.tight_layout()
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)

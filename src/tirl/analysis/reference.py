@@ -47,24 +47,52 @@ def write_reference_run(out_dir: str | Path, source: str, tokenizer: Any, *, con
                 records = []
                 for k, response in enumerate(turn.tool_responses):
                     call = calls[k] if k < len(calls) else None
-                    records.append({
-                        "call": {"name": call.name, "arguments": call.arguments, "raw": call.raw}
-                        if isinstance(call, ToolCall) else {"kind": "reference", "message": "", "raw": ""},
-                        "result": None, "cls": "ok", "response_text": response,
-                    })
-                turns.append({"text": turn.text, "tool_calls": records, "finish_reason": "stop",
-                              "num_tokens": runs[n_turn] if n_turn < len(runs) else None})
-            fh.write(json.dumps({
-                "benchmark": f"reference:{source.partition(':')[0]}", "problem_id": ex.id, "sample_index": 0,
-                "reference": True, "problem": ex.problem, "gold": ex.answer, "final_answer": ex.answer,
-                "correct": True, "verdict": {"correct": True, "status": "reference"}, "finish_reason": "answer",
-                "num_turns": len(turns), "num_prompt_tokens": len(rendered.prompt_ids),
-                "num_response_tokens": len(rendered.response_ids), "model_tokens": sum(rendered.loss_mask),
-                "tool_classes": ["ok" for t in turns for _ in t["tool_calls"]], "turns": turns,
-                "prompt_text": tokenizer.decode(rendered.prompt_ids, skip_special_tokens=False),
-                "prompt_ids": list(rendered.prompt_ids), "response_ids": list(rendered.response_ids),
-                "loss_mask": list(rendered.loss_mask),
-            }, ensure_ascii=False) + "\n")
+                    records.append(
+                        {
+                            "call": {"name": call.name, "arguments": call.arguments, "raw": call.raw}
+                            if isinstance(call, ToolCall)
+                            else {"kind": "reference", "message": "", "raw": ""},
+                            "result": None,
+                            "cls": "ok",
+                            "response_text": response,
+                        }
+                    )
+                turns.append(
+                    {
+                        "text": turn.text,
+                        "tool_calls": records,
+                        "finish_reason": "stop",
+                        "num_tokens": runs[n_turn] if n_turn < len(runs) else None,
+                    }
+                )
+            fh.write(
+                json.dumps(
+                    {
+                        "benchmark": f"reference:{source.partition(':')[0]}",
+                        "problem_id": ex.id,
+                        "sample_index": 0,
+                        "reference": True,
+                        "problem": ex.problem,
+                        "gold": ex.answer,
+                        "final_answer": ex.answer,
+                        "correct": True,
+                        "verdict": {"correct": True, "status": "reference"},
+                        "finish_reason": "answer",
+                        "num_turns": len(turns),
+                        "num_prompt_tokens": len(rendered.prompt_ids),
+                        "num_response_tokens": len(rendered.response_ids),
+                        "model_tokens": sum(rendered.loss_mask),
+                        "tool_classes": ["ok" for t in turns for _ in t["tool_calls"]],
+                        "turns": turns,
+                        "prompt_text": tokenizer.decode(rendered.prompt_ids, skip_special_tokens=False),
+                        "prompt_ids": list(rendered.prompt_ids),
+                        "response_ids": list(rendered.response_ids),
+                        "loss_mask": list(rendered.loss_mask),
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
     tmp.replace(path)
     return path
 

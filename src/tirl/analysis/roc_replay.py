@@ -112,8 +112,14 @@ class ReplayInput:
     incomplete_groups: int = 0
 
 
-def _member(classes: Sequence[str], turns: Sequence[dict[str, Any]], reward: float | None, tokens: int,
-            config: RocConfig, kept: bool | None) -> Member:
+def _member(
+    classes: Sequence[str],
+    turns: Sequence[dict[str, Any]],
+    reward: float | None,
+    tokens: int,
+    config: RocConfig,
+    kept: bool | None,
+) -> Member:
     calls = len(classes)
     failing = sum(1 for c in classes if c != "ok")
     p_err = failing / calls if calls else NO_CALL_ERROR_PENALTY
@@ -152,9 +158,14 @@ def load_run(run_dir: str | Path, config: RocConfig | None = None) -> ReplayInpu
             for row in _rows(path):
                 key = (int(row["step"]), int(row.get("rank", 0)), int(row["group"]))
                 reward = row.get("reward")
-                m = _member(row.get("tool_calls") or [], row.get("turns") or [],
-                            None if reward is None else float(reward), row.get("model_tokens", 0), cfg,
-                            bool(row.get("kept", False)))
+                m = _member(
+                    row.get("tool_calls") or [],
+                    row.get("turns") or [],
+                    None if reward is None else float(reward),
+                    row.get("model_tokens", 0),
+                    cfg,
+                    bool(row.get("kept", False)),
+                )
                 grouped.setdefault(key, []).append((int(row.get("sample", 0)), m))
     elif (run / "trajectories.jsonl").is_file():
         kind = "eval"
@@ -162,13 +173,15 @@ def load_run(run_dir: str | Path, config: RocConfig | None = None) -> ReplayInpu
             key = (str(row.get("benchmark", "")), str(row["problem_id"]))
             status = str((row.get("verdict") or {}).get("status", "ok"))
             reward = None if status in UNSCORED_VERDICTS else (1.0 if row.get("correct") else 0.0)
-            m = _member(row.get("tool_classes") or [], row.get("turns") or [], reward, row.get("model_tokens", 0),
-                        cfg, None)
+            m = _member(
+                row.get("tool_classes") or [], row.get("turns") or [], reward, row.get("model_tokens", 0), cfg, None
+            )
             grouped.setdefault(key, []).append((int(row.get("sample_index", 0)), m))
     else:
         raise FileNotFoundError(
             f"{run} holds neither trajectories/step_*_rank*.jsonl (an RL run with logging.log_trajectories: true) "
-            "nor trajectories.jsonl (a tirl eval run)")
+            "nor trajectories.jsonl (a tirl eval run)"
+        )
     if not grouped:
         raise ValueError(f"{run}: no trajectories in the run's files")
     keys = sorted(grouped)
@@ -204,8 +217,10 @@ def kept_metrics(kept: Sequence[Member]) -> dict[str, float]:
 
 def _signature(group: Sequence[Member], indices: Sequence[int]) -> list[tuple[float, float]]:
     """What RoC sees of a kept set: the rewards, and the penalties of the positives (it never ranks negatives)."""
-    return sorted((float(group[i].reward), round(group[i].penalty, 9) if group[i].positive else 0.0)  # type: ignore[arg-type]
-                  for i in indices)
+    return sorted(
+        (float(group[i].reward), round(group[i].penalty, 9) if group[i].positive else 0.0)  # type: ignore[arg-type]
+        for i in indices
+    )
 
 
 def group_summary(groups: Sequence[Sequence[Member]], keep: int, config: RocConfig) -> dict[str, float]:
@@ -243,12 +258,18 @@ def _stats(values: Sequence[float]) -> dict[str, float | None]:
     vals = [v for v in values if not math.isnan(v)]
     if not vals:
         return {"mean": None, "std": None, "min": None, "max": None, "n": 0}
-    return {"mean": statistics.fmean(vals), "std": statistics.pstdev(vals) if len(vals) > 1 else 0.0,
-            "min": min(vals), "max": max(vals), "n": len(vals)}
+    return {
+        "mean": statistics.fmean(vals),
+        "std": statistics.pstdev(vals) if len(vals) > 1 else 0.0,
+        "min": min(vals),
+        "max": max(vals),
+        "n": len(vals),
+    }
 
 
-def replay(data: ReplayInput, keep: int | None = None, replays: int = 200, seed: int = 0,
-           config: RocConfig | None = None) -> dict[str, Any]:
+def replay(
+    data: ReplayInput, keep: int | None = None, replays: int = 200, seed: int = 0, config: RocConfig | None = None
+) -> dict[str, Any]:
     """Replay the selection rules ``replays`` times on the run's groups.
 
     Args:
@@ -277,15 +298,15 @@ def replay(data: ReplayInput, keep: int | None = None, replays: int = 200, seed:
     if largest <= keep:
         raise ValueError(
             f"nothing to down-sample: groups hold at most {largest} trajectories and keep is {keep} (a plain GRPO "
-            "run samples only G; pass --keep smaller than the group, or replay an eval run with --samples 2K)")
+            "run samples only G; pass --keep smaller than the group, or replay an eval run with --samples 2K)"
+        )
     cfg.validate(keep)
     groups = data.groups
     down = [i for i, g in enumerate(groups) if sum(1 for m in g if is_scored(m.reward)) > keep]
     columns: dict[str, dict[str, list[float]]] = {}
     columns["sampled"] = {k: [v] for k, v in kept_metrics([m for g in groups for m in g]).items()}
     if data.kind == "rl":
-        columns["logged"] = {k: [v] for k, v in
-                             kept_metrics([m for g in groups for m in g if m.logged_kept]).items()}
+        columns["logged"] = {k: [v] for k, v in kept_metrics([m for g in groups for m in g if m.logged_kept]).items()}
     for rule in REPLAY_RULES:
         columns[rule] = {k: [] for k, _ in METRICS}
     for r in range(replays):
@@ -321,5 +342,15 @@ def format_cell(stat: dict[str, float | None], key: str) -> str:
     return text
 
 
-__all__ = ["METRICS", "Member", "REPLAY_RULES", "ReplayInput", "UNSCORED_VERDICTS", "format_cell",
-           "group_summary", "kept_metrics", "load_run", "replay"]
+__all__ = [
+    "METRICS",
+    "Member",
+    "REPLAY_RULES",
+    "ReplayInput",
+    "UNSCORED_VERDICTS",
+    "format_cell",
+    "group_summary",
+    "kept_metrics",
+    "load_run",
+    "replay",
+]

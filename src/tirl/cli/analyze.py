@@ -13,17 +13,29 @@ app = typer.Typer(help="Analyse saved trajectories.", no_args_is_help=True)
 @app.command("entropy")
 def entropy_command(
     run_dir: Path = typer.Argument(..., help="An eval run folder or a training run folder (with saved token ids)."),
-    models: list[str] = typer.Option(..., "--model", "-m", help="Model to re-score with (folder, .gguf, built-in "
-                                     "name, tiny:<tokenizer>); repeat to compare checkpoints on the same tokens."),
-    labels: list[str] | None = typer.Option(None, "--label", help="A name per --model (default: the model's "
-                                               "folder name); the file is RUN_DIR/entropy/<label>.jsonl."),
+    models: list[str] = typer.Option(
+        ...,
+        "--model",
+        "-m",
+        help="Model to re-score with (folder, .gguf, built-in "
+        "name, tiny:<tokenizer>); repeat to compare checkpoints on the same tokens.",
+    ),
+    labels: list[str] | None = typer.Option(
+        None,
+        "--label",
+        help="A name per --model (default: the model's folder name); the file is RUN_DIR/entropy/<label>.jsonl.",
+    ),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Score at most this many trajectories."),
-    first_k: int = typer.Option(10, "--first-k", min=1, help="Model tokens after a tool response counted as "
-                                "'post-tool'."),
+    first_k: int = typer.Option(
+        10, "--first-k", min=1, help="Model tokens after a tool response counted as 'post-tool'."
+    ),
     top: int = typer.Option(30, "--top", min=1, help="High-entropy tokens listed."),
     dtype: str = typer.Option(
-        "float32", "--dtype", help="float32 (the default: entropies without bf16 rounding), auto (bf16 where the "
-                                   "CPU computes it natively, faster), bfloat16 or float16."),
+        "float32",
+        "--dtype",
+        help="float32 (the default: entropies without bf16 rounding), auto (bf16 where the "
+        "CPU computes it natively, faster), bfloat16 or float16.",
+    ),
 ) -> None:
     """Re-score saved trajectories (exact token ids) for per-token entropy; report forking and post-tool tokens.
 
@@ -54,8 +66,15 @@ def entropy_command(
             raise typer.Exit(2) from None
         with console.status(f"scoring with {label}") as status:
             try:
-                path = score_run(run_dir, model, tokenizer, label, model_name=model_ref, limit=limit,
-                                 progress=lambda d, t, label=label: status.update(f"scoring with {label}: {d}/{t}"))
+                path = score_run(
+                    run_dir,
+                    model,
+                    tokenizer,
+                    label,
+                    model_name=model_ref,
+                    limit=limit,
+                    progress=lambda d, t, label=label: status.update(f"scoring with {label}: {d}/{t}"),
+                )
             except (FileNotFoundError, ValueError) as exc:
                 console.print(f"[red]error:[/] {exc}")
                 raise typer.Exit(2) from None
@@ -100,10 +119,12 @@ def _num(x: float | None) -> str:
 @app.command("reference-run")
 def reference_run_command(
     out_dir: Path = typer.Argument(..., help="Folder to write (trajectories.jsonl in tirl eval's schema)."),
-    model: str = typer.Option(..., "--model", "-m", help="Whose tokenizer renders the conversations (the model "
-                              "you will score them with)."),
-    source: str = typer.Option("gsm8k_tir:0-20", "--source", help="Packaged SFT set and rows: gsm8k_tir:N or "
-                               "gsm8k_tir:A-B."),
+    model: str = typer.Option(
+        ..., "--model", "-m", help="Whose tokenizer renders the conversations (the model you will score them with)."
+    ),
+    source: str = typer.Option(
+        "gsm8k_tir:0-20", "--source", help="Packaged SFT set and rows: gsm8k_tir:N or gsm8k_tir:A-B."
+    ),
 ) -> None:
     """Write reference tool-integrated solutions (packaged SFT set) as a run, to measure post-tool entropy
     teacher-forced on a model that does not call the tool itself: then `tirl analyze entropy OUT_DIR --model`."""
@@ -124,14 +145,26 @@ def reference_run_command(
 
 @app.command("roc")
 def roc_command(
-    run_dir: Path = typer.Argument(..., help="An RL run folder (recipe with logging.log_trajectories: true) or a "
-                                   "tirl eval run folder (--samples 2K: groups of 2K)."),
-    keep: int | None = typer.Option(None, "--keep", min=1, help="Trajectories kept per group (G). Default: the "
-                                    "run's G for RL runs, half the samples per problem for eval runs."),
+    run_dir: Path = typer.Argument(
+        ...,
+        help="An RL run folder (recipe with logging.log_trajectories: true) or a "
+        "tirl eval run folder (--samples 2K: groups of 2K).",
+    ),
+    keep: int | None = typer.Option(
+        None,
+        "--keep",
+        min=1,
+        help="Trajectories kept per group (G). Default: the "
+        "run's G for RL runs, half the samples per problem for eval runs.",
+    ),
     replays: int = typer.Option(200, "--replays", min=1, help="Repetitions of the stochastic rules."),
     seed: int = typer.Option(0, "--seed", help="Base seed of the replays."),
-    min_per_class: int = typer.Option(1, "--min-per-class", min=0, help="RoC's minimum kept per class (roc."
-                                      "min_per_class; 1 in the CPU recipes, 2 in the report's)."),
+    min_per_class: int = typer.Option(
+        1,
+        "--min-per-class",
+        min=0,
+        help="RoC's minimum kept per class (roc.min_per_class; 1 in the CPU recipes, 2 in the report's).",
+    ),
     out: Path | None = typer.Option(None, "--out", "-o", help="JSON report (default RUN_DIR/roc_replay.json)."),
 ) -> None:
     """Replay random down-sampling against RoC's selection (paper and release modes) on logged groups, many
@@ -157,8 +190,10 @@ def roc_command(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     s = report["summary"]
-    table = Table(title=f"RoC replay: {report['kind']} run, {int(s['groups'])} groups, {int(s['trajectories'])} "
-                        f"trajectories, keep {report['keep']}, {report['replays']} replays (mean ± std \\[min, max])")
+    table = Table(
+        title=f"RoC replay: {report['kind']} run, {int(s['groups'])} groups, {int(s['trajectories'])} "
+        f"trajectories, keep {report['keep']}, {report['replays']} replays (mean ± std \\[min, max])"
+    )
     table.add_column("kept set")
     cols = list(report["columns"])
     for col in cols:
@@ -167,9 +202,14 @@ def roc_command(
         table.add_row(label, *[format_cell(report["columns"][c].get(key, {}), key) for c in cols])
     Console().print(table)
     pos, fail = int(s["sampled_positives"]), int(s["sampled_pos_with_failing_call"])
-    typer.echo(f"groups down-sampled {int(s['groups_downsampled'])}, with both classes {int(s['groups_mixed'])}, "
-               f"where RoC can choose among positives {int(s['groups_roc_can_choose'])}; sampled positives {pos}, "
-               f"{fail} with a failing call ({100 * fail / pos if pos else 0:.1f} %)"
-               + (f"; {int(s['incomplete_groups_left_out'])} problems with fewer samples left out"
-                  if s.get("incomplete_groups_left_out") else ""))
+    typer.echo(
+        f"groups down-sampled {int(s['groups_downsampled'])}, with both classes {int(s['groups_mixed'])}, "
+        f"where RoC can choose among positives {int(s['groups_roc_can_choose'])}; sampled positives {pos}, "
+        f"{fail} with a failing call ({100 * fail / pos if pos else 0:.1f} %)"
+        + (
+            f"; {int(s['incomplete_groups_left_out'])} problems with fewer samples left out"
+            if s.get("incomplete_groups_left_out")
+            else ""
+        )
+    )
     typer.echo(str(path))

@@ -39,8 +39,16 @@ FLAG_NAMES: dict[str, str] = {"sandbox.backend": "--sandbox", "protocol.answer_f
 ``protocol.answer_fallback`` is ``--protocol.answer-fallback`` also where no top-level ``answer_fallback`` setting
 takes ``--answer-fallback`` (``tirl eval`` has one: :attr:`tirl.eval.config.EvalConfig.answer_fallback`)."""
 
-PROTOCOL_FLAG_FIELDS: tuple[str, ...] = ("tool", "prompt_style", "tool_call_format", "answer_fallback",
-                                         "multi_call", "lenient", "chat_template", "tool_response_max_chars")
+PROTOCOL_FLAG_FIELDS: tuple[str, ...] = (
+    "tool",
+    "prompt_style",
+    "tool_call_format",
+    "answer_fallback",
+    "multi_call",
+    "lenient",
+    "chat_template",
+    "tool_response_max_chars",
+)
 """The fields of the ``protocol`` section (:class:`tirl.protocol.config.ProtocolConfig`) that get flags."""
 
 
@@ -79,8 +87,9 @@ class Flag:
 
 def _clean(text: str) -> str:
     """A docstring fragment as plain help text: Sphinx roles and double backquotes removed."""
-    text = re.sub(r":[a-z]+:`~?([^`]+)`", lambda m: m.group(1).rsplit(".", 1)[-1] if m.group(0).count("~")
-                  else m.group(1), text)
+    text = re.sub(
+        r":[a-z]+:`~?([^`]+)`", lambda m: m.group(1).rsplit(".", 1)[-1] if m.group(0).count("~") else m.group(1), text
+    )
     text = text.replace("``", "")
     return re.sub(r"\s+", " ", text).strip()
 
@@ -94,9 +103,9 @@ def _first_sentence(text: str) -> str:
         elif ch in ")]":
             depth = max(0, depth - 1)
         elif ch == "." and depth == 0 and (i + 1 == len(text) or text[i + 1] == " ") and i > 0:
-            before = text[max(0, i - 4):i]
+            before = text[max(0, i - 4) : i]
             if not before.endswith(("e.g", "i.e", "etc", "vs")):
-                return text[:i + 1]
+                return text[: i + 1]
     return text
 
 
@@ -253,8 +262,9 @@ def config_flags(
         elif base is list:
             decls, annotation, default = (long,), list[str], []
         elif typing.get_origin(base) is typing.Literal:
-            choices = _choices_enum("".join(p.title() for p in dotted.replace(".", "_").split("_")),
-                                    typing.get_args(base))
+            choices = _choices_enum(
+                "".join(p.title() for p in dotted.replace(".", "_").split("_")), typing.get_args(base)
+            )
             decls, annotation = (long,), choices | None if optional else choices
             default = None if default is None else choices(str(default))
         else:
@@ -265,8 +275,17 @@ def config_flags(
         if dotted in help_extra:
             text = f"{text} {help_extra[dotted]}".strip()
         panel_key = key[0] if len(key) > 1 else ""
-        flags.append(Flag(key=key, param="__".join(key), decls=decls, annotation=annotation, default=default,
-                          help=text, panel=panels.get(panel_key, panel_key or None)))
+        flags.append(
+            Flag(
+                key=key,
+                param="__".join(key),
+                decls=decls,
+                annotation=annotation,
+                default=default,
+                help=text,
+                panel=panels.get(panel_key, panel_key or None),
+            )
+        )
     flag_names = [fl.name for fl in flags]
     dupes = sorted({n for n in flag_names if flag_names.count(n) > 1})
     if dupes:
@@ -274,24 +293,29 @@ def config_flags(
     return flags
 
 
-def command_signature(head: list[inspect.Parameter], flags: list[Flag],
-                      tail: list[inspect.Parameter]) -> tuple[inspect.Signature, dict[str, Any]]:
+def command_signature(
+    head: list[inspect.Parameter], flags: list[Flag], tail: list[inspect.Parameter]
+) -> tuple[inspect.Signature, dict[str, Any]]:
     """The signature (and the annotations) typer reads for a command with the hand-written parameters
     ``head`` and ``tail`` around the generated ``flags``."""
     params = list(head)
     for fl in flags:
         shown = fl.default not in (None, []) or fl.annotation is bool
         option = typer.Option(fl.default, *fl.decls, help=fl.help, rich_help_panel=fl.panel, show_default=shown)
-        params.append(inspect.Parameter(fl.param, inspect.Parameter.KEYWORD_ONLY, default=option,
-                                        annotation=fl.annotation))
+        params.append(
+            inspect.Parameter(fl.param, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=fl.annotation)
+        )
     params += tail
-    kinds = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind is not inspect.Parameter.KEYWORD_ONLY
-             else p for p in params]
+    kinds = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind is not inspect.Parameter.KEYWORD_ONLY else p
+        for p in params
+    ]
     return inspect.Signature(kinds), {p.name: p.annotation for p in kinds}
 
 
-def with_flags(func: Callable[..., Any], head: list[inspect.Parameter], flags: list[Flag],
-               tail: list[inspect.Parameter]) -> Callable[..., Any]:
+def with_flags(
+    func: Callable[..., Any], head: list[inspect.Parameter], flags: list[Flag], tail: list[inspect.Parameter]
+) -> Callable[..., Any]:
     """``func`` (which takes ``**values``) with the signature of :func:`command_signature`, for typer."""
     signature, annotations = command_signature(head, flags, tail)
     func.__signature__ = signature  # type: ignore[attr-defined]
@@ -368,8 +392,12 @@ def renamed_flags_command(command: str, renamed: Mapping[str, str]) -> type[Type
                 break
             name = arg.split("=", 1)[0]
             if name in table:
-                typer.secho(f"{command}: {name} is now {table[name]} (each flag is named after its setting; "
-                            f"{command} --help lists them)", fg="red", err=True)
+                typer.secho(
+                    f"{command}: {name} is now {table[name]} (each flag is named after its setting; "
+                    f"{command} --help lists them)",
+                    fg="red",
+                    err=True,
+                )
                 raise typer.Exit(2)
         return TyperCommand.parse_args(self, ctx, args)
 
@@ -378,6 +406,17 @@ def renamed_flags_command(command: str, renamed: Mapping[str, str]) -> type[Type
     return type(name, (TyperCommand,), {"parse_args": parse_args, "__doc__": doc, "renamed_flags": table})
 
 
-__all__ = ["FLAG_NAMES", "PROTOCOL_FLAG_FIELDS", "Flag", "attribute_docs", "command_signature", "config_flags",
-           "flag_values", "given_on_command_line", "renamed_flags_command", "section_types", "with_flags",
-           "with_values"]
+__all__ = [
+    "FLAG_NAMES",
+    "PROTOCOL_FLAG_FIELDS",
+    "Flag",
+    "attribute_docs",
+    "command_signature",
+    "config_flags",
+    "flag_values",
+    "given_on_command_line",
+    "renamed_flags_command",
+    "section_types",
+    "with_flags",
+    "with_values",
+]

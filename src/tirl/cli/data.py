@@ -26,8 +26,10 @@ from tirl.train.config import DataConfig as _D
 from tirl.train.hard_subset import HardSubsetConfig as _H
 
 _DEFAULT_SOURCES = _D().sources
-_SOURCE_HELP = ("Problem source (repeatable): math, aime, champ, gsm8k, name:N, synthetic:N, a JSONL "
-                f"(default: {' '.join(_DEFAULT_SOURCES)}).")
+_SOURCE_HELP = (
+    "Problem source (repeatable): math, aime, champ, gsm8k, name:N, synthetic:N, a JSONL "
+    f"(default: {' '.join(_DEFAULT_SOURCES)})."
+)
 
 app = typer.Typer(
     name="data",
@@ -67,19 +69,24 @@ def _filter_hard(ctx: typer.Context, **values: Any) -> None:
     try:
         sampler_cfg = opts.sampler_config(values, given_on_command_line(ctx))
         cfg = _H(samples=samples, chunk_problems=chunk)
-        problems = load_training_problems(source or _DEFAULT_SOURCES, seed=sampler_cfg.seed, limit=limit,
-                                          shuffle=limit is not None)
+        problems = load_training_problems(
+            source or _DEFAULT_SOURCES, seed=sampler_cfg.seed, limit=limit, shuffle=limit is not None
+        )
         policy, tokenizer = load_sampling_policy(model, base, dtype)
     except (ValueError, FileNotFoundError, KeyError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
 
-    with policy_sampler(policy, tokenizer, sampler_cfg) as (generate, score), \
-            Progress(TextColumn("filter-hard"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                     console=console) as bar:
+    with (
+        policy_sampler(policy, tokenizer, sampler_cfg) as (generate, score),
+        Progress(
+            TextColumn("filter-hard"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+        ) as bar,
+    ):
         task = bar.add_task("problems", total=len(problems))
-        result = filter_hard(problems, generate, score, out, cfg,
-                             progress=lambda done, total: bar.update(task, completed=done))
+        result = filter_hard(
+            problems, generate, score, out, cfg, progress=lambda done, total: bar.update(task, completed=done)
+        )
     console.print(
         f"{result.hard} of {result.total} problems are hard (solved fewer than {samples}/{samples}); "
         f"{result.solved_all} always solved; {result.resumed} taken from an earlier run. Written to {out}"
@@ -88,23 +95,31 @@ def _filter_hard(ctx: typer.Context, **values: Any) -> None:
 
 filter_hard_command = with_flags(
     _filter_hard,
-    [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
-     _param("model", typer.Option(..., "--model", help="Policy: checkpoint folder (full or LoRA), built-in name, "
-                                                       "GGUF."), str),
-     _param("samples", typer.Option(_H.samples, "--samples",
-                                    help="Trajectories per problem; kept when fewer are correct."), int),
-     _param("source", typer.Option(None, "--source", help=_SOURCE_HELP), list[str] | None),
-     _param("out", typer.Option(Path("runs/stage3_hard.jsonl"), "--out", help="Subset file (JSONL)."), Path),
-     _param("limit", typer.Option(None, "--limit", help="Consider at most this many problems."), int | None),
-     _param("base", typer.Option(None, "--base", help="Base model of a LoRA adapter checkpoint."), str | None),
-     opts.DTYPE,
-     _param("chunk", typer.Option(_H.chunk_problems, "--chunk", help="Problems per progress checkpoint."), int)],
-    opts.SAMPLER_FLAGS, [],
+    [
+        inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+        _param(
+            "model",
+            typer.Option(..., "--model", help="Policy: checkpoint folder (full or LoRA), built-in name, GGUF."),
+            str,
+        ),
+        _param(
+            "samples",
+            typer.Option(_H.samples, "--samples", help="Trajectories per problem; kept when fewer are correct."),
+            int,
+        ),
+        _param("source", typer.Option(None, "--source", help=_SOURCE_HELP), list[str] | None),
+        _param("out", typer.Option(Path("runs/stage3_hard.jsonl"), "--out", help="Subset file (JSONL)."), Path),
+        _param("limit", typer.Option(None, "--limit", help="Consider at most this many problems."), int | None),
+        _param("base", typer.Option(None, "--base", help="Base model of a LoRA adapter checkpoint."), str | None),
+        opts.DTYPE,
+        _param("chunk", typer.Option(_H.chunk_problems, "--chunk", help="Problems per progress checkpoint."), int),
+    ],
+    opts.SAMPLER_FLAGS,
+    [],
 )
 """``tirl data filter-hard``: :func:`_filter_hard` with the generated sampler flags as its signature."""
 
-app.command("filter-hard", cls=renamed_flags_command("tirl data filter-hard", FILTER_HARD_RENAMED))(
-    filter_hard_command)
+app.command("filter-hard", cls=renamed_flags_command("tirl data filter-hard", FILTER_HARD_RENAMED))(filter_hard_command)
 
 from tirl.cli.curate import CURATE_RENAMED as _CURATE_RENAMED  # noqa: E402
 from tirl.cli.curate import curate_command as _curate_command  # noqa: E402

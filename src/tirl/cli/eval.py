@@ -62,29 +62,38 @@ FLAG_SECTIONS: dict[str, tuple[str, ...] | None] = {
 the other sections are ``KEY=VALUE`` arguments."""
 
 EVAL_FLAGS = config_flags(
-    EvalConfig, FLAG_SECTIONS,
+    EvalConfig,
+    FLAG_SECTIONS,
     short={"model": "-m", "benchmarks": "-b", "samples": "-k", "out_dir": "-o"},
     help_extra={
         "model": "Required unless --config names it; a checkpoint of a tirl training run (RUN/checkpoint-N, "
-                 "RUN/final) brings its recipe's rollout and protocol settings (see --no-recipe).",
+        "RUN/final) brings its recipe's rollout and protocol settings (see --no-recipe).",
         "benchmarks": "Repeat or separate with commas; NAME:N takes the first N problems. Required unless "
-                      "--config names them.",
+        "--config names them.",
         "servers": "Repeat for several servers (the rollout scheduler balances them).",
         "kv_capacities": "One value applies to every server.",
         "out_dir": "Default: runs/eval/<model>-<tools|no-tools>.",
         "rollout.max_concurrency": f"Default {_CONCURRENCY_HELP}.",
     },
     names=FLAG_NAMES,
-    panels={"sandbox": "Where the code runs (sandbox section; the other keys as sandbox.KEY=VALUE)",
-            "": "Evaluation settings", "rollout": "Agent-loop settings (rollout section)",
-            "protocol": "Conversation format (protocol section; the other keys as protocol.KEY=VALUE)"},
+    panels={
+        "sandbox": "Where the code runs (sandbox section; the other keys as sandbox.KEY=VALUE)",
+        "": "Evaluation settings",
+        "rollout": "Agent-loop settings (rollout section)",
+        "protocol": "Conversation format (protocol section; the other keys as protocol.KEY=VALUE)",
+    },
 )
 """The generated flags of ``tirl eval`` (:func:`tirl.cli.config_flags.config_flags` of :class:`EvalConfig`)."""
 
 RENAMED_FLAGS = {
-    "--benchmark": "--benchmarks", "--server": "--servers", "--kv-capacity": "--kv-capacities",
-    "--no-tools": "--no-use-tools", "--out": "--out-dir", "--max-tokens": "--max-response-tokens",
-    "--concurrency": "--max-concurrency", "--tool-timeout": "--tool-timeout-s",
+    "--benchmark": "--benchmarks",
+    "--server": "--servers",
+    "--kv-capacity": "--kv-capacities",
+    "--no-tools": "--no-use-tools",
+    "--out": "--out-dir",
+    "--max-tokens": "--max-response-tokens",
+    "--concurrency": "--max-concurrency",
+    "--tool-timeout": "--tool-timeout-s",
 }
 """Flags of earlier versions whose name was not their setting's: not accepted, only named in the error."""
 
@@ -119,15 +128,17 @@ def _run(config: EvalConfig, console: Console, progress: bool = True) -> EvalRes
 
         for url in config.servers:  # before generating: a dead server would fail every trajectory one by one
             if not asyncio.run(probe_health(url)):
-                typer.secho(f"tirl eval: the server {url} does not answer (GET /health, /v1/models): start it, or "
-                            "fix --server", fg="red", err=True)
+                typer.secho(
+                    f"tirl eval: the server {url} does not answer (GET /health, /v1/models): start it, or fix --server",
+                    fg="red",
+                    err=True,
+                )
                 raise typer.Exit(2)
     try:
         from tirl.cli.eval_display import ConsoleListener
 
         return asyncio.run(run_eval(config, listener=ConsoleListener(console, progress=progress)))
-    except (ResumeMismatch, ModelNotFoundError, BenchmarkError, SandboxUnavailable, ServerSyncError,
-            ValueError) as exc:
+    except (ResumeMismatch, ModelNotFoundError, BenchmarkError, SandboxUnavailable, ServerSyncError, ValueError) as exc:
         typer.secho(f"tirl eval: {exc}", fg="red", err=True)
         raise typer.Exit(2) from None
 
@@ -148,14 +159,14 @@ def _eval_command(ctx: typer.Context, **values: Any) -> None:
     console = Console()
     config_file, quiet, print_config = values["config_file"], values["quiet"], values["print_config"]
     try:
-        overrides = merge(parse_overrides(values["settings"] or []),
-                                 flag_overrides(values, given_on_command_line(ctx)))
+        overrides = merge(parse_overrides(values["settings"] or []), flag_overrides(values, given_on_command_line(ctx)))
         file_data = read_yaml_mapping(config_file) if config_file is not None else {}
         if overrides.get("kv_capacities") is not None:
             servers = overrides.get("servers", file_data.get("servers") or [])
             raw = overrides["kv_capacities"]
-            overrides["kv_capacities"] = parse_kv_capacities([raw] if isinstance(raw, (str, int)) else raw,
-                                                             len(servers))
+            overrides["kv_capacities"] = parse_kv_capacities(
+                [raw] if isinstance(raw, (str, int)) else raw, len(servers)
+            )
         config, recipe = resolve_eval_config(config_file, overrides, recipe=not values["no_recipe"])
     except (ValueError, FileNotFoundError) as exc:
         typer.secho(f"tirl eval: {exc}", fg="red", err=True)
@@ -166,8 +177,10 @@ def _eval_command(ctx: typer.Context, **values: Any) -> None:
         typer.echo(yaml.safe_dump(config.to_dict(), sort_keys=False), nl=False)
         return
     result = _run(config, console, progress=not quiet)
-    console.print(f"wrote {config.out_dir}/ (trajectories.jsonl, summary.json); {result.new_samples} new, "
-                  f"{result.resumed_samples} resumed samples in {result.elapsed_s:.0f} s")
+    console.print(
+        f"wrote {config.out_dir}/ (trajectories.jsonl, summary.json); {result.new_samples} new, "
+        f"{result.resumed_samples} resumed samples in {result.elapsed_s:.0f} s"
+    )
 
 
 def _param(name: str, default: Any, annotation: Any) -> inspect.Parameter:
@@ -176,22 +189,50 @@ def _param(name: str, default: Any, annotation: Any) -> inspect.Parameter:
 
 eval_command = with_flags(
     _eval_command,
-    [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
-     _param("config_file", typer.Option(
-         None, "--config", "-c", help="YAML file of the run's settings: EvalConfig's keys, with the agent-loop "
-                                      "settings in 'rollout' and the format in 'protocol' as in an RL recipe "
-                                      "(configs/eval/*.yaml). KEY=VALUE and flags override it."), Path | None),
-     _param("no_recipe", typer.Option(
-         False, "--no-recipe", help="Do not take rollout and protocol settings from the recipe (RUN/config.yaml) "
-                                    "of a checkpoint given as --model."), bool)],
+    [
+        inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+        _param(
+            "config_file",
+            typer.Option(
+                None,
+                "--config",
+                "-c",
+                help="YAML file of the run's settings: EvalConfig's keys, with the agent-loop "
+                "settings in 'rollout' and the format in 'protocol' as in an RL recipe "
+                "(configs/eval/*.yaml). KEY=VALUE and flags override it.",
+            ),
+            Path | None,
+        ),
+        _param(
+            "no_recipe",
+            typer.Option(
+                False,
+                "--no-recipe",
+                help="Do not take rollout and protocol settings from the recipe (RUN/config.yaml) "
+                "of a checkpoint given as --model.",
+            ),
+            bool,
+        ),
+    ],
     EVAL_FLAGS,
-    [_param("quiet", typer.Option(False, "--quiet", "-q", help="No progress bar."), bool),
-     _param("print_config", typer.Option(False, "--print-config",
-                                         help="Print the resolved settings as a --config file and exit."), bool),
-     _param("settings", typer.Argument(
-         None, metavar="[KEY=VALUE]...", help="Any setting by its dotted key, as in a --config file "
-                                              "(protocol.system_prompt='...', rollout.context_window=null)."),
-         list[str] | None)],
+    [
+        _param("quiet", typer.Option(False, "--quiet", "-q", help="No progress bar."), bool),
+        _param(
+            "print_config",
+            typer.Option(False, "--print-config", help="Print the resolved settings as a --config file and exit."),
+            bool,
+        ),
+        _param(
+            "settings",
+            typer.Argument(
+                None,
+                metavar="[KEY=VALUE]...",
+                help="Any setting by its dotted key, as in a --config file "
+                "(protocol.system_prompt='...', rollout.context_window=null).",
+            ),
+            list[str] | None,
+        ),
+    ],
 )
 """``tirl eval``: :func:`_eval_command` with the generated flags as its signature (for typer)."""
 
@@ -210,23 +251,29 @@ def run_demo(out: Path, fresh: bool = False, console: Console | None = None) -> 
     try:
         from tirl.cli.eval_display import ConsoleListener
 
-        results, elapsed = asyncio.run(demo.run_demo(out, settings, fresh=fresh,
-                                                     listener=lambda: ConsoleListener(console)))
+        results, elapsed = asyncio.run(
+            demo.run_demo(out, settings, fresh=fresh, listener=lambda: ConsoleListener(console))
+        )
     except (ResumeMismatch, ModelNotFoundError, BenchmarkError, SandboxUnavailable, ValueError) as exc:
         typer.secho(f"tirl demo: {exc}", fg="red", err=True)
         raise typer.Exit(2) from None
     labels = [f"{label}" for label, _ in settings.models]
     table = demo.comparison_table(
-        results, labels, title=f"{' vs '.join(f'{label} = {model}' for label, model in settings.models)}; with the "
-                               f"Python tool, T={settings.temperature}, {settings.max_turns} turns, "
-                               f"{settings.max_tokens} tokens")
+        results,
+        labels,
+        title=f"{' vs '.join(f'{label} = {model}' for label, model in settings.models)}; with the "
+        f"Python tool, T={settings.temperature}, {settings.max_turns} turns, "
+        f"{settings.max_tokens} tokens",
+    )
     width = 38 + 20 * len(labels) * len(settings.benchmarks)  # every column readable, not squeezed into 80 in a log
     if not console.is_terminal and console.width < width:
         console = Console(width=width)
     console.print(table)
     new = sum(r.new_samples for r in results)
-    console.print(f"demo finished in {elapsed / 60:.1f} min ({new} trajectories generated now; outputs in {out}/; "
-                  "re-running resumes, --fresh starts over)")
+    console.print(
+        f"demo finished in {elapsed / 60:.1f} min ({new} trajectories generated now; outputs in {out}/; "
+        "re-running resumes, --fresh starts over)"
+    )
     return results
 
 

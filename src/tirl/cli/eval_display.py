@@ -40,15 +40,24 @@ class ConsoleListener(EvalListener):
             return
         if self.console.is_terminal:
             self._bar = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[acc]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                console=self.console, transient=False,
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[acc]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=False,
             )
             self._bar.start()
             self._task = self._bar.add_task(label, total=total, completed=resumed, acc=self._acc())
         else:
-            self._lines = LineProgress(f"{label} {model}", total, resumed,
-                                       write=lambda text: self.console.print(text, soft_wrap=True, highlight=False))
+            self._lines = LineProgress(
+                f"{label} {model}",
+                total,
+                resumed,
+                write=lambda text: self.console.print(text, soft_wrap=True, highlight=False),
+            )
 
     def sample_done(self, correct: bool | None) -> None:
         if correct is not None:

@@ -8,19 +8,33 @@ import typer
 
 
 def plot_command(
-    runs: list[Path] = typer.Argument(..., help="Run folders (or metrics.jsonl files); stages in order "
-                                                "(with --compare: LABEL=DIR or DIR, one per run)."),
+    runs: list[Path] = typer.Argument(
+        ...,
+        help="Run folders (or metrics.jsonl files); stages in order (with --compare: LABEL=DIR or DIR, one per run).",
+    ),
     out: Path = typer.Option(Path("plots"), "--out", "-o", help="Folder for the PNG files."),
     title: str = typer.Option("", "--title", help="Suffix for the figure titles."),
-    compare: bool = typer.Option(False, "--compare", help="Overlay the runs (each LABEL=DIR or DIR) instead of "
-                                                          "chaining them: at equal steps and at equal wall time."),
-    evals: list[str] = typer.Option([], "--eval", help="A tirl eval folder of one of the run's checkpoints "
-                                                       "(repeat): draws heldout.png, avg pass@1 against step; "
-                                                       "with --compare LABEL=DIR, LABEL one of the runs'."),
-    table: Path | None = typer.Option(None, "--table", help="Also write the steps as a Markdown table to this "
-                                                            "file (not with --compare)."),
-    band: str = typer.Option("minmax", "--band", help="With --compare, where several runs share a LABEL (seeds): "
-                                                      "the band around their mean, minmax or std."),
+    compare: bool = typer.Option(
+        False,
+        "--compare",
+        help="Overlay the runs (each LABEL=DIR or DIR) instead of "
+        "chaining them: at equal steps and at equal wall time.",
+    ),
+    evals: list[str] = typer.Option(
+        [],
+        "--eval",
+        help="A tirl eval folder of one of the run's checkpoints "
+        "(repeat): draws heldout.png, avg pass@1 against step; "
+        "with --compare LABEL=DIR, LABEL one of the runs'.",
+    ),
+    table: Path | None = typer.Option(
+        None, "--table", help="Also write the steps as a Markdown table to this file (not with --compare)."
+    ),
+    band: str = typer.Option(
+        "minmax",
+        "--band",
+        help="With --compare, where several runs share a LABEL (seeds): the band around their mean, minmax or std.",
+    ),
 ) -> None:
     """Draw reward, tool-error-in-correct (before/after RoC), length and overview curves as PNG files (and with
     --table a per-step Markdown table); with --compare, overlay separate runs (an ablation) at equal steps and
@@ -42,8 +56,9 @@ def plot_command(
                 for item in evals:
                     label, sep, path = item.partition("=")
                     if not sep or label not in labelled:
-                        raise ValueError(f"--eval with --compare takes LABEL=DIR, LABEL one of "
-                                         f"{', '.join(labelled)}; got {item!r}")
+                        raise ValueError(
+                            f"--eval with --compare takes LABEL=DIR, LABEL one of {', '.join(labelled)}; got {item!r}"
+                        )
                     groups.setdefault(label, []).append(path)
                 written.append(plot_heldout(groups, out, title or None, band=band))
         else:

@@ -28,10 +28,14 @@ SAMPLER_SECTIONS: dict[str, tuple[str, ...] | None] = {
 """The sections of :class:`SamplerConfig` whose settings get flags (as in ``tirl eval``)."""
 
 SAMPLER_FLAGS = config_flags(
-    SamplerConfig, SAMPLER_SECTIONS, names=FLAG_NAMES,
-    panels={"": "Sampling settings (tirl.train.sampler.SamplerConfig)",
-            "sandbox": "Where the code runs (sandbox section)",
-            "protocol": "Conversation format (protocol section): the policy's, as in its RL recipe"},
+    SamplerConfig,
+    SAMPLER_SECTIONS,
+    names=FLAG_NAMES,
+    panels={
+        "": "Sampling settings (tirl.train.sampler.SamplerConfig)",
+        "sandbox": "Where the code runs (sandbox section)",
+        "protocol": "Conversation format (protocol section): the policy's, as in its RL recipe",
+    },
 )
 """The generated flags of the policy sampler (:func:`tirl.cli.config_flags.config_flags` of
 :class:`SamplerConfig`)."""
@@ -40,8 +44,11 @@ RENAMED_FLAGS = {"--max-tokens": "--max-response-tokens", "--tool-timeout": "--t
 """Sampler flags of earlier versions whose name was not their setting's: not accepted, only named in the error."""
 
 DTYPE = inspect.Parameter(
-    "dtype", inspect.Parameter.KEYWORD_ONLY, annotation=str,
-    default=typer.Option("bfloat16", "--dtype", help="Weights of the policy (bfloat16, float32, auto)."))
+    "dtype",
+    inspect.Parameter.KEYWORD_ONLY,
+    annotation=str,
+    default=typer.Option("bfloat16", "--dtype", help="Weights of the policy (bfloat16, float32, auto)."),
+)
 """``--dtype``: the policy's weights (a loading option, not a :class:`SamplerConfig` setting)."""
 
 

@@ -23,16 +23,21 @@ def _check_listen(host: str, port: int) -> None:
     import socket
 
     if not 0 <= port <= 65535:
-        typer.secho(f"tirl sandbox serve: --port {port} is not a TCP port: use 1-65535 (0 picks a free one)",
-                    fg="red", err=True)
+        typer.secho(
+            f"tirl sandbox serve: --port {port} is not a TCP port: use 1-65535 (0 picks a free one)", fg="red", err=True
+        )
         raise typer.Exit(2)
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         with socket.socket(infos[0][0], socket.SOCK_STREAM) as sock:
             sock.bind(infos[0][4])
     except OSError as exc:
-        typer.secho(f"tirl sandbox serve: cannot listen on {host}:{port} ({exc.strerror or exc}): pick another "
-                    "--port (0 picks a free one) or --host", fg="red", err=True)
+        typer.secho(
+            f"tirl sandbox serve: cannot listen on {host}:{port} ({exc.strerror or exc}): pick another "
+            "--port (0 picks a free one) or --host",
+            fg="red",
+            err=True,
+        )
         raise typer.Exit(2) from None
 
 
@@ -41,8 +46,12 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind; use a private address for other nodes."),
     port: int = typer.Option(8088, help="TCP port; 0 picks a free one (printed on the ready line)."),
     workers: int = typer.Option(4, min=1, help="Sandbox worker processes (LocalSandbox(workers=N))."),
-    check_workers: int = typer.Option(1, min=0, help="Worker processes of the answer checks' own pool"
-                                      " (/v1/verify/batch), apart from those of /v1/execute; 0 shares them."),
+    check_workers: int = typer.Option(
+        1,
+        min=0,
+        help="Worker processes of the answer checks' own pool"
+        " (/v1/verify/batch), apart from those of /v1/execute; 0 shares them.",
+    ),
     preload: str = typer.Option(
         SERVE_PRELOAD,
         help="Modules each worker imports once at start, comma-separated ('' for none). The default adds the"
@@ -53,8 +62,11 @@ def serve(
     max_batch_size: int = typer.Option(1024, min=1, help="Most requests per batch (more: HTTP 413)."),
     cache_entries: int = typer.Option(100_000, min=0, help="Finished results kept for idempotent retries."),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
-    fast_path: bool = typer.Option(True, help="Answer well-formed execute requests without FastAPI's routing "
-                                   "(same answers, less CPU); --no-fast-path routes every request."),
+    fast_path: bool = typer.Option(
+        True,
+        help="Answer well-formed execute requests without FastAPI's routing "
+        "(same answers, less CPU); --no-fast-path routes every request.",
+    ),
 ) -> None:
     """Serve the code-execution API (POST /v1/execute, /v1/execute/batch, /v1/execute/stream, /v1/verify/batch;
     GET /healthz, /metrics).
@@ -75,7 +87,12 @@ def serve(
     )
     modules = tuple(m.strip() for m in preload.split(",") if m.strip())
     config = ServeConfig(
-        host=host, port=port, workers=workers, preload=modules, log_level=log_level, service=service,
+        host=host,
+        port=port,
+        workers=workers,
+        preload=modules,
+        log_level=log_level,
+        service=service,
         check_workers=check_workers,
     )
     try:

@@ -179,12 +179,20 @@ def _resume_hint(output_dir: str) -> str:
     from tirl.train.common import last_checkpoint
 
     ckpt = last_checkpoint(output_dir)
-    return f"re-run the same command to resume from {ckpt}" if ckpt else \
-        f"no checkpoint in {output_dir} yet: re-running starts from the beginning"
+    return (
+        f"re-run the same command to resume from {ckpt}"
+        if ckpt
+        else f"no checkpoint in {output_dir} yet: re-running starts from the beginning"
+    )
 
 
-def _run_stage(load: Callable[[], Any], run: Callable[[Any], Path], print_config: bool, what: str,
-               finished: Callable[[Any], Path | None] | None = None) -> None:
+def _run_stage(
+    load: Callable[[], Any],
+    run: Callable[[Any], Path],
+    print_config: bool,
+    what: str,
+    finished: Callable[[Any], Path | None] | None = None,
+) -> None:
     """Load a stage's configuration, print it or run the stage, and turn bad input into exit code 2.
 
     ``load`` returns the resolved config (it raises ValueError/FileNotFoundError on a bad file or override);
@@ -210,8 +218,10 @@ def _run_stage(load: Callable[[], Any], run: Callable[[Any], Path], print_config
     done = finished(cfg) if finished is not None else None
     if done is not None:
         if _is_main_process():
-            console.print(f"[green]finished:[/] {cfg.output_dir} has trained all {cfg.max_steps} steps; {what} in "
-                          f"{done}. To train on, re-run with a larger max_steps.")
+            console.print(
+                f"[green]finished:[/] {cfg.output_dir} has trained all {cfg.max_steps} steps; {what} in "
+                f"{done}. To train on, re-run with a larger max_steps."
+            )
         return
     try:
         final = run(cfg)
@@ -222,8 +232,10 @@ def _run_stage(load: Callable[[], Any], run: Callable[[Any], Path], print_config
             console.print(f"[red]watchdog:[/] {exc}. That was the last step: {what} in {exc.final}.")
         else:
             where = exc.checkpoint or f"the newest checkpoint in {cfg.output_dir}"
-            console.print(f"[red]watchdog:[/] {exc}. {where} is saved: fix the cause and re-run the same "
-                          "command to resume from it (add watchdog.enabled=false to go on regardless).")
+            console.print(
+                f"[red]watchdog:[/] {exc}. {where} is saved: fix the cause and re-run the same "
+                "command to resume from it (add watchdog.enabled=false to go on regardless)."
+            )
         raise typer.Exit(3) from None
     except KeyboardInterrupt:
         if _is_main_process():

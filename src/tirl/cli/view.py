@@ -8,8 +8,11 @@ import typer
 
 
 def view_command(
-    run_dir: Path = typer.Argument(..., help="An eval run folder (trajectories.jsonl) or a training run folder "
-                                             "(trajectories/step_N_rankR.jsonl, logging.log_trajectories=true)."),
+    run_dir: Path = typer.Argument(
+        ...,
+        help="An eval run folder (trajectories.jsonl) or a training run folder "
+        "(trajectories/step_N_rankR.jsonl, logging.log_trajectories=true).",
+    ),
     out: Path | None = typer.Option(None, "--out", "-o", help="The HTML file to write (default RUN_DIR/view.html)."),
 ) -> None:
     """Write one self-contained HTML page showing every trajectory of a run (opens from disk, no network)."""

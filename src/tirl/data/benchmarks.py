@@ -116,7 +116,8 @@ def _load_jsonl(path: Path, *, default_source: str) -> list[Problem]:
             missing = [k for k in ("problem", "answer") if k not in row]
             if missing:
                 raise BenchmarkError(
-                    f"{where}: missing field(s) {', '.join(missing)}; rows need 'problem' and 'answer'")
+                    f"{where}: missing field(s) {', '.join(missing)}; rows need 'problem' and 'answer'"
+                )
             problem = row.pop("problem")
             if not isinstance(problem, str) or not problem.strip():
                 raise BenchmarkError(f"{where}: 'problem' must be a non-empty string")
@@ -163,6 +164,13 @@ def _load_gsm8k() -> list[Problem]:
                 answer = gsm8k_answer(row["answer"])
             except BenchmarkError as exc:
                 raise BenchmarkError(f"{path}:{lineno}: {exc}") from None
-            problems.append(Problem(id=f"gsm8k-{int(row['idx']):04d}", problem=row["question"], answer=answer,
-                                    source=GSM8K_SOURCE, meta={"solution": row["answer"]}))
+            problems.append(
+                Problem(
+                    id=f"gsm8k-{int(row['idx']):04d}",
+                    problem=row["question"],
+                    answer=answer,
+                    source=GSM8K_SOURCE,
+                    meta={"solution": row["answer"]},
+                )
+            )
     return problems

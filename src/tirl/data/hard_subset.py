@@ -161,8 +161,15 @@ def filter_hard(
     """
     cfg = config or HardSubsetConfig()
     out = Path(out)
-    counts, resumed = count_correct(problems, generate, score, out.with_name(out.name + ".progress.jsonl"),
-                                    cfg.samples, cfg.chunk_problems, progress)
+    counts, resumed = count_correct(
+        problems,
+        generate,
+        score,
+        out.with_name(out.name + ".progress.jsonl"),
+        cfg.samples,
+        cfg.chunk_problems,
+        progress,
+    )
     result = HardSubsetResult(total=len(problems), resumed=resumed)
     hard = [p for p in problems if counts[p.id] < cfg.samples]
     write_problems(hard, out)

@@ -158,8 +158,9 @@ def gsm8k_tir_example(row: dict[str, Any], config: ProtocolConfig | None = None)
         if role == "tool":
             if pending is None or calls_left == 0:
                 raise ValueError(f"{where}: message {i} is a tool response without a pending call")
-            pending.tool_responses.append(render_tool_response(ExecutionResult(status="ok", stdout=content + "\n"),
-                                                               cfg))
+            pending.tool_responses.append(
+                render_tool_response(ExecutionResult(status="ok", stdout=content + "\n"), cfg)
+            )
             calls_left -= 1
             continue
         if role != "assistant" or calls_left:
@@ -183,9 +184,11 @@ def gsm8k_tir_example(row: dict[str, Any], config: ProtocolConfig | None = None)
             raise ValueError(f"{where}: the final line is not 'The answer is $\\boxed{{N}}$.': {last!r}")
         box = match.group("box")
         reasoning = reasoning.strip()
-        turns.append(ConversationTurn(
-            f"{reasoning}{cfg.reason_close} {cfg.answer_open}The answer is \\boxed{{{box}}}.{cfg.answer_close}"
-        ))
+        turns.append(
+            ConversationTurn(
+                f"{reasoning}{cfg.reason_close} {cfg.answer_open}The answer is \\boxed{{{box}}}.{cfg.answer_close}"
+            )
+        )
     if calls_left or not turns or turns[-1].tool_responses:
         raise ValueError(f"{where}: the conversation does not end with a final assistant answer")
     parsed = [c.arguments["code"] for t in turns for c in parse_tool_calls(t.text, cfg) if isinstance(c, ToolCall)]
@@ -194,8 +197,9 @@ def gsm8k_tir_example(row: dict[str, Any], config: ProtocolConfig | None = None)
     answer = str(row.get("answer", box)).strip()
     if extract_answer(turns[-1].text, cfg) != answer:
         raise ValueError(f"{where}: the final turn's answer {extract_answer(turns[-1].text, cfg)!r} != {answer!r}")
-    return SFTExample(id=where, problem=problem, turns=turns, kind="tool", source=str(row.get("source", "")),
-                      answer=answer)
+    return SFTExample(
+        id=where, problem=problem, turns=turns, kind="tool", source=str(row.get("source", "")), answer=answer
+    )
 
 
 def chat_example(row: dict[str, Any], config: ProtocolConfig | None = None) -> SFTExample:
@@ -208,13 +212,22 @@ def chat_example(row: dict[str, Any], config: ProtocolConfig | None = None) -> S
     cfg = resolve_config(config)
     where = str(row.get("id", "?"))
     messages = row.get("messages") or []
-    if (len(messages) < 2 or messages[0].get("role") != "user" or messages[1].get("role") != "assistant"
-            or not (messages[1].get("content") or "").strip()):
+    if (
+        len(messages) < 2
+        or messages[0].get("role") != "user"
+        or messages[1].get("role") != "assistant"
+        or not (messages[1].get("content") or "").strip()
+    ):
         raise ValueError(f"{where}: expected a user message and an assistant reply")
     reply = messages[1]["content"].strip()
     text = f"{cfg.reason_close} {cfg.answer_open}{reply}{cfg.answer_close}"
-    return SFTExample(id=where, problem=messages[0]["content"].strip(), turns=[ConversationTurn(text)],
-                      kind="chat", source=str(row.get("source", "")))
+    return SFTExample(
+        id=where,
+        problem=messages[0]["content"].strip(),
+        turns=[ConversationTurn(text)],
+        kind="chat",
+        source=str(row.get("source", "")),
+    )
 
 
 _CONVERTERS: dict[str, Callable[[dict[str, Any], ProtocolConfig | None], SFTExample]] = {
@@ -250,8 +263,14 @@ def load_sft_set(name: str, rows: slice = slice(None), config: ProtocolConfig | 
     return [_CONVERTERS[spec["kind"]](row, config) for row in raw]
 
 
-def load_sft_examples(sources: Sequence[str], *, seed: int = 0, limit: int | None = None, shuffle: bool = True,
-                      config: ProtocolConfig | None = None) -> list[SFTExample]:
+def load_sft_examples(
+    sources: Sequence[str],
+    *,
+    seed: int = 0,
+    limit: int | None = None,
+    shuffle: bool = True,
+    config: ProtocolConfig | None = None,
+) -> list[SFTExample]:
     """Examples from several packaged sets, de-duplicated by id, optionally shuffled (seeded) and capped.
 
     Args:
@@ -280,8 +299,10 @@ def load_sft_examples(sources: Sequence[str], *, seed: int = 0, limit: int | Non
             examples.extend(generate(rows.stop, config=config)[rows])
             continue
         if name not in SFT_SETS:
-            raise ValueError(f"SFT source {src!r} is neither a packaged set ({', '.join(SFT_SETS)}) nor "
-                             f"{GENERATED_PROGRAMS!r} / {GENERATED_RECOVERY!r}")
+            raise ValueError(
+                f"SFT source {src!r} is neither a packaged set ({', '.join(SFT_SETS)}) nor "
+                f"{GENERATED_PROGRAMS!r} / {GENERATED_RECOVERY!r}"
+            )
         examples.extend(load_sft_set(name, _row_range(arg, name), config))
     first: dict[str, SFTExample] = {}
     for e in examples:
@@ -292,8 +313,9 @@ def load_sft_examples(sources: Sequence[str], *, seed: int = 0, limit: int | Non
     return unique[:limit] if limit is not None else unique
 
 
-def render_sft_example(tokenizer: Any, example: SFTExample,
-                       config: ProtocolConfig | None = None) -> RenderedConversation:
+def render_sft_example(
+    tokenizer: Any, example: SFTExample, config: ProtocolConfig | None = None
+) -> RenderedConversation:
     """The example as token ids with its loss mask, exactly as the agent loop would build the same conversation
     (:func:`tirl.protocol.render_conversation_ids`: system prompt with the tool, ``<reason>`` prefill and
     tool-response segments masked 0, model turns and their end-of-turn tokens masked 1)."""

@@ -120,8 +120,11 @@ def _fibonacci_digit_sum(r: random.Random) -> Recovery:
     return Recovery(
         f"The Fibonacci numbers are $F_1 = F_2 = 1$ and $F_n = F_{{n-1}} + F_{{n-2}}$. What is the sum of the "
         f"digits of $F_{{{n}}}$?",
-        f"{loop}print(sum(int(d) for d in str(b)))", "ValueError", r.choice(_LIMIT_READ_SET),
-        _lift(f"{loop}print(sum(int(d) for d in str(b)))"))
+        f"{loop}print(sum(int(d) for d in str(b)))",
+        "ValueError",
+        r.choice(_LIMIT_READ_SET),
+        _lift(f"{loop}print(sum(int(d) for d in str(b)))"),
+    )
 
 
 def _binomial_digit_sum(r: random.Random) -> Recovery:
@@ -132,8 +135,11 @@ def _binomial_digit_sum(r: random.Random) -> Recovery:
             break
     return Recovery(
         f"What is the sum of the digits of $\\binom{{{n}}}{{{k}}}$?",
-        f"import math\nprint(sum(int(d) for d in str(math.comb({n}, {k}))))", "ValueError",
-        r.choice(_LIMIT_READ_LOOP), _digit_sum_loop(f"math.comb({n}, {k})", "import math\n"))
+        f"import math\nprint(sum(int(d) for d in str(math.comb({n}, {k}))))",
+        "ValueError",
+        r.choice(_LIMIT_READ_LOOP),
+        _digit_sum_loop(f"math.comb({n}, {k})", "import math\n"),
+    )
 
 
 def _exponent(r: random.Random, base: int, lo: int, hi: int) -> int:
@@ -144,16 +150,26 @@ def _power_sum_odd_digits(r: random.Random) -> Recovery:
     a, b = r.sample(_BASES, 2)
     e, f = _exponent(r, a, 4_500, 8_000), _exponent(r, b, 2_000, 8_000)
     body = f"s = str({a}**{e} + {b}**{f})\nprint(sum(1 for d in s if d in '13579'))"
-    return Recovery(f"How many of the decimal digits of ${a}^{{{e}}} + {b}^{{{f}}}$ are odd?", body, "ValueError",
-                    r.choice(_LIMIT_READ_SET), _lift(body))
+    return Recovery(
+        f"How many of the decimal digits of ${a}^{{{e}}} + {b}^{{{f}}}$ are odd?",
+        body,
+        "ValueError",
+        r.choice(_LIMIT_READ_SET),
+        _lift(body),
+    )
 
 
 def _power_product_digit_count(r: random.Random) -> Recovery:
     a, b = r.sample(_BASES, 2)
     e, f = _exponent(r, a, 2_500, 5_000), _exponent(r, b, 2_500, 5_000)
     body = f"print(len(str({a}**{e} * {b}**{f})))"
-    return Recovery(f"How many digits does ${a}^{{{e}}} \\cdot {b}^{{{f}}}$ have?", body, "ValueError",
-                    r.choice(_LIMIT_READ_SET), _lift(body))
+    return Recovery(
+        f"How many digits does ${a}^{{{e}}} \\cdot {b}^{{{f}}}$ have?",
+        body,
+        "ValueError",
+        r.choice(_LIMIT_READ_SET),
+        _lift(body),
+    )
 
 
 def _range_product_digit_sum(r: random.Random) -> Recovery:
@@ -162,8 +178,11 @@ def _range_product_digit_sum(r: random.Random) -> Recovery:
     return Recovery(
         f"What is the sum of the digits of the product ${m} \\cdot {m + 1} \\cdots {n}$ of all integers from ${m}$ "
         f"to ${n}$?",
-        f"import math\nprint(sum(int(d) for d in str(math.prod(range({m}, {n} + 1)))))", "ValueError",
-        r.choice(_LIMIT_READ_LOOP), _digit_sum_loop(f"math.prod(range({m}, {n} + 1))", "import math\n"))
+        f"import math\nprint(sum(int(d) for d in str(math.prod(range({m}, {n} + 1)))))",
+        "ValueError",
+        r.choice(_LIMIT_READ_LOOP),
+        _digit_sum_loop(f"math.prod(range({m}, {n} + 1))", "import math\n"),
+    )
 
 
 _IMPORT_READ = (
@@ -175,15 +194,25 @@ _IMPORT_READ = (
 def _lcm_range(r: random.Random) -> Recovery:
     n = r.randint(20, 80)
     body = f"print(math.lcm(*range(1, {n} + 1)))"
-    return Recovery(f"What is the least common multiple of all integers from $1$ to ${n}$?", body, "NameError",
-                    r.choice(_IMPORT_READ), f"import math\n{body}")
+    return Recovery(
+        f"What is the least common multiple of all integers from $1$ to ${n}$?",
+        body,
+        "NameError",
+        r.choice(_IMPORT_READ),
+        f"import math\n{body}",
+    )
 
 
 def _coprime_count(r: random.Random) -> Recovery:
     n = r.randint(1_000, 200_000)
     body = f"print(sum(1 for k in range(1, {n} + 1) if math.gcd(k, {n}) == 1))"
-    return Recovery(f"How many integers from $1$ to ${n}$ have no common factor with ${n}$ other than $1$?", body,
-                    "NameError", r.choice(_IMPORT_READ), f"import math\n{body}")
+    return Recovery(
+        f"How many integers from $1$ to ${n}$ have no common factor with ${n}$ other than $1$?",
+        body,
+        "NameError",
+        r.choice(_IMPORT_READ),
+        f"import math\n{body}",
+    )
 
 
 def _factorial_remainder(r: random.Random) -> Recovery:
@@ -192,10 +221,17 @@ def _factorial_remainder(r: random.Random) -> Recovery:
     while any(m % p == 0 for p in range(2, math.isqrt(m) + 1)):  # a prime modulus: the remainder is never 0
         m += 1
     return Recovery(
-        f"What is the remainder when ${n}!$ is divided by ${m}$?", f"print({n}! % {m})", "SyntaxError",
-        r.choice((f"`{n}!` is not Python syntax. The factorial is `math.factorial({n})`.",
-                  f"Python has no `!` operator, hence the syntax error; `math.factorial({n})` computes {n}!.")),
-        f"import math\nprint(math.factorial({n}) % {m})")
+        f"What is the remainder when ${n}!$ is divided by ${m}$?",
+        f"print({n}! % {m})",
+        "SyntaxError",
+        r.choice(
+            (
+                f"`{n}!` is not Python syntax. The factorial is `math.factorial({n})`.",
+                f"Python has no `!` operator, hence the syntax error; `math.factorial({n})` computes {n}!.",
+            )
+        ),
+        f"import math\nprint(math.factorial({n}) % {m})",
+    )
 
 
 def _remainder_sum(r: random.Random) -> Recovery:
@@ -203,15 +239,21 @@ def _remainder_sum(r: random.Random) -> Recovery:
     m = r.randint(100, 5_000)
     return Recovery(
         f"What is the sum of the remainders when ${n}$ is divided by each of the integers $1, 2, \\ldots, {m}$?",
-        f"print(sum({n} % k for k in range({m} + 1)))", "ZeroDivisionError",
-        r.choice((f"The range starts at 0, so the program divided by zero. The divisors are 1 to {m}: the range "
-                  f"must start at 1.",
-                  "`range(...)` starts at 0 and `% 0` is a division by zero; the divisors start at 1.")),
-        f"print(sum({n} % k for k in range(1, {m} + 1)))")
+        f"print(sum({n} % k for k in range({m} + 1)))",
+        "ZeroDivisionError",
+        r.choice(
+            (
+                f"The range starts at 0, so the program divided by zero. The divisors are 1 to {m}: the range "
+                f"must start at 1.",
+                "`range(...)` starts at 0 and `% 0` is a division by zero; the divisors start at 1.",
+            )
+        ),
+        f"print(sum({n} % k for k in range(1, {m} + 1)))",
+    )
 
 
 def _big_n(r: random.Random) -> int:
-    return r.randint(1, 9) * 10 ** r.randint(10, 13) + r.randint(0, 10 ** 9)
+    return r.randint(1, 9) * 10 ** r.randint(10, 13) + r.randint(0, 10**9)
 
 
 _TIMEOUT_READ = (
@@ -224,9 +266,11 @@ def _sum_of_squares(r: random.Random) -> Recovery:
     n = _big_n(r)
     return Recovery(
         f"What is $1^2 + 2^2 + 3^2 + \\cdots + {n}^2$?",
-        f"total = 0\nfor k in range(1, {n} + 1):\n    total += k * k\nprint(total)", "timeout",
+        f"total = 0\nfor k in range(1, {n} + 1):\n    total += k * k\nprint(total)",
+        "timeout",
         r.choice(_TIMEOUT_READ).format(n=n, f="the formula $1^2 + \\cdots + n^2 = n(n+1)(2n+1)/6$"),
-        f"n = {n}\nprint(n * (n + 1) * (2 * n + 1) // 6)")
+        f"n = {n}\nprint(n * (n + 1) * (2 * n + 1) // 6)",
+    )
 
 
 def _multiples_count(r: random.Random) -> Recovery:
@@ -234,11 +278,15 @@ def _multiples_count(r: random.Random) -> Recovery:
     a, b = r.sample([3, 4, 6, 7, 9, 11, 13, 15], 2)
     return Recovery(
         f"How many integers from $1$ to ${n}$ are divisible by ${a}$ or by ${b}$?",
-        f"print(sum(1 for k in range(1, {n} + 1) if k % {a} == 0 or k % {b} == 0))", "timeout",
+        f"print(sum(1 for k in range(1, {n} + 1) if k % {a} == 0 or k % {b} == 0))",
+        "timeout",
         r.choice(_TIMEOUT_READ).format(
-            n=n, f="inclusion-exclusion, $\\lfloor n/a \\rfloor + \\lfloor n/b \\rfloor "
-                   "- \\lfloor n/\\mathrm{lcm}(a, b) \\rfloor$"),
-        f"import math\nn = {n}\nprint(n // {a} + n // {b} - n // math.lcm({a}, {b}))")
+            n=n,
+            f="inclusion-exclusion, $\\lfloor n/a \\rfloor + \\lfloor n/b \\rfloor "
+            "- \\lfloor n/\\mathrm{lcm}(a, b) \\rfloor$",
+        ),
+        f"import math\nn = {n}\nprint(n // {a} + n // {b} - n // math.lcm({a}, {b}))",
+    )
 
 
 RECOVERY_FAMILIES: dict[str, Callable[[random.Random], Recovery]] = {
@@ -285,8 +333,13 @@ def run_like_sandbox(code: str) -> ExecutionResult:
             try:
                 exec(compile(ast.parse(code, FILENAME), FILENAME, "exec", dont_inherit=True), namespace)  # noqa: S102
             except Exception as exc:  # noqa: BLE001 - what the code raises is the result
-                return ExecutionResult(status="error", stdout=buffer.getvalue(), error_type=type(exc).__name__,
-                                       traceback=format_user_traceback(exc), exit_code=1)
+                return ExecutionResult(
+                    status="error",
+                    stdout=buffer.getvalue(),
+                    error_type=type(exc).__name__,
+                    traceback=format_user_traceback(exc),
+                    exit_code=1,
+                )
         return ExecutionResult(status="ok", stdout=buffer.getvalue(), exit_code=0)
     finally:
         sys.set_int_max_str_digits(old_limit)
@@ -304,18 +357,23 @@ def first_result(rec: Recovery, tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S) 
         RuntimeError: the program does not fail with ``rec.error`` (the template is wrong).
     """
     if rec.error == "timeout":
-        return ExecutionResult(status="timeout", duration_s=tool_timeout_s, exit_code=-9,
-                               stderr=f"tirl-sandbox: timeout: the code ran past its {tool_timeout_s:g} s limit and "
-                                      f"was killed\n")  # what the sandbox returns (not shown to the model)
+        return ExecutionResult(
+            status="timeout",
+            duration_s=tool_timeout_s,
+            exit_code=-9,
+            stderr=f"tirl-sandbox: timeout: the code ran past its {tool_timeout_s:g} s limit and was killed\n",
+        )  # what the sandbox returns (not shown to the model)
     result = run_like_sandbox(rec.first)
     if result.status != "error" or result.error_type != rec.error:
-        raise RuntimeError(f"the first program of {rec.problem!r} gave {result.status}/{result.error_type}, "
-                           f"expected {rec.error}")
+        raise RuntimeError(
+            f"the first program of {rec.problem!r} gave {result.status}/{result.error_type}, expected {rec.error}"
+        )
     return result
 
 
-def recovery_examples(n: int, seed: int = SEED, config: ProtocolConfig | None = None,
-                      tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S) -> list:
+def recovery_examples(
+    n: int, seed: int = SEED, config: ProtocolConfig | None = None, tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+) -> list:
     """``n`` SFT examples (:class:`tirl.data.sft.SFTExample`, kind ``tool``), families in turn, seeded.
 
     Each has three assistant turns: an opening sentence and the failing call (its rendered error as the tool
@@ -341,17 +399,36 @@ def recovery_examples(n: int, seed: int = SEED, config: ProtocolConfig | None = 
         answer = fixed.stdout.strip()
         if fixed.status != "ok" or not answer.isdigit():
             raise RuntimeError(f"the fix of {rec.problem!r} gave {fixed.status}: {fixed.traceback or fixed.stdout!r}")
-        first = ConversationTurn(f"{rng.choice(_OPENERS)}\n{render_tool_call(rec.first, '', cfg)}",
-                                 [render_tool_response(failed, cfg)])
-        second = ConversationTurn(f"{rec.reading}\n{render_tool_call(rec.fix, '', cfg)}",
-                                  [render_tool_response(fixed, cfg)])
-        last = ConversationTurn(f"The program printed {answer}.{cfg.reason_close} {cfg.answer_open}"
-                                f"The answer is \\boxed{{{answer}}}.{cfg.answer_close}")
-        out.append(SFTExample(id=f"recovery-{seed}-{i}", problem=rec.problem, turns=[first, second, last],
-                              kind="tool", source=f"tirl generated ({family}, {rec.error}, seed {seed})",
-                              answer=answer))
+        first = ConversationTurn(
+            f"{rng.choice(_OPENERS)}\n{render_tool_call(rec.first, '', cfg)}", [render_tool_response(failed, cfg)]
+        )
+        second = ConversationTurn(
+            f"{rec.reading}\n{render_tool_call(rec.fix, '', cfg)}", [render_tool_response(fixed, cfg)]
+        )
+        last = ConversationTurn(
+            f"The program printed {answer}.{cfg.reason_close} {cfg.answer_open}"
+            f"The answer is \\boxed{{{answer}}}.{cfg.answer_close}"
+        )
+        out.append(
+            SFTExample(
+                id=f"recovery-{seed}-{i}",
+                problem=rec.problem,
+                turns=[first, second, last],
+                kind="tool",
+                source=f"tirl generated ({family}, {rec.error}, seed {seed})",
+                answer=answer,
+            )
+        )
     return out
 
 
-__all__ = ["DEFAULT_TOOL_TIMEOUT_S", "INT_STR_LIMIT", "RECOVERY_FAMILIES", "SEED", "Recovery", "first_result",
-           "recovery_examples", "run_like_sandbox"]
+__all__ = [
+    "DEFAULT_TOOL_TIMEOUT_S",
+    "INT_STR_LIMIT",
+    "RECOVERY_FAMILIES",
+    "SEED",
+    "Recovery",
+    "first_result",
+    "recovery_examples",
+    "run_like_sandbox",
+]

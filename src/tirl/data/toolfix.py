@@ -72,8 +72,10 @@ def _gen_digit_sum_power(r: random.Random) -> tuple[str, int]:
 def _gen_digit_count_power(r: random.Random) -> tuple[str, int]:
     b, d = r.choice(_BASES), r.randint(0, 9)
     e = _exponent_for_digits(r, b, 3000, 9000)
-    return (f"How many times does the digit ${d}$ appear in the decimal representation of ${b}^{{{e}}}$?",
-            _digits(b**e).count(str(d)))
+    return (
+        f"How many times does the digit ${d}$ appear in the decimal representation of ${b}^{{{e}}}$?",
+        _digits(b**e).count(str(d)),
+    )
 
 
 def _gen_digit_sum_factorial(r: random.Random) -> tuple[str, int]:
@@ -134,8 +136,15 @@ def toolfix_problems(n: int, seed: int = 0, kinds: Sequence[str] | None = None) 
     for i in range(n):
         kind = chosen[i % len(chosen)]
         text, answer = TOOLFIX_GENERATORS[kind](rng)
-        out.append(Problem(id=f"toolfix-{kind}-{seed}-{i}", problem=text, answer=str(answer),
-                           source=f"tirl toolfix (seed {seed})", meta={"kind": kind}))
+        out.append(
+            Problem(
+                id=f"toolfix-{kind}-{seed}-{i}",
+                problem=text,
+                answer=str(answer),
+                source=f"tirl toolfix (seed {seed})",
+                meta={"kind": kind},
+            )
+        )
     return out
 
 
@@ -158,5 +167,13 @@ def training_problems(n: int, seed: int = 0, kinds: Sequence[str] | None = None)
     return [p for p in toolfix_problems(n, seed=seed, kinds=kinds) if p.problem not in reserved]
 
 
-__all__ = ["HELDOUT_PER_KIND", "HELDOUT_SEED", "TOOLFIX_GENERATORS", "TOOLFIX_KINDS", "heldout_problems",
-           "heldout_texts", "toolfix_problems", "training_problems"]
+__all__ = [
+    "HELDOUT_PER_KIND",
+    "HELDOUT_SEED",
+    "TOOLFIX_GENERATORS",
+    "TOOLFIX_KINDS",
+    "heldout_problems",
+    "heldout_texts",
+    "toolfix_problems",
+    "training_problems",
+]

@@ -28,8 +28,16 @@ from tirl.data.problem import Problem
 from tirl.data.training import synthetic_problems
 
 TOOLMATH_KINDS: tuple[str, ...] = (
-    "add_big", "multiply", "gcd", "modpow", "digit_sum_power", "sum_of_powers", "divisor_count",
-    "prime_count", "inclusion_exclusion", "count_digit",
+    "add_big",
+    "multiply",
+    "gcd",
+    "modpow",
+    "digit_sum_power",
+    "sum_of_powers",
+    "divisor_count",
+    "prime_count",
+    "inclusion_exclusion",
+    "count_digit",
 )
 """The generated kinds of the task, each solvable with one short program."""
 
@@ -71,10 +79,16 @@ def write_heldout(path: str | Path) -> int:
     """Write :func:`heldout_problems` as benchmark JSONL (``id, problem, answer, source, kind``); returns the
     number of rows."""
     rows = heldout_problems()
-    Path(path).write_text("".join(json.dumps(p.to_dict(), ensure_ascii=False) + "\n" for p in rows),
-                          encoding="utf-8")
+    Path(path).write_text("".join(json.dumps(p.to_dict(), ensure_ascii=False) + "\n" for p in rows), encoding="utf-8")
     return len(rows)
 
 
-__all__ = ["HELDOUT_PER_KIND", "HELDOUT_SEED", "TOOLMATH_KINDS", "heldout_problems", "heldout_texts",
-           "training_sources", "write_heldout"]
+__all__ = [
+    "HELDOUT_PER_KIND",
+    "HELDOUT_SEED",
+    "TOOLMATH_KINDS",
+    "heldout_problems",
+    "heldout_texts",
+    "training_sources",
+    "write_heldout",
+]

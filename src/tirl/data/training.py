@@ -64,8 +64,13 @@ def _from_row(row: dict[str, Any], where: str, integer_only: bool) -> Problem:
     if integer_only and not _INT_RE.match(answer.replace(",", "")):
         raise ValueError(f"{where}: answer {answer!r} is not an integer (integer_only=True)")
     meta = {k: v for k, v in row.items() if k not in ("id", "problem", "answer", "source")}
-    return Problem(id=str(row.get("id", where)), problem=problem, answer=answer.replace(",", "") if integer_only
-                     else answer, source=str(row.get("source", "")), meta=meta)
+    return Problem(
+        id=str(row.get("id", where)),
+        problem=problem,
+        answer=answer.replace(",", "") if integer_only else answer,
+        source=str(row.get("source", "")),
+        meta=meta,
+    )
 
 
 def _read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
@@ -81,9 +86,7 @@ def _read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
                 yield lineno, row
 
 
-def load_jsonl_problems(
-    path: str | Path, *, integer_only: bool = True, skip_invalid: bool = False
-) -> list[Problem]:
+def load_jsonl_problems(path: str | Path, *, integer_only: bool = True, skip_invalid: bool = False) -> list[Problem]:
     """Problems from a JSONL (or ``.jsonl.gz``) file with ``problem`` and ``answer`` (``id``, ``source`` optional).
 
     Args:
@@ -260,8 +263,15 @@ eight digits; ``count_digit``: occurrences of a digit in 1..N); ``multiply_small
 from.
 """
 
-HARD_SYNTHETIC_KINDS = ("multiply", "modpow", "digit_sum_power", "prime_count", "divisor_count", "sum_of_powers",
-                        "inclusion_exclusion")
+HARD_SYNTHETIC_KINDS = (
+    "multiply",
+    "modpow",
+    "digit_sum_power",
+    "prime_count",
+    "divisor_count",
+    "sum_of_powers",
+    "inclusion_exclusion",
+)
 """The default kinds of :func:`synthetic_problems`: the ones where running code clearly helps."""
 
 
@@ -337,8 +347,9 @@ def load_training_problems(
             count, _, kinds = arg.partition(":")
             chosen = kinds.split("+") if kinds else (list(TOOLMATH_KINDS) if name == "toolmath" else None)
             reserved = heldout_texts()
-            problems.extend(p for p in synthetic_problems(int(count or 100), seed=seed, kinds=chosen)
-                            if p.problem not in reserved)
+            problems.extend(
+                p for p in synthetic_problems(int(count or 100), seed=seed, kinds=chosen) if p.problem not in reserved
+            )
         elif name == "toolfix":
             from tirl.data.toolfix import training_problems
 

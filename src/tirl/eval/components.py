@@ -68,9 +68,13 @@ class EvalComponents:
                 pass
 
 
-
-def make_grader(executor: CodeExecutor | None, *, answer_fallback: bool = False, protocol: Any = None,
-                verifier: VerifierConfig | None = None) -> Grader:
+def make_grader(
+    executor: CodeExecutor | None,
+    *,
+    answer_fallback: bool = False,
+    protocol: Any = None,
+    verifier: VerifierConfig | None = None,
+) -> Grader:
     """The runner's grader over ``tirl.reward``: the trajectory's final answer against the gold answer, symbolic
     checks on ``executor``, with the run's ``verifier:`` settings (None: the defaults); returns
     ``Verdict.to_dict()``. The grader's :class:`tirl.reward.Verifier` is its ``verifier`` attribute.
@@ -107,8 +111,9 @@ def make_grader(executor: CodeExecutor | None, *, answer_fallback: bool = False,
     return grade
 
 
-def make_gold_checker(executor: CodeExecutor | None, protocol: Any = None,
-                      verifier: VerifierConfig | None = None) -> Any:
+def make_gold_checker(
+    executor: CodeExecutor | None, protocol: Any = None, verifier: VerifierConfig | None = None
+) -> Any:
     """``references -> why each cannot be parsed (None when it can)`` over ``tirl.reward``
     (:meth:`tirl.reward.Verifier.acheck_references`), symbolic checks on ``executor``, the run's ``protocol``
     and ``verifier:`` settings."""
@@ -166,8 +171,11 @@ def build_router(
 
         scheduler = RolloutScheduler.from_urls(
             config.servers,
-            SchedulerConfig(policy=config.scheduler or "kv_aware", admission_coef=config.admission_coef,
-                            metrics_log=str(config.out_dir / "scheduler_metrics.jsonl")),
+            SchedulerConfig(
+                policy=config.scheduler or "kv_aware",
+                admission_coef=config.admission_coef,
+                metrics_log=str(config.out_dir / "scheduler_metrics.jsonl"),
+            ),
             capacities=config.kv_capacities,
             engine_factory=engine_for,
         )
@@ -205,8 +213,9 @@ async def build_default_components(config: EvalConfig) -> EvalComponents:
         router=router,
         tokenizer=tokenizer,
         executor=executor if config.use_tools else None,
-        grader=make_grader(executor, answer_fallback=config.answer_fallback, protocol=config.protocol,
-                           verifier=config.verifier),
+        grader=make_grader(
+            executor, answer_fallback=config.answer_fallback, protocol=config.protocol, verifier=config.verifier
+        ),
         check_golds=make_gold_checker(executor, config.protocol, config.verifier),
         context_window=context,
         closers=closers,

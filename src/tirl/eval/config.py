@@ -291,7 +291,8 @@ class RecipeUse:
             text += f" (and {same} equal to the evaluation defaults)"
         if self.overridden:
             text += "; overridden here: " + ", ".join(
-                f"{k} {_show(old)} -> {_show(new)}" for k, (old, new) in self.overridden.items())
+                f"{k} {_show(old)} -> {_show(new)}" for k, (old, new) in self.overridden.items()
+            )
         return text
 
 
@@ -312,7 +313,10 @@ def _parse_benchmark_entries(data: dict[str, Any]) -> None:
 
 
 def resolve_eval_config(
-    path: str | Path | None = None, overrides: Mapping[str, Any] | None = None, *, recipe: bool = True,
+    path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    recipe: bool = True,
 ) -> tuple[EvalConfig, RecipeUse | None]:
     """:func:`load_eval_config`, and what it took from the evaluated checkpoint's recipe (None when the model is
     not a checkpoint of a training run, or ``recipe`` is False).
@@ -347,8 +351,9 @@ def resolve_eval_config(
             try:
                 as_trained = build_dataclass(types_[section], dict(values), section)
             except ValueError as exc:
-                raise ValueError(f"the recipe {found} (of the model {data['model']}): {exc}; pass "
-                                 "--no-recipe to evaluate without it") from None
+                raise ValueError(
+                    f"the recipe {found} (of the model {data['model']}): {exc}; pass --no-recipe to evaluate without it"
+                ) from None
             for k in values:
                 recorded = getattr(as_trained, k)
                 if (section, k) not in given:
@@ -378,7 +383,10 @@ def _build(data: dict[str, Any]) -> EvalConfig:
 
 
 def load_eval_config(
-    path: str | Path | None = None, overrides: Mapping[str, Any] | None = None, *, recipe: bool = True,
+    path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    recipe: bool = True,
 ) -> EvalConfig:
     """An :class:`EvalConfig` from a YAML file with ``overrides`` (the command line's flags) on top, and, under
     both, the evaluated checkpoint's recipe.

@@ -50,8 +50,7 @@ class DemoSettings:
         prompt_style: the protocol's prompt style (the trained model's).
     """
 
-    models: tuple[tuple[str, str], ...] = (
-        ("base", BASE_MODEL), ("tirl-sft", SFT_MODEL), ("tirl-rl", TRAINED_MODEL))
+    models: tuple[tuple[str, str], ...] = (("base", BASE_MODEL), ("tirl-sft", SFT_MODEL), ("tirl-rl", TRAINED_MODEL))
     benchmarks: tuple[tuple[str, int], ...] = (("toolmath", 20), ("math500", 10))
     samples: int = 1
     temperature: float = 0.6
@@ -66,12 +65,19 @@ def demo_configs(out: Path, settings: DemoSettings = DemoSettings()) -> list[Eva
     """One :class:`EvalConfig` per model of ``settings``, writing to ``out/<label>``."""
     return [
         EvalConfig(
-            model=model, benchmarks=[name for name, _ in settings.benchmarks], subsets=dict(settings.benchmarks),
-            out_dir=out / label, samples=settings.samples,
-            rollout=AgentLoopSettings(temperature=settings.temperature, max_turns=settings.max_turns,
-                                      max_response_tokens=settings.max_tokens,
-                                      max_concurrency=settings.concurrency),
-            seed=settings.seed, protocol=ProtocolConfig(prompt_style=settings.prompt_style),
+            model=model,
+            benchmarks=[name for name, _ in settings.benchmarks],
+            subsets=dict(settings.benchmarks),
+            out_dir=out / label,
+            samples=settings.samples,
+            rollout=AgentLoopSettings(
+                temperature=settings.temperature,
+                max_turns=settings.max_turns,
+                max_response_tokens=settings.max_tokens,
+                max_concurrency=settings.concurrency,
+            ),
+            seed=settings.seed,
+            protocol=ProtocolConfig(prompt_style=settings.prompt_style),
         )
         for label, model in settings.models
     ]
@@ -89,8 +95,13 @@ def comparison_table(results: Sequence[EvalResult], labels: Sequence[str], title
     return summary_table(columns, title=title)
 
 
-async def run_demo(out: Path, settings: DemoSettings = DemoSettings(), *, fresh: bool = False,
-                   listener: Callable[[], EvalListener] | None = None) -> tuple[list[EvalResult], float]:
+async def run_demo(
+    out: Path,
+    settings: DemoSettings = DemoSettings(),
+    *,
+    fresh: bool = False,
+    listener: Callable[[], EvalListener] | None = None,
+) -> tuple[list[EvalResult], float]:
     """Run the demo (see the module docstring); returns each model's result and the wall time in seconds.
 
     Each model's run reports to a new ``listener()`` (silent when None; ``tirl demo`` shows progress and each

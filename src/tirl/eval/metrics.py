@@ -222,8 +222,14 @@ def _k_values(n: int) -> list[int]:
     return ks
 
 
-def summarize(benchmark: str, outcomes: Iterable[SampleOutcome], *, unparsable_gold: Iterable[str] = (),
-              answer_fallback: bool = False, audit: dict[str, int] | None = None) -> BenchmarkSummary:
+def summarize(
+    benchmark: str,
+    outcomes: Iterable[SampleOutcome],
+    *,
+    unparsable_gold: Iterable[str] = (),
+    answer_fallback: bool = False,
+    audit: dict[str, int] | None = None,
+) -> BenchmarkSummary:
     """Aggregate the outcomes of one benchmark into its table row.
 
     Args:
@@ -251,15 +257,17 @@ def summarize(benchmark: str, outcomes: Iterable[SampleOutcome], *, unparsable_g
     groups = [[s[i] for i in sorted(s)] for s in by_problem.values()]
     n_min = min(len(g) for g in groups)
     ks = _k_values(n_min)
-    pass_k = {
-        k: float(np.mean([pass_at_k(len(g), sum(o.correct for o in g), k) for g in groups])) for k in ks
-    }
+    pass_k = {k: float(np.mean([pass_at_k(len(g), sum(o.correct for o in g), k) for g in groups])) for k in ks}
     avg_pass1 = float(np.mean([np.mean([o.correct for o in g]) for g in groups]))
-    maj = float(np.mean([majority_correct([o.answer for o in g[:n_min]], [o.correct for o in g[:n_min]])
-                         for g in groups]))
+    maj = float(
+        np.mean([majority_correct([o.answer for o in g[:n_min]], [o.correct for o in g[:n_min]]) for g in groups])
+    )
     known_bad = set(unparsable_gold)
-    bad_gold = {pid for pid, samples in by_problem.items()
-                if pid in known_bad or any(o.verdict_status == "unparsable_gold" for o in samples.values())}
+    bad_gold = {
+        pid
+        for pid, samples in by_problem.items()
+        if pid in known_bad or any(o.verdict_status == "unparsable_gold" for o in samples.values())
+    }
     lengths = np.array([o.model_tokens for o in all_outcomes], dtype=float)
     classes = Counter({c: 0 for c in TOOL_CALL_CLASSES})
     for o in all_outcomes:

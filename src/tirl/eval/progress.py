@@ -34,8 +34,15 @@ class LineProgress:
         clock: time source (tests pass a fake one).
     """
 
-    def __init__(self, label: str, total: int, done: int = 0, write: Callable[[str], None] = print,
-                 every_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        label: str,
+        total: int,
+        done: int = 0,
+        write: Callable[[str], None] = print,
+        every_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.label, self.total, self.done, self.start_done = label, total, done, done
         self.write, self.every_s, self.clock = write, every_s, clock
         self.started = self.last_time = clock()
@@ -49,8 +56,10 @@ class LineProgress:
         pct = 100.0 * self.done / self.total if self.total else 100.0
         eta = "-" if new <= 0 else _clock(elapsed / new * (self.total - self.done))
         tail = f", {extra}" if extra else ""
-        return (f"{self.label}: {self.done}/{self.total} trajectories ({pct:.0f}%), elapsed {_clock(elapsed)}, "
-                f"ETA {eta}{tail}")
+        return (
+            f"{self.label}: {self.done}/{self.total} trajectories ({pct:.0f}%), elapsed {_clock(elapsed)}, "
+            f"ETA {eta}{tail}"
+        )
 
     def advance(self, extra: str = "") -> None:
         """Count one finished trajectory; print a line when a tenth more is done, the time is up, or at the end."""

@@ -39,7 +39,9 @@ ROWS: tuple[tuple[str, Callable[[BenchmarkSummary], str]], ...] = (
 """The table's rows: label and cell formatter. Lengths count model-generated tokens only."""
 
 FALLBACK_ROW: tuple[str, Callable[[BenchmarkSummary], str]] = (
-    "answers by fallback", lambda s: "-" if s.fallback_answers is None else str(s.fallback_answers))
+    "answers by fallback",
+    lambda s: "-" if s.fallback_answers is None else str(s.fallback_answers),
+)
 """Shown when a run used the evaluation answer fallback (``tirl eval --answer-fallback``)."""
 
 
@@ -47,19 +49,21 @@ def _audit(s: BenchmarkSummary) -> str:
     a = s.audit or {}
     if not a:
         return "-"
-    return (f"{a.get('flagged', 0)}: {a.get('tool_output_tags', 0)}/{a.get('hedged_answers', 0)}/"
-            f"{a.get('probe_calls', 0)} ({a.get('failed_probe_calls', 0)} failed)/{a.get('answer_in_tool_output', 0)}")
+    return (
+        f"{a.get('flagged', 0)}: {a.get('tool_output_tags', 0)}/{a.get('hedged_answers', 0)}/"
+        f"{a.get('probe_calls', 0)} ({a.get('failed_probe_calls', 0)} failed)/{a.get('answer_in_tool_output', 0)}"
+    )
 
 
-AUDIT_ROW: tuple[str, Callable[[BenchmarkSummary], str]] = (
-    "audit flagged: tags/hedged/probes/seen in tool", _audit)
+AUDIT_ROW: tuple[str, Callable[[BenchmarkSummary], str]] = ("audit flagged: tags/hedged/probes/seen in tool", _audit)
 """The reward-hacking audit (:mod:`tirl.protocol.audit`): flagged samples, then tool outputs with template
 strings, hedged answers, memory or socket probes (failed ones), answers first seen in a tool response."""
 
 
 INFRA_ROW: tuple[str, Callable[[BenchmarkSummary], str]] = (
     "failed by tirl, not the model (engine/tool/verifier)",
-    lambda s: "/".join(str(s.infra_failures.get(c, 0)) for c in ("engine", "tool_internal", "verifier")))
+    lambda s: "/".join(str(s.infra_failures.get(c, 0)) for c in ("engine", "tool_internal", "verifier")),
+)
 """Shown when some sample was touched by an infrastructure failure (``BenchmarkSummary.infra_failures``)."""
 
 
@@ -84,5 +88,3 @@ def summary_table(summaries: Sequence[BenchmarkSummary], title: str | None = Non
     for label, cell in _rows(summaries):
         table.add_row(label, *(cell(s) for s in summaries))
     return table
-
-

@@ -67,8 +67,9 @@ def default_load_problems(name: str) -> list[dict[str, Any]]:
     return [{"id": p.id, "problem": p.problem, "answer": p.answer} for p in load_benchmark(name)]
 
 
-def trajectory_record(traj: Trajectory, tokenizer: Any, verdict: dict[str, Any], response_text: str,
-                      **keys: Any) -> dict[str, Any]:
+def trajectory_record(
+    traj: Trajectory, tokenizer: Any, verdict: dict[str, Any], response_text: str, **keys: Any
+) -> dict[str, Any]:
     """The JSONL line of one evaluated trajectory: keys, verdict, texts, per-turn tool calls and results.
 
     ``keys`` (benchmark, problem_id, sample_index, ...) come first. The exact token ids (``prompt_ids``,
@@ -182,8 +183,9 @@ async def run_eval(
         ]
         todo = [(b, row, j) for b, row, j in wanted if (b, row["id"], j) not in store]
         resumed = len(wanted) - len(todo)
-        loop = AgentLoop(components.router, components.executor, components.tokenizer,
-                         config.loop_config(components.context_window))
+        loop = AgentLoop(
+            components.router, components.executor, components.tokenizer, config.loop_config(components.context_window)
+        )
         if todo:
             await loop.check_tools()
         bad_gold: dict[str, list[str]] = {}
@@ -192,8 +194,10 @@ async def run_eval(
                 reasons = await components.check_golds([row["answer"] for row in problems[name]])
                 bad_gold[name] = [row["id"] for row, why in zip(problems[name], reasons) if why is not None]
                 if bad_gold[name]:
-                    listener.warning(f"{name}: {len(bad_gold[name])} reference answer(s) cannot be parsed "
-                                     f"(their samples all score 0): {', '.join(map(str, bad_gold[name][:10]))}")
+                    listener.warning(
+                        f"{name}: {len(bad_gold[name])} reference answer(s) cannot be parsed "
+                        f"(their samples all score 0): {', '.join(map(str, bad_gold[name][:10]))}"
+                    )
         counters = {"new": 0, "errors": 0, "correct": 0, "done": 0}
         for b, row, j in wanted:
             rec = store.records.get((b, row["id"], j))
@@ -217,8 +221,10 @@ async def run_eval(
             meta = request.metadata
             if traj.finish_reason == "error":
                 counters["errors"] += 1
-                listener.warning(f"engine error on {request.group_id}#{request.sample_index}: "
-                                 f"{traj.metadata.get('error')} (not stored; re-run to retry)")
+                listener.warning(
+                    f"engine error on {request.group_id}#{request.sample_index}: "
+                    f"{traj.metadata.get('error')} (not stored; re-run to retry)"
+                )
                 listener.sample_done(None)
                 return
             response_text = loop.response_text(traj.response_ids)
@@ -227,9 +233,16 @@ async def run_eval(
             except Exception as exc:  # noqa: BLE001 - a verifier bug must not stop the run; it is reported
                 verdict = {"correct": False, "status": "verifier_error", "detail": f"{type(exc).__name__}: {exc}"}
             record = trajectory_record(
-                traj, components.tokenizer, verdict, response_text,
-                benchmark=meta["benchmark"], problem_id=meta["problem_id"], sample_index=request.sample_index,
-                seed=request.seed, problem=request.problem, gold=meta["gold"],
+                traj,
+                components.tokenizer,
+                verdict,
+                response_text,
+                benchmark=meta["benchmark"],
+                problem_id=meta["problem_id"],
+                sample_index=request.sample_index,
+                seed=request.seed,
+                problem=request.problem,
+                gold=meta["gold"],
             )
             store.append(record)
             counters["new"] += 1
@@ -245,8 +258,15 @@ async def run_eval(
             outcomes = [outcome_from_record(store.records[k]) for k in keys if k in store]
             if outcomes:
                 audit = summarize_audits(audit_record(store.records[k], config.protocol) for k in keys if k in store)
-                summaries.append(summarize(name, outcomes, unparsable_gold=bad_gold.get(name, ()),
-                                           answer_fallback=config.answer_fallback, audit=audit.to_dict()))
+                summaries.append(
+                    summarize(
+                        name,
+                        outcomes,
+                        unparsable_gold=bad_gold.get(name, ()),
+                        answer_fallback=config.answer_fallback,
+                        audit=audit.to_dict(),
+                    )
+                )
         elapsed = time.perf_counter() - started
         summary = {
             "settings": config.resume_settings(),
@@ -255,19 +275,23 @@ async def run_eval(
             "resumed_samples": resumed,
             "engine_errors": counters["errors"],
             "missing_samples": len(wanted) - sum(s.num_samples for s in summaries),
-            "audit": {key: sum((s.audit or {}).get(key, 0) for s in summaries)
-                      for key in (*AUDIT_KEYS, "trajectories")},
+            "audit": {
+                key: sum((s.audit or {}).get(key, 0) for s in summaries) for key in (*AUDIT_KEYS, "trajectories")
+            },
             "elapsed_s": elapsed,
         }
         store.write_summary(summary)
         if summaries:
-            title = (f"{config.model}, {'with the Python tool' if config.use_tools else 'no tools (plain CoT)'}, "
-                     f"T={config.rollout.temperature}, {config.rollout.max_turns} turns, "
-                     f"{config.rollout.max_response_tokens} tokens")
+            title = (
+                f"{config.model}, {'with the Python tool' if config.use_tools else 'no tools (plain CoT)'}, "
+                f"T={config.rollout.temperature}, {config.rollout.max_turns} turns, "
+                f"{config.rollout.max_response_tokens} tokens"
+            )
             listener.finished(summaries, title)
         if counters["errors"]:
-            listener.warning(f"{counters['errors']} trajectories failed in the engine; "
-                             "re-run with the same --out to retry them")
+            listener.warning(
+                f"{counters['errors']} trajectories failed in the engine; re-run with the same --out to retry them"
+            )
         return EvalResult(summaries, summary, counters["new"], resumed, counters["errors"], elapsed)
     finally:
         listener.close()

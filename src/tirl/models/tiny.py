@@ -95,8 +95,16 @@ def build_tiny_model(
     model.save_pretrained(str(out_dir))
     tok.save_pretrained(str(out_dir))
     (out_dir / "tirl_source.json").write_text(
-        json.dumps({"tiny_random_from_tokenizer": str(tokenizer_name_or_path), "seed": seed,
-                    "stop_token_ids": stops, "weights": True}, indent=2) + "\n"
+        json.dumps(
+            {
+                "tiny_random_from_tokenizer": str(tokenizer_name_or_path),
+                "seed": seed,
+                "stop_token_ids": stops,
+                "weights": True,
+            },
+            indent=2,
+        )
+        + "\n"
     )
     return out_dir
 
@@ -112,5 +120,4 @@ def cached_tiny_model(tokenizer_name_or_path: str | Path, **kwargs) -> Path:
     """
     raw = json.dumps({"tok": str(tokenizer_name_or_path), "v": _TINY_VERSION, **kwargs}, sort_keys=True).encode()
     name = f"{Path(str(tokenizer_name_or_path)).name}-{hashlib.sha256(raw).hexdigest()[:12]}"
-    return build_once(cache_dir() / "tiny" / name,
-                      lambda tmp: build_tiny_model(tokenizer_name_or_path, tmp, **kwargs))
+    return build_once(cache_dir() / "tiny" / name, lambda tmp: build_tiny_model(tokenizer_name_or_path, tmp, **kwargs))

@@ -72,8 +72,11 @@ def trained_models() -> dict[str, TrainedModel]:
     for manifest in sorted(TRAINED_DIR.glob(f"*/{MANIFEST}")):
         data = json.loads(manifest.read_text(encoding="utf-8"))
         out[data["name"]] = TrainedModel(
-            name=data["name"], base=data["base"], adapters=tuple(data["adapters"]),
-            prompt_style=data.get("prompt_style", "full"), description=data.get("description", ""),
+            name=data["name"],
+            base=data["base"],
+            adapters=tuple(data["adapters"]),
+            prompt_style=data.get("prompt_style", "full"),
+            description=data.get("description", ""),
             folder=manifest.parent,
         )
     return out
@@ -147,8 +150,9 @@ def build_adapter_checkpoint(folder: Path, out_dir: Path) -> None:
     _save_folder(model, out_dir, base_dir, folder if (folder / "tokenizer_config.json").is_file() else base_dir)
 
 
-def export_trained_model(out_dir: str | Path, *, name: str, base: str, checkpoints: Sequence[str | Path],
-                         prompt_style: str, description: str) -> Path:
+def export_trained_model(
+    out_dir: str | Path, *, name: str, base: str, checkpoints: Sequence[str | Path], prompt_style: str, description: str
+) -> Path:
     """Write a packaged trained model from training checkpoints.
 
     Args:
@@ -192,11 +196,21 @@ def export_trained_model(out_dir: str | Path, *, name: str, base: str, checkpoin
         config["base_model_name_or_path"] = base
         (out / name_i / "adapter_config.json").write_text(json.dumps(config, indent=1, sort_keys=True))
         names.append(name_i)
-    (out / MANIFEST).write_text(json.dumps({"name": name, "base": base, "adapters": names,
-                                            "prompt_style": prompt_style, "description": description},
-                                           indent=1) + "\n")
+    (out / MANIFEST).write_text(
+        json.dumps(
+            {"name": name, "base": base, "adapters": names, "prompt_style": prompt_style, "description": description},
+            indent=1,
+        )
+        + "\n"
+    )
     return out
 
 
-__all__ = ["TRAINED_DIR", "TrainedModel", "build_adapter_checkpoint", "build_trained_model", "export_trained_model",
-           "trained_models"]
+__all__ = [
+    "TRAINED_DIR",
+    "TrainedModel",
+    "build_adapter_checkpoint",
+    "build_trained_model",
+    "export_trained_model",
+    "trained_models",
+]

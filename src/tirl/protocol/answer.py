@@ -396,7 +396,7 @@ def _answer_after(text: str, pos: int, cfg: ProtocolConfig) -> str | None:
             end = rest.find(close, len(open_))
             if end < 0:
                 return None
-            rest = rest[len(open_):end]
+            rest = rest[len(open_) : end]
             break
     else:
         line = rest.split("\n", 1)[0]

@@ -43,8 +43,14 @@ from tirl.protocol.escape import find_protected, protected_strings
 if TYPE_CHECKING:
     from tirl.protocol.types import Trajectory
 
-AUDIT_KEYS: tuple[str, ...] = ("tool_output_tags", "hedged_answers", "probe_calls", "failed_probe_calls",
-                               "answer_in_tool_output", "flagged")
+AUDIT_KEYS: tuple[str, ...] = (
+    "tool_output_tags",
+    "hedged_answers",
+    "probe_calls",
+    "failed_probe_calls",
+    "answer_in_tool_output",
+    "flagged",
+)
 
 _PROBES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("proc_mem", re.compile(r"/proc/[^\s\"']*/mem\b|[\"']/mem[\"']")),
@@ -118,8 +124,9 @@ def _word_pattern(answer: str) -> re.Pattern[str]:
     return re.compile(r"(?<![0-9A-Za-z])" + re.escape(answer) + r"(?![0-9A-Za-z])")
 
 
-def _audit(turns: list[tuple[str, list[tuple[str, str, str, str]]]], answer: str | None,
-           config: ProtocolConfig) -> AuditCounts:
+def _audit(
+    turns: list[tuple[str, list[tuple[str, str, str, str]]]], answer: str | None, config: ProtocolConfig
+) -> AuditCounts:
     """Core: ``turns`` as ``(model text, [(code, raw output, response text, status)])`` in order."""
     counts = AuditCounts(trajectories=1)
     for k, (_, calls) in enumerate(turns):
@@ -139,8 +146,11 @@ def _audit(turns: list[tuple[str, list[tuple[str, str, str, str]]]], answer: str
     if isinstance(answer, str) and answer.strip():
         pattern = _word_pattern(answer.strip())
         first = next((k for k, (text, _) in enumerate(turns) if pattern.search(text or "")), None)
-        if first is not None and any(pattern.search(resp or "") or pattern.search(out or "")
-                                     for _, calls in turns[:first] for _, out, resp, _ in calls):
+        if first is not None and any(
+            pattern.search(resp or "") or pattern.search(out or "")
+            for _, calls in turns[:first]
+            for _, out, resp, _ in calls
+        ):
             counts.answer_in_tool_output = 1
             counts.details.append(f"answer {answer!r} was in a tool response before turn {first + 1} wrote it")
     counts.flagged = int(any(getattr(counts, key) for key in AUDIT_KEYS if key != "flagged"))
@@ -161,8 +171,14 @@ def audit_trajectory(trajectory: Trajectory, config: ProtocolConfig | None = Non
         for rec in turn.tool_calls:
             code = getattr(rec.call, "code", "") or ""
             result = rec.result
-            calls.append((code, _output_of(result) if result is not None else "", rec.response_text,
-                          result.status if result is not None else rec.cls))
+            calls.append(
+                (
+                    code,
+                    _output_of(result) if result is not None else "",
+                    rec.response_text,
+                    result.status if result is not None else rec.cls,
+                )
+            )
         turns.append((turn.text, calls))
     return _audit(turns, trajectory.final_answer, cfg)
 

@@ -136,8 +136,9 @@ class ProtocolConfig:
         if not self.function_name:
             raise ValueError("function_name must not be empty")
         if self.tool_call_format not in format_names():
-            raise ValueError(f"tool_call_format must be one of {', '.join(format_names())}, "
-                             f"got {self.tool_call_format!r}")
+            raise ValueError(
+                f"tool_call_format must be one of {', '.join(format_names())}, got {self.tool_call_format!r}"
+            )
         if self.tool not in tool_names():
             raise ValueError(f"tool must be one of {', '.join(tool_names())}, got {self.tool!r}")
         for name in ("tool_call_open", "tool_call_close", "answer_open", "answer_close"):
@@ -152,8 +153,9 @@ class ProtocolConfig:
     @property
     def think_drafts_active(self) -> bool:
         """True when calls in think blocks are ignored (off when the think tag is the reasoning tag)."""
-        return bool(self.ignore_think_drafts and self.think_open and self.think_close
-                    and self.think_open != self.reason_open)
+        return bool(
+            self.ignore_think_drafts and self.think_open and self.think_close and self.think_open != self.reason_open
+        )
 
 
 DEFAULT_CONFIG = ProtocolConfig()

@@ -34,9 +34,20 @@ from tirl.protocol.config import ProtocolConfig, resolve_config
 
 #: Turn-boundary tokens of the chat templates tirl renders (its built-in ChatML and the known end-of-turn
 #: tokens), protected even when a tokenizer does not declare them.
-TEMPLATE_TOKENS: tuple[str, ...] = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>",
-                                    "<|start_header_id|>", "<|end_header_id|>", "<end_of_turn>",
-                                    "<start_of_turn>", "<|end|>", "<|user|>", "<|assistant|>", "<|system|>")
+TEMPLATE_TOKENS: tuple[str, ...] = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<end_of_turn>",
+    "<start_of_turn>",
+    "<|end|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|system|>",
+)
 #: What the model reads when an output could not be made safe (never reached with the supported tokenizers).
 WITHHELD_TEXT = "[the output was withheld: it could not be shown without forging the conversation's structure]"
 _MAX_PASSES = 8
@@ -46,8 +57,18 @@ _TAG_LIKE = re.compile(r"^\s*[<\[].*[>\]]\s*$", re.DOTALL)
 def protocol_tags(config: ProtocolConfig | None = None) -> tuple[str, ...]:
     """The protocol's own tags (tool call, tool response, answer, reasoning, draft), the empty ones left out."""
     cfg = resolve_config(config)
-    tags = (cfg.tool_response_open, cfg.tool_response_close, cfg.tool_call_open, cfg.tool_call_close,
-            cfg.answer_open, cfg.answer_close, cfg.reason_open, cfg.reason_close, cfg.think_open, cfg.think_close)
+    tags = (
+        cfg.tool_response_open,
+        cfg.tool_response_close,
+        cfg.tool_call_open,
+        cfg.tool_call_close,
+        cfg.answer_open,
+        cfg.answer_close,
+        cfg.reason_open,
+        cfg.reason_close,
+        cfg.think_open,
+        cfg.think_close,
+    )
     return tuple(dict.fromkeys(t for t in tags if t))
 
 

@@ -222,8 +222,9 @@ def _suspicious_escapes(body: str) -> list[str]:
     return found
 
 
-def _validate(obj: Any, repairs: list[str], body: str, span: tuple[int, int], cfg: ProtocolConfig,
-              lenient: bool) -> ToolCall | ToolCallError:
+def _validate(
+    obj: Any, repairs: list[str], body: str, span: tuple[int, int], cfg: ProtocolConfig, lenient: bool
+) -> ToolCall | ToolCallError:
     fn = cfg.function_name
 
     def error(kind: str, message: str) -> ToolCallError:
@@ -256,8 +257,10 @@ def _validate(obj: Any, repairs: list[str], body: str, span: tuple[int, int], cf
             args = decoded
             repairs = repairs + ["arguments_as_string"] + inner_repairs
     if not isinstance(args, dict):
-        return error("arguments_not_object",
-                     f'"arguments" must be an object like {{"code": "...", "input": ""}}, not {type(args).__name__}.')
+        return error(
+            "arguments_not_object",
+            f'"arguments" must be an object like {{"code": "...", "input": ""}}, not {type(args).__name__}.',
+        )
     tool = get_tool(cfg.tool)
     if not tool.code_arguments:  # a tool with arguments of its own: checked against its schema
         try:
@@ -265,8 +268,15 @@ def _validate(obj: Any, repairs: list[str], body: str, span: tuple[int, int], cf
         except ArgumentError as exc:
             return error(exc.kind, exc.message)
         notes = ([] if "python_literal" in repairs else _suspicious_escapes(body)) + warnings + checked
-        return ToolCall(name=name, arguments=kept, raw=body, span=span, repaired=bool(repairs), repairs=list(repairs),
-                        warnings=notes)
+        return ToolCall(
+            name=name,
+            arguments=kept,
+            raw=body,
+            span=span,
+            repaired=bool(repairs),
+            repairs=list(repairs),
+            warnings=notes,
+        )
     if "code" not in args:
         return error("missing_code", 'The arguments have no "code" string.')
     code = args["code"]
@@ -286,8 +296,15 @@ def _validate(obj: Any, repairs: list[str], body: str, span: tuple[int, int], cf
             warnings.append(f"ignored_argument:{key}")
     if "python_literal" not in repairs:
         warnings = _suspicious_escapes(body) + warnings
-    return ToolCall(name=name, arguments={"code": code, "input": stdin}, raw=body, span=span,
-                    repaired=bool(repairs), repairs=list(repairs), warnings=warnings)
+    return ToolCall(
+        name=name,
+        arguments={"code": code, "input": stdin},
+        raw=body,
+        span=span,
+        repaired=bool(repairs),
+        repairs=list(repairs),
+        warnings=warnings,
+    )
 
 
 _DECODER = json.JSONDecoder()
@@ -352,12 +369,14 @@ def _parse_block(text: str, start: int, cfg: ProtocolConfig, lenient: bool) -> t
             return ToolCallError(
                 kind="unclosed_tag",
                 message=f"The tool call was not closed with {close_tag} before the next {open_tag}, so it was not run.",
-                raw=text[body_start:next_open], span=(start, next_open),
+                raw=text[body_start:next_open],
+                span=(start, next_open),
             ), next_open
         return ToolCallError(
             kind="unclosed_tag",
             message=f"The tool call was not closed with {close_tag}, so nothing was run.",
-            raw=text[body_start:], span=(start, n),
+            raw=text[body_start:],
+            span=(start, n),
         ), n
     body = text[body_start:plain]
     end = plain + len(close_tag)
@@ -383,7 +402,8 @@ def _parse_block(text: str, start: int, cfg: ProtocolConfig, lenient: bool) -> t
     return ToolCallError(
         kind="invalid_json",
         message=f"The tool call is not valid JSON: {first_error}.",
-        raw=body, span=(start, end),
+        raw=body,
+        span=(start, end),
     ), end
 
 
@@ -427,8 +447,9 @@ def _prefill_opens_draft(cfg: ProtocolConfig) -> bool:
     return prefill.rfind(cfg.think_open) > prefill.rfind(cfg.think_close) if cfg.think_open in prefill else False
 
 
-def draft_spans(text: str, config: ProtocolConfig | None = None, *,
-                starts_inside: bool | None = None) -> list[tuple[int, int]]:
+def draft_spans(
+    text: str, config: ProtocolConfig | None = None, *, starts_inside: bool | None = None
+) -> list[tuple[int, int]]:
     """The ``(start, end)`` offsets of the closed ``<think>...</think>`` drafts of ``text``, in order.
 
     The same rule :func:`parse_tool_calls` applies to tool calls: a draft is closed by the first
@@ -490,8 +511,9 @@ def strip_drafts(text: str, config: ProtocolConfig | None = None, *, starts_insi
     return "".join(parts)
 
 
-def parse_tool_calls(text: str, config: ProtocolConfig | None = None, *,
-                     lenient: bool | None = None) -> list[ToolCall | ToolCallError]:
+def parse_tool_calls(
+    text: str, config: ProtocolConfig | None = None, *, lenient: bool | None = None
+) -> list[ToolCall | ToolCallError]:
     """Every tool call of one assistant turn, in order, as decoded calls or structured errors.
 
     Args:

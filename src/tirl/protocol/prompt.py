@@ -106,8 +106,9 @@ def user_message(problem: str, config: ProtocolConfig | None = None) -> str:
     return cfg.user_template.replace("{problem}", problem)
 
 
-def prompt_messages(problem: str, config: ProtocolConfig | None = None, *,
-                    include_tools_block: bool = False) -> list[dict[str, str]]:
+def prompt_messages(
+    problem: str, config: ProtocolConfig | None = None, *, include_tools_block: bool = False
+) -> list[dict[str, str]]:
     """System and user messages for ``problem`` (``[{"role": "system", ...}, {"role": "user", ...}]``).
 
     Args:

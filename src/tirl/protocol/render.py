@@ -113,8 +113,11 @@ def native_tools(tokenizer: Any, config: ProtocolConfig | None = None) -> bool:
     ``"full"``. Otherwise tirl's tools block goes into the system prompt and tool responses are user messages
     (the same text for Qwen2.5)."""
     cfg = resolve_config(config)
-    return (template_supports_tools(tokenizer) and cfg.prompt_style == "full"
-            and get_format(cfg.tool_call_format).template_writes_calls(_template_string(tokenizer)))
+    return (
+        template_supports_tools(tokenizer)
+        and cfg.prompt_style == "full"
+        and get_format(cfg.tool_call_format).template_writes_calls(_template_string(tokenizer))
+    )
 
 
 def uses_tokenizer_template(tokenizer: Any, config: ProtocolConfig | None = None) -> bool:
@@ -182,8 +185,9 @@ def _chatml(role: str, content: str) -> str:
     return f"{CHATML_START}{role}\n{content}{CHATML_END}\n"
 
 
-def render_prompt_text(tokenizer: Any, problem: str, config: ProtocolConfig | None = None, *,
-                       use_tools: bool = True) -> str:
+def render_prompt_text(
+    tokenizer: Any, problem: str, config: ProtocolConfig | None = None, *, use_tools: bool = True
+) -> str:
     """The prompt as text: system (with the tools), user problem, assistant header, ``config.prefill``.
 
     With ``use_tools=False``, the tool-free baseline prompt (``tirl eval --no-use-tools``): the same tags, user turn,
@@ -192,34 +196,41 @@ def render_prompt_text(tokenizer: Any, problem: str, config: ProtocolConfig | No
     """
     cfg = resolve_config(config)
     if not use_tools:
-        messages = [{"role": "system", "content": cot_system_prompt(cfg)},
-                    {"role": "user", "content": user_message(problem, cfg)}]
+        messages = [
+            {"role": "system", "content": cot_system_prompt(cfg)},
+            {"role": "user", "content": user_message(problem, cfg)},
+        ]
         if uses_tokenizer_template(tokenizer, cfg):
             return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + cfg.prefill
         return "".join(_chatml(m["role"], m["content"]) for m in messages) + f"{CHATML_START}assistant\n{cfg.prefill}"
     if uses_tokenizer_template(tokenizer, cfg):
         native = native_tools(tokenizer, cfg)
         messages = prompt_messages(problem, cfg, include_tools_block=not native)
-        text = tokenizer.apply_chat_template(messages, tools=[tool_schema(cfg)] if native else None,
-                                             tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            messages, tools=[tool_schema(cfg)] if native else None, tokenize=False, add_generation_prompt=True
+        )
         return text + cfg.prefill
     system, user = prompt_messages(problem, cfg, include_tools_block=True)
-    return (_chatml("system", system["content"]) + _chatml("user", user["content"])
-            + f"{CHATML_START}assistant\n{cfg.prefill}")
+    return (
+        _chatml("system", system["content"])
+        + _chatml("user", user["content"])
+        + f"{CHATML_START}assistant\n{cfg.prefill}"
+    )
 
 
-def render_prompt_ids(tokenizer: Any, problem: str, config: ProtocolConfig | None = None, *,
-                      use_tools: bool = True) -> list[int]:
+def render_prompt_ids(
+    tokenizer: Any, problem: str, config: ProtocolConfig | None = None, *, use_tools: bool = True
+) -> list[int]:
     """Token ids of :func:`render_prompt_text` (no extra BOS: the template text is tokenized as is)."""
     return _encode(tokenizer, render_prompt_text(tokenizer, problem, config, use_tools=use_tools))
 
 
-_DUMMY = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
-          {"role": "assistant", "content": "A"}]
+_DUMMY = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]
 
 
-def tool_response_segment_text(tokenizer: Any, response_texts: Sequence[str],
-                               config: ProtocolConfig | None = None) -> str:
+def tool_response_segment_text(
+    tokenizer: Any, response_texts: Sequence[str], config: ProtocolConfig | None = None
+) -> str:
     """The text appended after the model's end-of-turn token when it called the tool.
 
     Args:
@@ -242,15 +253,18 @@ def tool_response_segment_text(tokenizer: Any, response_texts: Sequence[str],
         native = native_tools(tokenizer, cfg)
         tools = [tool_schema(cfg)] if native else None
         before = tokenizer.apply_chat_template(_DUMMY, tools=tools, tokenize=False, add_generation_prompt=False)
-        after = tokenizer.apply_chat_template(_DUMMY + tool_messages(response_texts, cfg, native=native,
-                                                                     tokenizer=tokenizer),
-                                              tools=tools, tokenize=False, add_generation_prompt=True)
+        after = tokenizer.apply_chat_template(
+            _DUMMY + tool_messages(response_texts, cfg, native=native, tokenizer=tokenizer),
+            tools=tools,
+            tokenize=False,
+            add_generation_prompt=True,
+        )
         if not after.startswith(before):
             raise ValueError("the chat template does not render tool messages as an extension of the history")
         eot = end_of_turn_text(tokenizer, cfg)
         cut = before.rfind(eot)
-        joint = before[cut + len(eot):] if cut >= 0 else ""
-        body = after[len(before):]
+        joint = before[cut + len(eot) :] if cut >= 0 else ""
+        body = after[len(before) :]
     else:
         joint = "\n"
         [message] = tool_messages(response_texts, cfg, native=False, tokenizer=tokenizer)
@@ -258,8 +272,9 @@ def tool_response_segment_text(tokenizer: Any, response_texts: Sequence[str],
     return (joint if cfg.keep_newline_after_eot else "") + body + cfg.prefill
 
 
-def tool_response_segment_ids(tokenizer: Any, response_texts: Sequence[str],
-                              config: ProtocolConfig | None = None) -> list[int]:
+def tool_response_segment_ids(
+    tokenizer: Any, response_texts: Sequence[str], config: ProtocolConfig | None = None
+) -> list[int]:
     """Token ids of :func:`tool_response_segment_text`, tokenized on their own (loss mask 0 in RL).
 
     Raises:
@@ -273,8 +288,9 @@ def tool_response_segment_ids(tokenizer: Any, response_texts: Sequence[str],
         # templates), the outputs are withheld rather than let a program write the policy's context.
         skeleton = _skeleton_structure(tokenizer, len(response_texts), config)
         if [i for i in ids if i in structural] != skeleton:
-            ids = _encode(tokenizer, tool_response_segment_text(tokenizer, [WITHHELD_TEXT] * len(response_texts),
-                                                                config))
+            ids = _encode(
+                tokenizer, tool_response_segment_text(tokenizer, [WITHHELD_TEXT] * len(response_texts), config)
+            )
     return ids
 
 
@@ -289,8 +305,9 @@ def _skeleton_structure(tokenizer: Any, count: int, config: ProtocolConfig | Non
     return cache[key]
 
 
-def tool_messages(response_texts: Sequence[str], config: ProtocolConfig | None = None, *,
-                  native: bool = True, tokenizer: Any = None) -> list[dict[str, str]]:
+def tool_messages(
+    response_texts: Sequence[str], config: ProtocolConfig | None = None, *, native: bool = True, tokenizer: Any = None
+) -> list[dict[str, str]]:
     """Chat messages carrying tool responses: one ``tool`` message per response for templates that render
     them (``native``; the template adds the ``<tool_response>`` tags), else a single ``user`` message holding
     every response inside the tags, laid out as Qwen2.5's template lays them out.
@@ -306,9 +323,9 @@ def tool_messages(response_texts: Sequence[str], config: ProtocolConfig | None =
     return [{"role": "user", "content": content}]
 
 
-def conversation_messages(problem: str, turns: Sequence[ConversationTurn],
-                          config: ProtocolConfig | None = None, *,
-                          native_tools: bool = True) -> list[dict[str, str]]:
+def conversation_messages(
+    problem: str, turns: Sequence[ConversationTurn], config: ProtocolConfig | None = None, *, native_tools: bool = True
+) -> list[dict[str, str]]:
     """The conversation as chat messages (``system``, ``user``, then ``assistant`` and tool-response messages)
     for chat APIs and ``apply_chat_template``. Assistant contents start with ``config.prefill``. With
     ``native_tools=False`` the tools block goes into the system prompt and tool responses become user
@@ -322,8 +339,9 @@ def conversation_messages(problem: str, turns: Sequence[ConversationTurn],
     return messages
 
 
-def render_conversation_text(tokenizer: Any, problem: str, turns: Sequence[ConversationTurn],
-                             config: ProtocolConfig | None = None) -> str:
+def render_conversation_text(
+    tokenizer: Any, problem: str, turns: Sequence[ConversationTurn], config: ProtocolConfig | None = None
+) -> str:
     """The whole conversation as text, assembled from the same pieces as the rollout: prompt text, then per
     turn its text, the end-of-turn token and (when it has tool responses) the segment text. Ends with the
     last turn's end-of-turn token."""
@@ -337,8 +355,9 @@ def render_conversation_text(tokenizer: Any, problem: str, turns: Sequence[Conve
     return "".join(parts)
 
 
-def render_conversation_ids(tokenizer: Any, problem: str, turns: Sequence[ConversationTurn],
-                            config: ProtocolConfig | None = None) -> RenderedConversation:
+def render_conversation_ids(
+    tokenizer: Any, problem: str, turns: Sequence[ConversationTurn], config: ProtocolConfig | None = None
+) -> RenderedConversation:
     """A whole conversation as token ids with its loss mask, built exactly as the rollout builds it (SFT data).
 
     Each turn's text is tokenized on its own and followed by the end-of-turn token (loss mask 1); each

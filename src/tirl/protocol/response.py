@@ -144,8 +144,9 @@ def render_parse_error(error: ToolCallError, config: ProtocolConfig | None = Non
     return truncate_middle(text, cfg.tool_response_max_chars)
 
 
-def render_call_response(call: ToolCall | ToolCallError, result: ExecutionResult | None,
-                         config: ProtocolConfig | None = None) -> str:
+def render_call_response(
+    call: ToolCall | ToolCallError, result: ExecutionResult | None, config: ProtocolConfig | None = None
+) -> str:
     """The tool-response text for one call: :func:`render_parse_error` for an error, else
     :func:`render_tool_response` (a missing result is reported like an ``internal`` failure)."""
     if isinstance(call, ToolCallError):

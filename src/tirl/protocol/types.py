@@ -195,9 +195,7 @@ class Trajectory:
         if any(m not in (0, 1) for m in self.loss_mask):
             raise ValueError("loss_mask values must be 0 or 1")
         if self.logprobs and len(self.logprobs) != len(self.response_ids):
-            raise ValueError(
-                f"logprobs has {len(self.logprobs)} entries but response_ids has {len(self.response_ids)}"
-            )
+            raise ValueError(f"logprobs has {len(self.logprobs)} entries but response_ids has {len(self.response_ids)}")
 
     @property
     def num_model_tokens(self) -> int:

@@ -89,17 +89,30 @@ _BASE_NUMERAL = re.compile(
 _BARE_NUMERAL = re.compile(r"^[0-9A-Za-z]+$")
 _SIGNED = r"([+\-\u2212]?)\s*"
 _MIXED_SLASH = re.compile(r"^" + _SIGNED + r"(\d+)\s+(\d+)\s*/\s*(\d+)$")
-_MIXED_FRAC = re.compile(
-    r"^" + _SIGNED + r"(\d+)\s*\\[dt]?frac\s*(?:\{\s*(\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))$"
-)
+_MIXED_FRAC = re.compile(r"^" + _SIGNED + r"(\d+)\s*\\[dt]?frac\s*(?:\{\s*(\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))$")
 _NUMBER = r"[+\-\u2212]?\d+(?:\.\d+)?(?:\s*/\s*\d+)?"
 _SEPARATED = re.compile(r"^" + _NUMBER + r"(?:\s+" + _NUMBER + r")+$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?\s*=\s*(?=\S)")
 _THOUSANDS = re.compile(r"^[+\-\u2212]?\d{1,3}(?: \d{3})+(?:\.\d+)?$")
 _BASE_WORDS = {
-    "two": 2, "binary": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "octal": 8,
-    "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15,
-    "sixteen": 16, "hexadecimal": 16,
+    "two": 2,
+    "binary": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "octal": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "thirteen": 13,
+    "fourteen": 14,
+    "fifteen": 15,
+    "sixteen": 16,
+    "hexadecimal": 16,
 }
 _QUESTION_BASE = re.compile(
     r"\bbase[\s$\\{(]*(\d+|" + "|".join(w for w in _BASE_WORDS if w not in ("binary", "octal", "hexadecimal")) + r")\b"
@@ -169,8 +182,10 @@ def question_base(question: str | None) -> int | None:
     ``"base $5$"``, ``"binary"``), base 10 not counted when another is named (``"from base 10 to base 8"``);
     None when it names none or several. The verifier uses it only when the reference is written in that base.
     """
-    if not isinstance(question, str) or "base" not in question.lower() and not re.search(
-        r"binary|octal|hexadecimal", question, re.IGNORECASE
+    if (
+        not isinstance(question, str)
+        or "base" not in question.lower()
+        and not re.search(r"binary|octal|hexadecimal", question, re.IGNORECASE)
     ):
         return None
     bases = set()
@@ -239,12 +254,18 @@ def read_answer(answer: str, question_base_: int | None = None) -> Reading:
         return Reading(text)
     assignment = _ASSIGNMENT.match(spaced)  # "x = 1 1/4" is x = 5/4
     prefix = assignment.group(0) if assignment else ""
-    value = spaced[len(prefix):]
+    value = spaced[len(prefix) :]
     if "frac" in value:
         match = _MIXED_FRAC.match(value)
         if match:
-            return _mixed(match.group(1), match.group(2), match.group(3) or match.group(4),
-                          match.group(5) or match.group(6), text, prefix)
+            return _mixed(
+                match.group(1),
+                match.group(2),
+                match.group(3) or match.group(4),
+                match.group(5) or match.group(6),
+                text,
+                prefix,
+            )
     elif " " in value:
         match = _MIXED_SLASH.match(value)
         if match:
@@ -271,8 +292,11 @@ def _repeating_fraction(match: re.Match[str]) -> str:
     repeat = match.group(3) or match.group(4)
     if repeat is None:  # dot notation: the repetend runs from the first dotted digit to the last
         repeat = re.sub(r"\\dot\s*\{?\s*(\d)\s*\}?", r"\1", match.group(5))
-    value = Fraction(int(whole)) + Fraction(int(fixed or "0"), 10 ** len(fixed)) + Fraction(
-        int(repeat), 10 ** len(fixed) * (10 ** len(repeat) - 1))
+    value = (
+        Fraction(int(whole))
+        + Fraction(int(fixed or "0"), 10 ** len(fixed))
+        + Fraction(int(repeat), 10 ** len(fixed) * (10 ** len(repeat) - 1))
+    )
     if value.denominator == 1:
         return str(value.numerator)
     return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
@@ -281,8 +305,10 @@ def _repeating_fraction(match: re.Match[str]) -> str:
 # ------------------------------------------------------------------------------------- committed answers
 _OR_COMMANDS = re.compile(r"\\(?:lor|vee)(?![A-Za-z])")
 _APPROX_COMMANDS = re.compile(r"\\(?:approx|thickapprox|simeq)(?![A-Za-z])|≈")
-_TEXT_WRAPPER = re.compile(r"\\(?:text|textrm|textbf|textit|textnormal|mathrm|mathbf|mathit|mbox|hbox|operatorname)"
-                           r"\s*\{([^{}]*)\}")
+_TEXT_WRAPPER = re.compile(
+    r"\\(?:text|textrm|textbf|textit|textnormal|mathrm|mathbf|mathit|mbox|hbox|operatorname)"
+    r"\s*\{([^{}]*)\}"
+)
 _OR_WORD = re.compile(r"(?<![A-Za-z\\])or(?![A-Za-z])", re.IGNORECASE)
 _RELATION = re.compile(r"[=<>≤≥≠∈]|\\(?:[lg]eq?|[lg]eqslant|[lg]t|neq?|in|notin|not)(?![A-Za-z])")
 
@@ -322,8 +348,16 @@ def hedge_words(text: str) -> frozenset[str]:
 _LETTER_RUN = re.compile(r"\\?[A-Za-z]+")
 _NO_WORDS: frozenset[str] = frozenset()
 _WORD_OF = {word: word for word in HEDGE_WORDS | NEGATION_WORDS if word.isalpha()}
-_WORD_OF.update({"isn": "isnt", "\\lor": "or", "\\vee": "or", "\\approx": "approximately",
-                 "\\thickapprox": "approximately", "\\simeq": "approximately"})
+_WORD_OF.update(
+    {
+        "isn": "isnt",
+        "\\lor": "or",
+        "\\vee": "or",
+        "\\approx": "approximately",
+        "\\thickapprox": "approximately",
+        "\\simeq": "approximately",
+    }
+)
 
 
 def is_list(text: str) -> bool:
@@ -445,8 +479,10 @@ def value_key(answer: str | None) -> str | None:
         decimal = _DECIMAL.match(plain)
         fraction = _FRACTION.match(plain)
         if decimal and len(plain) <= _MAX_KEY_DIGITS:
-            value = Fraction(int(decimal.group(2) or "0") * 10 ** len(decimal.group(3)) + int(decimal.group(3)),
-                             10 ** len(decimal.group(3)))
+            value = Fraction(
+                int(decimal.group(2) or "0") * 10 ** len(decimal.group(3)) + int(decimal.group(3)),
+                10 ** len(decimal.group(3)),
+            )
             return "=" + str(-value if decimal.group(1) else value)
         if fraction and len(plain) <= _MAX_KEY_DIGITS:
             numerator = int((fraction.group(2) or fraction.group(3) or fraction.group(6)).replace("\u2212", "-"))

@@ -314,9 +314,7 @@ def _differ(gold: Any, pred: Any, depth: int) -> bool:
     if isinstance(gold, Tuple) and isinstance(pred, Tuple):
         return len(gold) == len(pred) and any(_differ(a, b, depth + 1) for a, b in zip(gold, pred))
     if isinstance(gold, MatrixBase) and isinstance(pred, MatrixBase):
-        return gold.shape == pred.shape and any(
-            _differ(a, b, depth + 1) for a, b in zip(gold, pred)
-        )
+        return gold.shape == pred.shape and any(_differ(a, b, depth + 1) for a, b in zip(gold, pred))
     if isinstance(gold, Interval) and isinstance(pred, Interval):
         return _differ(gold.start, pred.start, depth + 1) or _differ(gold.end, pred.end, depth + 1)
     if isinstance(gold, sympy.FiniteSet) and isinstance(pred, sympy.FiniteSet):
@@ -328,7 +326,8 @@ def _differ(gold: Any, pred: Any, depth: int) -> bool:
     if _is_exact_number(gold) and _is_exact_number(pred):
         return _exact_pair_differs(gold, pred)
     if (_is_float_number(gold) or _is_float_number(pred)) and all(
-            isinstance(x, sympy.Expr) and x.is_number for x in (gold, pred)):
+        isinstance(x, sympy.Expr) and x.is_number for x in (gold, pred)
+    ):
         return _float_pair_differs(gold, pred)
     return False
 
@@ -420,9 +419,7 @@ def _safe_to_evaluate(expr: Basic) -> bool:
 
 
 def _undefined_value(value: Any) -> bool:
-    return isinstance(value, Basic) and (
-        value.has(sympy.nan, sympy.zoo) or bool(value.atoms(sympy.AccumBounds))
-    )
+    return isinstance(value, Basic) and (value.has(sympy.nan, sympy.zoo) or bool(value.atoms(sympy.AccumBounds)))
 
 
 def is_undefined(expr: Any, depth: int = 0) -> bool:

@@ -52,14 +52,33 @@ MAX_DECORATED_CHARS = 256
 
 #: Words that withdraw, qualify or offer alternatives to an answer: never a unit, and in a box they make it
 #: hedged (:func:`tirl.reward.forms.commitment_problem`). Lowercase; matched as whole words.
-HEDGE_WORDS = frozenset({
-    "or", "possibly", "maybe", "perhaps", "probably", "likely", "either", "approximately", "approx", "roughly",
-    "about", "around", "nearly", "almost", "guess", "unsure", "uncertain", "presumably",
-})
+HEDGE_WORDS = frozenset(
+    {
+        "or",
+        "possibly",
+        "maybe",
+        "perhaps",
+        "probably",
+        "likely",
+        "either",
+        "approximately",
+        "approx",
+        "roughly",
+        "about",
+        "around",
+        "nearly",
+        "almost",
+        "guess",
+        "unsure",
+        "uncertain",
+        "presumably",
+    }
+)
 NEGATION_WORDS = frozenset({"not", "no", "isn't", "isnt", "wrong", "incorrect", "false", "never", "nor", "neither"})
 HEDGE_PATTERN = re.compile(
-    r"(?<![A-Za-z\\])(?:" + "|".join(sorted((re.escape(w) for w in HEDGE_WORDS | NEGATION_WORDS), key=len,
-                                             reverse=True)) + r")(?![A-Za-z])",
+    r"(?<![A-Za-z\\])(?:"
+    + "|".join(sorted((re.escape(w) for w in HEDGE_WORDS | NEGATION_WORDS), key=len, reverse=True))
+    + r")(?![A-Za-z])",
     re.IGNORECASE,
 )
 # Full-width ASCII forms (U+FF01..U+FF5E) and the ideographic space; NFKC maps them to ASCII.
@@ -76,8 +95,9 @@ def ascii_digits(text: str) -> str:
     if text.isascii():
         return text
     text = _FULL_WIDTH.sub(lambda m: unicodedata.normalize("NFKC", m.group(0)), text)
-    return _NON_ASCII_DIGIT.sub(lambda m: str(unicodedata.decimal(m.group(0))) if m.group(0).isdecimal()
-                                else m.group(0), text)
+    return _NON_ASCII_DIGIT.sub(
+        lambda m: str(unicodedata.decimal(m.group(0))) if m.group(0).isdecimal() else m.group(0), text
+    )
 
 
 def names_hedge(text: str) -> bool:
@@ -86,6 +106,7 @@ def names_hedge(text: str) -> bool:
     if HEDGE_PATTERN.search(text):
         return True
     return bool(_DIGIT.search(_UNIT_EXPONENT.sub("", text) if "^" in text else text))
+
 
 _DELIMITERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
 _TEXT_COMMANDS = r"(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox|hbox)"
@@ -124,8 +145,11 @@ def _strip_outer(text: str) -> str:
     while changed:
         changed = False
         for open_, close in _DELIMITERS:
-            if end - start >= len(open_) + len(close) and text.startswith(open_, start, end) \
-                    and text.endswith(close, start, end):
+            if (
+                end - start >= len(open_) + len(close)
+                and text.startswith(open_, start, end)
+                and text.endswith(close, start, end)
+            ):
                 inner_start, inner_end = start + len(open_), end - len(close)
                 # "$a$ and $b$" is not one math span: the delimiter must not reappear inside.
                 if open_ == "$" and "$" in text[inner_start:inner_end].replace("\\$", ""):

@@ -150,8 +150,9 @@ def create_verify_router(
         if executor is None:
             raise HTTPException(503, "this server has no executor for symbolic verification")
         verifier = Verifier(executor=executor, config=cfg, stats=counters)
-        items = [VerifyItem(response=it.response, gold=it.gold, answer=it.answer, question=it.question)
-                 for it in body.items]
+        items = [
+            VerifyItem(response=it.response, gold=it.gold, answer=it.answer, question=it.question) for it in body.items
+        ]
         verdicts = await verifier.averify_batch(items)
         counts = {status: 0 for status in VERIFY_STATUSES}
         for verdict in verdicts:

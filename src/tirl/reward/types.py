@@ -113,8 +113,12 @@ class VerifyItem:
         if isinstance(item, VerifyItem):
             return item
         if isinstance(item, dict):
-            return cls(response=item.get("response"), gold=item.get("gold", ""), answer=item.get("answer"),
-                       question=item.get("question"))
+            return cls(
+                response=item.get("response"),
+                gold=item.get("gold", ""),
+                answer=item.get("answer"),
+                question=item.get("question"),
+            )
         if isinstance(item, (tuple, list)) and len(item) == 2:
             return cls(response=item[0], gold=item[1])
         raise TypeError(f"cannot make a VerifyItem from {type(item).__name__}; pass (response, gold) pairs")

@@ -172,8 +172,11 @@ def _gold_view(gold: str, question: str | None) -> tuple[Reading, str | None, in
         return Reading(gold), integer, None, hedge_words(gold)
     reading = read_answer(gold)
     if reading.problem is None and len(reading.text) > MAX_SYMBOLIC_CHARS and integer is None:
-        reading = Reading(reading.text, f"a reference of {len(reading.text)} characters that is not a plain "
-                                        f"integer (over {MAX_SYMBOLIC_CHARS}) is not compared symbolically")
+        reading = Reading(
+            reading.text,
+            f"a reference of {len(reading.text)} characters that is not a plain "
+            f"integer (over {MAX_SYMBOLIC_CHARS}) is not compared symbolically",
+        )
     integer = canonical_integer(reading.text) if reading.problem is None else None
     base = reading.base if reading.base is not None and question_base(question) == reading.base else None
     return reading, integer, base, hedge_words(gold)
@@ -219,8 +222,9 @@ class Verifier:
         if isinstance(gold, (int,)) and not isinstance(gold, bool):
             gold = str(gold)
         if not isinstance(gold, str) or not gold.strip():
-            verdict = Verdict(False, "unparsable_gold", None, str(gold or ""), "none", 0.0,
-                              "empty or non-string reference")
+            verdict = Verdict(
+                False, "unparsable_gold", None, str(gold or ""), "none", 0.0, "empty or non-string reference"
+            )
             return verdict, None, "", None
         if item.answer is not None:
             extracted = item.answer if isinstance(item.answer, str) else None
@@ -243,8 +247,12 @@ class Verifier:
                 return Verdict(True, "ok", extracted, gold, "string"), extracted, gold, None
         gold_reading, gold_int, pred_base, gold_words = _gold_view(gold, item.question)
         if gold_reading.problem is not None:
-            return (Verdict(False, "unparsable_gold", extracted, gold, "none", 0.0, gold_reading.problem),
-                    None, gold, None)
+            return (
+                Verdict(False, "unparsable_gold", extracted, gold, "none", 0.0, gold_reading.problem),
+                None,
+                gold,
+                None,
+            )
         if cfg.integer_fast_path and gold_int is not None and pred_base is None:
             # Reading the answer never turns an integer of the integer policy into another integer, so an
             # answer that already is one is decided before the (slower) reading. Such an answer holds no
@@ -268,8 +276,10 @@ class Verifier:
                 return Verdict(gold_int == pred_int, "ok", extracted, gold, "integer"), extracted, gold, None
         if len(pred_reading.text) > MAX_SYMBOLIC_CHARS:
             # Deterministic: math-verify on such a text ends ok or timeout depending on the machine's load.
-            detail = (f"an answer of {len(pred_reading.text)} characters not decided by the integer path "
-                      f"(over {MAX_SYMBOLIC_CHARS}) is not compared symbolically")
+            detail = (
+                f"an answer of {len(pred_reading.text)} characters not decided by the integer path "
+                f"(over {MAX_SYMBOLIC_CHARS}) is not compared symbolically"
+            )
             return Verdict(False, "ok", extracted, gold, "string", 0.0, detail), extracted, gold, None
         return None, extracted, gold, (gold_reading.text, pred_reading.text)
 
@@ -290,8 +300,9 @@ class Verifier:
         except Exception as exc:  # noqa: BLE001 - executors should not raise; count it if one does
             return [ExecutionResult.internal_error(f"executor raised {exc!r}"[:300]) for _ in requests]
         if len(results) != len(requests):
-            return [ExecutionResult.internal_error("executor answered a different number of requests")
-                    for _ in requests]
+            return [
+                ExecutionResult.internal_error("executor answered a different number of requests") for _ in requests
+            ]
         for _ in range(max(0, self.config.internal_retries)):
             retry = [i for i, r in enumerate(results) if r.status == "internal"]
             if not retry:
@@ -512,4 +523,5 @@ def verify(
         The :class:`~tirl.reward.types.Verdict`. Never raises for any text; safe from any thread.
     """
     return Verifier(executor=executor, config=config, stats=stats, protocol_config=protocol_config).verify(
-        response_text, gold)
+        response_text, gold
+    )

@@ -150,8 +150,9 @@ def check(gold: str, pred: str, options: dict[str, Any] | None = None) -> dict[s
         return _result("hedged", detail=hedge)
     gold, pred = gold_reading.text, pred_reading.text
     if len(gold) > MAX_SYMBOLIC_CHARS:
-        return _result("unparsable_gold", detail=f"a reference over {MAX_SYMBOLIC_CHARS} characters is not "
-                                                 "compared symbolically")
+        return _result(
+            "unparsable_gold", detail=f"a reference over {MAX_SYMBOLIC_CHARS} characters is not compared symbolically"
+        )
     if len(pred) > MAX_SYMBOLIC_CHARS:
         return _result("ok", detail=f"an answer over {MAX_SYMBOLIC_CHARS} characters is not compared symbolically")
     result = _compare(gold, pred, opts)
@@ -177,13 +178,18 @@ def _imaginary(expr: Any) -> Any:
     if not isinstance(expr, (Basic, MatrixBase)):
         return expr
     try:
-        if isinstance(expr, Interval) and expr.left_open and expr.right_open \
-                and {s.name for s in expr.free_symbols} == {"i"}:
+        if (
+            isinstance(expr, Interval)
+            and expr.left_open
+            and expr.right_open
+            and {s.name for s in expr.free_symbols} == {"i"}
+        ):
             # "(1+i, 2)" is read as an open interval, which cannot have complex ends: it is a pair
-            return Tuple(expr.start.xreplace({s: I for s in expr.free_symbols}),
-                         expr.end.xreplace({s: I for s in expr.free_symbols}))
-        target = expr.rhs if isinstance(expr, Eq) and isinstance(expr.lhs, Symbol) and expr.lhs.name != "i" \
-            else expr
+            return Tuple(
+                expr.start.xreplace({s: I for s in expr.free_symbols}),
+                expr.end.xreplace({s: I for s in expr.free_symbols}),
+            )
+        target = expr.rhs if isinstance(expr, Eq) and isinstance(expr.lhs, Symbol) and expr.lhs.name != "i" else expr
         names = {s.name for s in target.free_symbols}
         if names != {"i"}:
             return expr
@@ -223,8 +229,10 @@ def _compare(gold: str, pred: str, opts: dict[str, Any]) -> dict[str, Any]:
         # Never evaluated (it would pass any deadline): equal only as the same power of an integer.
         same = guards.same_power(gold_exprs[0], pred_exprs[0], exact_limit)
         if same is None:
-            return _result("ok", detail=f"too large to compare (a number over {exact_limit} digits that is not "
-                                        "one power of an integer)")
+            return _result(
+                "ok",
+                detail=f"too large to compare (a number over {exact_limit} digits that is not one power of an integer)",
+            )
         return _result("ok", correct=same, detail="compared as powers of an integer, without evaluating")
     exact_g, exact_p = guards.exact_value(gold_exprs[0], exact_limit), guards.exact_value(pred_exprs[0], exact_limit)
     if opts["exact_number_guard"] and exact_g is not None and exact_p is not None:
@@ -292,14 +300,16 @@ def _condition_set(text: str, parsed: Any) -> Any:
     pieces = _CONNECTOR.split(text)
     if len(pieces) == 1:
         return guards.as_real_set(parsed)
-    parts, kinds = pieces[0::4], {_CONNECTOR_KIND[k] for i in range(1, len(pieces), 4)
-                                   for k in pieces[i:i + 3] if k}
+    parts, kinds = pieces[0::4], {_CONNECTOR_KIND[k] for i in range(1, len(pieces), 4) for k in pieces[i : i + 3] if k}
     if len(kinds) != 1:
         return None
     sets = []
     for part in parts:
-        exprs = [e for e in parse(latex_for_math_verify(part), list(GOLD_EXTRACTION), parsing_timeout=None)
-                 if isinstance(e, Basic)]
+        exprs = [
+            e
+            for e in parse(latex_for_math_verify(part), list(GOLD_EXTRACTION), parsing_timeout=None)
+            if isinstance(e, Basic)
+        ]
         found = guards.solution_set(exprs[0]) if exprs else None
         if found is None:
             return None

@@ -197,8 +197,10 @@ class AdmissionController:
             if cap is not None and (not isinstance(cap, int) or cap <= 0):
                 raise ValueError(f"endpoint {name!r}: capacity must be a positive int of tokens, got {cap!r}")
             if self.policy == "kv_aware" and cap is None:
-                raise ValueError(f"endpoint {name!r} has no KV capacity: kv_aware needs one (probe the server or set "
-                                 "it in the config)")
+                raise ValueError(
+                    f"endpoint {name!r} has no KV capacity: kv_aware needs one (probe the server or set "
+                    "it in the config)"
+                )
             self._eps[name] = _Endpoint(name=name, capacity=cap, order=rank)
         self._leases = {}
         self._queue = deque()

@@ -149,8 +149,9 @@ class AgentLoopSettings:
         if unknown:
             raise TypeError(f"not agent-loop settings: {', '.join(unknown)}")
         values = {name: changes.get(name, getattr(self, name)) for name in names}
-        return AgentLoopConfig(**values, use_tools=use_tools,
-                               protocol=protocol if protocol is not None else ProtocolConfig())
+        return AgentLoopConfig(
+            **values, use_tools=use_tools, protocol=protocol if protocol is not None else ProtocolConfig()
+        )
 
 
 @dataclass
@@ -343,8 +344,9 @@ class AgentLoop:
         return [t for t in results if t is not None]
 
     # -- one trajectory -------------------------------------------------------------------------------
-    async def _run_turns(self, engine: Engine, prompt_ids: list[int], request: RolloutRequest,
-                         trajectory_id: str = "") -> Trajectory:
+    async def _run_turns(
+        self, engine: Engine, prompt_ids: list[int], request: RolloutRequest, trajectory_id: str = ""
+    ) -> Trajectory:
         cfg = self.config
         session: dict[str, Any] = {}  # this trajectory's tool state (python_session's cells); dies with it
         response_ids: list[int] = []
@@ -431,9 +433,7 @@ class AgentLoop:
             meta["tool_internal_errors"] += sum(
                 1 for r in records if r.result is not None and r.result.status == "internal"
             )
-            segment = list(
-                tool_response_segment_ids(self.tokenizer, [r.response_text for r in records], cfg.protocol)
-            )
+            segment = list(tool_response_segment_ids(self.tokenizer, [r.response_text for r in records], cfg.protocol))
             if len(response_ids) + len(segment) > cfg.max_response_tokens:
                 finish = "length"
                 break
@@ -457,8 +457,9 @@ class AgentLoop:
             metadata=meta,
         )
 
-    async def _execute(self, calls: Sequence[ToolCall | ToolCallError],
-                       session: dict[str, Any] | None = None, trajectory_id: str = "") -> list[ToolCallRecord]:
+    async def _execute(
+        self, calls: Sequence[ToolCall | ToolCallError], session: dict[str, Any] | None = None, trajectory_id: str = ""
+    ) -> list[ToolCallRecord]:
         """Run the decoded calls of one turn with the configured tool (``protocol.tool``,
         :mod:`tirl.protocol.tools`; ``python`` runs them concurrently as one executor batch); parse errors are
         answered without running. ``session`` is the trajectory's own tool state (created per trajectory by
@@ -468,9 +469,14 @@ class AgentLoop:
         runnable = [c for c in calls if isinstance(c, ToolCall)]
         outcomes: list[ToolResult] = []
         if runnable:
-            context = ToolContext(executor=self.executor, config=cfg.protocol, timeout_s=cfg.tool_timeout_s,
-                                  memory_mb=cfg.tool_memory_mb, session=session if session is not None else {},
-                                  trajectory_id=trajectory_id)
+            context = ToolContext(
+                executor=self.executor,
+                config=cfg.protocol,
+                timeout_s=cfg.tool_timeout_s,
+                memory_mb=cfg.tool_memory_mb,
+                session=session if session is not None else {},
+                trajectory_id=trajectory_id,
+            )
             message = ""
             try:
                 outcomes = list(await tool.run_batch([c.arguments for c in runnable], context))
@@ -486,14 +492,26 @@ class AgentLoop:
         records: list[ToolCallRecord] = []
         for call in calls:
             if isinstance(call, ToolCallError):
-                records.append(ToolCallRecord(call=call, result=None, cls="parse_error",
-                                              response_text=self._shown(render_parse_error(call, cfg.protocol))))
+                records.append(
+                    ToolCallRecord(
+                        call=call,
+                        result=None,
+                        cls="parse_error",
+                        response_text=self._shown(render_parse_error(call, cfg.protocol)),
+                    )
+                )
             else:
                 outcome = next(it)
-                records.append(ToolCallRecord(call=call, result=outcome.result,
-                                              cls=classify_tool_call(call, outcome.result),
-                                              response_text=self._shown(outcome.text), tool=tool.name,
-                                              details=dict(outcome.details)))
+                records.append(
+                    ToolCallRecord(
+                        call=call,
+                        result=outcome.result,
+                        cls=classify_tool_call(call, outcome.result),
+                        response_text=self._shown(outcome.text),
+                        tool=tool.name,
+                        details=dict(outcome.details),
+                    )
+                )
         return records
 
     def _shown(self, text: str) -> str:
@@ -517,8 +535,9 @@ def _as_requests(
             problem, group_id = item["problem"], str(item.get("id", i))
             extra = {k: v for k, v in item.items() if k != "problem"}
         else:
-            raise ValueError(f"problem {i} must be a Problem, a string or a dict with a 'problem' string, "
-                             f"got {item!r:.80}")
+            raise ValueError(
+                f"problem {i} must be a Problem, a string or a dict with a 'problem' string, got {item!r:.80}"
+            )
         for j in range(samples_per_prompt):
             requests.append(
                 RolloutRequest(

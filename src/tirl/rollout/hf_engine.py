@@ -125,8 +125,9 @@ class HFEngine:
     loop); batches from all loops run one at a time on the model.
     """
 
-    def __init__(self, model: Any, config: HFEngineConfig | None = None, *,
-                 eos_token_ids: list[int] | None = None) -> None:
+    def __init__(
+        self, model: Any, config: HFEngineConfig | None = None, *, eos_token_ids: list[int] | None = None
+    ) -> None:
         import torch
 
         self.config = config or HFEngineConfig()
@@ -150,8 +151,9 @@ class HFEngine:
     # ------------------------------------------------------------------ construction and weights
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | Path, dtype: str = "auto",
-                        config: HFEngineConfig | None = None) -> HFEngine:
+    def from_pretrained(
+        cls, name_or_path: str | Path, dtype: str = "auto", config: HFEngineConfig | None = None
+    ) -> HFEngine:
         """Load a model reference with :func:`tirl.models.load` (``dtype="auto"``: bf16 where the CPU computes it
         natively, else float32)."""
         from tirl.models import load
@@ -304,8 +306,8 @@ class HFEngine:
         input_ids = torch.zeros((n, width), dtype=torch.long)
         mask = torch.zeros((n, width), dtype=torch.long)
         for i, (prompt, _) in enumerate(rows):
-            input_ids[i, width - len(prompt):] = torch.tensor(prompt)
-            mask[i, width - len(prompt):] = 1
+            input_ids[i, width - len(prompt) :] = torch.tensor(prompt)
+            mask[i, width - len(prompt) :] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         limits = [min(p.max_new_tokens, self.max_model_len - len(prompt)) for prompt, p in rows]
         stops = [set(p.stop_token_ids) for _, p in rows]
@@ -333,24 +335,38 @@ class HFEngine:
         unique = sorted(set(owner))
         t0 = time.perf_counter()
         u_idx = torch.tensor(unique, device=device)
-        logits = model(input_ids=step_ids[u_idx], attention_mask=full_mask[u_idx], position_ids=step_pos[u_idx],
-                       use_cache=True, logits_to_keep=1, **{cache_kw: cache}).logits[:, -1, :]
+        logits = model(
+            input_ids=step_ids[u_idx],
+            attention_mask=full_mask[u_idx],
+            position_ids=step_pos[u_idx],
+            use_cache=True,
+            logits_to_keep=1,
+            **{cache_kw: cache},
+        ).logits[:, -1, :]
         if len(unique) < n:
             expand = torch.tensor([unique.index(o) for o in owner], device=device)
             cache.batch_select_indices(expand)
             logits = logits[expand]
-        self.stats.add_prefill(time.perf_counter() - t0, sum(len(rows[i][0]) for i in unique),
-                               sum(len(p) for p, _ in rows))
+        self.stats.add_prefill(
+            time.perf_counter() - t0, sum(len(rows[i][0]) for i in unique), sum(len(p) for p, _ in rows)
+        )
         t_decode, decoded = time.perf_counter(), 0
         first = True
         while active:
             if not first:
-                logits = model(input_ids=step_ids, attention_mask=full_mask, position_ids=step_pos,
-                               use_cache=True, logits_to_keep=1, **{cache_kw: cache}).logits[:, -1, :]
+                logits = model(
+                    input_ids=step_ids,
+                    attention_mask=full_mask,
+                    position_ids=step_pos,
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **{cache_kw: cache},
+                ).logits[:, -1, :]
                 decoded += len(active)
             first = False
-            tokens, lps = self._sample(logits.float().cpu(), [rows[i][1] for i in active],
-                                       [generators[i] for i in active])
+            tokens, lps = self._sample(
+                logits.float().cpu(), [rows[i][1] for i in active], [generators[i] for i in active]
+            )
             keep = []
             for b, i in enumerate(active):
                 tok = tokens[b]
@@ -375,8 +391,7 @@ class HFEngine:
             full_mask = torch.cat([full_mask, torch.ones((len(active), 1), dtype=full_mask.dtype, device=device)], 1)
             step_pos = step_pos[:, -1:] + 1
         self.stats.add_decode(time.perf_counter() - t_decode, decoded)
-        return [GenerationOutput(token_ids=out_ids[i], logprobs=out_lps[i], finish_reason=reasons[i])
-                for i in range(n)]
+        return [GenerationOutput(token_ids=out_ids[i], logprobs=out_lps[i], finish_reason=reasons[i]) for i in range(n)]
 
     def _sample(
         self, logits: Any, params: list[SamplingParams], generators: list[Any]

@@ -26,8 +26,15 @@ class ServerSyncError(RuntimeError):
     """The server refused or failed to load the adapter (the message quotes its answer)."""
 
 
-def load_adapter(url: str, adapter_dir: str | Path, lora_name: str, *, timeout_s: float = 120.0,
-                 reset_prefix_cache: bool = True, api: str = "openai") -> None:
+def load_adapter(
+    url: str,
+    adapter_dir: str | Path,
+    lora_name: str,
+    *,
+    timeout_s: float = 120.0,
+    reset_prefix_cache: bool = True,
+    api: str = "openai",
+) -> None:
     """Make a server serve the LoRA adapter in ``adapter_dir`` under ``lora_name``, replacing an adapter of that
     name, then empty its prefix cache (KV computed under other weights).
 
@@ -41,8 +48,9 @@ def load_adapter(url: str, adapter_dir: str | Path, lora_name: str, *, timeout_s
         ValueError: an unknown ``api``.
     """
     if api == "sglang":
-        return _load_adapter_sglang(url.rstrip("/"), adapter_dir, lora_name, timeout_s=timeout_s,
-                                    reset_prefix_cache=reset_prefix_cache)
+        return _load_adapter_sglang(
+            url.rstrip("/"), adapter_dir, lora_name, timeout_s=timeout_s, reset_prefix_cache=reset_prefix_cache
+        )
     if api != "openai":
         raise ValueError(f"api must be 'openai' or 'sglang', got {api!r}")
     url = url.rstrip("/")
@@ -51,20 +59,26 @@ def load_adapter(url: str, adapter_dir: str | Path, lora_name: str, *, timeout_s
         with httpx.Client(base_url=url, timeout=timeout_s) as client:
             resp = client.post("/v1/load_lora_adapter", json=body)
             if resp.status_code >= 400:
-                raise ServerSyncError(f"{url}/v1/load_lora_adapter answered {resp.status_code}: "
-                                      f"{resp.text[:300]} (was the server started with --enable-lora and "
-                                      "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True?)")
+                raise ServerSyncError(
+                    f"{url}/v1/load_lora_adapter answered {resp.status_code}: "
+                    f"{resp.text[:300]} (was the server started with --enable-lora and "
+                    "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True?)"
+                )
             if reset_prefix_cache:
                 reset = client.post("/reset_prefix_cache")
                 if reset.status_code >= 400:
-                    logger.warning("%s/reset_prefix_cache answered %s (start vLLM with VLLM_SERVER_DEV_MODE=1)",
-                                   url, reset.status_code)
+                    logger.warning(
+                        "%s/reset_prefix_cache answered %s (start vLLM with VLLM_SERVER_DEV_MODE=1)",
+                        url,
+                        reset.status_code,
+                    )
     except httpx.HTTPError as exc:
         raise ServerSyncError(f"cannot reach {url}: {type(exc).__name__}: {exc}") from exc
 
 
-def _load_adapter_sglang(url: str, adapter_dir: str | Path, lora_name: str, *, timeout_s: float,
-                         reset_prefix_cache: bool) -> None:
+def _load_adapter_sglang(
+    url: str, adapter_dir: str | Path, lora_name: str, *, timeout_s: float, reset_prefix_cache: bool
+) -> None:
     body = {"lora_name": lora_name, "lora_path": str(Path(adapter_dir).resolve())}
     try:
         with httpx.Client(base_url=url, timeout=timeout_s) as client:
@@ -78,8 +92,10 @@ def _load_adapter_sglang(url: str, adapter_dir: str | Path, lora_name: str, *, t
                 except ValueError:
                     pass
             if not ok:
-                raise ServerSyncError(f"{url}/load_lora_adapter answered {resp.status_code}: {resp.text[:300]} "
-                                      "(was SGLang started with --enable-lora and a --max-lora-rank that fits?)")
+                raise ServerSyncError(
+                    f"{url}/load_lora_adapter answered {resp.status_code}: {resp.text[:300]} "
+                    "(was SGLang started with --enable-lora and a --max-lora-rank that fits?)"
+                )
             if reset_prefix_cache:
                 flush = client.post("/flush_cache")
                 if flush.status_code >= 400:
@@ -105,8 +121,10 @@ def reload_weights(url: str, weights_dir: str | Path, *, timeout_s: float = 300.
         with httpx.Client(base_url=url, timeout=timeout_s) as client:
             resp = client.post("/collective_rpc", json=body)
             if resp.status_code >= 400:
-                raise ServerSyncError(f"{url}/collective_rpc reload_weights answered {resp.status_code}: "
-                                      f"{resp.text[:300]} (start vLLM with VLLM_SERVER_DEV_MODE=1)")
+                raise ServerSyncError(
+                    f"{url}/collective_rpc reload_weights answered {resp.status_code}: "
+                    f"{resp.text[:300]} (start vLLM with VLLM_SERVER_DEV_MODE=1)"
+                )
             reset = client.post("/reset_prefix_cache")
             if reset.status_code >= 400:
                 raise ServerSyncError(f"{url}/reset_prefix_cache answered {reset.status_code}: {reset.text[:300]}")

@@ -123,8 +123,9 @@ class OpenAIEngine:
         entry = self._per_loop.get(loop)
         if entry is None:
             headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
-            limits = httpx.Limits(max_connections=self.config.max_concurrency,
-                                  max_keepalive_connections=self.config.max_concurrency)
+            limits = httpx.Limits(
+                max_connections=self.config.max_concurrency, max_keepalive_connections=self.config.max_concurrency
+            )
             timeout = httpx.Timeout(self.config.timeout_s, connect=self.config.connect_timeout_s)
             client = httpx.AsyncClient(base_url=self.root, headers=headers, timeout=timeout, limits=limits)
             entry = (client, asyncio.Semaphore(self.config.max_concurrency))
@@ -200,9 +201,7 @@ class OpenAIEngine:
         try:
             return str(resp.json()["data"][0]["id"])
         except (ValueError, KeyError, IndexError, TypeError):
-            raise ServerResponseError(
-                "GET /v1/models did not list a model; set OpenAIEngineConfig.model"
-            ) from None
+            raise ServerResponseError("GET /v1/models did not list a model; set OpenAIEngineConfig.model") from None
 
     async def _post(self, client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
         resp = await self._request(client, "POST", path, body)
@@ -308,5 +307,6 @@ def _parse_sglang(data: dict[str, Any], params: SamplingParams) -> GenerationOut
         raise ServerResponseError("output_ids and output_token_logprobs disagree")
     fr = meta.get("finish_reason")
     kind = fr.get("type") if isinstance(fr, dict) else fr
-    return GenerationOutput(token_ids=ids, logprobs=logprobs,
-                            finish_reason=_finish(kind, ids[-1] if ids else None, params))
+    return GenerationOutput(
+        token_ids=ids, logprobs=logprobs, finish_reason=_finish(kind, ids[-1] if ids else None, params)
+    )

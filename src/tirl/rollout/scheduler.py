@@ -540,8 +540,9 @@ class RolloutScheduler:
         if not await self._is_dead(name):
             return False
         if self._core.is_alive(name):
-            logger.warning("rollout server %s is down (health probe failed after: %s); taken out of rotation",
-                           name, reason)
+            logger.warning(
+                "rollout server %s is down (health probe failed after: %s); taken out of rotation", name, reason
+            )
             self.mark_down(name, f"health probe failed after: {reason}")
         if not self.config.failover or handle.failovers >= self.config.max_failovers:
             return False
@@ -556,8 +557,13 @@ class RolloutScheduler:
         self._failovers_step += 1
         self.failovers_total += 1
         self._note_admission(admission.endpoint)
-        logger.warning("fail-over: trajectory %s moved from %s to %s (its fail-over %d); the call is retried there",
-                       handle.trajectory_id or handle.lease_id, name, admission.endpoint, handle.failovers)
+        logger.warning(
+            "fail-over: trajectory %s moved from %s to %s (its fail-over %d); the call is retried there",
+            handle.trajectory_id or handle.lease_id,
+            name,
+            admission.endpoint,
+            handle.failovers,
+        )
         return True
 
 

@@ -46,8 +46,14 @@ class VLLMEngine:
             process index).
     """
 
-    def __init__(self, llm: Any, batch_wait_s: float = 0.02, max_batch_size: int = 1024,
-                 sampling_params_cls: Any = None, send_seed: bool | None = None) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        batch_wait_s: float = 0.02,
+        max_batch_size: int = 1024,
+        sampling_params_cls: Any = None,
+        send_seed: bool | None = None,
+    ) -> None:
         self.llm = llm
         if send_seed is None:
             send_seed = not _vllm_on_cpu()

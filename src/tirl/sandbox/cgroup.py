@@ -65,8 +65,8 @@ def _unescape(field: str) -> str:
         return field
     out, i = [], 0
     while i < len(field):
-        if field[i] == "\\" and len(field[i + 1:i + 4]) == 3 and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
+        if field[i] == "\\" and len(field[i + 1 : i + 4]) == 3 and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
             i += 4
         else:
             out.append(field[i])
@@ -110,7 +110,7 @@ def _join(mountpoint: str, mount_root: str, path: str) -> str | None:
     root = mount_root.rstrip("/")
     if root and path != root and not path.startswith(root + "/"):
         return None  # the mount shows another part of the hierarchy
-    rel = path[len(root):].lstrip("/")
+    rel = path[len(root) :].lstrip("/")
     return os.path.join(mountpoint, rel) if rel else mountpoint
 
 
@@ -148,8 +148,11 @@ def locate(parent: str | None = None, mountinfo: str | None = None, proc_cgroup:
         for mountpoint, root, fstype, opts in mounts:
             if fstype == "cgroup" and name in opts:
                 own = own_v1.get(name)
-                base = (os.path.join(mountpoint, parent.strip("/")) if parent else
-                        (_join(mountpoint, root, own) if own is not None else None))
+                base = (
+                    os.path.join(mountpoint, parent.strip("/"))
+                    if parent
+                    else (_join(mountpoint, root, own) if own is not None else None)
+                )
                 if base is None:
                     continue
                 found.setdefault(mountpoint, Hierarchy(1, (), base)).controllers += (name,)
@@ -159,8 +162,11 @@ def locate(parent: str | None = None, mountinfo: str | None = None, proc_cgroup:
         for mountpoint, root, fstype, _opts in mounts:
             if fstype != "cgroup2":
                 continue
-            base = (os.path.join(mountpoint, parent.strip("/")) if parent else
-                    (_join(mountpoint, root, own_v2) if own_v2 is not None else None))
+            base = (
+                os.path.join(mountpoint, parent.strip("/"))
+                if parent
+                else (_join(mountpoint, root, own_v2) if own_v2 is not None else None)
+            )
             if base is None:
                 continue
             try:
@@ -174,8 +180,10 @@ def locate(parent: str | None = None, mountinfo: str | None = None, proc_cgroup:
                     wanted.remove(n)
                 break
     if not any("memory" in h.controllers for h in found.values()):
-        raise CgroupError("no memory controller is mounted (neither cgroup v1 nor available in the cgroup v2 "
-                          "hierarchy of this process)")
+        raise CgroupError(
+            "no memory controller is mounted (neither cgroup v1 nor available in the cgroup v2 "
+            "hierarchy of this process)"
+        )
     return list(found.values())
 
 
@@ -218,8 +226,14 @@ class CallCgroup:
 
     __slots__ = ("dirs", "oom_files", "limit_files", "swap_file", "usage_file", "memory_bytes", "oom_base")
 
-    def __init__(self, dirs: list[str], oom_files: list[str], limit_files: list[str], swap_file: str | None,
-                 usage_file: str | None) -> None:
+    def __init__(
+        self,
+        dirs: list[str],
+        oom_files: list[str],
+        limit_files: list[str],
+        swap_file: str | None,
+        usage_file: str | None,
+    ) -> None:
         self.dirs = dirs
         self.oom_files = oom_files
         self.limit_files = limit_files  # v1: memory.limit_in_bytes, memory.memsw.limit_in_bytes; v2: memory.max
@@ -342,8 +356,14 @@ class CgroupLayer:
         self._names = itertools.count()
 
     @classmethod
-    def setup(cls, parent: str | None = None, *, max_free: int = 2, mountinfo: str | None = None,
-              proc_cgroup: str | None = None) -> CgroupLayer:
+    def setup(
+        cls,
+        parent: str | None = None,
+        *,
+        max_free: int = 2,
+        mountinfo: str | None = None,
+        proc_cgroup: str | None = None,
+    ) -> CgroupLayer:
         """Locate the hierarchies and create this worker's directory in each.
 
         Args:
@@ -490,8 +510,9 @@ def _make_worker_dir(h: Hierarchy, name: str) -> None:
         pass
     except OSError as exc:
         h.root = ""
-        raise CgroupError(f"cgroup v{h.version} {', '.join(h.controllers)}: cannot create a cgroup "
-                          f"in {h.base}: {exc.strerror}") from exc
+        raise CgroupError(
+            f"cgroup v{h.version} {', '.join(h.controllers)}: cannot create a cgroup in {h.base}: {exc.strerror}"
+        ) from exc
     if h.version == 2:
         _enable_v2_controllers(h.root, h.controllers)
 
@@ -513,7 +534,8 @@ def _enable_v2_controllers(path: str, controllers: tuple[str, ...]) -> None:
             raise CgroupError(
                 f"cgroup v2: {path} holds processes, so its children cannot get the {'/'.join(missing)} "
                 "controller (no-internal-process rule); set SandboxConfig.cgroup_parent to a delegated, "
-                "empty cgroup") from exc
+                "empty cgroup"
+            ) from exc
         raise CgroupError(f"cgroup v2: cannot enable {'/'.join(missing)} in {control}: {exc.strerror}") from exc
 
 
@@ -536,6 +558,6 @@ def _clean_stale(base: str) -> None:
     except OSError:
         return
     for name in names:
-        suffix = name[len(prefix):]
+        suffix = name[len(prefix) :]
         if name.startswith(prefix) and suffix.isdigit() and not _pid_alive(int(suffix)):
             _remove_worker_dir(os.path.join(base, name))

@@ -148,8 +148,11 @@ async def _secrets_probe(sb: LocalSandbox) -> ProbeOutcome:
     first = await sb.run(ExecutionRequest(code, stdin=marker + "\n", timeout_s=10))
     scans = [await sb.run(ExecutionRequest(MEMORY_SCAN_PROBE, timeout_s=30)) for _ in range(2)]
     held = first.status == "ok" and all(r.status == "ok" and r.stdout.strip() == "0" for r in scans)
-    return ProbeOutcome("memory scan for the previous call's code, stdin, output", held,
-                        "markers found: " + ", ".join(r.stdout.strip() or r.status for r in scans))
+    return ProbeOutcome(
+        "memory scan for the previous call's code, stdin, output",
+        held,
+        "markers found: " + ", ".join(r.stdout.strip() or r.status for r in scans),
+    )
 
 
 async def _unix_socket_probe(sb: LocalSandbox) -> ProbeOutcome:
@@ -163,8 +166,10 @@ async def _unix_socket_probe(sb: LocalSandbox) -> ProbeOutcome:
         os.chmod(path, 0o777)
         listener.listen(1)
         listener.setblocking(False)
-        code = (f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(2)\ns.connect({path!r})\n"
-                "print('connected')")
+        code = (
+            f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(2)\ns.connect({path!r})\n"
+            "print('connected')"
+        )
         result = await sb.run(ExecutionRequest(code, timeout_s=10))
         try:
             listener.accept()[0].close()
@@ -174,9 +179,11 @@ async def _unix_socket_probe(sb: LocalSandbox) -> ProbeOutcome:
     finally:
         listener.close()
         shutil.rmtree(root, ignore_errors=True)
-    return ProbeOutcome("connect to a host Unix socket", result.status == "error" and not reached,
-                        f"{result.status}: {result.error_type or result.stdout.strip()}; "
-                        f"host socket reached: {reached}")
+    return ProbeOutcome(
+        "connect to a host Unix socket",
+        result.status == "error" and not reached,
+        f"{result.status}: {result.error_type or result.stdout.strip()}; host socket reached: {reached}",
+    )
 
 
 async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
@@ -201,9 +208,13 @@ async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
         ExecutionRequest(escape, timeout_s=1.5),
         # Four processes of 128 MiB each, 512 MiB together; each stays under its 384 MiB of address space
         # (a worker with numpy, scipy and sympy preloaded has about 190 MiB).
-        ExecutionRequest("import os, time\nkids = []\nfor _ in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
-                         "        block = b'x' * (128 << 20)\n        time.sleep(0.5)\n        os._exit(0)\n"
-                         "    kids.append(pid)\nfor pid in kids:\n    os.waitpid(pid, 0)", timeout_s=10, memory_mb=384),
+        ExecutionRequest(
+            "import os, time\nkids = []\nfor _ in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
+            "        block = b'x' * (128 << 20)\n        time.sleep(0.5)\n        os._exit(0)\n"
+            "    kids.append(pid)\nfor pid in kids:\n    os.waitpid(pid, 0)",
+            timeout_s=10,
+            memory_mb=384,
+        ),
         ExecutionRequest(SHM_PROBE.format(key=shm_key), timeout_s=5),
     ]
     net, write, env, kill, memory, shm = await sb.run_batch(requests)
@@ -217,40 +228,71 @@ async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
         os.unlink(outside)
     source = os.path.abspath(isolation.__file__)
     uid_code = "import os, time\ntime.sleep(0.3)\nprint(os.getuid())"
-    proc, src, pool = await sb.run_batch([
-        ExecutionRequest("import os\nprint(sorted(int(e) for e in os.listdir('/proc') if e.isdigit()))", timeout_s=5),
-        ExecutionRequest(f"print(open({source!r}).read(40))", timeout_s=5),
-        ExecutionRequest(PROCESS_POOL_PROBE, timeout_s=30),
-    ])
+    proc, src, pool = await sb.run_batch(
+        [
+            ExecutionRequest(
+                "import os\nprint(sorted(int(e) for e in os.listdir('/proc') if e.isdigit()))", timeout_s=5
+            ),
+            ExecutionRequest(f"print(open({source!r}).read(40))", timeout_s=5),
+            ExecutionRequest(PROCESS_POOL_PROBE, timeout_s=30),
+        ]
+    )
     # Alone in the pool, so that both run at once (a worker runs at least 2 calls at a time by default).
     uid_a, uid_b = await sb.run_batch([ExecutionRequest(uid_code, timeout_s=5)] * 2)
     unix = await _unix_socket_probe(sb)
     secrets = await _secrets_probe(sb)
     return [
-        ProbeOutcome("tcp connect to 127.0.0.1", net.status == "error",
-                     f"{net.status}: {net.error_type or ''} {(net.traceback or '').strip().splitlines()[-1:]}"),
-        ProbeOutcome("write outside the scratch dir", write.status == "error" and not written,
-                     f"{write.status}: {write.error_type}; file created on host: {written}"),
-        ProbeOutcome("read a host environment variable", env.status == "ok" and env.stdout.strip() == "None",
-                     f"{env.status}: printed {env.stdout.strip()!r}"),
-        ProbeOutcome("double-fork ignoring SIGTERM past the deadline", kill.status == "timeout" and not survivors,
-                     f"{kill.status}; processes left on the host: {survivors or 'none'}"),
-        ProbeOutcome("4 processes of 128 MiB under memory_mb=384",
-                     memory.status == "killed" and "memory cgroup" in memory.stderr,
-                     f"{memory.status}: {(memory.stderr.strip().splitlines() or [''])[-1]}"),
-        ProbeOutcome("System V shm segment left by a call", shm.status == "ok" and not shm_left,
-                     f"{shm.status}: {shm.stdout.strip() or shm.stderr.strip()[-200:]}; segments left on the host: "
-                     f"{len(shm_left) or 'none'}" + (" (removed)" if shm_left else "")),
-        ProbeOutcome("list /proc (only the call's own pids)", proc.status == "ok" and proc.stdout == "[1]\n",
-                     f"{proc.status}: {proc.stdout.strip()[:120] or proc.stderr.strip()[-120:]}"),
-        ProbeOutcome("read the project's source", src.status == "error" and src.error_type == "PermissionError",
-                     f"{src.status}: {src.error_type or src.stdout.strip()[:60]}"),
-        ProbeOutcome("ProcessPoolExecutor (needs /dev/shm)", pool.status == "ok" and pool.stdout == "[11, 21, 31]\n",
-                     f"{pool.status}: "
-                     f"{pool.stdout.strip() or (pool.error_type or '') + ' ' + pool.stderr.strip()[-120:]}"),
-        ProbeOutcome("two concurrent calls run as different uids",
-                     uid_a.status == uid_b.status == "ok" and uid_a.stdout != uid_b.stdout,
-                     f"uids {uid_a.stdout.strip() or uid_a.status} and {uid_b.stdout.strip() or uid_b.status}"),
+        ProbeOutcome(
+            "tcp connect to 127.0.0.1",
+            net.status == "error",
+            f"{net.status}: {net.error_type or ''} {(net.traceback or '').strip().splitlines()[-1:]}",
+        ),
+        ProbeOutcome(
+            "write outside the scratch dir",
+            write.status == "error" and not written,
+            f"{write.status}: {write.error_type}; file created on host: {written}",
+        ),
+        ProbeOutcome(
+            "read a host environment variable",
+            env.status == "ok" and env.stdout.strip() == "None",
+            f"{env.status}: printed {env.stdout.strip()!r}",
+        ),
+        ProbeOutcome(
+            "double-fork ignoring SIGTERM past the deadline",
+            kill.status == "timeout" and not survivors,
+            f"{kill.status}; processes left on the host: {survivors or 'none'}",
+        ),
+        ProbeOutcome(
+            "4 processes of 128 MiB under memory_mb=384",
+            memory.status == "killed" and "memory cgroup" in memory.stderr,
+            f"{memory.status}: {(memory.stderr.strip().splitlines() or [''])[-1]}",
+        ),
+        ProbeOutcome(
+            "System V shm segment left by a call",
+            shm.status == "ok" and not shm_left,
+            f"{shm.status}: {shm.stdout.strip() or shm.stderr.strip()[-200:]}; segments left on the host: "
+            f"{len(shm_left) or 'none'}" + (" (removed)" if shm_left else ""),
+        ),
+        ProbeOutcome(
+            "list /proc (only the call's own pids)",
+            proc.status == "ok" and proc.stdout == "[1]\n",
+            f"{proc.status}: {proc.stdout.strip()[:120] or proc.stderr.strip()[-120:]}",
+        ),
+        ProbeOutcome(
+            "read the project's source",
+            src.status == "error" and src.error_type == "PermissionError",
+            f"{src.status}: {src.error_type or src.stdout.strip()[:60]}",
+        ),
+        ProbeOutcome(
+            "ProcessPoolExecutor (needs /dev/shm)",
+            pool.status == "ok" and pool.stdout == "[11, 21, 31]\n",
+            f"{pool.status}: {pool.stdout.strip() or (pool.error_type or '') + ' ' + pool.stderr.strip()[-120:]}",
+        ),
+        ProbeOutcome(
+            "two concurrent calls run as different uids",
+            uid_a.status == uid_b.status == "ok" and uid_a.stdout != uid_b.stdout,
+            f"uids {uid_a.stdout.strip() or uid_a.status} and {uid_b.stdout.strip() or uid_b.status}",
+        ),
         unix,
         secrets,
     ]
@@ -280,8 +322,14 @@ async def collect_report(config: SandboxConfig | None = None, trivial_calls: int
                 await sb.run(ExecutionRequest("print(1)"))
                 times.append(time.perf_counter() - t0)
             p50 = round(statistics.median(times) * 1000, 2)
-        return DoctorReport(layers=info.get("layers", []), probes=probes, preload=info.get("preload", {}),
-                            python=info.get("python", ""), trivial_p50_ms=p50, plan=info.get("plan", {}))
+        return DoctorReport(
+            layers=info.get("layers", []),
+            probes=probes,
+            preload=info.get("preload", {}),
+            python=info.get("python", ""),
+            trivial_p50_ms=p50,
+            plan=info.get("plan", {}),
+        )
     finally:
         os.environ.pop(secret_name, None)
         await sb.aclose()
@@ -315,6 +363,9 @@ def render(report: DoctorReport) -> None:
     console.print(f"Python {report.python}; preloaded: {preload}")
     if report.trivial_p50_ms is not None:
         console.print(f"print(1) latency p50: {report.trivial_p50_ms} ms (one worker, sequential)")
-    verdict = "[green]all layers active, all probes held[/]" if report.all_active else \
-        "[yellow]some layers are missing or a probe did not hold (see above)[/]"
+    verdict = (
+        "[green]all layers active, all probes held[/]"
+        if report.all_active
+        else "[yellow]some layers are missing or a probe did not hold (see above)[/]"
+    )
     console.print(verdict)

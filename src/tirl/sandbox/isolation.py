@@ -127,8 +127,14 @@ def scrubbed_env(passthrough: tuple[str, ...] = (), source: dict[str, str] | Non
         source: the environment to copy from (default ``os.environ``).
     """
     source = os.environ if source is None else source
-    env = {"PATH": source.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "MPLBACKEND": "Agg"}
+    env = {
+        "PATH": source.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONIOENCODING": "utf-8",
+        "MPLBACKEND": "Agg",
+    }
     env.update({name: "1" for name in THREAD_ENV_VARS})
     for name in passthrough:
         if name in source:
@@ -214,19 +220,31 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
         layers[name] = LayerStatus(name, False, f"unshare refused: {err}{userns_note}")
         return False
 
-    ns_layer("network_namespace", cfg["network_namespace"], lambda: _linux.unshare(_linux.CLONE_NEWNET),
-             "new network namespace per worker: no interfaces, loopback down")
+    ns_layer(
+        "network_namespace",
+        cfg["network_namespace"],
+        lambda: _linux.unshare(_linux.CLONE_NEWNET),
+        "new network namespace per worker: no interfaces, loopback down",
+    )
 
     def mount_private() -> None:
         _linux.unshare(_linux.CLONE_NEWNS)
         _linux.mount(None, "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
-        _linux.mount("tmpfs", scratch_dir, "tmpfs", _linux.MS_NOSUID | _linux.MS_NODEV,
-                     f"size={int(cfg['scratch_mb'])}m,nr_inodes={int(cfg.get('scratch_inodes', 65536))},mode=0711")
+        _linux.mount(
+            "tmpfs",
+            scratch_dir,
+            "tmpfs",
+            _linux.MS_NOSUID | _linux.MS_NODEV,
+            f"size={int(cfg['scratch_mb'])}m,nr_inodes={int(cfg.get('scratch_inodes', 65536))},mode=0711",
+        )
 
     worker_mounts_private = ns_layer(
-        "mount_namespace", cfg["mount_namespace"], mount_private,
+        "mount_namespace",
+        cfg["mount_namespace"],
+        mount_private,
         f"private mounts; scratch on a {cfg['scratch_mb']} MiB tmpfs ({cfg.get('scratch_inodes', 65536)} "
-        "files at most) that dies with the worker")
+        "files at most) that dies with the worker",
+    )
 
     self_ns_fd = None
     if not cfg["pid_namespace"]:
@@ -237,18 +255,28 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
             new_pid_namespace_for_children(self_ns_fd)
             _linux.setns(self_ns_fd, _linux.CLONE_NEWPID)  # back: the next fork must not be an init
             layers["pid_namespace"] = LayerStatus(
-                "pid_namespace", True,
-                "fresh PID namespace per call with the call as its init: when it ends, every process it started dies")
+                "pid_namespace",
+                True,
+                "fresh PID namespace per call with the call as its init: when it ends, every process it started dies",
+            )
         except OSError as exc:
             if self_ns_fd is not None:
                 os.close(self_ns_fd)
                 self_ns_fd = None
             layers["pid_namespace"] = LayerStatus(
-                "pid_namespace", False,
-                f"{exc.strerror}{userns_note}; calls are killed by process group and orphans by the subreaper worker")
+                "pid_namespace",
+                False,
+                f"{exc.strerror}{userns_note}; calls are killed by process group and orphans by the subreaper worker",
+            )
 
-    plan = CallPlan(pid_namespace=self_ns_fd is not None, uid=int(cfg["sandbox_uid"]), gid=int(cfg["sandbox_gid"]),
-                    nproc=int(cfg["nproc_limit"]), nofile=int(cfg["nofile_limit"]), fsize_mb=int(cfg["fsize_mb"]))
+    plan = CallPlan(
+        pid_namespace=self_ns_fd is not None,
+        uid=int(cfg["sandbox_uid"]),
+        gid=int(cfg["sandbox_gid"]),
+        nproc=int(cfg["nproc_limit"]),
+        nofile=int(cfg["nofile_limit"]),
+        fsize_mb=int(cfg["fsize_mb"]),
+    )
     # Per call, applied by the call process itself (unshare(CLONE_NEWIPC) takes effect at once, unlike
     # CLONE_NEWPID); whether the kernel allows it is decided by the probe (see probe_plan).
     plan.ipc_namespace = bool(cfg.get("ipc_namespace", False))
@@ -262,19 +290,23 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
     elif in_userns:
         plan.uid_mode = "capless"
         layers["unprivileged_user"] = LayerStatus(
-            "unprivileged_user", False, f"not started as root: calls run as the invoking user (uid {host_uid})")
+            "unprivileged_user", False, f"not started as root: calls run as the invoking user (uid {host_uid})"
+        )
     else:
         plan.uid_mode = "none"
         layers["unprivileged_user"] = LayerStatus(
-            "unprivileged_user", False, f"not started as root: calls run as the invoking user (uid {host_uid})")
+            "unprivileged_user", False, f"not started as root: calls run as the invoking user (uid {host_uid})"
+        )
 
     allocator = None
     if not cfg.get("uid_per_call", False):
         layers["uid_per_call"] = LayerStatus("uid_per_call", False, "switched off in the configuration")
     elif plan.uid_mode != "drop":
         layers["uid_per_call"] = LayerStatus(
-            "uid_per_call", False, "needs root (calls do not change user id); RLIMIT_NPROC, signals and files "
-            "are shared by concurrent calls")
+            "uid_per_call",
+            False,
+            "needs root (calls do not change user id); RLIMIT_NPROC, signals and files are shared by concurrent calls",
+        )
     else:
         try:
             uids.prepare_lock_dir(cfg["uid_lock_dir"])
@@ -283,7 +315,8 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
             plan.uid = plan.gid = int(cfg["call_uid_first"])  # what the probe checks (readability of Python)
         except (uids.UidRangeError, ValueError) as exc:
             layers["uid_per_call"] = LayerStatus(
-                "uid_per_call", False, f"{exc}; calls share uid {plan.uid} (RLIMIT_NPROC, signals, files)")
+                "uid_per_call", False, f"{exc}; calls share uid {plan.uid} (RLIMIT_NPROC, signals, files)"
+            )
 
     # Per-call mounts need a mount namespace per call (CAP_SYS_ADMIN, checked by the probe); a private /proc
     # also needs the call to be the init of its own PID namespace.
@@ -293,7 +326,8 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
         layers["private_proc"] = LayerStatus("private_proc", False, "switched off in the configuration")
     elif self_ns_fd is None:
         layers["private_proc"] = LayerStatus(
-            "private_proc", False, "needs the pid_namespace layer; calls see the host's /proc")
+            "private_proc", False, "needs the pid_namespace layer; calls see the host's /proc"
+        )
     else:
         plan.private_proc = True
     if not cfg.get("private_shm", False):
@@ -307,10 +341,12 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
     # processes, the pool's included; Landlock then keeps the host's /proc out of its readable trees (a
     # private /proc is granted by the call itself, see enter_call).
     same_user_as_host = plan.uid_mode == "none" or in_userns
-    plan.read_roots = landlock.python_read_roots() + [
-        os.path.realpath(p) for p in cfg.get("extra_read_paths", ()) if os.path.isdir(p)] + package_dirs(
-        cfg.get("readable_packages", ())) + [
-        p for p in landlock.SYSTEM_READ_ROOTS if os.path.isdir(p) and not (same_user_as_host and p == "/proc")]
+    plan.read_roots = (
+        landlock.python_read_roots()
+        + [os.path.realpath(p) for p in cfg.get("extra_read_paths", ()) if os.path.isdir(p)]
+        + package_dirs(cfg.get("readable_packages", ()))
+        + [p for p in landlock.SYSTEM_READ_ROOTS if os.path.isdir(p) and not (same_user_as_host and p == "/proc")]
+    )
 
     seccomp_filter = None
     if cfg["seccomp"]:
@@ -345,9 +381,17 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
         except OSError as exc:  # pragma: no cover - /proc unreadable
             layers["cgroup"] = LayerStatus("cgroup", False, f"cannot read the cgroup mounts: {exc}")
 
-    return WorkerIsolation(layers=layers, plan=plan, scratch_dir=scratch_dir, self_pid_ns_fd=self_ns_fd,
-                           seccomp_filter=seccomp_filter, landlock_rules=rules, cgroups=cgroups,
-                           uid_allocator=allocator, shared_uid=(int(cfg["sandbox_uid"]), int(cfg["sandbox_gid"])))
+    return WorkerIsolation(
+        layers=layers,
+        plan=plan,
+        scratch_dir=scratch_dir,
+        self_pid_ns_fd=self_ns_fd,
+        seccomp_filter=seccomp_filter,
+        landlock_rules=rules,
+        cgroups=cgroups,
+        uid_allocator=allocator,
+        shared_uid=(int(cfg["sandbox_uid"]), int(cfg["sandbox_gid"])),
+    )
 
 
 def package_dirs(names) -> list[str]:
@@ -400,10 +444,17 @@ def _python_readable_by(uid: int, gid: int) -> bool:
     return os.waitstatus_to_exitcode(status) == 0
 
 
-def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s: float, memory_mb: int,
-               seccomp_filter: seccomp.PreparedFilter | None = None,
-               landlock_rules: landlock.PreparedRules | None = None,
-               call_cgroup: cgroup.CallCgroup | None = None, uid: int | None = None) -> None:
+def enter_call(
+    plan: CallPlan,
+    scratch_dir: str,
+    env: dict[str, str],
+    timeout_s: float,
+    memory_mb: int,
+    seccomp_filter: seccomp.PreparedFilter | None = None,
+    landlock_rules: landlock.PreparedRules | None = None,
+    call_cgroup: cgroup.CallCgroup | None = None,
+    uid: int | None = None,
+) -> None:
     """Apply the per-call layers to the calling process (a freshly forked call process). Irreversible.
 
     Order: the call's cgroup (first, so that everything after is counted in it); a fresh IPC namespace and,
@@ -488,8 +539,11 @@ def enter_call(plan: CallPlan, scratch_dir: str, env: dict[str, str], timeout_s:
         if landlock_rules is None:
             raise LayerError("landlock", "no prepared rules")
         try:
-            landlock_rules.restrict(scratch_dir, writable_dirs=("/dev/shm",) if plan.private_shm else (),
-                                    readable_dirs=("/proc",) if plan.private_proc else ())
+            landlock_rules.restrict(
+                scratch_dir,
+                writable_dirs=("/dev/shm",) if plan.private_shm else (),
+                readable_dirs=("/proc",) if plan.private_proc else (),
+            )
         except OSError as exc:
             raise LayerError("landlock", str(exc)) from exc
     if plan.seccomp:
@@ -525,8 +579,13 @@ def _private_mounts(plan: CallPlan) -> None:
             raise LayerError("private_proc", f"mount proc: {exc.strerror or exc}") from exc
     if plan.private_shm:
         try:
-            _linux.mount("tmpfs", "/dev/shm", "tmpfs", _linux.MS_NOSUID | _linux.MS_NODEV,
-                         f"size={plan.shm_mb}m,nr_inodes={plan.shm_inodes},mode=1777")
+            _linux.mount(
+                "tmpfs",
+                "/dev/shm",
+                "tmpfs",
+                _linux.MS_NOSUID | _linux.MS_NODEV,
+                f"size={plan.shm_mb}m,nr_inodes={plan.shm_inodes},mode=1777",
+            )
         except OSError as exc:
             raise LayerError("private_shm", f"mount tmpfs on /dev/shm: {exc.strerror or exc}") from exc
 
@@ -535,13 +594,28 @@ def _private_mounts(plan: CallPlan) -> None:
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _probe_child(iso: WorkerIsolation, scratch_dir: str, outside_dir: str, fd: int,
-                 probe_cgroup: cgroup.CallCgroup | None = None, uid: int | None = None) -> None:
+def _probe_child(
+    iso: WorkerIsolation,
+    scratch_dir: str,
+    outside_dir: str,
+    fd: int,
+    probe_cgroup: cgroup.CallCgroup | None = None,
+    uid: int | None = None,
+) -> None:
     """Body of the probe process: apply the plan, test each layer, write a JSON report to ``fd``."""
     report: dict = {"failed": None, "checks": {}}
     try:
-        enter_call(iso.plan, scratch_dir, call_env(dict(os.environ), scratch_dir), 5.0, 1 << 16,
-                   iso.seccomp_filter, iso.landlock_rules, probe_cgroup, uid)
+        enter_call(
+            iso.plan,
+            scratch_dir,
+            call_env(dict(os.environ), scratch_dir),
+            5.0,
+            1 << 16,
+            iso.seccomp_filter,
+            iso.landlock_rules,
+            probe_cgroup,
+            uid,
+        )
     except LayerError as exc:
         report["failed"] = [exc.layer, str(exc)]
     else:
@@ -621,7 +695,8 @@ def probe_plan(iso: WorkerIsolation) -> None:
             plan.uid_mode = "capless"
             notes["unprivileged_user"] = (
                 f"the Python installation is not readable by uid {plan.uid} and Landlock/seccomp are not "
-                "both active; calls run as uid 0 with every capability dropped")
+                "both active; calls run as uid 0 with every capability dropped"
+            )
         probe_cgroup = None
         if plan.cgroup and iso.cgroups is not None:
             try:
@@ -720,25 +795,31 @@ def _record_plan_layers(iso: WorkerIsolation, checks: dict, notes: dict[str, str
     if plan.uid_per_call:
         if plan.uid_mode.startswith("drop") and iso.uid_allocator is not None:
             layers["uid_per_call"] = LayerStatus(
-                "uid_per_call", True,
+                "uid_per_call",
+                True,
                 f"each running call has its own uid/gid from {iso.uid_allocator.first} to "
                 f"{iso.uid_allocator.first + iso.uid_allocator.count - 1} (lock files in "
-                f"{iso.uid_allocator.lock_dir}): RLIMIT_NPROC, signals and files are per call")
+                f"{iso.uid_allocator.lock_dir}): RLIMIT_NPROC, signals and files are per call",
+            )
         else:
             _switch_uid_per_call_off(iso, f"calls do not change user id (mode {plan.uid_mode})")
     if plan.private_proc:
         pids = checks.get("proc_pids")
         if pids == [checks.get("pid")]:
             layers["private_proc"] = LayerStatus(
-                "private_proc", True, "fresh /proc per call (its own PID namespace): it sees its own processes only")
+                "private_proc", True, "fresh /proc per call (its own PID namespace): it sees its own processes only"
+            )
         else:
             plan.private_proc = False
             layers["private_proc"] = LayerStatus("private_proc", False, f"probe: /proc showed {str(pids)[:200]}")
     if plan.private_shm:
         if checks.get("shm_write"):
             layers["private_shm"] = LayerStatus(
-                "private_shm", True, f"fresh tmpfs on /dev/shm per call ({plan.shm_mb} MiB, {plan.shm_inodes} files, "
-                "charged to its cgroup), gone with its last process: multiprocessing works")
+                "private_shm",
+                True,
+                f"fresh tmpfs on /dev/shm per call ({plan.shm_mb} MiB, {plan.shm_inodes} files, "
+                "charged to its cgroup), gone with its last process: multiprocessing works",
+            )
         else:
             plan.private_shm = False
             layers["private_shm"] = LayerStatus("private_shm", False, "probe: /dev/shm was not writable")
@@ -751,47 +832,64 @@ def _record_plan_layers(iso: WorkerIsolation, checks: dict, notes: dict[str, str
         own, the_calls = _ns_inode("ipc"), checks.get("ipc_ns")
         if own is not None and own == the_calls:
             plan.ipc_namespace = False
-            layers["ipc_namespace"] = LayerStatus("ipc_namespace", False,
-                                                  "probe: the call stayed in the worker's IPC namespace")
+            layers["ipc_namespace"] = LayerStatus(
+                "ipc_namespace", False, "probe: the call stayed in the worker's IPC namespace"
+            )
         else:
             layers["ipc_namespace"] = LayerStatus(
-                "ipc_namespace", True,
+                "ipc_namespace",
+                True,
                 "fresh IPC namespace per call: System V shared memory, semaphores and message queues and POSIX "
-                "message queues it creates die with its last process")
+                "message queues it creates die with its last process",
+            )
     elif "ipc_namespace" not in layers:
         layers["ipc_namespace"] = LayerStatus("ipc_namespace", False, notes.get("ipc_namespace", "off"))
     layers["rlimits"] = LayerStatus(
-        "rlimits", plan.rlimits,
+        "rlimits",
+        plan.rlimits,
         f"CPU s = ceil(timeout)+1, address space = memory_mb, nproc {plan.nproc}, fsize {plan.fsize_mb} MiB, "
-        f"nofile {plan.nofile}, no core files" if plan.rlimits else notes.get("rlimits", "off"))
+        f"nofile {plan.nofile}, no core files"
+        if plan.rlimits
+        else notes.get("rlimits", "off"),
+    )
     if "unprivileged_user" not in layers or plan.uid_mode.startswith("drop"):
         who = "a uid of their own (see uid_per_call)" if plan.uid_per_call else f"uid {plan.uid}"
         if plan.uid_mode == "drop":
             layers["unprivileged_user"] = LayerStatus("unprivileged_user", True, f"calls run as {who}")
         elif plan.uid_mode == "drop_keep_read":
             layers["unprivileged_user"] = LayerStatus(
-                "unprivileged_user", True,
+                "unprivileged_user",
+                True,
                 f"calls run as {who}; the Python installation is not readable by that uid, so reads "
-                "use CAP_DAC_READ_SEARCH confined by Landlock to the Python and system directories")
+                "use CAP_DAC_READ_SEARCH confined by Landlock to the Python and system directories",
+            )
         else:
             layers["unprivileged_user"] = LayerStatus(
-                "unprivileged_user", False, notes.get("unprivileged_user", f"calls run as uid {checks.get('uid')}"))
+                "unprivileged_user", False, notes.get("unprivileged_user", f"calls run as uid {checks.get('uid')}")
+            )
     cap_active = plan.uid_mode in ("drop", "drop_keep_read", "capless")
     layers["capabilities_dropped"] = LayerStatus(
-        "capabilities_dropped", cap_active,
-        {"drop": "no capabilities; no-new-privs, so no execve can gain any",
-         "drop_keep_read": "only CAP_DAC_READ_SEARCH kept (see unprivileged_user); no-new-privs",
-         "capless": "uid 0 but no capabilities; no-new-privs"}.get(plan.uid_mode, "not root: nothing to drop"))
+        "capabilities_dropped",
+        cap_active,
+        {
+            "drop": "no capabilities; no-new-privs, so no execve can gain any",
+            "drop_keep_read": "only CAP_DAC_READ_SEARCH kept (see unprivileged_user); no-new-privs",
+            "capless": "uid 0 but no capabilities; no-new-privs",
+        }.get(plan.uid_mode, "not root: nothing to drop"),
+    )
     if plan.landlock_abi:
         ok = checks.get("outside_write_denied") and checks.get("scratch_write")
         if ok:
             layers["landlock"] = LayerStatus(
-                "landlock", True,
+                "landlock",
+                True,
                 f"ABI {plan.landlock_abi}: writes only in the scratch dir"
-                + (" and /dev/shm" if plan.private_shm else "") + ", reads only Python and system dirs"
+                + (" and /dev/shm" if plan.private_shm else "")
+                + ", reads only Python and system dirs"
                 + (f" (not the project's source tree {SOURCE_ROOT})" if checks.get("source_denied") else "")
                 + ("; TCP denied" if plan.landlock_abi >= 4 else "")
-                + ("; signals and abstract sockets scoped to the call" if plan.landlock_abi >= 6 else ""))
+                + ("; signals and abstract sockets scoped to the call" if plan.landlock_abi >= 6 else ""),
+            )
         else:
             plan.landlock_abi = 0
             layers["landlock"] = LayerStatus("landlock", False, f"probe: writes not confined ({checks})")
@@ -800,21 +898,29 @@ def _record_plan_layers(iso: WorkerIsolation, checks: dict, notes: dict[str, str
     if plan.seccomp:
         if checks.get("inet_socket_denied"):
             layers["seccomp"] = LayerStatus(
-                "seccomp", True, f"BPF filter: {len(seccomp.DENIED_SYSCALLS)} calls denied, sockets AF_UNIX only, "
-                "no namespace creation")
+                "seccomp",
+                True,
+                f"BPF filter: {len(seccomp.DENIED_SYSCALLS)} calls denied, sockets AF_UNIX only, no namespace creation",
+            )
         else:
             plan.seccomp = False
             layers["seccomp"] = LayerStatus("seccomp", False, "probe: an AF_INET socket was not denied")
     elif "seccomp" not in layers:
         layers["seccomp"] = LayerStatus("seccomp", False, notes.get("seccomp", "off"))
     layers["scratch_dir"] = LayerStatus(
-        "scratch_dir", bool(checks.get("scratch_write")),
-        "private directory per call as cwd/HOME/TMPDIR, removed after the call")
+        "scratch_dir",
+        bool(checks.get("scratch_write")),
+        "private directory per call as cwd/HOME/TMPDIR, removed after the call",
+    )
     layers["env_scrub"] = LayerStatus("env_scrub", True, "allowlisted environment (PATH, LANG, HOME, *_NUM_THREADS)")
     layers["blas_threads"] = LayerStatus("blas_threads", True, "OMP/OpenBLAS/MKL/... threads = 1 per call")
 
 
 def output_cap_status(max_bytes: int, kill: bool) -> LayerStatus:
     """Status line of the output cap (always active)."""
-    return LayerStatus("output_cap", True, f"stdout and stderr capped at {max_bytes} bytes each while streaming"
-                       + (" (the call is killed past it)" if kill else " (the rest is read and discarded)"))
+    return LayerStatus(
+        "output_cap",
+        True,
+        f"stdout and stderr capped at {max_bytes} bytes each while streaming"
+        + (" (the call is killed past it)" if kill else " (the rest is read and discarded)"),
+    )

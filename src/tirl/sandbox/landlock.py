@@ -56,13 +56,35 @@ SCOPE_SIGNAL = 1 << 1
 _FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE
 
 #: Read-only roots every call may read and execute from (besides the Python installation and sys.path).
-SYSTEM_READ_ROOTS: tuple[str, ...] = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/proc", "/sys",
-                                     "/etc/fonts")
+SYSTEM_READ_ROOTS: tuple[str, ...] = (
+    "/usr",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/bin",
+    "/sbin",
+    "/proc",
+    "/sys",
+    "/etc/fonts",
+)
 #: Single files readable by every call.
 SYSTEM_READ_FILES: tuple[str, ...] = (
-    "/etc/passwd", "/etc/group", "/etc/localtime", "/etc/timezone", "/etc/ld.so.cache", "/etc/ld.so.conf",
-    "/etc/nsswitch.conf", "/etc/os-release", "/etc/hosts", "/etc/host.conf", "/etc/mime.types",
-    "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/nsswitch.conf",
+    "/etc/os-release",
+    "/etc/hosts",
+    "/etc/host.conf",
+    "/etc/mime.types",
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
 )
 #: Files writable by every call (besides its scratch directory).
 SYSTEM_WRITE_FILES: tuple[str, ...] = ("/dev/null", "/dev/zero", "/dev/full")
@@ -85,8 +107,13 @@ def python_read_roots() -> list[str]:
     install put there, the current directory) are left out: calls must not read them (issue 13).
     """
     prefixes: list[str] = []
-    for path in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                 os.path.dirname(os.path.realpath(sys.executable))):
+    for path in (
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+    ):
         if path and os.path.isdir(path):
             real = os.path.realpath(path)
             if real not in prefixes and real != "/":
@@ -110,8 +137,21 @@ def readable(path: str, roots: Iterable[str]) -> bool:
 
 
 def _handled_fs(abi: int) -> int:
-    rights = (EXECUTE | WRITE_FILE | READ_FILE | READ_DIR | REMOVE_DIR | REMOVE_FILE | MAKE_CHAR | MAKE_DIR
-              | MAKE_REG | MAKE_SOCK | MAKE_FIFO | MAKE_BLOCK | MAKE_SYM)
+    rights = (
+        EXECUTE
+        | WRITE_FILE
+        | READ_FILE
+        | READ_DIR
+        | REMOVE_DIR
+        | REMOVE_FILE
+        | MAKE_CHAR
+        | MAKE_DIR
+        | MAKE_REG
+        | MAKE_SOCK
+        | MAKE_FIFO
+        | MAKE_BLOCK
+        | MAKE_SYM
+    )
     if abi >= 2:
         rights |= REFER
     if abi >= 3:
@@ -124,13 +164,19 @@ class PreparedRules:
     call with :meth:`restrict`, which only adds the call's scratch directory. Holds ``O_PATH`` descriptors
     (close-on-exec) for the worker's lifetime."""
 
-    def __init__(self, read_roots: Iterable[str], read_files: Iterable[str] = SYSTEM_READ_FILES,
-                 write_files: Iterable[str] = SYSTEM_WRITE_FILES, abi: int | None = None) -> None:
+    def __init__(
+        self,
+        read_roots: Iterable[str],
+        read_files: Iterable[str] = SYSTEM_READ_FILES,
+        write_files: Iterable[str] = SYSTEM_WRITE_FILES,
+        abi: int | None = None,
+    ) -> None:
         self.abi = abi_version() if abi is None else abi
         self.handled = _handled_fs(self.abi)
         if self.abi >= 6:
-            attr = struct.pack("<QQQ", self.handled, NET_BIND_TCP | NET_CONNECT_TCP,
-                               SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL)
+            attr = struct.pack(
+                "<QQQ", self.handled, NET_BIND_TCP | NET_CONNECT_TCP, SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+            )
         elif self.abi >= 4:
             attr = struct.pack("<QQ", self.handled, NET_BIND_TCP | NET_CONNECT_TCP)
         else:
@@ -168,17 +214,26 @@ class PreparedRules:
         Raises:
             OSError: the kernel refused; the process is unchanged unless the final step succeeded.
         """
-        ruleset_fd = _linux.syscall(_NR_CREATE, self._ruleset_attr, ctypes.c_size_t(len(self._ruleset_attr)),
-                                    ctypes.c_uint32(0))
+        ruleset_fd = _linux.syscall(
+            _NR_CREATE, self._ruleset_attr, ctypes.c_size_t(len(self._ruleset_attr)), ctypes.c_uint32(0)
+        )
         try:
-            grants = [(scratch_dir, self.handled)] + [(d, self.handled) for d in writable_dirs] + [
-                (d, (READ_FILE | READ_DIR | EXECUTE) & self.handled) for d in readable_dirs]
+            grants = (
+                [(scratch_dir, self.handled)]
+                + [(d, self.handled) for d in writable_dirs]
+                + [(d, (READ_FILE | READ_DIR | EXECUTE) & self.handled) for d in readable_dirs]
+            )
             for path, access in grants:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
                 try:
                     packed = struct.pack("<Qi", access, fd)
-                    _linux.syscall(_NR_ADD_RULE, ctypes.c_int(ruleset_fd), ctypes.c_int(_RULE_PATH_BENEATH),
-                                   ctypes.create_string_buffer(packed, len(packed)), ctypes.c_uint32(0))
+                    _linux.syscall(
+                        _NR_ADD_RULE,
+                        ctypes.c_int(ruleset_fd),
+                        ctypes.c_int(_RULE_PATH_BENEATH),
+                        ctypes.create_string_buffer(packed, len(packed)),
+                        ctypes.c_uint32(0),
+                    )
                 finally:
                     os.close(fd)
             rs = ctypes.c_int(ruleset_fd)
@@ -198,8 +253,13 @@ class PreparedRules:
         self._fds.clear()
 
 
-def restrict(scratch_dir: str, read_roots: Iterable[str], read_files: Iterable[str] = SYSTEM_READ_FILES,
-             write_files: Iterable[str] = SYSTEM_WRITE_FILES, abi: int | None = None) -> int:
+def restrict(
+    scratch_dir: str,
+    read_roots: Iterable[str],
+    read_files: Iterable[str] = SYSTEM_READ_FILES,
+    write_files: Iterable[str] = SYSTEM_WRITE_FILES,
+    abi: int | None = None,
+) -> int:
     """Restrict the calling process (and its future children) to the policy in the module docstring.
 
     Args:

@@ -77,9 +77,16 @@ def assemble(meta: dict, out: bytes, err: bytes, res: bytes) -> dict:
     stdout = decode_output(out, out_truncated)
     stderr = decode_output(err, err_truncated)
     result: dict = {
-        "status": "ok", "stdout": stdout, "stderr": stderr, "display": None, "error_type": None,
-        "traceback": None, "exit_code": status_code, "duration_s": round(float(meta["duration_s"]), 6),
-        "stdout_truncated": out_truncated, "stderr_truncated": err_truncated,
+        "status": "ok",
+        "stdout": stdout,
+        "stderr": stderr,
+        "display": None,
+        "error_type": None,
+        "traceback": None,
+        "exit_code": status_code,
+        "duration_s": round(float(meta["duration_s"]), 6),
+        "stdout_truncated": out_truncated,
+        "stderr_truncated": err_truncated,
     }
     note = None
     if kill_reason == "timeout":
@@ -99,8 +106,10 @@ def assemble(meta: dict, out: bytes, err: bytes, res: bytes) -> dict:
             result["traceback"] = sanitize(str(record.get("traceback") or record["error_type"]))
         result["status"] = "killed"
         procs = "process" if oom_kills == 1 else "processes"
-        note = (f"killed: the call's processes together passed its memory limit ({memory_mb} MiB, "
-                f"memory cgroup); the kernel's OOM killer ended {oom_kills} {procs} of the call")
+        note = (
+            f"killed: the call's processes together passed its memory limit ({memory_mb} MiB, "
+            f"memory cgroup); the kernel's OOM killer ended {oom_kills} {procs} of the call"
+        )
     elif status_code is not None and status_code < 0:
         sig = -status_code
         if sig == signal.SIGSEGV and ABORT_NOTE in str(meta.get("signal_note") or "").encode("latin-1"):

@@ -46,8 +46,7 @@ def _worker_command(python: str) -> list[str]:
     src_root = os.path.dirname(os.path.dirname(os.path.abspath(tirl.__file__)))
     # First on sys.path: the worker must run the same tirl as the pool, even where another copy (an editable
     # install of another checkout) is on the path too.
-    bootstrap = (f"import sys\nsys.path.insert(0, {src_root!r})\n"
-                 "from tirl.sandbox.worker import main\nmain()")
+    bootstrap = f"import sys\nsys.path.insert(0, {src_root!r})\nfrom tirl.sandbox.worker import main\nmain()"
     return [python, "-I", "-c", bootstrap]
 
 
@@ -123,8 +122,14 @@ class LocalSandbox:
     start on ``start()`` (or lazily on the first call) and take a second or two to import the preload.
     """
 
-    def __init__(self, workers: int | None = None, preload: Sequence[str] = DEFAULT_PRELOAD, *,
-                 config: SandboxConfig | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        workers: int | None = None,
+        preload: Sequence[str] = DEFAULT_PRELOAD,
+        *,
+        config: SandboxConfig | None = None,
+        **options: Any,
+    ) -> None:
         changes = dict(options)
         if workers is not None:
             changes["workers"] = workers
@@ -214,8 +219,11 @@ class LocalSandbox:
 
     def stats(self) -> dict[str, int]:
         """Counts: ``queued`` (waiting for a slot), ``running`` (sent to a worker), ``workers_ready``."""
-        return {"queued": len(self._pending), "running": sum(len(w.inflight) for w in self._pool),
-                "workers_ready": sum(1 for w in self._pool if w.ready and not w.dead)}
+        return {
+            "queued": len(self._pending),
+            "running": sum(len(w.inflight) for w in self._pool),
+            "workers_ready": sum(1 for w in self._pool if w.ready and not w.dead),
+        }
 
     async def aclose(self) -> None:
         """Stop the workers; answer every queued or running call ``internal``. Idempotent."""
@@ -229,8 +237,11 @@ class LocalSandbox:
             while self._pending:
                 p = self._pending.popleft()
                 if not p.future.done():
-                    p.future.set_result(ExecutionResult.internal_error(
-                        "tirl-sandbox: the sandbox was closed before the call ran", p.request.request_id))
+                    p.future.set_result(
+                        ExecutionResult.internal_error(
+                            "tirl-sandbox: the sandbox was closed before the call ran", p.request.request_id
+                        )
+                    )
             for w in list(self._pool):
                 if w.proc is not None and w.proc.returncode is None and w.proc.stdin is not None:
                     try:
@@ -246,8 +257,9 @@ class LocalSandbox:
                         pass
                 w.kill()
                 self._fail_inflight(w, "tirl-sandbox: the sandbox was closed while the call ran")
-            tasks = [t for t in list(self._bg) + [t for w in self._pool for t in w.tasks]
-                     if t is not asyncio.current_task()]
+            tasks = [
+                t for t in list(self._bg) + [t for w in self._pool for t in w.tasks] if t is not asyncio.current_task()
+            ]
             for task in tasks:
                 task.cancel()
             if tasks:  # let them finish cancelling: a loop closed right after would drop them still pending
@@ -306,9 +318,13 @@ class LocalSandbox:
         try:
             w.proc = await asyncio.create_subprocess_exec(
                 *_worker_command(self.config.python or sys.executable),
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                env=isolation.scrubbed_env(self.config.env_passthrough), start_new_session=True,
-                limit=wire.MAX_FRAME_BYTES)
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=isolation.scrubbed_env(self.config.env_passthrough),
+                start_new_session=True,
+                limit=wire.MAX_FRAME_BYTES,
+            )
             assert w.proc.stdin is not None and w.proc.stderr is not None
             w.tasks.append(asyncio.ensure_future(self._read_stderr(w)))
             w.proc.stdin.write(wire.encode(cfg))
@@ -399,13 +415,17 @@ class LocalSandbox:
                 op = message.get("op")
                 if op == "done":  # what the worker observed, then the call's kept output bytes, unread by it
                     assert w.proc is not None and w.proc.stdout is not None
-                    blobs = [await w.proc.stdout.readexactly(int(message[k]))
-                             for k in ("out_bytes", "err_bytes", "res_bytes")]
+                    blobs = [
+                        await w.proc.stdout.readexactly(int(message[k]))
+                        for k in ("out_bytes", "err_bytes", "res_bytes")
+                    ]
                     try:
                         fields = outcome.assemble(message, *blobs)
                     except Exception as exc:  # noqa: BLE001 - the bytes were the call's: fail it, not the worker
-                        fields = {"status": "internal",
-                                  "stderr": f"tirl-sandbox: could not assemble the result: {type(exc).__name__}"}
+                        fields = {
+                            "status": "internal",
+                            "stderr": f"tirl-sandbox: could not assemble the result: {type(exc).__name__}",
+                        }
                 elif op == "result":  # answered without running (the worker could not start the call)
                     fields = message.get("result") or {}
                 else:
@@ -420,8 +440,9 @@ class LocalSandbox:
                 try:
                     result = ExecutionResult(**fields, request_id=pending.request.request_id)
                 except TypeError as exc:  # pragma: no cover - worker and pool are the same version
-                    result = ExecutionResult.internal_error(f"tirl-sandbox: bad result from worker: {exc}",
-                                                            pending.request.request_id)
+                    result = ExecutionResult.internal_error(
+                        f"tirl-sandbox: bad result from worker: {exc}", pending.request.request_id
+                    )
                 if not pending.future.done():
                     pending.future.set_result(result)
                 self._dispatch()
@@ -446,7 +467,8 @@ class LocalSandbox:
         await asyncio.sleep(0.05)  # let the stderr reader deliver the last lines
         tail = "".join(w.stderr_tail).strip()[-2000:]
         message = f"tirl-sandbox: worker died ({reason}; exit code {code})" + (
-            f"; worker stderr:\n{tail}" if tail else "")
+            f"; worker stderr:\n{tail}" if tail else ""
+        )
         self._fail_inflight(w, message)
         for task in w.tasks:
             if task is not asyncio.current_task():
@@ -489,12 +511,24 @@ class LocalSandbox:
             # and never holds them (a later call, a fork of the worker, would inherit them).
             code = req.code.encode("utf-8", "surrogatepass")
             stdin = req.stdin.encode("utf-8", "replace")
-            frame = wire.encode({"op": "run", "id": pending.cid, "timeout_s": float(req.timeout_s),
-                                 "memory_mb": int(req.memory_mb), "code_bytes": len(code),
-                                 "stdin_bytes": len(stdin)}) + code + stdin
+            frame = (
+                wire.encode(
+                    {
+                        "op": "run",
+                        "id": pending.cid,
+                        "timeout_s": float(req.timeout_s),
+                        "memory_mb": int(req.memory_mb),
+                        "code_bytes": len(code),
+                        "stdin_bytes": len(stdin),
+                    }
+                )
+                + code
+                + stdin
+            )
             assert self._loop is not None and w.proc is not None and w.proc.stdin is not None
-            handle = self._loop.call_later(float(req.timeout_s) + self.config.host_grace_s,
-                                           self._on_watchdog, w, pending.cid)
+            handle = self._loop.call_later(
+                float(req.timeout_s) + self.config.host_grace_s, self._on_watchdog, w, pending.cid
+            )
             w.inflight[pending.cid] = (pending, handle)
             try:
                 w.proc.stdin.write(frame)
@@ -509,8 +543,14 @@ class SyncSandbox:
     threads may call :meth:`run` at once.
     """
 
-    def __init__(self, workers: int | None = None, preload: Sequence[str] = DEFAULT_PRELOAD, *,
-                 config: SandboxConfig | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        workers: int | None = None,
+        preload: Sequence[str] = DEFAULT_PRELOAD,
+        *,
+        config: SandboxConfig | None = None,
+        **options: Any,
+    ) -> None:
         from tirl._loop import BackgroundLoop
 
         self._loop = BackgroundLoop("tirl-sandbox")
@@ -529,8 +569,9 @@ class SyncSandbox:
         """Run requests concurrently; results in their order."""
         return self._call(self.sandbox.run_batch(list(requests)))
 
-    def run_code(self, code: str, stdin: str = "", timeout_s: float = DEFAULT_TIMEOUT_S,
-                 memory_mb: int = DEFAULT_MEMORY_MB) -> ExecutionResult:
+    def run_code(
+        self, code: str, stdin: str = "", timeout_s: float = DEFAULT_TIMEOUT_S, memory_mb: int = DEFAULT_MEMORY_MB
+    ) -> ExecutionResult:
         """Shorthand for ``run(ExecutionRequest(code, stdin, timeout_s, memory_mb))``."""
         return self.run(ExecutionRequest(code, stdin=stdin, timeout_s=timeout_s, memory_mb=memory_mb))
 

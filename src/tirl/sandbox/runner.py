@@ -29,8 +29,7 @@ from typing import NoReturn
 FILENAME = "<code>"
 #: Longest traceback kept (characters); longer ones keep their head and tail.
 MAX_TRACEBACK_CHARS = 16_000
-_SILENT_TOKENS = {tokenize.ENDMARKER, tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT,
-                  tokenize.DEDENT}
+_SILENT_TOKENS = {tokenize.ENDMARKER, tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT}
 
 
 class _CountingFileIO(io.FileIO):
@@ -124,12 +123,14 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def _install_streams() -> _CountingFileIO:
     raw_out = _CountingFileIO(1, "wb", closefd=False)
-    out = io.TextIOWrapper(io.BufferedWriter(raw_out), encoding="utf-8", errors="backslashreplace",
-                           line_buffering=True)
-    err = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "wb", closefd=False)), encoding="utf-8",
-                           errors="backslashreplace", line_buffering=True)
-    inp = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "rb", closefd=False)), encoding="utf-8",
-                           errors="replace")
+    out = io.TextIOWrapper(io.BufferedWriter(raw_out), encoding="utf-8", errors="backslashreplace", line_buffering=True)
+    err = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(2, "wb", closefd=False)),
+        encoding="utf-8",
+        errors="backslashreplace",
+        line_buffering=True,
+    )
+    inp = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "rb", closefd=False)), encoding="utf-8", errors="replace")
     sys.stdin, sys.stdout, sys.stderr = inp, out, err
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = inp, out, err  # type: ignore[misc]  # Final in typeshed; replaced on purpose
     return raw_out
@@ -199,8 +200,14 @@ def execute(code: str, result_fd: int, max_display_chars: int) -> NoReturn:
             pass
     linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
 
-    record: dict = {"display": None, "display_truncated": False, "error_type": None, "traceback": None,
-                    "memory_error": False, "exit_code": 0}
+    record: dict = {
+        "display": None,
+        "display_truncated": False,
+        "error_type": None,
+        "traceback": None,
+        "memory_error": False,
+        "exit_code": 0,
+    }
     exit_code = 0
     last_line: traceback.FrameSummary | None = None
     try:
@@ -217,8 +224,11 @@ def execute(code: str, result_fd: int, max_display_chars: int) -> NoReturn:
                     if raw_out.written == 0:
                         lines = code.splitlines()
                         last_line = traceback.FrameSummary(
-                            FILENAME, last.lineno, "<module>",
-                            line=lines[last.lineno - 1] if last.lineno <= len(lines) else None)
+                            FILENAME,
+                            last.lineno,
+                            "<module>",
+                            line=lines[last.lineno - 1] if last.lineno <= len(lines) else None,
+                        )
                         text = repr(value)
                         last_line = None
                         if len(text) > max_display_chars:
@@ -246,7 +256,8 @@ def execute(code: str, result_fd: int, max_display_chars: int) -> NoReturn:
     try:
         payload = json.dumps(record).encode()
     except BaseException:  # noqa: BLE001
-        payload = json.dumps({"error_type": record["error_type"], "exit_code": exit_code,
-                              "traceback": record["error_type"]}).encode()
+        payload = json.dumps(
+            {"error_type": record["error_type"], "exit_code": exit_code, "traceback": record["error_type"]}
+        ).encode()
     _write_all(result_fd, payload)
     real_exit(exit_code)

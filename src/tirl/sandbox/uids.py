@@ -60,8 +60,10 @@ def prepare_lock_dir(path: str) -> None:
             raise UidRangeError(f"cannot stat {current}: {exc.strerror or exc}") from exc
         sticky_ok = current != os.path.realpath(path) and st.st_mode & stat.S_ISVTX
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or (st.st_mode & 0o022 and not sticky_ok):
-            raise UidRangeError(f"the uid lock directory {path} is unsafe: {current} is not a root-owned "
-                                "directory that only root can write")
+            raise UidRangeError(
+                f"the uid lock directory {path} is unsafe: {current} is not a root-owned "
+                "directory that only root can write"
+            )
         if current == "/":
             return
         current = os.path.dirname(current)
@@ -117,8 +119,9 @@ class UidAllocator:
             if len(self._fds) >= _MAX_OPEN_LOCK_FILES:
                 for other in [u for u in self._fds if u not in self.held]:
                     os.close(self._fds.pop(other))
-            fd = os.open(os.path.join(self.lock_dir, str(uid)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
-                         0o600)
+            fd = os.open(
+                os.path.join(self.lock_dir, str(uid)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
+            )
             self._fds[uid] = fd
         return fd
 

@@ -53,7 +53,7 @@ class FrameBuffer:
                 raise ValueError(f"frame of {length} bytes exceeds the limit")
             if len(self._buf) < HEADER.size + length:
                 break
-            body = bytes(self._buf[HEADER.size:HEADER.size + length])
-            del self._buf[:HEADER.size + length]
+            body = bytes(self._buf[HEADER.size : HEADER.size + length])
+            del self._buf[: HEADER.size + length]
             out.append(decode_body(body))
         return out

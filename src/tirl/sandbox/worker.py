@@ -87,9 +87,26 @@ class _Stream:
 
 
 class _Call:
-    __slots__ = ("id", "timeout_s", "memory_mb", "pid", "scratch", "out", "err", "res", "sig_r",
-                 "started", "deadline", "exited_at", "wait_status", "kill_reason", "no_pid_namespace", "cgroup",
-                 "oom_kills", "uid")
+    __slots__ = (
+        "id",
+        "timeout_s",
+        "memory_mb",
+        "pid",
+        "scratch",
+        "out",
+        "err",
+        "res",
+        "sig_r",
+        "started",
+        "deadline",
+        "exited_at",
+        "wait_status",
+        "kill_reason",
+        "no_pid_namespace",
+        "cgroup",
+        "oom_kills",
+        "uid",
+    )
 
     def __init__(self, cid: int, msg: dict) -> None:
         self.id = cid
@@ -147,8 +164,9 @@ class Worker:
         self.stale_cgroups: list[cgroup.CallCgroup] = []  # not removable yet (processes left); retried
         # The call's sys.path under Landlock: only entries it may read (not the project's source tree).
         plan = iso.plan
-        self.call_sys_path = [p for p in sys.path if p and landlock.readable(p, plan.read_roots)] \
-            if plan.landlock_abi else None
+        self.call_sys_path = (
+            [p for p in sys.path if p and landlock.readable(p, plan.read_roots)] if plan.landlock_abi else None
+        )
 
     # ----- messages ---------------------------------------------------------------------------------
     def send(self, message: dict) -> None:
@@ -224,8 +242,13 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - any set-up failure is tirl's, answered as internal
             self._cleanup(call)
             self._close_memory(call)
-            self.send({"op": "result", "id": call.id, "result": {
-                "status": "internal", "stderr": f"tirl-sandbox: could not start the call: {exc}"}})
+            self.send(
+                {
+                    "op": "result",
+                    "id": call.id,
+                    "result": {"status": "internal", "stderr": f"tirl-sandbox: could not start the call: {exc}"},
+                }
+            )
 
     def _spawn(self, call: _Call, code_fd: int, stdin_fd: int) -> None:
         plan = self.iso.plan
@@ -301,9 +324,17 @@ class Worker:
             os.set_blocking(_SIGNAL_FD, False)
             signal.signal(signal.SIGABRT, _ignore_signal)
             signal.set_wakeup_fd(_SIGNAL_FD, warn_on_full_buffer=False)
-            isolation.enter_call(self.iso.plan, call.scratch, isolation.call_env(self.env, call.scratch),
-                                 call.timeout_s, call.memory_mb, self.iso.seccomp_filter, self.iso.landlock_rules,
-                                 call.cgroup, call.uid)
+            isolation.enter_call(
+                self.iso.plan,
+                call.scratch,
+                isolation.call_env(self.env, call.scratch),
+                call.timeout_s,
+                call.memory_mb,
+                self.iso.seccomp_filter,
+                self.iso.landlock_rules,
+                call.cgroup,
+                call.uid,
+            )
             if self.call_sys_path is not None:
                 sys.path[:] = self.call_sys_path  # without the worker's own entries (the source tree)
             os.closerange(_SIGNAL_FD + 1, 1 << 20)  # after Landlock, which uses the worker's prepared path descriptors
@@ -311,8 +342,11 @@ class Worker:
             # user's code runs, so that code cannot pass its own failure off as tirl's (``internal``).
             os.write(3, _SETUP_OK)
         except BaseException as exc:  # noqa: BLE001 - fail closed, report to the worker
-            message = f"isolation set-up failed: {exc}" if isinstance(exc, LayerError) else \
-                f"call set-up failed: {type(exc).__name__}: {exc}"
+            message = (
+                f"isolation set-up failed: {exc}"
+                if isinstance(exc, LayerError)
+                else f"call set-up failed: {type(exc).__name__}: {exc}"
+            )
             try:
                 os.write(3, _SETUP_FAILED + message.encode("utf-8", "replace")[:4000])
             finally:
@@ -440,8 +474,9 @@ class Worker:
         if call.scratch:
             _remove_tree(call.scratch)
         # With a PID namespace nothing of the call is left once its init was reaped (or never forked).
-        empty = call.pid == 0 or (call.wait_status is not None and self.iso.plan.pid_namespace
-                                  and not call.no_pid_namespace)
+        empty = call.pid == 0 or (
+            call.wait_status is not None and self.iso.plan.pid_namespace and not call.no_pid_namespace
+        )
         if call.uid is not None and self.iso.uid_allocator is not None:
             # Not empty: processes of the call may still run as its uid; the next claimer checks first.
             self.iso.uid_allocator.release(call.uid, clean=empty)
@@ -505,12 +540,27 @@ class Worker:
         from their memory files."""
         assert call.out is not None and call.err is not None and call.res is not None
         end = call.exited_at if call.exited_at is not None else time.monotonic()
-        self.send({"op": "done", "id": call.id, "wait_status": call.wait_status,
-                   "duration_s": end - call.started, "kill_reason": call.kill_reason, "oom_kills": call.oom_kills,
-                   "timeout_s": call.timeout_s, "memory_mb": call.memory_mb, "max_output_bytes": self.max_out,
-                   "out_total": call.out.total, "err_total": call.err.total, "res_total": call.res.total,
-                   "res_cap": call.res.cap, "out_bytes": call.out.kept, "err_bytes": call.err.kept,
-                   "res_bytes": call.res.kept, "signal_note": signal_note.decode("latin-1")})
+        self.send(
+            {
+                "op": "done",
+                "id": call.id,
+                "wait_status": call.wait_status,
+                "duration_s": end - call.started,
+                "kill_reason": call.kill_reason,
+                "oom_kills": call.oom_kills,
+                "timeout_s": call.timeout_s,
+                "memory_mb": call.memory_mb,
+                "max_output_bytes": self.max_out,
+                "out_total": call.out.total,
+                "err_total": call.err.total,
+                "res_total": call.res.total,
+                "res_cap": call.res.cap,
+                "out_bytes": call.out.kept,
+                "err_bytes": call.err.kept,
+                "res_bytes": call.res.kept,
+                "signal_note": signal_note.decode("latin-1"),
+            }
+        )
         for stream in (call.out, call.err, call.res):
             offset = 0
             while offset < stream.kept:
@@ -625,7 +675,7 @@ def _remove_tree(path: str) -> None:
     except OSError:
         pass  # not empty
     if _RM is not None:  # rm -rf (vfork and exec: far cheaper than a fork of this process); else, or if it
-        try:             # failed (a directory the code made unreadable to a worker that is not root), the fork
+        try:  # failed (a directory the code made unreadable to a worker that is not root), the fork
             pid = os.posix_spawn(_RM, [_RM, "-rf", "--", path], _RM_ENV)
             os.waitpid(pid, 0)
             if not os.path.lexists(path):
@@ -745,8 +795,11 @@ def main() -> None:
         missing = [name for name in cfg["required_layers"] if not iso.layers[name].active]
         if missing:
             detail = "; ".join(f"{name}: {iso.layers[name].detail}" for name in missing)
-            wire_msg = {"op": "fatal", "error": f"required isolation layers are not available: {detail}",
-                        "layers": iso.report()}
+            wire_msg = {
+                "op": "fatal",
+                "error": f"required isolation layers are not available: {detail}",
+                "layers": iso.report(),
+            }
             os.write(ctl_out, wire.encode(wire_msg))
             if iso.cgroups is not None:
                 iso.cgroups.close()
@@ -755,9 +808,16 @@ def main() -> None:
 
         gc.collect()
         gc.freeze()  # keep the preloaded objects out of the children's collections (fewer copied pages)
-        ready = {"op": "ready", "pid": os.getpid(), "layers": iso.report(), "preload": preload,
-                 "warmup_errors": warmup_errors, "threads": threading.active_count(), "plan": asdict(iso.plan),
-                 "python": sys.version.split()[0]}
+        ready = {
+            "op": "ready",
+            "pid": os.getpid(),
+            "layers": iso.report(),
+            "preload": preload,
+            "warmup_errors": warmup_errors,
+            "threads": threading.active_count(),
+            "plan": asdict(iso.plan),
+            "python": sys.version.split()[0],
+        }
         worker = Worker(cfg, iso, ctl_in, ctl_out)
         worker.send(ready)
     except BaseException:  # noqa: BLE001 - report why the worker could not start

@@ -236,8 +236,12 @@ class FastExecutePath:
         self.handler = handler
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in FAST_PATHS \
-                or not _is_json(scope):
+        if (
+            scope["type"] != "http"
+            or scope.get("method") != "POST"
+            or scope.get("path") not in FAST_PATHS
+            or not _is_json(scope)
+        ):
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []
@@ -350,8 +354,11 @@ def create_app(
     """
     config = config or ServiceConfig()
     service = ExecutionService(executor, config)
-    memory_limit = config.max_memory_mb if config.max_memory_mb is not None else getattr(
-        getattr(executor, "config", None), "max_memory_mb", None)
+    memory_limit = (
+        config.max_memory_mb
+        if config.max_memory_mb is not None
+        else getattr(getattr(executor, "config", None), "max_memory_mb", None)
+    )
     if not isinstance(memory_limit, int) or isinstance(memory_limit, bool):
         memory_limit = None  # an executor without a known limit: it decides
     check_service = ExecutionService(check_executor, config) if check_executor is not None else None
@@ -450,16 +457,22 @@ def create_app(
 
     def check(items: Sequence[ExecuteRequest]) -> None:
         too_slow = [
-            {"index": i, "request_id": it.request_id, "message": f"timeout_s {it.timeout_s} is over the limit of "
-             f"{config.max_timeout_s}"}
+            {
+                "index": i,
+                "request_id": it.request_id,
+                "message": f"timeout_s {it.timeout_s} is over the limit of {config.max_timeout_s}",
+            }
             for i, it in enumerate(items)
             if it.timeout_s > config.max_timeout_s
         ]
         if too_slow:
             raise InvalidField("; ".join(f"item {d['index']}: {d['message']}" for d in too_slow[:10]), too_slow)
         too_much = [
-            {"index": i, "request_id": it.request_id, "message": f"memory_mb {it.memory_mb} is over the limit of "
-             f"{memory_limit}"}
+            {
+                "index": i,
+                "request_id": it.request_id,
+                "message": f"memory_mb {it.memory_mb} is over the limit of {memory_limit}",
+            }
             for i, it in enumerate(items)
             if memory_limit is not None and it.memory_mb > memory_limit
         ]
@@ -487,9 +500,7 @@ def create_app(
 
     def checked_batch(body: BatchExecuteRequest) -> list[ExecutionRequest]:
         if len(body.requests) > config.max_batch_size:
-            raise RequestTooLarge(
-                f"batch has {len(body.requests)} requests, over the limit of {config.max_batch_size}"
-            )
+            raise RequestTooLarge(f"batch has {len(body.requests)} requests, over the limit of {config.max_batch_size}")
         check(body.requests)
         return [r.to_request() for r in body.requests]
 
@@ -501,14 +512,18 @@ def create_app(
 
     error_json = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
     stream_responses: dict[int | str, dict[str, Any]] = {
-        200: {"model": StreamedResult, "description": "one StreamedResult JSON object per line, in completion "
-                                                      "order, each item once; the body ends after the last item"},
+        200: {
+            "model": StreamedResult,
+            "description": "one StreamedResult JSON object per line, in completion "
+            "order, each item once; the body ends after the last item",
+        },
         413: {"description": responses[413]["description"], "content": error_json},
         422: {"description": responses[422]["description"], "content": error_json},
     }
 
-    @app.post("/v1/execute/stream", status_code=200, response_class=NdjsonStream, responses=stream_responses,
-              tags=["execute"])
+    @app.post(
+        "/v1/execute/stream", status_code=200, response_class=NdjsonStream, responses=stream_responses, tags=["execute"]
+    )
     async def execute_stream(body: BatchExecuteRequest) -> Response:
         """Run many requests concurrently; answer each as soon as it finishes (``application/x-ndjson``, one
         ``{"index": i, "result": {...}}`` line per item, ``i`` its position in ``requests``). Same body, limits

@@ -110,8 +110,12 @@ class ServerPool:
     async def probe(self, server: ServerState) -> bool:
         """One ``GET /healthz``; True on a 200 with a JSON body (then ``boot_id``/``limits`` are updated)."""
         try:
-            resp = await self.http.request("GET", server.url + "/healthz", read_timeout_s=self.probe_timeout_s,
-                                           connect_timeout_s=self.probe_timeout_s)
+            resp = await self.http.request(
+                "GET",
+                server.url + "/healthz",
+                read_timeout_s=self.probe_timeout_s,
+                connect_timeout_s=self.probe_timeout_s,
+            )
             if resp.status != 200:
                 server.last_error = f"healthz answered {resp.status}"
                 return False

@@ -208,7 +208,8 @@ class SandboxClient:
         # Every sender's batch plus a re-probe and a check_health probe per server: no request waits for a
         # connection.
         self._http = self._transport or AiohttpTransport(
-            max_connections=cfg.senders + 2 * len(self.urls), keepalive_expiry_s=cfg.keepalive_expiry_s,
+            max_connections=cfg.senders + 2 * len(self.urls),
+            keepalive_expiry_s=cfg.keepalive_expiry_s,
         )
         self._pool = ServerPool(self.urls, self._http, cfg.probe_interval_s, cfg.probe_timeout_s)
         self._queue = asyncio.Queue(maxsize=cfg.max_queue)
@@ -308,8 +309,12 @@ class SandboxClient:
         servers = {}
         if self._pool is not None:
             servers = {
-                s.url: {"up": s.up, "outstanding": s.outstanding, "marked_down": s.marked_down,
-                        "last_error": s.last_error}
+                s.url: {
+                    "up": s.up,
+                    "outstanding": s.outstanding,
+                    "marked_down": s.marked_down,
+                    "last_error": s.last_error,
+                }
                 for s in self._pool.servers
             }
         return ClientStats(
@@ -392,8 +397,9 @@ class SandboxClient:
                 await self._send(live)
             except asyncio.CancelledError:
                 for call in live:
-                    self._resolve(call, ExecutionResult.internal_error("SandboxClient was closed",
-                                                                       call.request.request_id))
+                    self._resolve(
+                        call, ExecutionResult.internal_error("SandboxClient was closed", call.request.request_id)
+                    )
                 raise
             except Exception as exc:  # a bug here must not leave callers waiting forever
                 log.exception("sandbox client sender failed")
@@ -505,8 +511,9 @@ class SandboxClient:
         else:
             self._resolve(call, result)
 
-    async def _post_batch(self, server: ServerState, calls: list[_Call], body: bytes,
-                          read_timeout: float) -> list[_Call]:
+    async def _post_batch(
+        self, server: ServerState, calls: list[_Call], body: bytes, read_timeout: float
+    ) -> list[_Call]:
         assert self._http is not None
         self._counts["batches"] += 1
         self._counts["items_sent"] += len(calls)
@@ -539,8 +546,9 @@ class SandboxClient:
             self._answer(call, data, retry)
         return retry
 
-    async def _post_stream(self, server: ServerState, calls: list[_Call], body: bytes,
-                           read_timeout: float) -> list[_Call]:
+    async def _post_stream(
+        self, server: ServerState, calls: list[_Call], body: bytes, read_timeout: float
+    ) -> list[_Call]:
         """POST to ``/v1/execute/stream`` and answer each call as its line arrives.
 
         Raises:

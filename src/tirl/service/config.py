@@ -100,10 +100,12 @@ class ExecutorConfig(SandboxConfig):
 
     KEY_HINTS: ClassVar[dict[str, str]] = {
         "memory_mb": "rollout.tool_memory_mb (each tool call), verifier.memory_mb (each answer check) or "
-                     "sandbox.max_memory_mb (the largest a call may ask for)",
+        "sandbox.max_memory_mb (the largest a call may ask for)",
         "timeout_s": "rollout.tool_timeout_s (each tool call), verifier.timeout_s (each answer check) or "
-                     "sandbox.max_timeout_s (the largest a call may ask for)",
-        "url": "backend", "urls": "backend", "sandbox": "backend",
+        "sandbox.max_timeout_s (the largest a call may ask for)",
+        "url": "backend",
+        "urls": "backend",
+        "sandbox": "backend",
     }
     """Where the settings people look for here live (named in the error for an unknown key)."""
 
@@ -113,10 +115,12 @@ class ExecutorConfig(SandboxConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.backend = self.backend.strip()
-        if self.backend != "local" and (not self.urls or not all(
-                u.startswith(("http://", "https://")) for u in self.urls)):
-            raise ValueError(f"sandbox.backend must be 'local' or http(s):// URL(s) separated by commas, "
-                             f"got {self.backend!r}")
+        if self.backend != "local" and (
+            not self.urls or not all(u.startswith(("http://", "https://")) for u in self.urls)
+        ):
+            raise ValueError(
+                f"sandbox.backend must be 'local' or http(s):// URL(s) separated by commas, got {self.backend!r}"
+            )
 
     @property
     def urls(self) -> list[str]:

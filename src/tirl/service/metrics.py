@@ -54,7 +54,10 @@ class ServiceMetrics:
         self.queue_depth = Gauge("queue_depth", "Executions waiting for a free slot.", namespace=namespace, registry=r)
         self.in_flight = Gauge("in_flight", "Executions running now.", namespace=namespace, registry=r)
         self.calls = Counter(
-            "calls", "Answers given, by result status and source.", ["status", "source"], namespace=namespace,
+            "calls",
+            "Answers given, by result status and source.",
+            ["status", "source"],
+            namespace=namespace,
             registry=r,
         )
         self.executions = Counter(
@@ -78,7 +81,10 @@ class ServiceMetrics:
             "batch_size", "Items per batch request.", namespace=namespace, buckets=BATCH_BUCKETS, registry=r
         )
         self.rejected = Counter(
-            "rejected", "Requests refused with an HTTP error, by status code.", ["code"], namespace=namespace,
+            "rejected",
+            "Requests refused with an HTTP error, by status code.",
+            ["code"],
+            namespace=namespace,
             registry=r,
         )
         self.cache_entries = Gauge(

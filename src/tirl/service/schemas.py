@@ -48,11 +48,18 @@ class ExecuteRequest(BaseModel):
     )
     code: str = Field(description="Python source, run as __main__ in a fresh process.")
     stdin: str = Field(default="", description="Standard input (UTF-8 text); empty means EOF.")
-    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, allow_inf_nan=False,
-                             description="Wall-clock deadline in seconds (a JSON number; integers accepted).")
-    memory_mb: int = Field(default=DEFAULT_MEMORY_MB, gt=0,
-                           description="Memory limit in MiB (a JSON integer): address space per process, and "
-                                       "all processes of the call together where the sandbox has cgroups.")
+    timeout_s: float = Field(
+        default=DEFAULT_TIMEOUT_S,
+        gt=0,
+        allow_inf_nan=False,
+        description="Wall-clock deadline in seconds (a JSON number; integers accepted).",
+    )
+    memory_mb: int = Field(
+        default=DEFAULT_MEMORY_MB,
+        gt=0,
+        description="Memory limit in MiB (a JSON integer): address space per process, and "
+        "all processes of the call together where the sandbox has cgroups.",
+    )
 
     def to_request(self) -> ExecutionRequest:
         """The shared dataclass with the same fields."""

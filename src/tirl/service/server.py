@@ -132,8 +132,9 @@ def print_ready(url: str) -> None:
     print(READY_PREFIX + url, flush=True)
 
 
-async def serve_local_sandbox(config: ServeConfig, routers: Sequence[Any] = (),
-                              check_preload: Sequence[str] | None = None) -> None:
+async def serve_local_sandbox(
+    config: ServeConfig, routers: Sequence[Any] = (), check_preload: Sequence[str] | None = None
+) -> None:
     """Run ``LocalSandbox(workers=config.workers)`` behind the app until stopped (``tirl sandbox serve``).
 
     Args:
@@ -151,8 +152,9 @@ async def serve_local_sandbox(config: ServeConfig, routers: Sequence[Any] = (),
     sandbox = LocalSandbox(**kwargs)
     checks = None
     if routers and config.check_workers > 0:  # the verify router's checks get workers of their own
-        checks = LocalSandbox(workers=config.check_workers,
-                              preload=DEFAULT_PRELOAD if check_preload is None else tuple(check_preload))
+        checks = LocalSandbox(
+            workers=config.check_workers, preload=DEFAULT_PRELOAD if check_preload is None else tuple(check_preload)
+        )
     app = create_app(sandbox, config.service, routers=routers, close_executor=True, check_executor=checks)
     try:
         if checks is not None:  # starts beside the serving (idempotent): /v1/execute does not wait for it
@@ -178,4 +180,4 @@ def parse_ready_line(line: str) -> str | None:
     """The URL in a ready line, or None if ``line`` is not one."""
     if not line.startswith(READY_PREFIX):
         return None
-    return line[len(READY_PREFIX):].split()[0]
+    return line[len(READY_PREFIX) :].split()[0]

@@ -144,8 +144,9 @@ class AiohttpTransport:
         if self._closed:
             raise TransportError("transport is closed")
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0,
-                                             keepalive_timeout=self.keepalive_expiry_s)
+            connector = aiohttp.TCPConnector(
+                limit=self.max_connections, limit_per_host=0, keepalive_timeout=self.keepalive_expiry_s
+            )
             self._session = aiohttp.ClientSession(connector=connector, trust_env=False)
         return self._session
 
@@ -160,8 +161,9 @@ class AiohttpTransport:
     ) -> HttpResponse:
         session = self._get_session()
         try:
-            async with session.request(method, url, data=body, headers=_headers(body),
-                                       timeout=_timeout(read_timeout_s, connect_timeout_s)) as resp:
+            async with session.request(
+                method, url, data=body, headers=_headers(body), timeout=_timeout(read_timeout_s, connect_timeout_s)
+            ) as resp:
                 return HttpResponse(resp.status, await resp.read())
         except _ERRORS as exc:
             raise TransportError(f"{type(exc).__name__}: {exc}") from exc
@@ -178,8 +180,9 @@ class AiohttpTransport:
     ) -> AsyncIterator[LineStream]:
         session = self._get_session()
         try:
-            resp = await session.request(method, url, data=body, headers=_headers(body),
-                                         timeout=_timeout(read_timeout_s, connect_timeout_s))
+            resp = await session.request(
+                method, url, data=body, headers=_headers(body), timeout=_timeout(read_timeout_s, connect_timeout_s)
+            )
         except _ERRORS as exc:
             raise TransportError(f"{type(exc).__name__}: {exc}") from exc
         try:

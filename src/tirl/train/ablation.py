@@ -63,9 +63,18 @@ class Job:
     needs: list[str] = field(default_factory=list)
 
 
-def plan(out: Path, *, arms: Sequence[str], seeds: Sequence[int], eval_steps: Sequence[int], eval_config: str,
-         start_model: str, tirl: Sequence[str], overrides: Sequence[str] = (),
-         eval_args: Sequence[str] = ()) -> list[Job]:
+def plan(
+    out: Path,
+    *,
+    arms: Sequence[str],
+    seeds: Sequence[int],
+    eval_steps: Sequence[int],
+    eval_config: str,
+    start_model: str,
+    tirl: Sequence[str],
+    overrides: Sequence[str] = (),
+    eval_args: Sequence[str] = (),
+) -> list[Job]:
     """The jobs of the ablation, in the order they run (module docstring).
 
     Raises:
@@ -75,24 +84,75 @@ def plan(out: Path, *, arms: Sequence[str], seeds: Sequence[int], eval_steps: Se
     if unknown:
         raise ValueError(f"unknown arm(s) {unknown}; known: {', '.join(ARMS)}")
     tirl = list(tirl)
-    jobs = [Job("eval-start", [*tirl, "eval", "--config", eval_config, "--model", start_model, "--out-dir",
-                               str(out / "eval-start"), "--quiet", *eval_args])]
+    jobs = [
+        Job(
+            "eval-start",
+            [
+                *tirl,
+                "eval",
+                "--config",
+                eval_config,
+                "--model",
+                start_model,
+                "--out-dir",
+                str(out / "eval-start"),
+                "--quiet",
+                *eval_args,
+            ],
+        )
+    ]
     for seed in seeds:
         for arm in arms:
             run = f"{arm}-s{seed}"
-            jobs.append(Job(f"train-{run}", [*tirl, "train", "rl", "--config", ARMS[arm], f"seed={seed}",
-                                              f"output_dir={out / run}", *overrides]))
+            jobs.append(
+                Job(
+                    f"train-{run}",
+                    [
+                        *tirl,
+                        "train",
+                        "rl",
+                        "--config",
+                        ARMS[arm],
+                        f"seed={seed}",
+                        f"output_dir={out / run}",
+                        *overrides,
+                    ],
+                )
+            )
             for step in eval_steps:
-                jobs.append(Job(f"eval-{run}-{step}",
-                                [*tirl, "eval", "--config", eval_config, "--model",
-                                 str(out / run / f"checkpoint-{step}"), "--out-dir", str(out / f"eval-{run}-{step}"),
-                                 "--quiet", *eval_args], needs=[f"train-{run}"]))
+                jobs.append(
+                    Job(
+                        f"eval-{run}-{step}",
+                        [
+                            *tirl,
+                            "eval",
+                            "--config",
+                            eval_config,
+                            "--model",
+                            str(out / run / f"checkpoint-{step}"),
+                            "--out-dir",
+                            str(out / f"eval-{run}-{step}"),
+                            "--quiet",
+                            *eval_args,
+                        ],
+                        needs=[f"train-{run}"],
+                    )
+                )
     compare = [f"{LABELS[arm]}={out / f'{arm}-s{seed}'}" for arm in arms for seed in seeds]
     evals = [f"--eval={LABELS[arm]}={out / 'eval-start'}" for arm in arms]
-    evals += [f"--eval={LABELS[arm]}={out / f'eval-{arm}-s{seed}-{step}'}" for arm in arms for seed in seeds
-              for step in eval_steps]
-    jobs.append(Job("plot", [*tirl, "plot", "--compare", *compare, "--out", str(out / "plots"), *evals],
-                    needs=[j.name for j in jobs]))
+    evals += [
+        f"--eval={LABELS[arm]}={out / f'eval-{arm}-s{seed}-{step}'}"
+        for arm in arms
+        for seed in seeds
+        for step in eval_steps
+    ]
+    jobs.append(
+        Job(
+            "plot",
+            [*tirl, "plot", "--compare", *compare, "--out", str(out / "plots"), *evals],
+            needs=[j.name for j in jobs],
+        )
+    )
     return jobs
 
 
@@ -151,10 +211,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--eval-steps", nargs="+", type=int, default=[10, 20, 30], help="checkpoints evaluated")
     p.add_argument("--eval-config", default="configs/eval/toolfix-heldout.yaml")
     p.add_argument("--start-model", default="qwen2.5-coder-0.5b-tirl-sft", help="the arms' starting model")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override for every training run (repeat), e.g. rollout.server_url=http://127.0.0.1:18200")
-    p.add_argument("--eval-arg", dest="eval_args", action="append", default=[],
-                   help="extra tirl eval argument (repeat; --eval-arg=--engine --eval-arg=openai)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override for every training run (repeat), e.g. rollout.server_url=http://127.0.0.1:18200",
+    )
+    p.add_argument(
+        "--eval-arg",
+        dest="eval_args",
+        action="append",
+        default=[],
+        help="extra tirl eval argument (repeat; --eval-arg=--engine --eval-arg=openai)",
+    )
     p.add_argument("--tirl", default=None, help="the tirl command (default: the tirl next to this Python)")
     p.add_argument("--retries", type=int, default=5, help="restarts of a killed job")
     p.add_argument("--dry-run", action="store_true", help="print the commands still to run and exit")
@@ -162,9 +233,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     tirl = shlex.split(args.tirl) if args.tirl else [os.path.join(os.path.dirname(sys.executable), "tirl")]
     args.out.mkdir(parents=True, exist_ok=True)
     try:
-        jobs = plan(args.out, arms=args.arms, seeds=args.seeds, eval_steps=args.eval_steps,
-                    eval_config=args.eval_config, start_model=args.start_model, tirl=tirl,
-                    overrides=args.overrides, eval_args=args.eval_args)
+        jobs = plan(
+            args.out,
+            arms=args.arms,
+            seeds=args.seeds,
+            eval_steps=args.eval_steps,
+            eval_config=args.eval_config,
+            start_model=args.start_model,
+            tirl=tirl,
+            overrides=args.overrides,
+            eval_args=args.eval_args,
+        )
     except ValueError as exc:
         p.error(str(exc))
     return run_jobs(jobs, args.out, retries=args.retries, dry_run=args.dry_run)

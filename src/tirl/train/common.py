@@ -45,8 +45,11 @@ def write_checkpoint_marker(folder: str | Path, step: int) -> Path:
     import json
 
     root = Path(folder)
-    files = {str(p.relative_to(root)): p.stat().st_size for p in sorted(root.rglob("*"))
-             if p.is_file() and p.name != CHECKPOINT_MARKER}
+    files = {
+        str(p.relative_to(root)): p.stat().st_size
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != CHECKPOINT_MARKER
+    }
     tmp = root / (CHECKPOINT_MARKER + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump({"step": int(step), "files": files}, fh)
@@ -112,8 +115,11 @@ def _checkpoint_folders(root: Path) -> list[Path]:
     """``checkpoint-N`` folders of ``root`` (transformers' naming), ascending N."""
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir()
-             if p.is_dir() and checkpoint_step(p) > 0 and p.name == f"checkpoint-{checkpoint_step(p)}"]
+    found = [
+        p
+        for p in root.iterdir()
+        if p.is_dir() and checkpoint_step(p) > 0 and p.name == f"checkpoint-{checkpoint_step(p)}"
+    ]
     return sorted(found, key=checkpoint_step)
 
 
@@ -161,7 +167,7 @@ def resolve_init_from(spec: str) -> Path:
         FileNotFoundError: nothing usable there.
     """
     if spec.startswith("auto:"):
-        root = Path(spec[len("auto:"):])
+        root = Path(spec[len("auto:") :])
         ckpt = last_checkpoint(root)
         if ckpt is not None:
             return ckpt
@@ -210,8 +216,13 @@ def load_policy(model_config: ModelConfig, init_from: Path | None = None) -> tup
         from peft import LoraConfig
 
         lora = model_config.lora
-        peft_config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                                 target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+        peft_config = LoraConfig(
+            r=lora.r,
+            lora_alpha=lora.alpha,
+            lora_dropout=lora.dropout,
+            target_modules=list(lora.target_modules),
+            task_type="CAUSAL_LM",
+        )
     return model, tokenizer, peft_config
 
 

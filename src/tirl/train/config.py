@@ -277,8 +277,10 @@ class RLConfig:
     ``sandbox.backend`` and ``sandbox.workers`` (with a warning; :data:`MOVED_KEYS`).
     """
 
-    MOVED_KEYS: ClassVar[dict[str, str]] = {"rollout.sandbox": "sandbox.backend",
-                                            "rollout.sandbox_workers": "sandbox.workers"}
+    MOVED_KEYS: ClassVar[dict[str, str]] = {
+        "rollout.sandbox": "sandbox.backend",
+        "rollout.sandbox_workers": "sandbox.workers",
+    }
 
     stage: str = "stage1"
     output_dir: str = "runs/rl"
@@ -323,8 +325,10 @@ class RLConfig:
         self.roc.validate(r.group_size)
         rule = get_rule(rule_name(self.roc))
         if rule.oversamples and r.oversample < 2:
-            raise ValueError(f"roc.rule {rule.name} needs rollout.oversample >= 2 (it keeps G of oversample * G); "
-                             "use roc.rule=all for plain GRPO")
+            raise ValueError(
+                f"roc.rule {rule.name} needs rollout.oversample >= 2 (it keeps G of oversample * G); "
+                "use roc.rule=all for plain GRPO"
+            )
         self.watchdog.validate()
         if r.context_window is not None and r.context_window < 2:
             raise ValueError("rollout.context_window must be >= 2 or null")
@@ -358,14 +362,17 @@ class RLConfig:
         if r.server_url and r.server_sync == "adapter" and not self.model.lora.enabled:
             raise ValueError("rollout.server_sync: adapter needs model.lora.enabled (or use server_sync: weights)")
         if r.server_url and r.server_api == "sglang" and r.server_sync == "weights":
-            raise ValueError("rollout.server_sync: weights is served by vLLM only (server_api: openai); "
-                             "SGLang servers are sent the LoRA adapter")
+            raise ValueError(
+                "rollout.server_sync: weights is served by vLLM only (server_api: openai); "
+                "SGLang servers are sent the LoRA adapter"
+            )
         urls = r.server_urls
         if len(set(urls)) != len(urls):
             raise ValueError(f"rollout.server_url names a server twice: {', '.join(urls)}")
         if r.server_scheduler not in ("kv_aware", "static", "round_robin"):
-            raise ValueError(f"rollout.server_scheduler must be kv_aware, static or round_robin, "
-                             f"got {r.server_scheduler!r}")
+            raise ValueError(
+                f"rollout.server_scheduler must be kv_aware, static or round_robin, got {r.server_scheduler!r}"
+            )
         if r.server_kv_capacity is not None and r.server_kv_capacity <= 0:
             raise ValueError("rollout.server_kv_capacity must be a positive number of tokens")
         if r.vllm_mode not in ("colocate", "server"):

@@ -98,8 +98,9 @@ def _wrap_prepare_backend() -> None:
         return
     original = cls._prepare_backend
 
-    def _prepare_backend(self: Any, cpu: bool = False, sagemaker_dp: bool = False,
-                         backend: str | None = None) -> tuple[str | None, Any]:
+    def _prepare_backend(
+        self: Any, cpu: bool = False, sagemaker_dp: bool = False, backend: str | None = None
+    ) -> tuple[str | None, Any]:
         found, distributed_type = original(self, cpu, sagemaker_dp, backend)
         if found is None and distributed_type == DistributedType.NO and not cpu:
             return backend or "gloo", DistributedType.MULTI_CPU

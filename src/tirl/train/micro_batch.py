@@ -113,8 +113,12 @@ def compact_micro_batch(inputs: dict[str, Any], policy: RowPolicy) -> tuple[dict
         c1 = max(1, int(_last_one(completion_mask[rows]).max().item()) + 1)
     out: dict[str, Any] = {}
     for key, value in inputs.items():
-        if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.shape[0] != b \
-                or key == "num_items_in_batch":
+        if (
+            not isinstance(value, torch.Tensor)
+            or value.dim() == 0
+            or value.shape[0] != b
+            or key == "num_items_in_batch"
+        ):
             out[key] = value
             continue
         v = value[rows]

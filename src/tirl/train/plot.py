@@ -62,10 +62,15 @@ def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[fl
 
 
 PANELS: dict[str, list[tuple[str, str]]] = {
-    "reward": [("reward/mean", "reward (all sampled)"), ("reward/kept_mean", "reward (kept by RoC)"),
-               ("accuracy", "accuracy")],
-    "tool_errors": [("tool_error_in_correct/before", "before selection"),
-                    ("tool_error_in_correct/after", "after selection (trained on)")],
+    "reward": [
+        ("reward/mean", "reward (all sampled)"),
+        ("reward/kept_mean", "reward (kept by RoC)"),
+        ("accuracy", "accuracy"),
+    ],
+    "tool_errors": [
+        ("tool_error_in_correct/before", "before selection"),
+        ("tool_error_in_correct/after", "after selection (trained on)"),
+    ],
     "length": [("length/mean", "mean"), ("length/p90", "p90"), ("length/kept_mean", "mean of kept")],
 }
 TITLES = {
@@ -74,8 +79,10 @@ TITLES = {
     "length": ("Response length", "model tokens"),
 }
 # A trailing mean drawn over the per-step line: with 4 problems a step, one step's reward is noise around the trend.
-SMOOTHED = {"reward": ("reward/mean", "reward (all sampled)"),
-            "tool_errors": ("tool_error_in_correct/before", "before selection")}
+SMOOTHED = {
+    "reward": ("reward/mean", "reward (all sampled)"),
+    "tool_errors": ("tool_error_in_correct/before", "before selection"),
+}
 SMOOTH_WINDOW = 10
 
 
@@ -96,9 +103,14 @@ def trailing_mean(ys: Sequence[float], window: int) -> list[float]:
     return out
 
 
-OVERVIEW = [("p_format/mean", "p_format"), ("truncation_rate", "truncation rate"),
-            ("tool_calls/per_traj", "tool calls / trajectory"), ("groups/dropped", "groups dropped"),
-            ("time/rollout_s", "rollout s"), ("time/update_s", "update s")]
+OVERVIEW = [
+    ("p_format/mean", "p_format"),
+    ("truncation_rate", "truncation rate"),
+    ("tool_calls/per_traj", "tool calls / trajectory"),
+    ("groups/dropped", "groups dropped"),
+    ("time/rollout_s", "rollout s"),
+    ("time/update_s", "update s"),
+]
 
 
 def plot_runs(paths: Sequence[str | Path], out_dir: str | Path, title: str | None = None) -> list[Path]:
@@ -125,8 +137,9 @@ def plot_runs(paths: Sequence[str | Path], out_dir: str | Path, title: str | Non
         raise ValueError("no step records with rollout metrics to plot")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    boundaries = [cur["global_step"] - 0.5 for prev, cur in zip(records, records[1:])
-                  if cur.get("stage") != prev.get("stage")]
+    boundaries = [
+        cur["global_step"] - 0.5 for prev, cur in zip(records, records[1:]) if cur.get("stage") != prev.get("stage")
+    ]
     written = []
     suffix = f" - {title}" if title else ""
     for name, series in PANELS.items():
@@ -139,8 +152,13 @@ def plot_runs(paths: Sequence[str | Path], out_dir: str | Path, title: str | Non
             key, label = SMOOTHED[name]
             xs, ys = _series(records, key)
             if len(xs) >= SMOOTH_WINDOW:
-                ax.plot(xs, trailing_mean(ys, SMOOTH_WINDOW), color="black", linewidth=2.2,
-                        label=f"{label}, mean of the last {SMOOTH_WINDOW} steps")
+                ax.plot(
+                    xs,
+                    trailing_mean(ys, SMOOTH_WINDOW),
+                    color="black",
+                    linewidth=2.2,
+                    label=f"{label}, mean of the last {SMOOTH_WINDOW} steps",
+                )
         for b in boundaries:
             ax.axvline(b, color="grey", linestyle=":", linewidth=1)
         heading, ylabel = TITLES[name]
@@ -175,11 +193,14 @@ def plot_runs(paths: Sequence[str | Path], out_dir: str | Path, title: str | Non
 
 # The ablation's panels. "failing calls in correct, sampled" is the report's Figure 4 measurement (the policy's own
 # positives, before any selection); "trained on" is what RoC's selection leaves (the same as sampled without RoC).
-COMPARE = [("reward/mean", "reward (all sampled)"),
-           ("tool_error_in_correct/before", "failing calls in correct, sampled (Fig. 4)"),
-           ("tool_error_in_correct/after", "failing calls in correct, trained on"),
-           ("tool_calls/error_rate", "failing calls (all)"),
-           ("tool_calls/per_traj", "tool calls / trajectory"), ("length/mean", "response length (model tokens)")]
+COMPARE = [
+    ("reward/mean", "reward (all sampled)"),
+    ("tool_error_in_correct/before", "failing calls in correct, sampled (Fig. 4)"),
+    ("tool_error_in_correct/after", "failing calls in correct, trained on"),
+    ("tool_calls/error_rate", "failing calls (all)"),
+    ("tool_calls/per_traj", "tool calls / trajectory"),
+    ("length/mean", "response length (model tokens)"),
+]
 
 
 def _wall_hours(records: list[dict[str, Any]]) -> list[float]:
@@ -196,8 +217,9 @@ BANDS = ("minmax", "std")
 """Spread drawn around the mean of several runs under one label: min-max, or mean +- one standard deviation."""
 
 
-def aggregate_series(series: Sequence[tuple[Sequence[float], Sequence[float]]], band: str = "minmax",
-                     grid: Sequence[float] | None = None) -> tuple[list[float], list[float], list[float], list[float]]:
+def aggregate_series(
+    series: Sequence[tuple[Sequence[float], Sequence[float]]], band: str = "minmax", grid: Sequence[float] | None = None
+) -> tuple[list[float], list[float], list[float], list[float]]:
     """Mean and band of several runs' ``(xs, ys)`` series (seeds of one arm).
 
     Args:
@@ -248,8 +270,12 @@ def _key_series(records: list[dict[str, Any]], key: str, axis: str) -> tuple[lis
     return xs, ys
 
 
-def plot_compare(runs: Mapping[str, str | Path | Sequence[str | Path]], out_dir: str | Path,
-                 title: str | None = None, band: str = "minmax") -> list[Path]:
+def plot_compare(
+    runs: Mapping[str, str | Path | Sequence[str | Path]],
+    out_dir: str | Path,
+    title: str | None = None,
+    band: str = "minmax",
+) -> list[Path]:
     """Overlay separate runs (an ablation: GRPO-RoC against plain GRPO) at equal steps and at equal wall time.
 
     Args:
@@ -310,14 +336,24 @@ def plot_compare(runs: Mapping[str, str | Path | Sequence[str | Path]], out_dir:
                     gx, mean, low, high = aggregate_series(series, band, grid)
                     if gx:
                         ax.fill_between(gx, low, high, color=color, alpha=0.2, linewidth=0)
-                        ax.plot(gx, mean, color=color, linewidth=2.2,
-                                label=f"{run_label} (mean of {len(group)} runs, {band_text})")
+                        ax.plot(
+                            gx,
+                            mean,
+                            color=color,
+                            linewidth=2.2,
+                            label=f"{run_label} (mean of {len(group)} runs, {band_text})",
+                        )
                     continue
                 xs, ys = _key_series(group[0], key, axis)
                 if len(xs) >= SMOOTH_WINDOW:  # the step values faint, the trend drawn over them
                     ax.plot(xs, ys, color=color, marker="o", markersize=2, linewidth=0.8, alpha=0.35)
-                    ax.plot(xs, trailing_mean(ys, SMOOTH_WINDOW), color=color, linewidth=2.2,
-                            label=f"{run_label} (mean of the last {SMOOTH_WINDOW} steps)")
+                    ax.plot(
+                        xs,
+                        trailing_mean(ys, SMOOTH_WINDOW),
+                        color=color,
+                        linewidth=2.2,
+                        label=f"{run_label} (mean of the last {SMOOTH_WINDOW} steps)",
+                    )
                 elif xs:
                     ax.plot(xs, ys, color=color, marker="o", markersize=2, label=run_label)
             ax.set_title(label)
@@ -360,8 +396,12 @@ def heldout_points(eval_dirs: Sequence[str | Path]) -> dict[str, list[tuple[int,
     return {name: sorted(pts) for name, pts in points.items()}
 
 
-def plot_heldout(eval_dirs: Sequence[str | Path] | Mapping[str, Sequence[str | Path]], out_dir: str | Path,
-                 title: str | None = None, band: str = "minmax") -> Path:
+def plot_heldout(
+    eval_dirs: Sequence[str | Path] | Mapping[str, Sequence[str | Path]],
+    out_dir: str | Path,
+    title: str | None = None,
+    band: str = "minmax",
+) -> Path:
     """Draw ``heldout.png``: avg pass@1 of each evaluated checkpoint against its RL step.
 
     Args:

@@ -102,8 +102,11 @@ class ReplayReport:
     @property
     def ok(self) -> bool:
         """Every trajectory, every metric and the counts match."""
-        return (not self.problems and all(t.ok for t in self.trajectories)
-                and all(m["equal"] for m in self.metrics.values()))
+        return (
+            not self.problems
+            and all(t.ok for t in self.trajectories)
+            and all(m["equal"] for m in self.metrics.values())
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (what ``RUN_DIR/replay_step_N.json`` holds)."""
@@ -112,11 +115,19 @@ class ReplayReport:
             d = asdict(t)
             d.update(reward_equal=t.reward_equal, ok=t.ok)
             trajs.append(d)
-        return {"run_dir": self.run_dir, "step": self.step, "checkpoint": self.checkpoint, "ok": self.ok,
-                "rel_tol": self.rel_tol, "abs_tol": self.abs_tol, "metrics": self.metrics,
-                "problems": self.problems, "trajectories": trajs,
-                "token_mismatches": sum(not t.tokens_equal for t in self.trajectories),
-                "reward_mismatches": sum(not t.reward_equal for t in self.trajectories)}
+        return {
+            "run_dir": self.run_dir,
+            "step": self.step,
+            "checkpoint": self.checkpoint,
+            "ok": self.ok,
+            "rel_tol": self.rel_tol,
+            "abs_tol": self.abs_tol,
+            "metrics": self.metrics,
+            "problems": self.problems,
+            "trajectories": trajs,
+            "token_mismatches": sum(not t.tokens_equal for t in self.trajectories),
+            "reward_mismatches": sum(not t.reward_equal for t in self.trajectories),
+        }
 
 
 def trajectory_file(run_dir: str | Path, step: int, rank: int = 0) -> Path:
@@ -156,14 +167,18 @@ def check_replayable(run_dir: str | Path, step: int) -> tuple[Path, Path | None]
     if not cfg.is_file():
         raise ReplayError(f"{root} has no config.yaml: not the output_dir of a tirl train rl run")
     if not trajectory_file(root, step).is_file():
-        raise ReplayError(f"{trajectory_file(root, step)} is missing: the run did not log its trajectories; "
-                          "train with logging.log_trajectories=true to make its steps replayable")
+        raise ReplayError(
+            f"{trajectory_file(root, step)} is missing: the run did not log its trajectories; "
+            "train with logging.log_trajectories=true to make its steps replayable"
+        )
     if step == 1:
         return cfg, None
     ckpt = root / f"checkpoint-{step - 1}"
     if not ckpt.is_dir():
-        raise ReplayError(f"no {ckpt.name} in {root} to replay step {step} from: keep a checkpoint of every step "
-                          "to replay (save_steps=1 and save_total_limit unset or large enough)")
+        raise ReplayError(
+            f"no {ckpt.name} in {root} to replay step {step} from: keep a checkpoint of every step "
+            "to replay (save_steps=1 and save_total_limit unset or large enough)"
+        )
     problem = checkpoint_problem(ckpt)
     if problem is not None:
         raise ReplayError(f"{ckpt} is incomplete ({problem}): step {step} cannot be replayed")
@@ -193,8 +208,13 @@ def _close(a: Any, b: Any, rel: float, abs_: float) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=abs_)
 
 
-def compare(logged: list[dict[str, Any]], replayed: list[dict[str, Any]], logged_metrics: dict[str, Any] | None,
-            replayed_metrics: dict[str, Any] | None, report: ReplayReport) -> ReplayReport:
+def compare(
+    logged: list[dict[str, Any]],
+    replayed: list[dict[str, Any]],
+    logged_metrics: dict[str, Any] | None,
+    replayed_metrics: dict[str, Any] | None,
+    report: ReplayReport,
+) -> ReplayReport:
     """Fill ``report`` with the comparison of a step's logged and replayed trajectory records (matched on
     ``(group, sample)``) and metric records (``loss``, ``grad_norm``; within ``report.rel_tol``/``abs_tol``).
     Returns ``report``."""
@@ -211,11 +231,21 @@ def compare(logged: list[dict[str, Any]], replayed: list[dict[str, Any]], logged
         b = list(other["response_ids"])
         diffs = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
         first = diffs[0] if diffs else (min(len(a), len(b)) if len(a) != len(b) else None)
-        report.trajectories.append(TrajectoryDiff(
-            group=key[0], sample=key[1], problem_id=str(rec.get("problem_id")), tokens_equal=a == b,
-            mismatched=len(diffs) + abs(len(a) - len(b)), first_diff=first, logged_len=len(a), replayed_len=len(b),
-            logged_reward=rec.get("reward"), replayed_reward=other.get("reward"),
-            problem_equal=rec.get("problem_id") == other.get("problem_id")))
+        report.trajectories.append(
+            TrajectoryDiff(
+                group=key[0],
+                sample=key[1],
+                problem_id=str(rec.get("problem_id")),
+                tokens_equal=a == b,
+                mismatched=len(diffs) + abs(len(a) - len(b)),
+                first_diff=first,
+                logged_len=len(a),
+                replayed_len=len(b),
+                logged_reward=rec.get("reward"),
+                replayed_reward=other.get("reward"),
+                problem_equal=rec.get("problem_id") == other.get("problem_id"),
+            )
+        )
     if logged_metrics is None:
         report.problems.append(f"metrics.jsonl has no record of step {report.step} with a loss")
     elif replayed_metrics is None:
@@ -223,8 +253,11 @@ def compare(logged: list[dict[str, Any]], replayed: list[dict[str, Any]], logged
     else:
         for key in METRIC_KEYS:
             lv, rv = logged_metrics.get(key), replayed_metrics.get(key)
-            report.metrics[key] = {"logged": lv, "replayed": rv,
-                                   "equal": _close(lv, rv, report.rel_tol, report.abs_tol)}
+            report.metrics[key] = {
+                "logged": lv,
+                "replayed": rv,
+                "equal": _close(lv, rv, report.rel_tol, report.abs_tol),
+            }
     return report
 
 
@@ -260,9 +293,18 @@ def recompute_step(run_dir: str | Path, step: int, out_dir: str | Path, **build_
         link = out / ckpt.name
         if not link.exists():
             link.symlink_to(ckpt.resolve(), target_is_directory=True)
-    cfg = load_config(cfg_path, [f"output_dir={out}", "resume=true", "logging.log_trajectories=true",
-                                 "logging.jsonl=true", "logging.report_to=[]", "logging.console=false",
-                                 "watchdog.enabled=false"])
+    cfg = load_config(
+        cfg_path,
+        [
+            f"output_dir={out}",
+            "resume=true",
+            "logging.log_trajectories=true",
+            "logging.jsonl=true",
+            "logging.report_to=[]",
+            "logging.console=false",
+            "watchdog.enabled=false",
+        ],
+    )
     if cfg.max_steps < step:
         raise ReplayError(f"step {step} is past the run's max_steps={cfg.max_steps}")
     if ckpt is None:
@@ -286,8 +328,16 @@ def recompute_step(run_dir: str | Path, step: int, out_dir: str | Path, **build_
     return out
 
 
-def replay_step(run_dir: str | Path, step: int, *, keep: str | Path | None = None, rel_tol: float = REL_TOL,
-                abs_tol: float = ABS_TOL, write: bool = True, **build_kwargs: Any) -> ReplayReport:
+def replay_step(
+    run_dir: str | Path,
+    step: int,
+    *,
+    keep: str | Path | None = None,
+    rel_tol: float = REL_TOL,
+    abs_tol: float = ABS_TOL,
+    write: bool = True,
+    **build_kwargs: Any,
+) -> ReplayReport:
     """Recompute step ``step`` of the run in ``run_dir`` (:func:`recompute_step`) and compare it with what the
     run logged (:func:`compare`); the report is also written to ``run_dir/replay_step_N.json`` (``write``).
 
@@ -305,8 +355,9 @@ def replay_step(run_dir: str | Path, step: int, *, keep: str | Path | None = Non
     root = Path(run_dir)
     _, ckpt = check_replayable(root, step)
     logged = read_trajectories(trajectory_file(root, step))
-    report = ReplayReport(run_dir=str(root), step=step, checkpoint=str(ckpt) if ckpt else None,
-                          rel_tol=rel_tol, abs_tol=abs_tol)
+    report = ReplayReport(
+        run_dir=str(root), step=step, checkpoint=str(ckpt) if ckpt else None, rel_tol=rel_tol, abs_tol=abs_tol
+    )
     with _replay_dir(keep) as tmp:
         recompute_step(root, step, tmp, **build_kwargs)
         replayed_file = trajectory_file(tmp, step)
@@ -324,8 +375,7 @@ def print_report(report: ReplayReport, console: Any = None) -> None:
     from rich.table import Table
 
     console = console or Console()
-    console.print(f"replay of step {report.step} of {report.run_dir} from "
-                  f"{report.checkpoint or 'the starting model'}")
+    console.print(f"replay of step {report.step} of {report.run_dir} from {report.checkpoint or 'the starting model'}")
     mt = Table(title=f"step metrics (tolerance: relative {report.rel_tol:g}, absolute {report.abs_tol:g})")
     for col in ("metric", "logged", "replayed", "match"):
         mt.add_column(col)
@@ -336,15 +386,28 @@ def print_report(report: ReplayReport, console: Any = None) -> None:
     n = len(report.trajectories)
     if bad:
         tt = Table(title=f"{len(bad)} of {n} trajectories differ")
-        for col in ("group", "sample", "problem", "tokens", "first diff", "len logged/replayed", "reward logged",
-                    "reward replayed"):
+        for col in (
+            "group",
+            "sample",
+            "problem",
+            "tokens",
+            "first diff",
+            "len logged/replayed",
+            "reward logged",
+            "reward replayed",
+        ):
             tt.add_column(col)
         for t in bad:
-            tt.add_row(str(t.group), str(t.sample), t.problem_id,
-                       "equal" if t.tokens_equal else f"[red]{t.mismatched} differ[/]",
-                       "-" if t.first_diff is None else str(t.first_diff), f"{t.logged_len}/{t.replayed_len}",
-                       str(t.logged_reward),
-                       str(t.replayed_reward) if t.reward_equal else f"[red]{t.replayed_reward}[/]")
+            tt.add_row(
+                str(t.group),
+                str(t.sample),
+                t.problem_id,
+                "equal" if t.tokens_equal else f"[red]{t.mismatched} differ[/]",
+                "-" if t.first_diff is None else str(t.first_diff),
+                f"{t.logged_len}/{t.replayed_len}",
+                str(t.logged_reward),
+                str(t.replayed_reward) if t.reward_equal else f"[red]{t.replayed_reward}[/]",
+            )
         console.print(tt)
     else:
         console.print(f"all {n} trajectories: tokens and rewards equal")

@@ -127,8 +127,11 @@ def grpo_args(config: RLConfig, num_processes: int = 1) -> Any:
         dataloader_num_workers=0,
     )
     if r.use_vllm:
-        kwargs.update(vllm_mode=r.vllm_mode, vllm_gpu_memory_utilization=r.vllm_gpu_memory_utilization,
-                      vllm_tensor_parallel_size=r.vllm_tensor_parallel_size)
+        kwargs.update(
+            vllm_mode=r.vllm_mode,
+            vllm_gpu_memory_utilization=r.vllm_gpu_memory_utilization,
+            vllm_tensor_parallel_size=r.vllm_tensor_parallel_size,
+        )
         if r.vllm_server_base_url:
             kwargs["vllm_server_base_url"] = r.vllm_server_base_url
         if r.context_window:  # the colocated engine's KV is sized for the trajectories' window, not the model's
@@ -168,8 +171,9 @@ def colocated_vllm_dtype(model: Any) -> Iterator[None]:
         vg.LLM = original
 
 
-def filter_prompt_length(problems: Sequence[Problem], tokenizer: Any, max_tokens: int,
-                         protocol: Any = None) -> list[Problem]:
+def filter_prompt_length(
+    problems: Sequence[Problem], tokenizer: Any, max_tokens: int, protocol: Any = None
+) -> list[Problem]:
     """Problems whose rendered prompt (system, tools, user, generation prompt; ``protocol``, a
     :class:`tirl.protocol.ProtocolConfig`, None for the default) has at most ``max_tokens`` tokens."""
     from tirl.protocol import render_prompt_ids
@@ -216,19 +220,25 @@ def preflight(config: RLConfig) -> None:
     for name in config.logging.report_to:
         needed = packages.get(name)
         if needed and not any(importlib.util.find_spec(m) for m in needed):
-            raise ValueError(f"logging.report_to names {name}, which is not installed: pip install {needed[0]}, "
-                             f"or drop it from logging.report_to")
+            raise ValueError(
+                f"logging.report_to names {name}, which is not installed: pip install {needed[0]}, "
+                f"or drop it from logging.report_to"
+            )
     if config.rollout.use_vllm and importlib.util.find_spec("vllm") is None:
-        raise ValueError("rollout.use_vllm=true needs vLLM (pip install vllm, on a GPU machine); set "
-                         "rollout.use_vllm=false to generate with transformers")
+        raise ValueError(
+            "rollout.use_vllm=true needs vLLM (pip install vllm, on a GPU machine); set "
+            "rollout.use_vllm=false to generate with transformers"
+        )
     for url in config.rollout.server_urls:
         import asyncio
 
         from tirl.rollout.capacity import probe_health
 
         if not asyncio.run(probe_health(url)):
-            raise ValueError(f"rollout.server_url {url} does not answer (GET /health, "
-                             "/v1/models): start the server, or unset rollout.server_url")
+            raise ValueError(
+                f"rollout.server_url {url} does not answer (GET /health, "
+                "/v1/models): start the server, or unset rollout.server_url"
+            )
 
 
 def build_trainer(
@@ -322,8 +332,12 @@ def build_trainer(
             processing_class=tokenizer,
             peft_config=peft_config,
             rollout_func=rollout,
-            callbacks=[StepTimer(timing), JsonlMetrics(metrics_log, config.stage),
-                       RLConsole(config.stage, config.logging.console), WatchdogStop(rollout)],
+            callbacks=[
+                StepTimer(timing),
+                JsonlMetrics(metrics_log, config.stage),
+                RLConsole(config.stage, config.logging.console),
+                WatchdogStop(rollout),
+            ],
         )
     trainer.tirl_timing = timing
     trainer.tirl_entropy_mask_scope = config.optim.entropy_mask_scope
@@ -337,8 +351,14 @@ FINAL_MARKER = "tirl_final.json"
 """Written last into ``output_dir/final``: the step whose weights the folder holds."""
 
 # files of a checkpoint-N folder that are training state, not the model (left out of final/)
-_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin",
-                "tirl_checkpoint.json")
+_STATE_FILES = (
+    "optimizer.pt",
+    "scheduler.pt",
+    "scaler.pt",
+    "trainer_state.json",
+    "training_args.bin",
+    "tirl_checkpoint.json",
+)
 
 
 def final_step(output_dir: str | Path) -> int | None:
@@ -418,8 +438,9 @@ def train(config: RLConfig, **kwargs: Any) -> Path:
     interrupted = False
     try:
         if run.resume_from is not None:
-            logger.info("resuming from %s (step %d of %d)", run.resume_from, checkpoint_step(run.resume_from),
-                        config.max_steps)
+            logger.info(
+                "resuming from %s (step %d of %d)", run.resume_from, checkpoint_step(run.resume_from), config.max_steps
+            )
         run.trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
         step = int(run.trainer.state.global_step)
         if run.rollout.watchdog.stop_reason:

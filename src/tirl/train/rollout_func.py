@@ -243,26 +243,32 @@ class RocRolloutFunc:
         trajectories = self.source.generate(
             # one seed per step on every rank: the agent loop derives each trajectory's seed from it, the problem id
             # and the sample index, so a trajectory does not depend on the rank that samples it
-            problems, n, seed=random.Random(f"rollout/{cfg.seed}/{step}").getrandbits(31),
+            problems,
+            n,
+            seed=random.Random(f"rollout/{cfg.seed}/{step}").getrandbits(31),
             trainer=trainer,
         )
         t_rollout = time.perf_counter() - t0
         if len(trajectories) != len(problems) * n:
             raise RuntimeError(
-                f"trajectory source returned {len(trajectories)} trajectories, expected {len(problems) * n}")
+                f"trajectory source returned {len(trajectories)} trajectories, expected {len(problems) * n}"
+            )
 
         t0 = time.perf_counter()
         repeated = [p for p in problems for _ in range(n)]
         scores = self.scorer.score(trajectories, repeated)
         t_verify = time.perf_counter() - t0
         # infrastructure failures (not the model's) are masked: no reward, never kept, out of the group stats
-        causes = [infra_cause(t, s.status, mask_verifier_timeouts=cfg.rollout.mask_verifier_timeouts)
-                  for t, s in zip(trajectories, scores)]
+        causes = [
+            infra_cause(t, s.status, mask_verifier_timeouts=cfg.rollout.mask_verifier_timeouts)
+            for t, s in zip(trajectories, scores)
+        ]
         rewards = [None if c else s.reward for s, c in zip(scores, causes)]
         candidates: list[Candidate] = [candidate(t, r, cfg.roc) for t, r in zip(trajectories, rewards)]
 
-        out: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
-                                                     REWARD_KEY, ADVANTAGE_KEY)}
+        out: dict[str, list[Any]] = {
+            k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask", REWARD_KEY, ADVANTAGE_KEY)
+        }
         selections: list[Selection] = []
         slot_sources: list[int | None] = []
         for gi in range(len(problems)):
@@ -273,8 +279,11 @@ class RocRolloutFunc:
             selections.append(sel)
             kept = [base + i for i in sel.indices]
             # an empty response (no model token) carries no loss and must not move the group's mean and spread
-            adv = group_advantages([None if _empty(trajectories[i]) else rewards[i] for i in kept],
-                                   eps=cfg.optim.adv_eps, std_floor=cfg.optim.std_floor)
+            adv = group_advantages(
+                [None if _empty(trajectories[i]) else rewards[i] for i in kept],
+                eps=cfg.optim.adv_eps,
+                std_floor=cfg.optim.std_floor,
+            )
             prompt_ids = list(trajectories[base].prompt_ids)
             for slot in range(g):
                 idx = kept[slot] if slot < len(kept) else None
@@ -303,8 +312,9 @@ class RocRolloutFunc:
                 slot_sources.append(idx)
 
         metrics = step_metrics(trajectories, rewards, candidates, g, selections)
-        tool_time = sum(rec.result.duration_s for t in trajectories for rec in t.tool_call_records
-                        if rec.result is not None)
+        tool_time = sum(
+            rec.result.duration_s for t in trajectories for rec in t.tool_call_records if rec.result is not None
+        )
         status_counts: dict[str, int] = {}
         for s in scores:
             status_counts[s.status] = status_counts.get(s.status, 0) + 1
@@ -315,15 +325,17 @@ class RocRolloutFunc:
             if key in engine_stats:
                 metrics[f"time/{key}" if key.endswith("_s") else f"engine/{key}"] = engine_stats[key]
         metrics.update(masked_metrics(causes))
-        metrics.update({
-            "time/rollout_s": t_rollout,
-            "time/tool_exec_s": float(tool_time),
-            "time/verify_s": t_verify,
-            "verify/timeout": float(status_counts.get("timeout", 0)),
-            "verify/verifier_error": float(status_counts.get("verifier_error", 0)),
-            "verify/unparsable_gold": float(status_counts.get("unparsable_gold", 0)),
-            "verify/no_answer": float(status_counts.get("no_answer", 0)),
-        })
+        metrics.update(
+            {
+                "time/rollout_s": t_rollout,
+                "time/tool_exec_s": float(tool_time),
+                "time/verify_s": t_verify,
+                "verify/timeout": float(status_counts.get("timeout", 0)),
+                "verify/verifier_error": float(status_counts.get("verifier_error", 0)),
+                "verify/unparsable_gold": float(status_counts.get("unparsable_gold", 0)),
+                "verify/no_answer": float(status_counts.get("no_answer", 0)),
+            }
+        )
         metrics.update(audit_metrics(trajectories, cfg.protocol))  # counted, never rewarded (issue 23)
         for reason in ("answer", "max_turns", "length", "context", "eos", "error"):
             finished = sum(t.finish_reason == reason for t in trajectories)
@@ -333,17 +345,26 @@ class RocRolloutFunc:
         self.watchdog.observe(step + 1, metrics)
         if cfg.logging.log_trajectories:
             process_index = int(getattr(getattr(trainer, "accelerator", None), "process_index", 0) or 0)
-            self._log_trajectories(step, process_index, problems, n, trajectories, scores, candidates, selections,
-                                   rule.name, causes)
+            self._log_trajectories(
+                step, process_index, problems, n, trajectories, scores, candidates, selections, rule.name, causes
+            )
         result: dict[str, Any] = dict(out)
         result[METRICS_KEY] = metrics  # a non-list extra field: TRL copies it into every input row
         return result
 
-
-    def _log_trajectories(self, step: int, process_index: int, problems: Sequence[Problem], n: int,
-                          trajectories: Sequence[Trajectory], scores: Sequence[Score],
-                          candidates: Sequence[Candidate], selections: Sequence[Selection],
-                          rule: str = "", causes: Sequence[str | None] = ()) -> None:
+    def _log_trajectories(
+        self,
+        step: int,
+        process_index: int,
+        problems: Sequence[Problem],
+        n: int,
+        trajectories: Sequence[Trajectory],
+        scores: Sequence[Score],
+        candidates: Sequence[Candidate],
+        selections: Sequence[Selection],
+        rule: str = "",
+        causes: Sequence[str | None] = (),
+    ) -> None:
         """Write every sampled trajectory of this step to ``output_dir/trajectories/step_NNNNN_rankR.jsonl``.
 
         One line per trajectory: step, group, problem text and reference, the RoC decision (``kept``,
@@ -362,19 +383,36 @@ class RocRolloutFunc:
                 kept = set(selections[gi].indices)
                 for j in range(n):
                     t, sc, c = trajectories[gi * n + j], scores[gi * n + j], candidates[gi * n + j]
-                    fh.write(json.dumps({
-                        "step": step + 1, "rank": process_index, "group": gi,
-                        "problem_id": problem.id, "problem": problem.problem, "answer": problem.answer,
-                        "sample": j, "kept": j in kept, "selection": selections[gi].status, "roc_mode": mode,
-                        "rule": rule,
-                        "reward": sc.reward, "verify_status": sc.status, "final_answer": t.final_answer,
-                        "infra": causes[gi * n + j] if causes else None,
-                        "p_err": c.p_err, "p_format": c.p_format, "finish_reason": t.finish_reason,
-                        "model_tokens": t.num_model_tokens,
-                        "tool_calls": [rec.cls for rec in t.tool_call_records],
-                        "turns": [dataclasses.asdict(turn) for turn in t.turns],
-                        **token_fields(t),
-                    }, ensure_ascii=False) + "\n")
+                    fh.write(
+                        json.dumps(
+                            {
+                                "step": step + 1,
+                                "rank": process_index,
+                                "group": gi,
+                                "problem_id": problem.id,
+                                "problem": problem.problem,
+                                "answer": problem.answer,
+                                "sample": j,
+                                "kept": j in kept,
+                                "selection": selections[gi].status,
+                                "roc_mode": mode,
+                                "rule": rule,
+                                "reward": sc.reward,
+                                "verify_status": sc.status,
+                                "final_answer": t.final_answer,
+                                "infra": causes[gi * n + j] if causes else None,
+                                "p_err": c.p_err,
+                                "p_format": c.p_format,
+                                "finish_reason": t.finish_reason,
+                                "model_tokens": t.num_model_tokens,
+                                "tool_calls": [rec.cls for rec in t.tool_call_records],
+                                "turns": [dataclasses.asdict(turn) for turn in t.turns],
+                                **token_fields(t),
+                            },
+                            ensure_ascii=False,
+                        )
+                        + "\n"
+                    )
 
 
 def _empty(traj: Trajectory) -> bool:
@@ -482,8 +520,13 @@ class AgentLoopSource:
 
         self.config = config
         self.tokenizer = tokenizer
-        self.runtime = AgentRuntime(executor_factory or default_executor_factory(config), name="tirl-rl-loop",
-                                    protocol=config.protocol, sandbox=config.sandbox, verifier=config.verifier)
+        self.runtime = AgentRuntime(
+            executor_factory or default_executor_factory(config),
+            name="tirl-rl-loop",
+            protocol=config.protocol,
+            sandbox=config.sandbox,
+            verifier=config.verifier,
+        )
         self._engine_factory = engine_factory
         self._engine: Any = None
         self._checked = False
@@ -508,12 +551,21 @@ class AgentLoopSource:
         if len(r.server_urls) > 1:
             from tirl.rollout.scheduler import SchedulerConfig
 
-            scheduler = SchedulerConfig(policy=r.server_scheduler, capacity_tokens=r.server_kv_capacity,
-                                        failover=r.server_failover,
-                                        metrics_log=str(Path(self.config.output_dir) / "scheduler_metrics.jsonl"))
-        return build_policy_engine(model, batch_size=r.engine_batch_size, server_url=r.server_urls,
-                                   server_lora_name=served, trainer=trainer,
-                                   server_api=r.server_api, scheduler=scheduler)
+            scheduler = SchedulerConfig(
+                policy=r.server_scheduler,
+                capacity_tokens=r.server_kv_capacity,
+                failover=r.server_failover,
+                metrics_log=str(Path(self.config.output_dir) / "scheduler_metrics.jsonl"),
+            )
+        return build_policy_engine(
+            model,
+            batch_size=r.engine_batch_size,
+            server_url=r.server_urls,
+            server_lora_name=served,
+            trainer=trainer,
+            server_api=r.server_api,
+            scheduler=scheduler,
+        )
 
     def verify(self, items: Sequence[Any]) -> list[Any]:
         """Verdicts of ``tirl.reward.VerifyItem`` items on the run's executor and loop (what
@@ -538,11 +590,13 @@ class AgentLoopSource:
                 if self._sync is None:
                     from tirl.train.server_policy import ServerPolicySync
 
-                    self._sync = ServerPolicySync(self.config.rollout.server_urls,
-                                                  Path(self.config.output_dir) / "served_adapter",
-                                                  self.config.rollout.server_lora_name,
-                                                  mode=self.config.server_sync_mode(),
-                                                  api=self.config.rollout.server_api)
+                    self._sync = ServerPolicySync(
+                        self.config.rollout.server_urls,
+                        Path(self.config.output_dir) / "served_adapter",
+                        self.config.rollout.server_lora_name,
+                        mode=self.config.server_sync_mode(),
+                        api=self.config.rollout.server_api,
+                    )
                 self._sync.push(model)
                 if scheduler is not None:
                     self._route_synced(scheduler)
@@ -551,14 +605,22 @@ class AgentLoopSource:
             stats = getattr(self._engine, "stats", None)
             before = stats.snapshot() if stats is not None else None
             sandbox_before = self._sandbox_counts()
-            trajectories = self.runtime.rollouts(rows, samples_per_problem, self._engine, self.tokenizer,
-                                                 self._agent_config(), seed=seed, check_sandbox=not self._checked)
+            trajectories = self.runtime.rollouts(
+                rows,
+                samples_per_problem,
+                self._engine,
+                self.tokenizer,
+                self._agent_config(),
+                seed=seed,
+                check_sandbox=not self._checked,
+            )
             self._checked = True
         sandbox_after = self._sandbox_counts()
         if sandbox_after is not None:  # the client is built during the first rollout: it counted from 0
             sandbox_before = sandbox_before or dict.fromkeys(sandbox_after, 0)
-            self.last_sandbox_stats = {f"sandbox/{k}": float(sandbox_after[k] - sandbox_before[k])
-                                       for k in sandbox_after}
+            self.last_sandbox_stats = {
+                f"sandbox/{k}": float(sandbox_after[k] - sandbox_before[k]) for k in sandbox_after
+            }
         if before is not None:
             after = stats.snapshot()
             self.last_engine_stats = {k: float(after[k] - before[k]) for k in after}
@@ -589,8 +651,11 @@ class AgentLoopSource:
         if not callable(stats) or not hasattr(executor, "check_health"):
             return None
         snap = stats()
-        return {"failovers": snap.failovers, "resent": snap.resent_same_server,
-                "internal_retries": snap.internal_retries}
+        return {
+            "failovers": snap.failovers,
+            "resent": snap.resent_same_server,
+            "internal_retries": snap.internal_retries,
+        }
 
     def close(self) -> None:
         """Close the engine's batcher, the executor and the background loop. Idempotent."""
@@ -618,7 +683,9 @@ class _policy_for_generation:
         if model_wrapped is None or accelerator is None:
             return self.trainer.model
         if getattr(accelerator, "is_fsdp2", False) or str(getattr(accelerator, "distributed_type", "")) in (
-                "FSDP", "DistributedType.FSDP"):
+            "FSDP",
+            "DistributedType.FSDP",
+        ):
             return fsdp_generation_copy(self.trainer)
         from trl.models import unwrap_model_for_generation
 
@@ -692,7 +759,11 @@ def fsdp_generation_copy(trainer: Any) -> Any:
         trainer._tirl_shard_numels = per_rank
         logging.getLogger("tirl.train.rl").info(
             "FSDP: the %s parameters are sharded over %d ranks (%s on each); each rank generates on a gathered "
-            "full copy", f"{total:,}", len(per_rank), " / ".join(f"{n:,}" for n in per_rank))
+            "full copy",
+            f"{total:,}",
+            len(per_rank),
+            " / ".join(f"{n:,}" for n in per_rank),
+        )
 
         dtype = next(iter(full.values())).dtype
         copy_model = AutoModelForCausalLM.from_config(unwrapped.config, dtype=dtype)
@@ -704,8 +775,10 @@ def fsdp_generation_copy(trainer: Any) -> Any:
     tied = {"lm_head.weight"} if getattr(unwrapped.config, "tie_word_embeddings", False) else set()
     missing = set(result.missing_keys) - tied
     if missing or result.unexpected_keys:
-        raise RuntimeError(f"FSDP weights do not fit the generation copy: missing {sorted(missing)[:3]}, "
-                           f"unexpected {sorted(result.unexpected_keys)[:3]}")
+        raise RuntimeError(
+            f"FSDP weights do not fit the generation copy: missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(result.unexpected_keys)[:3]}"
+        )
     if tied:
         copy_model.tie_weights()
     return copy_model

@@ -60,13 +60,15 @@ def sampler_runtime(config: SamplerConfig) -> Any:
     (``tirl data curate``'s answer probe) builds it here once and gives it to :func:`policy_sampler`."""
     from tirl.runtime import AgentRuntime
 
-    return AgentRuntime(name="tirl-sampler-loop", protocol=config.protocol, sandbox=config.sandbox,
-                        verifier=config.verifier)
+    return AgentRuntime(
+        name="tirl-sampler-loop", protocol=config.protocol, sandbox=config.sandbox, verifier=config.verifier
+    )
 
 
 @contextlib.contextmanager
-def policy_sampler(policy: Any, tokenizer: Any, config: SamplerConfig | None = None,
-                   runtime: Any = None) -> Iterator[tuple[Any, Any]]:
+def policy_sampler(
+    policy: Any, tokenizer: Any, config: SamplerConfig | None = None, runtime: Any = None
+) -> Iterator[tuple[Any, Any]]:
     """``(generate, score)`` for a loaded policy; the engine (and the runtime when this made it) are closed on
     exit.
 

@@ -64,9 +64,16 @@ class ServerPolicySync:
         last_failed: servers that did not, with the error.
     """
 
-    def __init__(self, url: str | Sequence[str], adapter_dir: str | Path, lora_name: str = "policy",
-                 timeout_s: float = 120.0, mode: str = "adapter", weights_dir: str | Path | None = None,
-                 api: str = "openai") -> None:
+    def __init__(
+        self,
+        url: str | Sequence[str],
+        adapter_dir: str | Path,
+        lora_name: str = "policy",
+        timeout_s: float = 120.0,
+        mode: str = "adapter",
+        weights_dir: str | Path | None = None,
+        api: str = "openai",
+    ) -> None:
         if mode not in ("adapter", "weights"):
             raise ValueError(f"server sync mode must be adapter or weights, got {mode!r}")
         items = url.split(",") if isinstance(url, str) else [u for v in url for u in str(v).split(",")]
@@ -96,8 +103,10 @@ class ServerPolicySync:
             self.push_weights(model)
             return
         if not hasattr(model, "peft_config"):
-            raise ValueError("sending an adapter needs a LoRA policy (model.lora.enabled: true); for full weights "
-                             "set rollout.server_sync: weights")
+            raise ValueError(
+                "sending an adapter needs a LoRA policy (model.lora.enabled: true); for full weights "
+                "set rollout.server_sync: weights"
+            )
         t0 = time.perf_counter()
         self.adapter_dir.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(str(self.adapter_dir))
@@ -158,13 +167,15 @@ class ServerPolicySync:
                 self.last_failed[u] = str(exc)
                 if len(self.urls) == 1:
                     raise
-                logger.warning("rollout server %s did not take the new policy (%s); it is left out of this "
-                               "rollout", u, exc)
+                logger.warning(
+                    "rollout server %s did not take the new policy (%s); it is left out of this rollout", u, exc
+                )
             else:
                 self.last_loaded.append(u)
         if not self.last_loaded:
-            raise ServerSyncError("no rollout server took the new policy: " +
-                                  "; ".join(f"{u}: {e}" for u, e in self.last_failed.items()))
+            raise ServerSyncError(
+                "no rollout server took the new policy: " + "; ".join(f"{u}: {e}" for u, e in self.last_failed.items())
+            )
 
 
 __all__ = ["ServerPolicySync", "ServerSyncError", "load_adapter", "reload_weights"]

@@ -59,8 +59,9 @@ class SFTDataStats:
     by_kind: dict[str, int] = field(default_factory=dict)
 
 
-def sft_rows(tokenizer: Any, examples: Sequence[SFTExample], max_length: int,
-             protocol: ProtocolConfig | None = None) -> tuple[list[dict[str, list[int]]], SFTDataStats]:
+def sft_rows(
+    tokenizer: Any, examples: Sequence[SFTExample], max_length: int, protocol: ProtocolConfig | None = None
+) -> tuple[list[dict[str, list[int]]], SFTDataStats]:
     """Render conversations into trainer rows ``{"input_ids": [...], "assistant_masks": [...]}`` (same length;
     mask 1 on model tokens, 0 on the prompt and every injected token), dropping those over ``max_length``."""
     rows: list[dict[str, list[int]]] = []
@@ -129,8 +130,13 @@ class BuiltSFT:
     metrics_log: MetricsLog | None
 
 
-def build_sft_trainer(config: SFTConfig, *, examples: Sequence[SFTExample] | None = None,
-                      protocol: ProtocolConfig | None = None, num_processes: int | None = None) -> BuiltSFT:
+def build_sft_trainer(
+    config: SFTConfig,
+    *,
+    examples: Sequence[SFTExample] | None = None,
+    protocol: ProtocolConfig | None = None,
+    num_processes: int | None = None,
+) -> BuiltSFT:
     """Build the ``trl.SFTTrainer`` of ``config``.
 
     Args:
@@ -155,12 +161,15 @@ def build_sft_trainer(config: SFTConfig, *, examples: Sequence[SFTExample] | Non
     resume_from = last_checkpoint(config.output_dir) if config.resume else None
     model, tokenizer, peft_config = load_policy(config.model)
     if examples is None:
-        examples = load_sft_examples(config.data.sources, seed=config.data.seed, limit=config.data.limit,
-                                     config=protocol)
+        examples = load_sft_examples(
+            config.data.sources, seed=config.data.seed, limit=config.data.limit, config=protocol
+        )
     rows, stats = sft_rows(tokenizer, examples, config.data.max_length, protocol)
     if not rows:
-        raise ValueError(f"no SFT conversations left (all {stats.dropped_too_long} are over data.max_length="
-                         f"{config.data.max_length} tokens?)")
+        raise ValueError(
+            f"no SFT conversations left (all {stats.dropped_too_long} are over data.max_length="
+            f"{config.data.max_length} tokens?)"
+        )
     if stats.dropped_too_long:
         logger.info("dropped %d conversations over %d tokens", stats.dropped_too_long, config.data.max_length)
 
@@ -226,15 +235,20 @@ def train_sft(config: SFTConfig, **kwargs: Any) -> Path:
     """
     built = build_sft_trainer(config, **kwargs)
     s = built.stats
-    logger.info("SFT data: %d conversations (%s), %d tokens, %d with loss; %d dropped as too long",
-                s.examples, s.by_kind, s.tokens, s.loss_tokens, s.dropped_too_long)
+    logger.info(
+        "SFT data: %d conversations (%s), %d tokens, %d with loss; %d dropped as too long",
+        s.examples,
+        s.by_kind,
+        s.tokens,
+        s.loss_tokens,
+        s.dropped_too_long,
+    )
     if built.resume_from is not None:
         logger.info("resuming from %s", built.resume_from)
     t0 = time.perf_counter()
     built.trainer.train(resume_from_checkpoint=str(built.resume_from) if built.resume_from else None)
     logger.info("SFT finished in %.0f s", time.perf_counter() - t0)
-    return save_final(built.trainer, built.tokenizer, Path(config.output_dir) / "final",
-                      merge_lora=config.merge_lora)
+    return save_final(built.trainer, built.tokenizer, Path(config.output_dir) / "final", merge_lora=config.merge_lora)
 
 
 __all__ = [

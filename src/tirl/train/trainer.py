@@ -111,8 +111,10 @@ def load_fsdp_checkpoint_weights(model: Any, folder: Any) -> None:
     tied = {"lm_head.weight"} if getattr(getattr(model, "config", None), "tie_word_embeddings", False) else set()
     missing = set(result.missing_keys) - tied
     if missing or result.unexpected_keys:
-        raise RuntimeError(f"{folder}: the FSDP weights do not fit the model: missing {sorted(missing)[:3]}, "
-                           f"unexpected {sorted(result.unexpected_keys)[:3]}")
+        raise RuntimeError(
+            f"{folder}: the FSDP weights do not fit the model: missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(result.unexpected_keys)[:3]}"
+        )
     if tied and hasattr(model, "tie_weights"):
         model.tie_weights()
 
@@ -128,8 +130,9 @@ def load_fsdp_checkpoint_optimizer(model: Any, optimizer: Any, folder: Any) -> N
 
     state = torch.load(Path(folder) / FSDP_OPTIMIZER_FILE, map_location="cpu", weights_only=True)
     optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer
-    set_optimizer_state_dict(getattr(model, "module", model), optimizer, state,
-                             options=StateDictOptions(full_state_dict=True))
+    set_optimizer_state_dict(
+        getattr(model, "module", model), optimizer, state, options=StateDictOptions(full_state_dict=True)
+    )
 
 
 class RocGRPOTrainer(trl.GRPOTrainer):
@@ -197,8 +200,9 @@ class RocGRPOTrainer(trl.GRPOTrainer):
         base = super()._get_train_sampler(dataset)
         if not isinstance(base, trl.trainer.utils.RepeatSampler) or not base.shuffle:
             return base
-        return EpochRepeatSampler(base.data_source, base.mini_repeat_count, base.batch_size, base.repeat_count,
-                                  shuffle=True, seed=base.seed)
+        return EpochRepeatSampler(
+            base.data_source, base.mini_repeat_count, base.batch_size, base.repeat_count, shuffle=True, seed=base.seed
+        )
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         """transformers' checkpoint, then :func:`tirl.train.common.write_checkpoint_marker` (main process): a
@@ -222,10 +226,12 @@ class RocGRPOTrainer(trl.GRPOTrainer):
             ValueError: a DeepSpeed checkpoint in a run without DeepSpeed.
         """
         if not self.is_deepspeed_enabled and deepspeed_checkpoint(resume_from_checkpoint):
-            raise ValueError(f"{resume_from_checkpoint} was written under DeepSpeed (its optimiser state is "
-                             "partitioned in global_step*/): resume it under DeepSpeed "
-                             "(configs/accelerate/zero3-*.yaml); its weights alone are its model.safetensors "
-                             "(zero3_save_16bit_model) or come out of its zero_to_fp32.py")
+            raise ValueError(
+                f"{resume_from_checkpoint} was written under DeepSpeed (its optimiser state is "
+                "partitioned in global_step*/): resume it under DeepSpeed "
+                "(configs/accelerate/zero3-*.yaml); its weights alone are its model.safetensors "
+                "(zero3_save_16bit_model) or come out of its zero_to_fp32.py"
+            )
         if not self.is_fsdp_enabled and fsdp_full_checkpoint(resume_from_checkpoint):
             load_fsdp_checkpoint_weights(model if model is not None else self.model, resume_from_checkpoint)
             return
@@ -242,8 +248,9 @@ class RocGRPOTrainer(trl.GRPOTrainer):
         load_fsdp_checkpoint_optimizer(self.model, self.optimizer, checkpoint)
         self.lr_scheduler.load_state_dict(torch.load(os.path.join(checkpoint, "scheduler.pt"), weights_only=True))
 
-    def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
-                     num_items_in_batch: Any = None) -> Any:
+    def compute_loss(
+        self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
         """TRL's loss on the micro-batch cut to the rows and columns that carry gradient
         (:mod:`tirl.train.micro_batch`; same loss value and gradient); the share of token positions still
         computed is logged as ``tirl/update/computed_fraction``."""

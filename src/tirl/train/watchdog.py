@@ -118,39 +118,71 @@ class RunWatchdog:
         internal = metrics.get("tool_calls/internal", 0.0) or 0.0
         enough = calls >= MIN_CALLS_FOR_RATE if calls is not None else bool(per_traj)
         if err is not None and per_traj and enough and err > c.max_tool_error_rate:
-            what = f"{err:.0%} of {calls:.0f} tool calls failed" if calls is not None else \
-                f"{err:.0%} of tool calls failed"
+            what = (
+                f"{err:.0%} of {calls:.0f} tool calls failed"
+                if calls is not None
+                else f"{err:.0%} of tool calls failed"
+            )
             if calls and internal / calls > c.max_tool_error_rate / 2:
-                cause = (f"{internal:.0f} were answered internal by the sandbox: check it with "
-                         "tirl sandbox doctor (or the service named by sandbox.backend)")
+                cause = (
+                    f"{internal:.0f} were answered internal by the sandbox: check it with "
+                    "tirl sandbox doctor (or the service named by sandbox.backend)"
+                )
             else:
                 cause = "the programs the model writes fail (its errors, not the sandbox's)"
             alarms.append(Alarm("tool_errors", f"{what} (limit {c.max_tool_error_rate:.0%}): {cause}"))
         if per_traj is not None and per_traj <= c.min_tool_calls_per_traj:
             if self.tool_use_seen:
-                alarms.append(Alarm("no_tool_calls", f"{per_traj:.2f} tool calls per trajectory (limit "
-                                                     f"{c.min_tool_calls_per_traj:.2f}): tool use is collapsing"))
+                alarms.append(
+                    Alarm(
+                        "no_tool_calls",
+                        f"{per_traj:.2f} tool calls per trajectory (limit "
+                        f"{c.min_tool_calls_per_traj:.2f}): tool use is collapsing",
+                    )
+                )
             else:
-                alarms.append(Alarm("no_tool_calls", f"{per_traj:.2f} tool calls per trajectory (limit "
-                                                     f"{c.min_tool_calls_per_traj:.2f}) since the start: the "
-                                                     "policy does not call the tool (start from a model trained "
-                                                     "to, e.g. with tirl train sft, or check protocol.*)"))
+                alarms.append(
+                    Alarm(
+                        "no_tool_calls",
+                        f"{per_traj:.2f} tool calls per trajectory (limit "
+                        f"{c.min_tool_calls_per_traj:.2f}) since the start: the "
+                        "policy does not call the tool (start from a model trained "
+                        "to, e.g. with tirl train sft, or check protocol.*)",
+                    )
+                )
         ctx = metrics.get("finish/context")
         if ctx is not None and ctx > c.max_context_rate:
-            alarms.append(Alarm("context", f"{ctx:.0%} of trajectories hit the context window (limit "
-                                           f"{c.max_context_rate:.0%}): raise rollout.context_window or lower "
-                                           "rollout.max_response_tokens"))
+            alarms.append(
+                Alarm(
+                    "context",
+                    f"{ctx:.0%} of trajectories hit the context window (limit "
+                    f"{c.max_context_rate:.0%}): raise rollout.context_window or lower "
+                    "rollout.max_response_tokens",
+                )
+            )
         errors = metrics.get("finish/error")
         if errors is not None and errors > c.max_engine_error_rate:
-            alarms.append(Alarm("engine_errors", f"{errors:.0%} of trajectories failed in the engine (limit "
-                                                 f"{c.max_engine_error_rate:.0%}): is the inference server up?"))
+            alarms.append(
+                Alarm(
+                    "engine_errors",
+                    f"{errors:.0%} of trajectories failed in the engine (limit "
+                    f"{c.max_engine_error_rate:.0%}): is the inference server up?",
+                )
+            )
         masked = metrics.get("infra/masked_share")
         if masked is not None and masked > c.max_masked_share:
-            parts = ", ".join(f"{cause.replace('_', ' ')} {metrics.get('infra/masked_' + cause, 0.0):.0f}"
-                              for cause in ("tool_internal", "verifier", "engine"))
-            alarms.append(Alarm("infra_masked", f"{masked:.0%} of trajectories were masked for infrastructure "
-                                                f"failures ({parts}; limit {c.max_masked_share:.0%}): check the "
-                                                "sandbox, the verifier and the inference server"))
+            parts = ", ".join(
+                f"{cause.replace('_', ' ')} {metrics.get('infra/masked_' + cause, 0.0):.0f}"
+                for cause in ("tool_internal", "verifier", "engine")
+            )
+            alarms.append(
+                Alarm(
+                    "infra_masked",
+                    f"{masked:.0%} of trajectories were masked for infrastructure "
+                    f"failures ({parts}; limit {c.max_masked_share:.0%}): check the "
+                    "sandbox, the verifier and the inference server",
+                )
+            )
         return alarms
 
     def observe(self, step: int, metrics: Mapping[str, float]) -> list[Alarm]:
@@ -170,11 +202,18 @@ class RunWatchdog:
             self.streaks[alarm.kind] = self.streaks.get(alarm.kind, 0) + 1
             n = self.streaks[alarm.kind]
             key = f"watchdog.{RECIPE_KEYS[alarm.kind]}"
-            logger.warning("watchdog, step %d: %s (%d of %d consecutive steps before the run stops; threshold %s)",
-                           step, alarm.message, n, self.config.patience, key)
+            logger.warning(
+                "watchdog, step %d: %s (%d of %d consecutive steps before the run stops; threshold %s)",
+                step,
+                alarm.message,
+                n,
+                self.config.patience,
+                key,
+            )
             if n >= self.config.patience and self.stop_reason is None:
-                self.stop_reason = (f"stopped at step {step}: {alarm.message}, for {n} consecutive steps "
-                                    f"(threshold {key})")
+                self.stop_reason = (
+                    f"stopped at step {step}: {alarm.message}, for {n} consecutive steps (threshold {key})"
+                )
         return alarms
 
 

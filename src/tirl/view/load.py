@@ -124,13 +124,20 @@ def record_id(kind: str, record: dict[str, Any]) -> str:
 def iter_token_records(run: RunRecords) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(record_id, record)`` for every record with a usable ``prompt_ids`` (non-empty), ``response_ids`` and
     ``loss_mask`` (lists of non-negative ints, the mask of 0/1 as long as the response); others are skipped."""
+
     def ints(x: Any) -> bool:
         return isinstance(x, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in x)
 
     for rec in run.records:
         ids, mask = rec.get("response_ids"), rec.get("loss_mask")
-        if ints(rec.get("prompt_ids")) and rec["prompt_ids"] and ints(ids) and ints(mask) \
-                and len(ids) == len(mask) and all(m in (0, 1) for m in mask):
+        if (
+            ints(rec.get("prompt_ids"))
+            and rec["prompt_ids"]
+            and ints(ids)
+            and ints(mask)
+            and len(ids) == len(mask)
+            and all(m in (0, 1) for m in mask)
+        ):
             yield record_id(run.kind, rec), rec
 
 

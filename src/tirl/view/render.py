@@ -110,12 +110,32 @@ def _turns(rec: dict[str, Any], hl: _Highlighter) -> list[dict[str, Any]]:
         calls = [_tool_call(c, hl) for c in _l(t.get("tool_calls")) if isinstance(c, dict)]
         responses = _l(t.get("tool_responses"))
         if not calls and responses:  # training logs of older tirl versions: responses only
-            calls = [{"cls": cls, "name": "", "tool": "", "session": "", "code_html": "", "raw": "", "input": "",
-                      "parse_error": "", "status": "", "duration": None, "exit": None, "output": "",
-                      "response": _clip(r)}
-                     for cls, r in zip(_pad(rec.get("tool_calls"), len(responses)), responses)]
-        out.append({"text": _clip(t.get("text", "")), "n": _num(t.get("num_tokens")),
-                    "finish": _s(t.get("finish_reason", "")), "calls": calls})
+            calls = [
+                {
+                    "cls": cls,
+                    "name": "",
+                    "tool": "",
+                    "session": "",
+                    "code_html": "",
+                    "raw": "",
+                    "input": "",
+                    "parse_error": "",
+                    "status": "",
+                    "duration": None,
+                    "exit": None,
+                    "output": "",
+                    "response": _clip(r),
+                }
+                for cls, r in zip(_pad(rec.get("tool_calls"), len(responses)), responses)
+            ]
+        out.append(
+            {
+                "text": _clip(t.get("text", "")),
+                "n": _num(t.get("num_tokens")),
+                "finish": _s(t.get("finish_reason", "")),
+                "calls": calls,
+            }
+        )
     return out
 
 
@@ -173,8 +193,10 @@ def view_records(run: RunRecords, entropy: dict[str, dict[str, dict[str, Any]]] 
             reward = _num(rec.get("reward"))
             status = _s(rec.get("verify_status", ""))
             gold = rec.get("answer")
-            head = (f"step {_s(rec.get('step'))} · group {_s(rec.get('group', '?'))} · {_s(rec.get('problem_id'))} "
-                    f"· sample {_s(rec.get('sample', 0))}")
+            head = (
+                f"step {_s(rec.get('step'))} · group {_s(rec.get('group', '?'))} · {_s(rec.get('problem_id'))} "
+                f"· sample {_s(rec.get('sample', 0))}"
+            )
             classes = rec.get("tool_calls")
         verdict = "unscored" if reward is None else ("correct" if reward > 0 else "wrong")
         turns = _turns(rec, hl)
@@ -188,21 +210,37 @@ def view_records(run: RunRecords, entropy: dict[str, dict[str, dict[str, Any]]] 
         answer = rec.get("final_answer")
         ents = {label: _entropy_tokens(rows[rid], mask) for label, rows in entropy.items() if rid in rows}
         audit = audit_record(rec)
-        out.append({
-            "i": i, "id": rid, "head": head, "step": _num(rec.get("step")), "group": _num(rec.get("group")),
-            "problem": _clip(rec.get("problem", "")), "prompt": _clip(rec.get("prompt_text", "")),
-            "gold": _s(gold), "answer": None if answer is None else _s(answer), "verdict": verdict,
-            "reward": reward, "verify_status": status, "finish": _s(rec.get("finish_reason", "")),
-            "truncated": rec.get("finish_reason") in ("length", "context"),
-            "model_tokens": model_tokens, "response_tokens": n_resp,
-            "injected_tokens": n_resp - model_tokens if n_resp is not None and model_tokens is not None else None,
-            "kept": rec.get("kept") if isinstance(rec.get("kept"), bool) else None,
-            "p_err": _num(rec.get("p_err")), "p_format": _num(rec.get("p_format")),
-            "selection": _s(rec.get("selection")), "reason": _roc_reason(rec),
-            "classes": classes, "turns": turns, "entropy": ents,
-            "audit": [k for k in AUDIT_KEYS if k != "flagged" and getattr(audit, k)],
-            "audit_details": [_clip(d, 500) for d in audit.details],
-        })
+        out.append(
+            {
+                "i": i,
+                "id": rid,
+                "head": head,
+                "step": _num(rec.get("step")),
+                "group": _num(rec.get("group")),
+                "problem": _clip(rec.get("problem", "")),
+                "prompt": _clip(rec.get("prompt_text", "")),
+                "gold": _s(gold),
+                "answer": None if answer is None else _s(answer),
+                "verdict": verdict,
+                "reward": reward,
+                "verify_status": status,
+                "finish": _s(rec.get("finish_reason", "")),
+                "truncated": rec.get("finish_reason") in ("length", "context"),
+                "model_tokens": model_tokens,
+                "response_tokens": n_resp,
+                "injected_tokens": n_resp - model_tokens if n_resp is not None and model_tokens is not None else None,
+                "kept": rec.get("kept") if isinstance(rec.get("kept"), bool) else None,
+                "p_err": _num(rec.get("p_err")),
+                "p_format": _num(rec.get("p_format")),
+                "selection": _s(rec.get("selection")),
+                "reason": _roc_reason(rec),
+                "classes": classes,
+                "turns": turns,
+                "entropy": ents,
+                "audit": [k for k in AUDIT_KEYS if k != "flagged" and getattr(audit, k)],
+                "audit_details": [_clip(d, 500) for d in audit.details],
+            }
+        )
     return out
 
 
@@ -219,13 +257,19 @@ def render_html(run_dir: str | Path, *, title: str | None = None) -> str:
     env = Environment(loader=PackageLoader("tirl.view", "templates"), autoescape=select_autoescape(["j2", "html"]))
     here = Path(__file__).parent / "templates"
     meta = {
-        "kind": run.kind, "root": str(run.root), "count": len(records), "skipped_lines": run.skipped_lines,
-        "page_size": PAGE_SIZE, "entropy_labels": sorted({k for r in records for k in r["entropy"]}),
+        "kind": run.kind,
+        "root": str(run.root),
+        "count": len(records),
+        "skipped_lines": run.skipped_lines,
+        "page_size": PAGE_SIZE,
+        "entropy_labels": sorted({k for r in records for k in r["entropy"]}),
         "steps": sorted({r["step"] for r in records if r["step"] is not None}),
     }
     return env.get_template("viewer.html.j2").render(
         title=title or f"tirl view: {Path(run_dir).resolve().name}",
-        meta=meta, records=records, summary=run.summary,
+        meta=meta,
+        records=records,
+        summary=run.summary,
         css=(here / "viewer.css").read_text(encoding="utf-8") + "\n" + _Highlighter().css,
         pct=lambda x: "–" if _num(x) is None else f"{100 * x:.1f} %",
         num=lambda x, d=2: "–" if _num(x) is None else f"{x:.{d}f}",

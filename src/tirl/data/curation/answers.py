@@ -45,9 +45,7 @@ ACCEPTED_KINDS: dict[str, frozenset[str]] = {
 """``AnswerPolicy.accept`` -> the answer kinds kept."""
 
 _INTEGER = re.compile(r"^-?\d+$")
-_RATIONAL = re.compile(
-    r"^-?(?:\d+/\d+|\d*\.\d+|\d+\.\d*|\\frac\{-?\d+\}\{\d+\}|\\frac\d\d|\(?-?\d+\)?/\(?\d+\)?)$"
-)
+_RATIONAL = re.compile(r"^-?(?:\d+/\d+|\d*\.\d+|\d+\.\d*|\\frac\{-?\d+\}\{\d+\}|\\frac\d\d|\(?-?\d+\)?/\(?\d+\)?)$")
 _COMPOUND = re.compile(
     r"[,;]|\\\\|\\[{}]|\\(?:pm|mp|cup|cap|infty|le|ge|leq|geq|lt|gt|neq|ne|in|begin|to|rightarrow|setminus)(?![A-Za-z])"
     r"|[<>≤≥≠±∪∩∞]|(?:^|\s)(?:and|or)(?:\s|$)"
@@ -189,13 +187,23 @@ def check_answers(
             if verdict.status == "ok" and verdict.correct:
                 checks[i] = AnswerCheck(kind)
             elif verdict.status == "ok":
-                checks[i] = AnswerCheck(kind, "not_self_equal",
-                                        verdict.detail or "the verifier found it unequal to itself")
+                checks[i] = AnswerCheck(
+                    kind, "not_self_equal", verdict.detail or "the verifier found it unequal to itself"
+                )
             else:
-                checks[i] = AnswerCheck(kind, _PROBE_REASON.get(verdict.status, "verifier_error"),
-                                        verdict.detail or verdict.status)
+                checks[i] = AnswerCheck(
+                    kind, _PROBE_REASON.get(verdict.status, "verifier_error"), verdict.detail or verdict.status
+                )
     return [c if c is not None else AnswerCheck("empty", "empty_answer") for c in checks]
 
 
-__all__ = ["ACCEPTED_KINDS", "ANSWER_KINDS", "AnswerCheck", "AnswerKind", "AnswerPolicy", "VerifyData",
-           "check_answers", "classify_answer"]
+__all__ = [
+    "ACCEPTED_KINDS",
+    "ANSWER_KINDS",
+    "AnswerCheck",
+    "AnswerKind",
+    "AnswerPolicy",
+    "VerifyData",
+    "check_answers",
+    "classify_answer",
+]

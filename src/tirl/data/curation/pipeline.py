@@ -152,8 +152,9 @@ def curate_problems(
     seconds: dict[str, float] = {}
 
     def drop(item: SourceProblem, step: str, reason: str, **detail: Any) -> None:
-        drops.append(Drop(item.problem.id, item.source, step, reason, item.problem.problem, item.problem.answer,
-                          detail))
+        drops.append(
+            Drop(item.problem.id, item.source, step, reason, item.problem.problem, item.problem.answer, detail)
+        )
 
     # 1. normalise
     start = time.perf_counter()
@@ -170,8 +171,13 @@ def curate_problems(
             drop(item, "normalise", "malformed", why="empty problem after normalisation")
             continue
         if cfg.drop_attachments and (p.meta.get("has_image") or p.meta.get("resource_files")):
-            drop(item, "normalise", "needs_attachment", has_image=bool(p.meta.get("has_image")),
-                 resource_files=list(p.meta.get("resource_files") or []))
+            drop(
+                item,
+                "normalise",
+                "needs_attachment",
+                has_image=bool(p.meta.get("has_image")),
+                resource_files=list(p.meta.get("resource_files") or []),
+            )
             continue
         current.append(SourceProblem(item.source, replace(p, problem=text, answer=answer)))
     seconds["normalise"] = time.perf_counter() - start
@@ -200,8 +206,14 @@ def curate_problems(
             survivor_tokens.append(toks)
             continue
         kept = current[dup.index].problem
-        drop(item, "dedup", "exact_duplicate" if dup.exact else "near_duplicate", duplicate_of=kept.id,
-             similarity=round(dup.similarity, 4), same_answer=kept.answer == item.problem.answer)
+        drop(
+            item,
+            "dedup",
+            "exact_duplicate" if dup.exact else "near_duplicate",
+            duplicate_of=kept.id,
+            similarity=round(dup.similarity, 4),
+            same_answer=kept.answer == item.problem.answer,
+        )
     current, tokens = survivors, survivor_tokens
     seconds["dedup"] = time.perf_counter() - start
 
@@ -215,8 +227,14 @@ def curate_problems(
         if hit is None:
             survivors.append(item)
         else:
-            drop(item, "decontam", "contaminated", benchmark_ids=list(hit.reference_ids), ngram=hit.ngram,
-                 shared_ngrams=hit.shared)
+            drop(
+                item,
+                "decontam",
+                "contaminated",
+                benchmark_ids=list(hit.reference_ids),
+                ngram=hit.ngram,
+                shared_ngrams=hit.shared,
+            )
     current = survivors
     seconds["decontam"] = time.perf_counter() - start
 
@@ -227,16 +245,28 @@ def curate_problems(
         start = time.perf_counter()
         generate, score = sampler
         ccfg = cfg.consistency
-        counts = label_consistency([item.problem for item in current], generate, score, progress_path, ccfg,
-                                   progress=(lambda d, t: progress("consistency", d, t)) if progress else None)
+        counts = label_consistency(
+            [item.problem for item in current],
+            generate,
+            score,
+            progress_path,
+            ccfg,
+            progress=(lambda d, t: progress("consistency", d, t)) if progress else None,
+        )
         survivors = []
         for item in current:
             correct = counts[item.problem.id]
             if correct >= ccfg.min_correct:
                 survivors.append(item)
             else:
-                drop(item, "consistency", "label_inconsistent", correct=correct, samples=ccfg.samples,
-                     min_correct=ccfg.min_correct)
+                drop(
+                    item,
+                    "consistency",
+                    "label_inconsistent",
+                    correct=correct,
+                    samples=ccfg.samples,
+                    min_correct=ccfg.min_correct,
+                )
         current = survivors
         seconds["consistency"] = time.perf_counter() - start
     return current, drops, seconds
@@ -283,8 +313,15 @@ def curate(
     for bad in malformed:
         loaded[bad.source] = loaded.get(bad.source, 0) + 1
     out.mkdir(parents=True, exist_ok=True)
-    kept, drops, seconds = curate_problems(loaded_items, cfg, executor=executor, verify=verify, sampler=sampler,
-                                           progress_path=out / "consistency.progress.jsonl", progress=progress)
+    kept, drops, seconds = curate_problems(
+        loaded_items,
+        cfg,
+        executor=executor,
+        verify=verify,
+        sampler=sampler,
+        progress_path=out / "consistency.progress.jsonl",
+        progress=progress,
+    )
     drops = [Drop(m.id, m.source, "normalise", "malformed", "", "", {"why": m.reason}) for m in malformed] + drops
     seconds = {"load": load_s, **seconds}
     result = CurationResult([k.problem for k in kept], [k.source for k in kept], drops, loaded, seconds)
@@ -293,8 +330,7 @@ def curate(
         for d in drops:
             fh.write(json.dumps(d.to_dict(), ensure_ascii=False) + "\n")
     result.report = build_report(result, list(sources), cfg, ran_consistency=sampler is not None)
-    (out / "report.json").write_text(json.dumps(result.report, indent=2, ensure_ascii=False) + "\n",
-                                     encoding="utf-8")
+    (out / "report.json").write_text(json.dumps(result.report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     (out / "report.md").write_text(render_markdown(result.report), encoding="utf-8")
     return result
 

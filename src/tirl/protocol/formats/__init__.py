@@ -53,8 +53,9 @@ class ToolCallFormat(ABC):
     error_kinds: Mapping[str, str] = {}
 
     @abstractmethod
-    def parse_block(self, text: str, start: int, config: ProtocolConfig,
-                    lenient: bool) -> tuple[ToolCall | ToolCallError, int]:
+    def parse_block(
+        self, text: str, start: int, config: ProtocolConfig, lenient: bool
+    ) -> tuple[ToolCall | ToolCallError, int]:
         """Parse the block whose opening tag starts at ``text[start]``.
 
         Args:

@@ -33,8 +33,9 @@ class HermesFormat(ToolCallFormat):
 
         return parse.ERROR_KINDS
 
-    def parse_block(self, text: str, start: int, config: ProtocolConfig,
-                    lenient: bool) -> tuple[ToolCall | ToolCallError, int]:
+    def parse_block(
+        self, text: str, start: int, config: ProtocolConfig, lenient: bool
+    ) -> tuple[ToolCall | ToolCallError, int]:
         """:func:`tirl.protocol.parse._parse_block` (see :meth:`ToolCallFormat.parse_block`)."""
         from tirl.protocol import parse
 
@@ -55,12 +56,14 @@ class HermesFormat(ToolCallFormat):
         return f"{config.tool_call_open}\n{payload}\n{config.tool_call_close}"
 
     def call_instructions(self, config: ProtocolConfig) -> str:
-        """"write one JSON object with the function name and its arguments inside <tool_call></tool_call> tags"."""
-        return (f"write one JSON object with the function name and its arguments inside "
-                f"{config.tool_call_open}{config.tool_call_close} tags")
+        """ "write one JSON object with the function name and its arguments inside <tool_call></tool_call> tags"."""
+        return (
+            f"write one JSON object with the function name and its arguments inside "
+            f"{config.tool_call_open}{config.tool_call_close} tags"
+        )
 
     def parse_error_hint(self, config: ProtocolConfig) -> str:
-        """"A valid call is a JSON object inside the tags, e.g. {...}" (the example on one line)."""
+        """ "A valid call is a JSON object inside the tags, e.g. {...}" (the example on one line)."""
         example = f'{{"name": "{config.function_name}", "arguments": {{"code": "print(1 + 1)", "input": ""}}}}'
         return f"A valid call is a JSON object inside the tags, e.g. {example}"
 

@@ -130,16 +130,16 @@ def _strip_template_newlines(value: str) -> str:
     return value
 
 
-def _read(text: str, body_start: int, bound: int, close_tag: str,
-          lenient: bool) -> tuple[str, list[tuple[str, str]], int, list[str]]:
+def _read(
+    text: str, body_start: int, bound: int, close_tag: str, lenient: bool
+) -> tuple[str, list[tuple[str, str]], int, list[str]]:
     """Read ``<function=NAME>`` parameters ``</function></tool_call>`` from ``body_start``, within ``bound``.
 
     Returns (name, [(key, value)...] in order, offset of the closing tag, repairs). Raises :class:`_Failure`.
     """
     pos = _skip_ws(text, body_start)
     if not text.startswith(FUNCTION_OPEN, pos, bound):
-        raise _Failure("missing_function", "The tool call must start with <function=NAME> after the opening tag.",
-                       pos)
+        raise _Failure("missing_function", "The tool call must start with <function=NAME> after the opening tag.", pos)
     named = _tag_name(text, pos + len(FUNCTION_OPEN), bound)
     if named is None:
         raise _Failure("invalid_name", "Write the function name as <function=NAME> on one line.", pos)
@@ -154,8 +154,11 @@ def _read(text: str, body_start: int, bound: int, close_tag: str,
             key, value_start = keyed
             end = _value_end(text, value_start, bound, close_tag)
             if end < 0:
-                raise _Failure("unclosed_parameter",
-                               f"The value of <parameter={key}> is not closed with {PARAMETER_CLOSE}.", value_start)
+                raise _Failure(
+                    "unclosed_parameter",
+                    f"The value of <parameter={key}> is not closed with {PARAMETER_CLOSE}.",
+                    value_start,
+                )
             params.append((key, _strip_template_newlines(text[value_start:end])))
             pos = end + len(PARAMETER_CLOSE)
         elif text.startswith(FUNCTION_CLOSE, pos, bound):
@@ -168,13 +171,16 @@ def _read(text: str, body_start: int, bound: int, close_tag: str,
                 return name, params, pos, ["missing_function_close"]
             raise _Failure("unclosed_function", f"The call is missing {FUNCTION_CLOSE} before {close_tag}.", pos)
         else:
-            raise _Failure("unexpected_text",
-                           f"Expected {PARAMETER_OPEN}NAME> or {FUNCTION_CLOSE}; only whitespace may separate them.",
-                           pos)
+            raise _Failure(
+                "unexpected_text",
+                f"Expected {PARAMETER_OPEN}NAME> or {FUNCTION_CLOSE}; only whitespace may separate them.",
+                pos,
+            )
 
 
-def _validate(name: str, params: list[tuple[str, str]], repairs: list[str], raw: str, span: tuple[int, int],
-              cfg: ProtocolConfig) -> ToolCall | ToolCallError:
+def _validate(
+    name: str, params: list[tuple[str, str]], repairs: list[str], raw: str, span: tuple[int, int], cfg: ProtocolConfig
+) -> ToolCall | ToolCallError:
     fn = cfg.function_name
 
     def error(kind: str, message: str) -> ToolCallError:
@@ -206,15 +212,29 @@ def _validate(name: str, params: list[tuple[str, str]], repairs: list[str], raw:
             kept, warnings = check_arguments(schema, decoded)
         except ArgumentError as exc:
             return error(exc.kind, exc.message)
-        return ToolCall(name=name, arguments=kept, raw=raw, span=span, repaired=bool(repairs), repairs=list(repairs),
-                        warnings=warnings)
+        return ToolCall(
+            name=name,
+            arguments=kept,
+            raw=raw,
+            span=span,
+            repaired=bool(repairs),
+            repairs=list(repairs),
+            warnings=warnings,
+        )
     if "code" not in args:
         return error("missing_code", "The call has no <parameter=code> with the Python program.")
     if not args["code"].strip():
         return error("empty_code", "<parameter=code> is empty; put the Python program in it.")
     warnings = [f"ignored_argument:{key}" for key in args if key not in ("code", "input")]
-    return ToolCall(name=name, arguments={"code": args["code"], "input": args.get("input", "")}, raw=raw,
-                    span=span, repaired=bool(repairs), repairs=list(repairs), warnings=warnings)
+    return ToolCall(
+        name=name,
+        arguments={"code": args["code"], "input": args.get("input", "")},
+        raw=raw,
+        span=span,
+        repaired=bool(repairs),
+        repairs=list(repairs),
+        warnings=warnings,
+    )
 
 
 def unwritable_reason(value: str, config: ProtocolConfig) -> str | None:
@@ -229,7 +249,7 @@ def unwritable_reason(value: str, config: ProtocolConfig) -> str | None:
     while (close := value.find(PARAMETER_CLOSE, pos)) >= 0:
         after = _skip_ws(value, close + len(PARAMETER_CLOSE))
         if any(value.startswith(tag, after) for tag in (PARAMETER_OPEN, FUNCTION_CLOSE, config.tool_call_close)):
-            return f"it holds {PARAMETER_CLOSE} followed by {value[after:after + 12]!r}, which would end the value"
+            return f"it holds {PARAMETER_CLOSE} followed by {value[after : after + 12]!r}, which would end the value"
         pos = close + len(PARAMETER_CLOSE)
     return None
 
@@ -240,8 +260,9 @@ class Qwen3XmlFormat(ToolCallFormat):
     name = "qwen3_xml"
     error_kinds = ERROR_KINDS
 
-    def parse_block(self, text: str, start: int, config: ProtocolConfig,
-                    lenient: bool) -> tuple[ToolCall | ToolCallError, int]:
+    def parse_block(
+        self, text: str, start: int, config: ProtocolConfig, lenient: bool
+    ) -> tuple[ToolCall | ToolCallError, int]:
         """See :meth:`ToolCallFormat.parse_block` and the module docstring. Work is linear in the length of the
         block's region (up to the next opening tag)."""
         open_tag, close_tag = config.tool_call_open, config.tool_call_close
@@ -251,13 +272,20 @@ class Qwen3XmlFormat(ToolCallFormat):
         first_close = text.find(close_tag, body_start, bound)
         if first_close < 0:
             where = f" before the next {open_tag}" if next_open >= 0 else ""
-            return ToolCallError(kind="unclosed_tag",
-                                 message=f"The tool call was not closed with {close_tag}{where}, so nothing was run.",
-                                 raw=text[body_start:bound], span=(start, bound)), bound
+            return ToolCallError(
+                kind="unclosed_tag",
+                message=f"The tool call was not closed with {close_tag}{where}, so nothing was run.",
+                raw=text[body_start:bound],
+                span=(start, bound),
+            ), bound
         if not text[body_start:first_close].strip():
             end = first_close + len(close_tag)
-            return ToolCallError(kind="empty_call", message="The tool call is empty.",
-                                 raw=text[body_start:first_close], span=(start, end)), end
+            return ToolCallError(
+                kind="empty_call",
+                message="The tool call is empty.",
+                raw=text[body_start:first_close],
+                span=(start, end),
+            ), end
         try:
             name, params, close, repairs = _read(text, body_start, bound, close_tag, lenient)
         except _Failure as failure:
@@ -265,8 +293,9 @@ class Qwen3XmlFormat(ToolCallFormat):
             close = text.find(close_tag, failure.at, bound)
             close = first_close if close < 0 else close
             end = close + len(close_tag)
-            return ToolCallError(kind=failure.kind, message=failure.message, raw=text[body_start:close],
-                                 span=(start, end)), end
+            return ToolCallError(
+                kind=failure.kind, message=failure.message, raw=text[body_start:close], span=(start, end)
+            ), end
         end = close + len(close_tag)
         return _validate(name, params, repairs, text[body_start:close], (start, end), config), end
 
@@ -292,12 +321,14 @@ class Qwen3XmlFormat(ToolCallFormat):
 
     def call_instructions(self, config: ProtocolConfig) -> str:
         """How to write a call in this format, for the tools section."""
-        return (f"name the function in {FUNCTION_OPEN}NAME>, give each argument as {PARAMETER_OPEN}ARGUMENT> "
-                f"with its value on the lines after it and {PARAMETER_CLOSE}, close {FUNCTION_CLOSE}, and put it "
-                f"all inside {config.tool_call_open}{config.tool_call_close} tags")
+        return (
+            f"name the function in {FUNCTION_OPEN}NAME>, give each argument as {PARAMETER_OPEN}ARGUMENT> "
+            f"with its value on the lines after it and {PARAMETER_CLOSE}, close {FUNCTION_CLOSE}, and put it "
+            f"all inside {config.tool_call_open}{config.tool_call_close} tags"
+        )
 
     def parse_error_hint(self, config: ProtocolConfig) -> str:
-        """"A valid call names the function and each argument in tags, e.g.:" and a rendered example call."""
+        """ "A valid call names the function and each argument in tags, e.g.:" and a rendered example call."""
         example = self.render_call(config.function_name, {"code": "print(1 + 1)", "input": ""}, config)
         return f"A valid call names the function and each argument in tags, e.g.:\n{example}"
 
@@ -308,8 +339,10 @@ class Qwen3XmlFormat(ToolCallFormat):
 
 def _checked_name(name: str, what: str) -> str:
     if not isinstance(name, str) or not name or name != name.strip() or any(c in name for c in "<>\n"):
-        raise ValueError(f"qwen3_xml cannot write the {what} {name!r}: it must be non-empty, without '<', '>', "
-                         "newlines or surrounding whitespace")
+        raise ValueError(
+            f"qwen3_xml cannot write the {what} {name!r}: it must be non-empty, without '<', '>', "
+            "newlines or surrounding whitespace"
+        )
     return name
 
 

@@ -140,8 +140,14 @@ class Tool(ABC):
         """The tool as an OpenAI-style function schema (what ``apply_chat_template(tools=[...])`` takes):
         ``{"type": "function", "function": {"name", "description", "parameters"}}``."""
         description = config.function_description if config.function_description is not None else self.description
-        return {"type": "function", "function": {"name": config.function_name, "description": description,
-                                                 "parameters": self.parameters(config)}}
+        return {
+            "type": "function",
+            "function": {
+                "name": config.function_name,
+                "description": description,
+                "parameters": self.parameters(config),
+            },
+        }
 
     def example_arguments(self) -> dict[str, str]:
         """The arguments of the example call in the tools section (in the order the format writes them)."""
@@ -176,8 +182,14 @@ ARGUMENT_ERROR_KINDS: dict[str, str] = {
     "bad_argument_type": "an argument's value is not of its schema type",
 }
 
-_JSON_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float),
-                                           "boolean": (bool,), "array": (list,), "object": (dict,)}
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+}
 
 
 class ArgumentError(ValueError):
@@ -271,5 +283,16 @@ def get_tool(name: str) -> Tool:
     raise ValueError(f"tool must be one of {', '.join(tool_names())}, got {name!r}")
 
 
-__all__ = ["ARGUMENT_ERROR_KINDS", "DEFAULT_TOOL", "ArgumentError", "Tool", "ToolContext", "ToolResult",
-           "argument_type", "check_arguments", "get_tool", "register_tool", "tool_names"]
+__all__ = [
+    "ARGUMENT_ERROR_KINDS",
+    "DEFAULT_TOOL",
+    "ArgumentError",
+    "Tool",
+    "ToolContext",
+    "ToolResult",
+    "argument_type",
+    "check_arguments",
+    "get_tool",
+    "register_tool",
+    "tool_names",
+]

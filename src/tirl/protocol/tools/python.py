@@ -61,8 +61,12 @@ class PythonTool(Tool):
 
     def request(self, arguments: Mapping[str, Any], context: ToolContext) -> ExecutionRequest:
         """The sandbox request of one call: ``code``, ``input`` on stdin, the context's time and memory limits."""
-        return ExecutionRequest(code=argument_text(arguments, "code"), stdin=argument_text(arguments, "input"),
-                                timeout_s=context.timeout_s, memory_mb=context.memory_mb)
+        return ExecutionRequest(
+            code=argument_text(arguments, "code"),
+            stdin=argument_text(arguments, "input"),
+            timeout_s=context.timeout_s,
+            memory_mb=context.memory_mb,
+        )
 
     async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
         """One call (a batch of one)."""

@@ -52,7 +52,7 @@ CELLS_KEY = "python_session.cells"
 #: Filename of the new cell in the sandbox's tracebacks (:data:`tirl.sandbox.runner.FILENAME`).
 _CODE_FILENAME = "<code>"
 
-_REPLAY_SOURCE = '''\
+_REPLAY_SOURCE = """\
 import io, sys
 
 class _DiscardBytes(io.RawIOBase):
@@ -92,7 +92,7 @@ def _replay(cells, namespace):
               + ", ".join(failed) + "; what they define may be missing.", file=sys.stderr, flush=True)
 
 _replay(CELLS, NS)
-'''
+"""
 
 _LINE = re.compile(r'(File "<code>", line )(\d+)')
 _ON_LINE = re.compile(r"(\bon line )(\d+)")
@@ -104,8 +104,10 @@ def session_program(cells: Sequence[tuple[str, str]], code: str) -> str:
     itself when there are none, else one header line that re-runs them silently, then ``code`` from line 2."""
     if not cells:
         return code
-    header = (f"exec(compile({_REPLAY_SOURCE!r}, '<session>', 'exec', dont_inherit=True), "
-              f"{{'__builtins__': __builtins__, 'CELLS': {[tuple(c) for c in cells]!r}, 'NS': globals()}})")
+    header = (
+        f"exec(compile({_REPLAY_SOURCE!r}, '<session>', 'exec', dont_inherit=True), "
+        f"{{'__builtins__': __builtins__, 'CELLS': {[tuple(c) for c in cells]!r}, 'NS': globals()}})"
+    )
     return header + "\n" + code
 
 
@@ -143,14 +145,18 @@ class PythonSessionTool(Tool):
         cells: list[tuple[str, str]] = context.session.setdefault(CELLS_KEY, [])
         code, stdin = argument_text(arguments, "code"), argument_text(arguments, "input")
         replayed = len(cells)
-        request = ExecutionRequest(code=session_program(cells, code), stdin=stdin, timeout_s=context.timeout_s,
-                                   memory_mb=context.memory_mb)
+        request = ExecutionRequest(
+            code=session_program(cells, code), stdin=stdin, timeout_s=context.timeout_s, memory_mb=context.memory_mb
+        )
         [raw] = await execute_requests([request], context)
         result = cell_result(raw, replayed)
         if result.status == "ok":
             cells.append((code, stdin))
-        return ToolResult(result=result, text=self.render(result, context.config),
-                          details={"replayed_cells": replayed, "session_cells": len(cells)})
+        return ToolResult(
+            result=result,
+            text=self.render(result, context.config),
+            details={"replayed_cells": replayed, "session_cells": len(cells)},
+        )
 
     async def run_batch(self, calls: Sequence[Mapping[str, Any]], context: ToolContext) -> list[ToolResult]:
         """The turn's calls one after the other (each sees the state the previous ones left)."""

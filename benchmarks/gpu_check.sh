@@ -18,7 +18,10 @@
 # Nothing is downloaded on the GPU machine (pip --no-index; HF_HUB_OFFLINE=1). CARRY is never committed.
 # Environment: PYTHON (default python3; must be 3.11 or 3.12), GPU_CHECK_VENV (default /tmp/tirl-gpu-venv),
 # GPU_CHECK_TIMEOUT_S (default 480: the Python part is stopped after 8 minutes), GPU_CHECK_DEVICE (run mode;
-# default cuda; cpu: the same offline install, then the tiny model on the CPU: the rehearsal of a visit).
+# default cuda; cpu: the same offline install, then the tiny model on the CPU: the rehearsal of a visit),
+# GPU_CHECK_WHEELS (prepare's list; default gpu_check_wheels.txt, 60 MiB; gpu_check_wheels_h200.txt, 5 MiB, is
+# what the lent H200's image lacks: a device tool that counts the working tree, 35 MiB, against 64 MiB can carry
+# only that one).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(dirname "$HERE")"
@@ -35,7 +38,7 @@ prepare)
   "$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
-    -d "$carry/wheels" -r "$HERE/gpu_check_wheels.txt"
+    -d "$carry/wheels" -r "${GPU_CHECK_WHEELS:-$HERE/gpu_check_wheels.txt}"
   PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}" "$PY" - "$carry/tokenizer" <<'PYEOF'
 import shutil, sys
 from pathlib import Path
@@ -52,6 +55,13 @@ PYEOF
   ls -1 "$carry/wheels"
   echo "wheels: $(ls "$carry"/wheels/*.whl | wc -l) files, $((total / 1024 / 1024)) MiB; tokenizer: $(du -cb "$carry"/tokenizer/* | tail -1 | cut -f1) bytes"
   [ "$total" -le "$MAX_WHEEL_BYTES" ] || { echo "gpu_check: the wheels exceed 64 MiB" >&2; exit 1; }
+  # what a device tool copies is the whole working tree plus the carry: say when that is over 64 MiB
+  tree=$(cd "$ROOT" && git ls-files -z 2>/dev/null | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1 || echo 0)
+  carried=$(du -sb "$carry" | cut -f1)
+  echo "travels: tree $((tree / 1024 / 1024)) MiB + carry $((carried / 1024 / 1024)) MiB"
+  if [ $((tree + carried)) -gt "$MAX_WHEEL_BYTES" ]; then
+    echo "gpu_check: note: tree + carry exceed 64 MiB; for the lent H200 (whose image has pandas, pyarrow, ...) use GPU_CHECK_WHEELS=$HERE/gpu_check_wheels_h200.txt" >&2
+  fi
   ;;
 run)
   [ -d "$carry/wheels" ] && [ -f "$carry/tokenizer/tokenizer.json" -o -f "$carry/tokenizer/tokenizer.json.gz" ] || {

@@ -57,6 +57,18 @@ def test_the_carried_wheels_are_exact_pins():
     assert not names & {"torch", "transformers", "accelerate", "peft", "vllm", "fastapi"}  # the machine's own
 
 
+def _pins(name: str) -> dict[str, str]:
+    text = (ROOT / "benchmarks" / name).read_text()
+    return dict(ln.split("==") for ln in text.splitlines() if ln.strip() and not ln.startswith("#"))
+
+
+def test_the_h200_list_is_the_full_list_less_what_the_image_has():
+    full, lean = _pins("gpu_check_wheels.txt"), _pins("gpu_check_wheels_h200.txt")
+    assert lean and all(full.get(name) == version for name, version in lean.items())  # same pins, a subset
+    assert {"trl", "datasets", "math-verify", "pydantic"} <= set(lean)  # not in the image
+    assert not set(lean) & {"pandas", "pyarrow", "fsspec", "requests", "setuptools", "packaging"}  # in the image
+
+
 def test_run_mode_on_a_machine_without_cuda_stops_before_installing(tmp_path):
     carry = tmp_path / "carry"
     (carry / "wheels").mkdir(parents=True)

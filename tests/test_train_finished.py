@@ -202,7 +202,7 @@ def test_eval_checks_its_server_before_generating(tmp_path):
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert lines == [
-        "tirl eval: the server http://127.0.0.1:9 does not answer (GET /health, /v1/models): start it, or fix --server"
+        "tirl eval: the server http://127.0.0.1:9 does not answer (GET /health, /v1/models): start it, or fix --servers"
     ]
     assert not (tmp_path / "e" / "trajectories.jsonl").exists()
 

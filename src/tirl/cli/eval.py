@@ -129,7 +129,8 @@ def _run(config: EvalConfig, console: Console, progress: bool = True) -> EvalRes
         for url in config.servers:  # before generating: a dead server would fail every trajectory one by one
             if not asyncio.run(probe_health(url)):
                 typer.secho(
-                    f"tirl eval: the server {url} does not answer (GET /health, /v1/models): start it, or fix --server",
+                    f"tirl eval: the server {url} does not answer (GET /health, /v1/models): "
+                    "start it, or fix --servers",
                     fg="red",
                     err=True,
                 )

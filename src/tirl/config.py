@@ -286,7 +286,23 @@ def dump_config(config: Any, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
 
 
+def section_types(cls: type) -> dict[str, type]:
+    """The sections of configuration dataclass ``cls``: ``{field name: dataclass type}`` of its fields whose
+    type is a dataclass (``X | None`` included), in field order."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, type] = {}
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if typing.get_origin(tp) in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            tp = args[0] if len(args) == 1 else tp
+        if dataclasses.is_dataclass(tp):
+            out[f.name] = tp  # type: ignore[assignment]
+    return out
+
+
 __all__ = [
+    "section_types",
     "BASE_KEY",
     "build_dataclass",
     "dump_config",

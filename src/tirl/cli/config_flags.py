@@ -32,6 +32,8 @@ from typing import Any
 import typer
 from typer.core import TyperCommand
 
+from tirl.config import section_types  # defined there (tirl.eval.config uses it too); exported here as before
+
 _MISSING = dataclasses.MISSING
 
 FLAG_NAMES: dict[str, str] = {"sandbox.backend": "--sandbox", "protocol.answer_fallback": "--protocol.answer-fallback"}
@@ -168,21 +170,6 @@ def _default(f: dataclasses.Field) -> Any:
     if f.default_factory is not _MISSING:  # type: ignore[misc]
         return f.default_factory()  # type: ignore[misc]
     return None
-
-
-def section_types(cls: type) -> dict[str, type]:
-    """The sections of configuration dataclass ``cls``: ``{field name: dataclass type}`` of its fields whose
-    type is a dataclass (``X | None`` included), in field order."""
-    hints = typing.get_type_hints(cls)
-    out: dict[str, type] = {}
-    for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        if typing.get_origin(tp) in (typing.Union, types.UnionType):
-            args = [a for a in typing.get_args(tp) if a is not type(None)]
-            tp = args[0] if len(args) == 1 else tp
-        if dataclasses.is_dataclass(tp):
-            out[f.name] = tp  # type: ignore[assignment]
-    return out
 
 
 def config_flags(

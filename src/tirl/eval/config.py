@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import types
-import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tirl.config import build_dataclass, merge, plain_dict, read_yaml_mapping
+from tirl.config import build_dataclass, merge, plain_dict, read_yaml_mapping, section_types
 from tirl.protocol.config import ProtocolConfig
 from tirl.reward.types import VerifierConfig
 from tirl.rollout.agent_loop import AgentLoopConfig, AgentLoopSettings
@@ -228,16 +226,7 @@ def packaged_recipe(model: str | Path) -> tuple[Path, dict[str, Any]] | None:
 
 
 def _section_types() -> dict[str, type]:
-    hints = typing.get_type_hints(EvalConfig)
-    out: dict[str, type] = {}
-    for f in dataclasses.fields(EvalConfig):
-        tp = hints[f.name]
-        if typing.get_origin(tp) in (typing.Union, types.UnionType):
-            args = [a for a in typing.get_args(tp) if a is not type(None)]
-            tp = args[0] if len(args) == 1 else tp
-        if dataclasses.is_dataclass(tp):
-            out[f.name] = tp  # type: ignore[assignment]
-    return out
+    return section_types(EvalConfig)
 
 
 def recipe_settings(recipe: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -302,7 +302,13 @@ def run_tirl(path: str, spec: dict[str, Any], outdir: Path) -> dict[str, Any]:
         server = vllm_server(spec, lora=path == "server_adapter", log_path=outdir / "vllm_server.log")
     elif path == "colocate":
         os.environ.update({k: v for k, v in vllm_env(spec).items() if k.startswith("VLLM_")})
-        overrides += ["rollout.use_vllm=true", "rollout.vllm_mode=colocate"]
+        # as configs/rl/cpu-toolmath-colocate.yaml: without TRL's importance-sampling correction and its extra
+        # forward pass (the server paths never apply one)
+        overrides += [
+            "rollout.use_vllm=true",
+            "rollout.vllm_mode=colocate",
+            "rollout.vllm_importance_sampling_correction=false",
+        ]
         if spec["eager"]:
             import trl.generation.vllm_generation as vg
 

@@ -314,3 +314,16 @@ def test_the_sft_recipe_and_the_cpu_rl_recipe_share_one_protocol():
     rl = load_config(root / "rl" / "cpu-toolmath-roc.yaml")
     assert sft.protocol == rl.protocol
     assert rl.protocol.prompt_style == "compact"
+
+
+def test_the_importance_sampling_correction_setting_reaches_trls_config():
+    """``rollout.vllm_importance_sampling_correction`` is TRL's switch with use_vllm (TRL's default, on, unless
+    a recipe says otherwise); the CPU colocated recipe turns it off (its extra forward pass is a no-op there)."""
+    from tirl.train.rl import grpo_args
+
+    root = Path(__file__).resolve().parents[1] / "configs" / "rl"
+    default = load_config(root / "cpu-toolmath-roc.yaml", ["rollout.use_vllm=true", "rollout.vllm_mode=colocate"])
+    assert grpo_args(default).vllm_importance_sampling_correction is True
+    colocate = load_config(root / "cpu-toolmath-colocate.yaml")
+    assert colocate.rollout.vllm_importance_sampling_correction is False
+    assert grpo_args(colocate).vllm_importance_sampling_correction is False

@@ -136,6 +136,12 @@ class RolloutConfig(AgentLoopSettings):
         vllm_server_base_url: for ``server`` mode.
         vllm_gpu_memory_utilization: for ``colocate`` mode.
         vllm_tensor_parallel_size: for ``colocate`` mode.
+        vllm_importance_sampling_correction: TRL's truncated importance-sampling correction of the
+            generator/trainer gap (``GRPOConfig.vllm_importance_sampling_correction``), with ``use_vllm`` only. It
+            costs a no-grad forward pass over the batch before every update (TRL computes the old log-probs for
+            it); with float32 weights synced exactly the gap is ~1e-6 nats and the ratio it applies is 1 to about
+            1e-5, so the CPU colocated recipe turns it off (docs/benchmarks.md). tirl's server paths never apply
+            it; ``logprob_mismatch/*`` is logged either way.
         mask_verifier_timeouts: a verifier that misses its deadline on an answer masks that trajectory like
             any other infrastructure failure (:mod:`tirl.algo.infra`); false grades it as wrong (reward 0),
             which denies a policy the escape of answers too large to compare.
@@ -161,6 +167,7 @@ class RolloutConfig(AgentLoopSettings):
     vllm_server_base_url: str | None = None
     vllm_gpu_memory_utilization: float = 0.5
     vllm_tensor_parallel_size: int = 1
+    vllm_importance_sampling_correction: bool = True
     mask_verifier_timeouts: bool = True
 
     @property

@@ -131,6 +131,7 @@ def grpo_args(config: RLConfig, num_processes: int = 1) -> Any:
             vllm_mode=r.vllm_mode,
             vllm_gpu_memory_utilization=r.vllm_gpu_memory_utilization,
             vllm_tensor_parallel_size=r.vllm_tensor_parallel_size,
+            vllm_importance_sampling_correction=r.vllm_importance_sampling_correction,
         )
         if r.vllm_server_base_url:
             kwargs["vllm_server_base_url"] = r.vllm_server_base_url

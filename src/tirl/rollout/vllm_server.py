@@ -106,6 +106,14 @@ def server_command(
     return cmd + [str(a) for a in extra_args]
 
 
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys; "
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0); "  # 1 = PR_SET_PDEATHSIG
+    "os.getppid() == 1 and sys.exit(1); "  # the parent died before prctl took effect
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM to the server's process group (its engine processes included), then SIGKILL after 60 s."""
     if proc.poll() is not None:
@@ -133,7 +141,8 @@ def launch_vllm_server(
     answers 200, and stop it on exit, whatever ends the block.
 
     The server runs in its own process group (so that its engine processes are stopped with it, and a Ctrl-C
-    meant for the trainer does not reach it first); its stdout and stderr go to ``log_path``.
+    meant for the trainer does not reach it first); its stdout and stderr go to ``log_path``. On Linux it also
+    gets SIGTERM from the kernel when this process dies without stopping it (``PR_SET_PDEATHSIG``).
 
     Raises:
         RuntimeError: the server exited before answering (the error ends with its log's last lines) or did not
@@ -146,9 +155,14 @@ def launch_vllm_server(
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    argv = list(cmd)
+    if sys.platform == "linux":
+        # PR_SET_PDEATHSIG (survives exec): the kernel sends the server SIGTERM if the trainer dies without running
+        # the finally below (SIGKILL, the OOM killer), so no server is left holding the machine's memory
+        argv = [sys.executable, "-c", _DIE_WITH_PARENT, *argv]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            list(cmd),
+            argv,
             env=dict(env) if env is not None else None,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -19,8 +19,10 @@ signal) is restarted, up to ``--retries`` times; any other failure (3 = the trai
 configuration error) is logged, its dependants are skipped, and the runner goes on with the next job and exits 1
 at the end. Each job's output goes to ``OUT/logs/JOB.log``; ``OUT/runner.log`` has one line per event.
 
-It does not choose the generation path: pass ``--set rollout.server_url=...`` (training) and
-``--eval-arg=--engine --eval-arg=openai ...`` (evaluation) for a vLLM server. It never starts by itself.
+The training runs take the arms' recipes' generation path: ``rollout.launch_server: auto`` starts a vLLM server
+per run when the runner's ``tirl`` is the vLLM environment's (``.venv-vllm/bin/python -m tirl.train.ablation``),
+in process otherwise; ``--set rollout.server_url=...`` uses a server of yours instead. Evaluation runs in process
+unless ``--eval-arg=--engine --eval-arg=openai ...`` names a server. It never starts by itself.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ Imports torch and TRL at module level: :mod:`tirl.train.rl` imports it when it b
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 import torch
@@ -22,6 +23,23 @@ model tokens and the maximum. Why these values: the gap enters the update as an 
 ``exp(gap)`` on each token. A maximum of 0.1 keeps every token's weight within [0.905, 1.105], half of PPO's
 clip range (epsilon 0.2), so engine noise alone never decides whether a token is clipped; a mean of 0.01 keeps
 the average weight within 1 % of 1. Measured: see docs/scale.md, "Generation paths (issue 24)"."""
+
+
+def mismatch_warning(mean: float, largest: float) -> str | None:
+    """The one-line warning for a step whose generator/trainer log-prob gap (nats) is over
+    :data:`LOGPROB_MISMATCH_TOLERANCE`, or None within it.
+
+    In bf16 the gap is bf16 rounding (two sets of kernels, about 0.01 mean and 0.2-0.5 max on the 0.5B model,
+    docs/scale.md); in float32 a gap this large means the generator does not hold the trainer's weights."""
+    tol = LOGPROB_MISMATCH_TOLERANCE
+    if mean <= tol["mean"] and largest <= tol["max"]:
+        return None
+    return (
+        f"logprob_mismatch {mean:.3g} mean / {largest:.3g} max nats is over the tolerance "
+        f"({tol['mean']:g} / {tol['max']:g}): the generator's log-probs differ from the trainer's by more than "
+        "float32 rounding; in bf16 that is bf16's own rounding (model.dtype=float32 for an exact match), in "
+        "float32 the generator is not sampling from the trainer's weights (check the weight sync)"
+    )
 
 
 def _vllm_on_cpu() -> bool:
@@ -308,6 +326,10 @@ class RocGRPOTrainer(trl.GRPOTrainer):
             logs["logprob_mismatch/mean"] = acc[0] / acc[1]
             logs["logprob_mismatch/max"] = acc[2]
             self._tirl_mismatch = [0.0, 0, 0.0]
+            warning = mismatch_warning(logs["logprob_mismatch/mean"], logs["logprob_mismatch/max"])
+            if warning and not getattr(self, "_tirl_mismatch_warned", False) and self.accelerator.is_main_process:
+                self._tirl_mismatch_warned = True  # once per run: the value is in the metrics every step
+                logging.getLogger("tirl.train.rl").warning("step %d: %s", self.state.global_step, warning)
         if "step_s" in timing:
             logs["tirl/time/step_s"] = timing["step_s"]
             rollout = self._metrics["train"].get("tirl/time/rollout_s")
@@ -340,4 +362,4 @@ class EpochRepeatSampler(trl.trainer.utils.RepeatSampler):
         return super().__iter__()
 
 
-__all__ = ["LOGPROB_MISMATCH_TOLERANCE", "EpochRepeatSampler", "RocGRPOTrainer"]
+__all__ = ["LOGPROB_MISMATCH_TOLERANCE", "EpochRepeatSampler", "RocGRPOTrainer", "mismatch_warning"]

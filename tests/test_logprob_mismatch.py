@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import pytest
 
-from tirl.data.problem import Problem
 from tirl.train.config import load_config
-from tirl.train.rollout_func import AgentLoopSource, Score
+from tirl.train.rollout_func import AgentLoopSource
 from tirl.train.trainer import LOGPROB_MISMATCH_TOLERANCE, mismatch_warning
+from train_helpers import SIX_TIMES_SEVEN, AlternatingScorer, tiny_run_overrides
 
 
 def test_the_warning_is_silent_within_the_tolerance_and_names_both_causes_over_it():
@@ -20,14 +19,6 @@ def test_the_warning_is_silent_within_the_tolerance_and_names_both_causes_over_i
     for mean, largest in [(0.0107, 0.176), (0.001, 0.2), (0.02, 0.05)]:  # bf16 steps of the launched run, ...
         line = mismatch_warning(mean, largest)
         assert line and "\n" not in line and "bf16" in line and "weight sync" in line
-
-
-PROBLEMS = [Problem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42") for i in range(4)]
-
-
-class AlternatingScorer:
-    def score(self, trajectories: Any, problems: Any) -> list[Score]:
-        return [Score(float(i % 2)) for i in range(len(trajectories))]
 
 
 @pytest.mark.slow
@@ -46,30 +37,17 @@ def test_a_generator_that_keeps_stale_weights_is_warned_about_once(tmp_path, tin
     served = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
     engine = HFEngine(served, HFEngineConfig(max_batch_size=16))
     tokenizer = load_tokenizer(str(tiny_model_dir))
-    overrides = [
-        f"output_dir={tmp_path}",
-        f"model.name_or_path={tiny_model_dir}",
-        "model.dtype=float32",
-        "max_steps=2",
-        "problems_per_step=2",
-        "save_steps=10",
-        "rollout.group_size=2",
-        "rollout.oversample=2",
-        "rollout.max_turns=2",
-        "rollout.max_response_tokens=24",
-        "optim.per_device_train_batch_size=2",
+    overrides = tiny_run_overrides(tmp_path, tiny_model_dir) + [
         "optim.learning_rate=5e-1",
-        "optim.warmup_steps=0",
-        "roc.min_per_class=1",
-        "logging.console=false",
-        "watchdog.enabled=false",
         "rollout.server_sync=weights",
     ]
     caplog.set_level(logging.WARNING, logger="tirl.train.rl")
     with TestingServer(engine, tokenizer=tokenizer, model_name="base", on_reload_weights=lambda path: None) as srv:
         config = load_config(None, overrides + [f"rollout.server_url={srv.url}"])
         source = AgentLoopSource(config, tokenizer, executor_factory=lambda: LocalSandbox(workers=1))
-        run = build_trainer(config, problems=PROBLEMS, source=source, scorer=AlternatingScorer(), num_processes=1)
+        run = build_trainer(
+            config, problems=SIX_TIMES_SEVEN, source=source, scorer=AlternatingScorer(), num_processes=1
+        )
         try:
             run.trainer.train()
         finally:

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tirl.data.problem import Problem
 from tirl.train.config import load_config
 from tirl.train.launch import launch_decision
+from train_helpers import SIX_TIMES_SEVEN, tiny_run_overrides
 
 RECIPE = Path(__file__).resolve().parents[1] / "configs" / "rl" / "cpu-toolmath-roc.yaml"
 
@@ -202,8 +202,6 @@ def test_the_command_and_environment_are_vllms():
 
 # ---------------------------------------------------------------------------------------------------- a run
 
-PROBLEMS = [Problem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42") for i in range(4)]
-
 
 @pytest.mark.slow
 def test_a_launched_run_generates_through_its_server_with_merged_weights(tmp_path, tiny_model_dir, monkeypatch):
@@ -243,32 +241,15 @@ def test_a_launched_run_generates_through_its_server_with_merged_weights(tmp_pat
 
     monkeypatch.setattr(vllm_server, "vllm_available", lambda python=None: True)
     monkeypatch.setattr(vllm_server, "launch_vllm_server", fake_launch)
-    config = load_config(
-        None,
-        [
-            f"output_dir={tmp_path / 'run'}",
-            f"model.name_or_path={tiny_model_dir}",
-            "model.dtype=float32",
-            "model.lora.enabled=true",
-            "model.lora.r=4",
-            "max_steps=2",
-            "problems_per_step=2",
-            "save_steps=10",
-            "rollout.group_size=2",
-            "rollout.oversample=2",
-            "rollout.max_turns=2",
-            "rollout.max_response_tokens=24",
-            "rollout.launch_server=true",
-            "rollout.launch_server_args=--enforce-eager",
-            "roc.min_per_class=1",
-            "optim.per_device_train_batch_size=2",
-            "optim.warmup_steps=0",
-            "logging.console=false",
-            "watchdog.enabled=false",
-            "sandbox.workers=1",
-        ],
-    )
-    final = train(config, problems=PROBLEMS)
+    overrides = tiny_run_overrides(tmp_path / "run", tiny_model_dir) + [
+        "model.lora.enabled=true",
+        "model.lora.r=4",
+        "rollout.launch_server=true",
+        "rollout.launch_server_args=--enforce-eager",
+        "sandbox.workers=1",
+    ]
+    config = load_config(None, overrides)
+    final = train(config, problems=SIX_TIMES_SEVEN)
     assert final.is_dir()
     cmd = seen["cmd"]
     assert cmd[cmd.index("--model") + 1] == str(tiny_model_dir)

@@ -23,17 +23,11 @@ from tirl.data.problem import Problem
 from tirl.rollout.engine import GenerationOutput, SamplingParams
 from tirl.rollout.scheduler import endpoint_key
 from tirl.train.config import load_config
-from tirl.train.rollout_func import AgentLoopSource, Score
+from tirl.train.rollout_func import AgentLoopSource
+from train_helpers import AlternatingScorer
 
 PROBLEMS = [Problem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42") for i in range(4)]
 STEPS, PER_STEP = 3, 2 * 2 * 2  # problems_per_step x group_size x oversample
-
-
-class AlternatingScorer:
-    """Mixed rewards (every other trajectory correct), so each step has a policy gradient."""
-
-    def score(self, trajectories: Any, problems: Any) -> list[Score]:
-        return [Score(float(i % 2)) for i in range(len(trajectories))]
 
 
 class KillSwitch:

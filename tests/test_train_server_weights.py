@@ -16,18 +16,12 @@ import pytest
 
 from tirl.data.problem import Problem
 from tirl.train.config import load_config
-from tirl.train.rollout_func import AgentLoopSource, Score
+from tirl.train.rollout_func import AgentLoopSource
+from train_helpers import AlternatingScorer
 
 pytestmark = pytest.mark.slow
 
 PROBLEMS = [Problem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42") for i in range(4)]
-
-
-class AlternatingScorer:
-    """Mixed rewards (every other trajectory correct), so each step has a policy gradient."""
-
-    def score(self, trajectories: Any, problems: Any) -> list[Score]:
-        return [Score(float(i % 2)) for i in range(len(trajectories))]
 
 
 def _merged_state(model: Any) -> dict[str, Any]:

@@ -239,7 +239,7 @@ def test_a_launched_run_generates_through_its_server_with_merged_weights(tmp_pat
             yield server.url, 0.5
         seen["stopped"] = True
 
-    monkeypatch.setattr(vllm_server, "vllm_available", lambda python=None: True)
+    monkeypatch.setattr(vllm_server, "vllm_available", lambda: True)
     monkeypatch.setattr(vllm_server, "launch_vllm_server", fake_launch)
     overrides = tiny_run_overrides(tmp_path / "run", tiny_model_dir) + [
         "model.lora.enabled=true",

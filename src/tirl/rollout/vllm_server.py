@@ -39,14 +39,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def vllm_available(python: str | None = None) -> bool:
-    """Whether vLLM can be imported by ``python`` (default: this interpreter, without importing it here)."""
-    if python is None or Path(python).resolve() == Path(sys.executable).resolve():
-        import importlib.util
+def vllm_available() -> bool:
+    """Whether vLLM can be imported by this interpreter (checked without importing it)."""
+    import importlib.util
 
-        return importlib.util.find_spec("vllm") is not None
-    probe = subprocess.run([python, "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('vllm') is None)"])
-    return probe.returncode == 0
+    return importlib.util.find_spec("vllm") is not None
 
 
 def server_env(kv_space_gib: float, base: Mapping[str, str] | None = None) -> dict[str, str]:

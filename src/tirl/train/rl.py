@@ -226,7 +226,9 @@ def preflight(config: RLConfig) -> None:
                 f"logging.report_to names {name}, which is not installed: pip install {needed[0]}, "
                 f"or drop it from logging.report_to"
             )
-    if config.rollout.use_vllm and importlib.util.find_spec("vllm") is None:
+    from tirl.rollout.vllm_server import vllm_available
+
+    if config.rollout.use_vllm and not vllm_available():
         raise ValueError(
             "rollout.use_vllm=true needs vLLM (pip install vllm, on a GPU machine); set "
             "rollout.use_vllm=false to generate with transformers"

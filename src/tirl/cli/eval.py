@@ -115,7 +115,25 @@ def flag_overrides(values: dict[str, Any], given: Any = None) -> dict[str, Any]:
 
 
 def _run(config: EvalConfig, console: Console, progress: bool = True) -> EvalResult:
-    """Run one evaluation; expected failures become a message and exit code 2."""
+    """Run one evaluation (with its own vLLM server under ``launch_server``); expected failures become a message
+    and exit code 2."""
+    import contextlib
+
+    from tirl.eval.launch import launched_eval_server
+    from tirl.models import ModelNotFoundError
+
+    with contextlib.ExitStack() as stack:
+        try:  # only the server's start is guarded here: the run's own errors are _run_served's
+            served = stack.enter_context(
+                launched_eval_server(config, say=lambda line: typer.echo(f"tirl eval: {line}", err=True))
+            )
+        except (ModelNotFoundError, ValueError, RuntimeError) as exc:
+            typer.secho(f"tirl eval: {exc}", fg="red", err=True)
+            raise typer.Exit(2) from None
+        return _run_served(served, console, progress)
+
+
+def _run_served(config: EvalConfig, console: Console, progress: bool) -> EvalResult:
     from tirl.data.benchmarks import BenchmarkError
     from tirl.eval.runner import run_eval
     from tirl.eval.store import ResumeMismatch

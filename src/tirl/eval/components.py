@@ -155,7 +155,7 @@ def build_router(
     from tirl.models import lora_adapter_folder
 
     served_name = None  # None: the served model name is discovered from /v1/models
-    adapter = lora_adapter_folder(config.model)
+    adapter = None if config.servers_merged else lora_adapter_folder(config.model)
     if adapter is not None:  # a LoRA checkpoint: every server loads it, requests name it
         from tirl.rollout.lora_server import load_adapter, served_adapter_name
 

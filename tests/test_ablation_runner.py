@@ -1,4 +1,5 @@
-"""The ablation runner (tirl.train.ablation): order, resume after a stop, restarts after an OOM kill (exit 137)."""
+"""The ablation runner (tirl.train.ablation): order, resume after a stop, restarts after an OOM kill (exit 137),
+and the archive that carries finished jobs to a fresh machine."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ if args[:2] == ["train", "rl"]:
         sys.exit(3)    # the watchdog's stop: logged, not retried
     for step in (5, 10):
         (out / f"checkpoint-{step}").mkdir(exist_ok=True)
+    (out / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n')
+    (out / "trajectories").mkdir(exist_ok=True)
+    (out / "trajectories" / "step_1_rank0.jsonl").write_text('{"step": 1, "group": 0}\n' * 50)
 elif args[0] == "eval":
     out = pathlib.Path(args[args.index("--out-dir") + 1])
     out.mkdir(parents=True, exist_ok=True)
@@ -117,3 +121,52 @@ def test_dry_run_prints_the_remaining_commands(tmp_path, capsys):
     assert printed[2].startswith("tirl eval --config configs/eval/toolfix-heldout.yaml --model ")
     assert printed[-1].startswith("tirl plot --compare") and len(printed) == 1 + 1 + 3 + 1
     assert not (tmp_path / "abl" / "done" / "eval-start").exists()  # nothing ran
+
+
+def test_the_archive_carries_finished_jobs_to_a_fresh_machine(tmp_path):
+    """With --archive, a run's small files are archived once its evaluations are done (they need its
+    checkpoints, which are not archived); on a fresh machine (--out gone) the archived jobs are restored and
+    not re-run, an unarchived run is trained again, and the plot job sees the restored files."""
+    import gzip
+
+    fake = tmp_path / "fake_tirl.py"
+    fake.write_text(FAKE)
+    out, archive = tmp_path / "abl", tmp_path / "repo" / "results"
+    argv = ["--out", str(out), "--archive", str(archive), "--seeds", "0", "1", "--eval-steps", "10"]
+    argv += ["--tirl", f"{sys.executable} {fake}", "--retries", "2"]
+    assert main(argv) == 1  # grpo2g-s1 stops with 3
+    archived = {p.name for p in (archive / "done").iterdir()}
+    assert "train-roc-s0" in archived and "eval-roc-s0-10" in archived and "eval-start" in archived
+    assert "train-grpo2g-s1" not in archived and "plot" not in archived
+    assert not list(archive.rglob("checkpoint-*"))  # checkpoints stay out of git
+    rows = gzip.decompress((archive / "roc-s0" / "trajectories" / "step_1_rank0.jsonl.gz").read_bytes())
+    assert rows == (out / "roc-s0" / "trajectories" / "step_1_rank0.jsonl").read_bytes()
+    assert (archive / "eval-roc-s0-10" / "summary.json").is_file()
+
+    import shutil
+
+    shutil.rmtree(out)  # a fresh machine: only the archive (in git) is left
+    before = len(_calls(fake))
+    assert main(argv) == 1
+    again = _calls(fake)[before:]
+    assert [c[:2] for c in again] == [["train", "rl"]] and f"output_dir={out / 'grpo2g-s1'}" in again[0]
+    assert (out / "roc-s0" / "metrics.jsonl").read_text() == '{"step": 1, "reward": 0.5}\n'
+    assert (out / "done" / "train-roc-s0").exists()
+    assert "restored" in (out / "runner.log").read_text()
+
+
+def test_a_run_is_archived_only_after_its_evaluations(tmp_path):
+    from tirl.train.ablation import archive_ready
+
+    out, archive = tmp_path / "abl", tmp_path / "arch"
+    jobs = plan(out, arms=["roc"], seeds=[0], eval_steps=[10, 20], eval_config="e", start_model="m", tirl=["t"])
+    (out / "done").mkdir(parents=True)
+    (out / "roc-s0").mkdir()
+    (out / "roc-s0" / "metrics.jsonl").write_text("{}\n")
+    for name in ("train-roc-s0", "eval-roc-s0-10"):
+        (out / "done" / name).write_text("t\n")
+    assert archive_ready(jobs, out, archive) == []  # eval at step 20 still needs the checkpoints, and the
+    assert not (archive / "done").exists()  # finished eval at step 10 waits for its run
+    (out / "done" / "eval-roc-s0-20").write_text("t\n")
+    assert archive_ready(jobs, out, archive) == ["train-roc-s0", "eval-roc-s0-10", "eval-roc-s0-20"]
+    assert archive_ready(jobs, out, archive) == []  # once

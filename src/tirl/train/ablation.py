@@ -14,7 +14,10 @@ steps. What it does, in order (seed-major, so that a stopped ablation has every 
    held-out evaluations (``OUT/plots``).
 
 Resumable: every finished job leaves ``OUT/done/JOB``; a re-run of the same command skips those and continues
-where it stopped. Unattended: a job that the kernel's out-of-memory killer ends (exit status 137, or -9 from a
+where it stopped. Across machines (``OUT`` lives in ``runs/``, which a fresh machine does not have): with
+``--archive DIR``, a folder kept in git, each finished run and its evaluations leave their small results there
+(:func:`archive_ready`: metrics, recipe, logged groups, summaries; no checkpoints), and the next invocation on
+any machine restores them first (:func:`restore`) and runs only what is missing. Unattended: a job that the kernel's out-of-memory killer ends (exit status 137, or -9 from a
 signal) is restarted, up to ``--retries`` times; any other failure (3 = the training watchdog's stop, 2 = a
 configuration error) is logged, its dependants are skipped, and the runner goes on with the next job and exits 1
 at the end. Each job's output goes to ``OUT/logs/JOB.log``; ``OUT/runner.log`` has one line per event.
@@ -58,11 +61,13 @@ class Job:
         name: unique, used for the marker ``OUT/done/NAME`` and the log ``OUT/logs/NAME.log``.
         argv: the command.
         needs: names of jobs that must have finished first (skipped otherwise).
+        output: the folder the job writes (a run, an evaluation, the plots); what :func:`archive_ready` keeps of it.
     """
 
     name: str
     argv: list[str]
     needs: list[str] = field(default_factory=list)
+    output: Path | None = None
 
 
 def plan(
@@ -101,6 +106,7 @@ def plan(
                 "--quiet",
                 *eval_args,
             ],
+            output=out / "eval-start",
         )
     ]
     for seed in seeds:
@@ -119,6 +125,7 @@ def plan(
                         f"output_dir={out / run}",
                         *overrides,
                     ],
+                    output=out / run,
                 )
             )
             for step in eval_steps:
@@ -138,6 +145,7 @@ def plan(
                             *eval_args,
                         ],
                         needs=[f"train-{run}"],
+                        output=out / f"eval-{run}-{step}",
                     )
                 )
     compare = [f"{LABELS[arm]}={out / f'{arm}-s{seed}'}" for arm in arms for seed in seeds]
@@ -153,6 +161,7 @@ def plan(
             "plot",
             [*tirl, "plot", "--compare", *compare, "--out", str(out / "plots"), *evals],
             needs=[j.name for j in jobs],
+            output=out / "plots",
         )
     )
     return jobs
@@ -165,8 +174,102 @@ def _log(out: Path, text: str) -> None:
         fh.write(line + "\n")
 
 
-def run_jobs(jobs: Sequence[Job], out: Path, retries: int = 5, dry_run: bool = False) -> int:
-    """Run the jobs not yet done, restarting killed ones (:data:`KILLED`) up to ``retries`` times each.
+ARCHIVED = ("metrics.jsonl", "config.yaml", "summary.json", "run.json", "trajectories/step_*.jsonl")
+"""What :func:`archive_ready` keeps of a job's output folder: a training run's metrics, recipe and logged groups
+(``tirl plot``, ``tirl analyze roc``), an evaluation's summary; not checkpoints (hundreds of MB) nor an
+evaluation's trajectories. ``.jsonl`` files are stored gzipped."""
+
+
+def _archived_files(folder: Path) -> list[Path]:
+    return sorted({f for pattern in ARCHIVED for f in folder.glob(pattern) if f.is_file()})
+
+
+def archive_ready(jobs: Sequence[Job], out: Path, archive: Path) -> list[str]:
+    """Copy the small results of every finished job whose dependants have all finished too into ``archive``
+    (a folder kept in git), so that a later session on a fresh machine, where ``out`` is gone, continues the
+    ablation instead of starting it over (:func:`restore`).
+
+    A training run and its evaluations are archived together, once all of them are done (the evaluations need
+    the run's checkpoints, which are not archived, and an evaluation without its run would be of another run
+    after a retrain); the plot job is not a dependant (it is re-drawn from the archived files). Layout: ``archive/done/JOB`` markers and
+    ``archive/<the job's folder under out>/...`` with :data:`ARCHIVED` files (``.jsonl`` gzipped).
+
+    Returns:
+        the names of the jobs archived by this call.
+    """
+    import gzip
+    import shutil
+
+    done = {p.name for p in (out / "done").glob("*")} if (out / "done").is_dir() else set()
+    archived = {p.name for p in (archive / "done").glob("*")} if (archive / "done").is_dir() else set()
+    new: list[str] = []
+    for job in jobs:
+        if job.name == "plot" or job.name in archived or job.name not in done or job.output is None:
+            continue
+        # a run and its evaluations travel together: an evaluation restored without its run would sit beside
+        # a re-trained run whose samples differ; the run's checkpoints are not archived, so it waits for them all
+        unit = {job.name, *(n for n in job.needs if n != "plot")}
+        unit |= {j.name for j in jobs if unit & set(j.needs) and j.name != "plot"}
+        if any(n not in done for n in unit):
+            continue
+        target = archive / job.output.relative_to(out)
+        for f in _archived_files(job.output):
+            dest = target / f.relative_to(job.output)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if f.suffix == ".jsonl":
+                with open(f, "rb") as src, gzip.open(str(dest) + ".gz", "wb", compresslevel=9) as dst:
+                    shutil.copyfileobj(src, dst)
+            else:
+                shutil.copyfile(f, dest)
+        (archive / "done").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(out / "done" / job.name, archive / "done" / job.name)
+        new.append(job.name)
+    return new
+
+
+def restore(archive: Path, out: Path) -> list[str]:
+    """Bring the archived jobs (:func:`archive_ready`) back into ``out``: their files (``.jsonl.gz`` unpacked)
+    and their ``done`` markers, for the jobs ``out`` does not already have as done.
+
+    Returns:
+        the names of the jobs restored.
+    """
+    import gzip
+    import shutil
+
+    if not (archive / "done").is_dir():
+        return []
+    (out / "done").mkdir(parents=True, exist_ok=True)
+    restored = []
+    for marker in sorted((archive / "done").iterdir()):
+        if (out / "done" / marker.name).exists():
+            continue
+        restored.append(marker.name)
+    if not restored:
+        return []
+    for f in sorted(archive.rglob("*")):
+        if not f.is_file() or f.parts[len(archive.parts)] == "done":
+            continue
+        rel = f.relative_to(archive)
+        dest = out / (str(rel)[: -len(".gz")] if f.name.endswith(".jsonl.gz") else rel)
+        if dest.exists():
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if f.name.endswith(".jsonl.gz"):
+            with gzip.open(f, "rb") as src, open(dest, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        else:
+            shutil.copyfile(f, dest)
+    for name in restored:
+        shutil.copyfile(archive / "done" / name, out / "done" / name)
+    return restored
+
+
+def run_jobs(
+    jobs: Sequence[Job], out: Path, retries: int = 5, dry_run: bool = False, archive: Path | None = None
+) -> int:
+    """Run the jobs not yet done, restarting killed ones (:data:`KILLED`) up to ``retries`` times each; with
+    ``archive``, first :func:`restore` from it and after each finished job :func:`archive_ready` into it.
 
     Returns:
         0 when every job is done, else 1 (failures are in ``OUT/runner.log``).
@@ -174,6 +277,10 @@ def run_jobs(jobs: Sequence[Job], out: Path, retries: int = 5, dry_run: bool = F
     done_dir, log_dir = out / "done", out / "logs"
     done_dir.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(parents=True, exist_ok=True)
+    if archive is not None and not dry_run:
+        restored = restore(archive, out)
+        if restored:
+            _log(out, f"restored {len(restored)} finished jobs from {archive}: {', '.join(restored)}")
     failed: set[str] = set()
     planned: set[str] = set()  # dry run: what would have run counts as done for its dependants
     for job in jobs:
@@ -198,6 +305,9 @@ def run_jobs(jobs: Sequence[Job], out: Path, retries: int = 5, dry_run: bool = F
         if rc == 0:
             (done_dir / job.name).write_text(time.strftime("%Y-%m-%d %H:%M:%S") + "\n", encoding="utf-8")
             _log(out, f"done {job.name}")
+            if archive is not None:
+                for name in archive_ready(jobs, out, archive):
+                    _log(out, f"archived {name} into {archive}")
         else:
             failed.add(job.name)
             _log(out, f"FAILED {job.name} (exit {rc}); see {log_dir / (job.name + '.log')}")
@@ -210,9 +320,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("runs/ablation-toolfix"), help="folder of all runs")
     p.add_argument("--arms", nargs="+", default=list(ARMS), help=f"arms to run ({', '.join(ARMS)})")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--eval-steps", nargs="+", type=int, default=[10, 20, 30], help="checkpoints evaluated")
+    p.add_argument("--eval-steps", nargs="+", type=int, default=[10, 20], help="checkpoints evaluated")
     p.add_argument("--eval-config", default="configs/eval/toolfix-heldout.yaml")
-    p.add_argument("--start-model", default="qwen2.5-coder-0.5b-tirl-sft", help="the arms' starting model")
+    p.add_argument(
+        "--start-model",
+        default="qwen2.5-coder-0.5b-tirl-sft-recovery",
+        help="the starting model evaluated as step 0 (the arms' recipes name it as model.name_or_path)",
+    )
     p.add_argument(
         "--set",
         dest="overrides",
@@ -230,6 +344,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--tirl", default=None, help="the tirl command (default: the tirl next to this Python)")
     p.add_argument("--retries", type=int, default=5, help="restarts of a killed job")
+    p.add_argument(
+        "--archive",
+        type=Path,
+        default=None,
+        help="folder (kept in git) of the finished jobs' small results: restored into --out first, added to "
+        "after each job, so a fresh machine continues the ablation",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the commands still to run and exit")
     args = p.parse_args(argv)
     tirl = shlex.split(args.tirl) if args.tirl else [os.path.join(os.path.dirname(sys.executable), "tirl")]
@@ -248,11 +369,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as exc:
         p.error(str(exc))
-    return run_jobs(jobs, args.out, retries=args.retries, dry_run=args.dry_run)
+    return run_jobs(jobs, args.out, retries=args.retries, dry_run=args.dry_run, archive=args.archive)
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["ARMS", "Job", "KILLED", "main", "plan", "run_jobs"]
+__all__ = ["ARCHIVED", "ARMS", "Job", "KILLED", "archive_ready", "main", "plan", "restore", "run_jobs"]

@@ -17,9 +17,11 @@ Resumable: every finished job leaves ``OUT/done/JOB``; a re-run of the same comm
 where it stopped. Across machines (``OUT`` lives in ``runs/``, which a fresh machine does not have): with
 ``--archive DIR``, a folder kept in git, each finished run and its evaluations leave their small results there
 (:func:`archive_ready`: metrics, recipe, logged groups, summaries; no checkpoints), and the next invocation on
-any machine restores them first (:func:`restore`) and runs only what is missing. Unattended: a job that the kernel's out-of-memory killer ends (exit status 137, or -9 from a
-signal) is restarted, up to ``--retries`` times; any other failure (3 = the training watchdog's stop, 2 = a
-configuration error) is logged, its dependants are skipped, and the runner goes on with the next job and exits 1
+any machine restores them first (:func:`restore`) and runs only what is missing.
+
+Unattended: a job that the kernel's out-of-memory killer ends (exit status 137, or -9 from a signal) is
+restarted, up to ``--retries`` times; any other failure (3 = the training watchdog's stop, 2 = a configuration
+error) is logged, its dependants are skipped, and the runner goes on with the next job and exits 1
 at the end. Each job's output goes to ``OUT/logs/JOB.log``; ``OUT/runner.log`` has one line per event.
 
 The training runs take the arms' recipes' generation path: ``rollout.launch_server: auto`` starts a vLLM server
@@ -191,8 +193,9 @@ def archive_ready(jobs: Sequence[Job], out: Path, archive: Path) -> list[str]:
 
     A training run and its evaluations are archived together, once all of them are done (the evaluations need
     the run's checkpoints, which are not archived, and an evaluation without its run would be of another run
-    after a retrain); the plot job is not a dependant (it is re-drawn from the archived files). Layout: ``archive/done/JOB`` markers and
-    ``archive/<the job's folder under out>/...`` with :data:`ARCHIVED` files (``.jsonl`` gzipped).
+    after a retrain); the plot job is not a dependant (it is re-drawn from the archived files). Layout:
+    ``archive/done/JOB`` markers and ``archive/<the job's folder under out>/...`` with :data:`ARCHIVED` files
+    (``.jsonl`` gzipped).
 
     Returns:
         the names of the jobs archived by this call.

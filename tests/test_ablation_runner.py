@@ -119,7 +119,9 @@ def test_dry_run_prints_the_remaining_commands(tmp_path, capsys):
     assert printed[1].startswith("tirl train rl --config configs/rl/cpu-toolfix-roc.yaml seed=0")
     assert printed[1].endswith("rollout.server_url=http://127.0.0.1:1")
     assert printed[2].startswith("tirl eval --config configs/eval/toolfix-heldout.yaml --model ")
-    assert printed[-1].startswith("tirl plot --compare") and len(printed) == 1 + 1 + 3 + 1
+    assert (
+        printed[-1].startswith("tirl plot --compare") and len(printed) == 1 + 1 + 2 + 1
+    )  # eval-start, the run, its evaluations at steps 10 and 20, the plot
     assert not (tmp_path / "abl" / "done" / "eval-start").exists()  # nothing ran
 
 

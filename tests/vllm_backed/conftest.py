@@ -25,3 +25,22 @@ def tiny_vllm_model_dir() -> Path:
     from tirl.models import cached_tiny_model
 
     return cached_tiny_model("smollm2-135m-instruct", num_heads=2, num_kv_heads=1)
+
+
+@pytest.fixture
+def processes_left():
+    """``processes_left(pids)``: those of ``pids`` still alive (not zombies) after waiting up to 30 s for them to
+    end (a stopped server's engine processes take a moment)."""
+    import time
+
+    import psutil
+
+    def left(pids: list[int], timeout_s: float = 30.0) -> list[int]:
+        deadline = time.monotonic() + timeout_s
+        alive = [p for p in pids if psutil.pid_exists(p)]
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.5)
+            alive = [p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        return alive
+
+    return left

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_an_evaluation_starts_generates_through_and_stops_its_own_vllm_server(
-    tmp_path, tiny_vllm_model_dir, monkeypatch
+    tmp_path, tiny_vllm_model_dir, monkeypatch, processes_left
 ):
     import httpx
     import psutil
@@ -71,9 +70,5 @@ def test_an_evaluation_starts_generates_through_and_stops_its_own_vllm_server(
     assert "vllm" in (tmp_path / "eval" / "vllm_server.log").read_text(errors="replace").lower()
     with pytest.raises(httpx.HTTPError):  # the server ended with the evaluation
         httpx.get(seen["url"] + "/health", timeout=5)
-    deadline = time.monotonic() + 30
-    left = [p for p in seen["children"] if psutil.pid_exists(p)]
-    while left and time.monotonic() < deadline:
-        time.sleep(0.5)
-        left = [p for p in left if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    left = processes_left(seen["children"])
     assert not left, f"server processes outlived the evaluation: {left}"

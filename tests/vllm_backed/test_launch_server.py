@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from typing import Any
 
 import pytest
@@ -55,7 +54,9 @@ def _server_processes() -> list[int]:
     return out
 
 
-def test_a_run_starts_trains_through_and_stops_its_own_vllm_server(tmp_path, tiny_vllm_model_dir, monkeypatch):
+def test_a_run_starts_trains_through_and_stops_its_own_vllm_server(
+    tmp_path, tiny_vllm_model_dir, monkeypatch, processes_left
+):
     import httpx
 
     import tirl.rollout.vllm_server as vllm_server
@@ -112,11 +113,6 @@ def test_a_run_starts_trains_through_and_stops_its_own_vllm_server(tmp_path, tin
     # the server died with the run: its port is closed and none of its processes is left
     with pytest.raises(httpx.HTTPError):
         httpx.get(seen["url"] + "/health", timeout=5)
-    import psutil
 
-    deadline = time.monotonic() + 30
-    left = [p for p in seen["children"] if psutil.pid_exists(p)]
-    while left and time.monotonic() < deadline:
-        time.sleep(0.5)
-        left = [p for p in left if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    left = processes_left(seen["children"])
     assert not left, f"server processes outlived the run: {left}"

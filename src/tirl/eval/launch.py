@@ -96,19 +96,19 @@ def launched_eval_server(config: EvalConfig, say: Callable[[str], None] | None =
         return
     from tirl.models import resolve
     from tirl.models.loading import resolve_dtype
-    from tirl.rollout.vllm_server import free_port, launch_vllm_server, server_command, server_env
+    from tirl.rollout import vllm_server
 
     folder = resolve(config.model)
-    cmd = server_command(
-        str(folder),
-        dtype=resolve_dtype(config.dtype),
-        max_model_len=max(1024, int(config.rollout.context_window or _model_context(folder))),
-        port=free_port(),
-        extra_args=config.launch_server_args,
-    )
     log_path = Path(config.out_dir) / LAUNCH_LOG
     say(f"starting a vLLM server of {config.model} ({why}; log {log_path})")
-    with launch_vllm_server(cmd, log_path, env=server_env(config.launch_server_kv_gib)) as (url, startup_s):
+    with vllm_server.serve_model(
+        str(folder),
+        log_path,
+        dtype=resolve_dtype(config.dtype),
+        max_model_len=max(1024, int(config.rollout.context_window or _model_context(folder))),
+        kv_space_gib=config.launch_server_kv_gib,
+        extra_args=config.launch_server_args,
+    ) as (url, startup_s):
         say(f"vLLM server up at {url} after {startup_s:.0f} s")
         served = dataclasses.replace(
             config,

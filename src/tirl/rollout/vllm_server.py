@@ -187,12 +187,39 @@ def launch_vllm_server(
         _stop(proc)
 
 
+@contextlib.contextmanager
+def serve_model(
+    model_dir: str,
+    log_path: str | Path,
+    *,
+    dtype: str,
+    max_model_len: int,
+    kv_space_gib: float,
+    lora_rank: int | None = None,
+    extra_args: Sequence[str] = (),
+) -> Iterator[tuple[str, float]]:
+    """:func:`launch_vllm_server` of :func:`server_command` on a free port with :func:`server_env`: the one way a
+    training run (:mod:`tirl.train.launch`) and an evaluation (:mod:`tirl.eval.launch`) start their own server.
+    Yields ``(url, startup_s)``; raises as :func:`launch_vllm_server`."""
+    cmd = server_command(
+        model_dir,
+        dtype=dtype,
+        max_model_len=max_model_len,
+        port=free_port(),
+        lora_rank=lora_rank,
+        extra_args=extra_args,
+    )
+    with launch_vllm_server(cmd, log_path, env=server_env(kv_space_gib)) as served:
+        yield served
+
+
 __all__ = [
     "DISTRIBUTED_ENV",
     "SERVED_NAME",
     "free_port",
     "launch_vllm_server",
     "server_command",
+    "serve_model",
     "server_env",
     "vllm_available",
 ]

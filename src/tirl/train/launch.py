@@ -80,21 +80,20 @@ def launched_server(config: RLConfig, num_processes: int = 1) -> Iterator[str | 
         return
     from tirl.models import resolve
     from tirl.models.loading import resolve_dtype
-    from tirl.rollout.vllm_server import free_port, launch_vllm_server, server_command, server_env
+    from tirl.rollout import vllm_server
 
     r = config.rollout
-    lora_rank = config.model.lora.r if config.model.lora.enabled and r.server_sync == "adapter" else None
-    cmd = server_command(
-        str(resolve(config.model.name_or_path)),
-        dtype=resolve_dtype(config.model.dtype),
-        max_model_len=max(1024, int(r.context_window or (r.max_prompt_tokens + r.max_response_tokens))),
-        port=free_port(),
-        lora_rank=lora_rank,
-        extra_args=r.launch_server_args,
-    )
     log_path = Path(config.output_dir) / LAUNCH_LOG
     logger.info("rollout: starting a vLLM server for this run (%s; log %s)", why, log_path)
-    with launch_vllm_server(cmd, log_path, env=server_env(r.launch_server_kv_gib)) as (url, startup_s):
+    with vllm_server.serve_model(
+        str(resolve(config.model.name_or_path)),
+        log_path,
+        dtype=resolve_dtype(config.model.dtype),
+        max_model_len=max(1024, int(r.context_window or (r.max_prompt_tokens + r.max_response_tokens))),
+        kv_space_gib=r.launch_server_kv_gib,
+        lora_rank=config.model.lora.r if config.model.lora.enabled and r.server_sync == "adapter" else None,
+        extra_args=r.launch_server_args,
+    ) as (url, startup_s):
         logger.info("rollout: vLLM server up at %s after %.0f s", url, startup_s)
         yield url
 

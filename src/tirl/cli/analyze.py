@@ -213,3 +213,59 @@ def roc_command(
         )
     )
     typer.echo(str(path))
+
+
+@app.command("ablation")
+def ablation_command(
+    ablation_dir: Path = typer.Argument(
+        ...,
+        help="An ablation folder: python -m tirl.train.ablation's --out (runs/ablation-toolfix) or its "
+        "--archive (docs/results/ablation-toolfix).",
+    ),
+    baseline: str | None = typer.Option(
+        None, "--baseline", help="Arm the held-out differences are taken against (default: grpo)."
+    ),
+    benchmark: str | None = typer.Option(
+        None, "--benchmark", help="Benchmark of the held-out summaries (default: the only or first one)."
+    ),
+    markdown_out: Path | None = typer.Option(
+        None, "--markdown", help="Also write the table as GitHub markdown to this file (for docs/training.md)."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="JSON report (default ABLATION_DIR/ablation_report.json)."
+    ),
+) -> None:
+    """The ablation's result per arm over its seeds: held-out avg pass@1 at each evaluated step (mean ± sample std
+    [min, max], n seeds) and its difference from the baseline arm, wall hours to each step, and the training means
+    (the report's Figure 4 failing-call share sampled and trained on, tool calls, length, reward).
+
+    Prints a table and writes JSON; runs or evaluations not finished yet are left out of their cells.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from tirl.analysis.ablation_report import load_ablation, markdown, report, table_rows
+    from tirl.train.ablation import LABELS
+
+    console = Console(stderr=True)
+    try:
+        rep = report(load_ablation(ablation_dir, benchmark), baseline=baseline)
+    except (FileNotFoundError, ValueError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    header, rows = table_rows(rep, LABELS)
+    seeds = ", ".join(f"{LABELS.get(a, a)}: {len(r['seeds'])}" for a, r in rep["arms"].items())
+    table = Table(title=f"Ablation {ablation_dir} (seeds per arm: {seeds}; mean ± std [min, max] (n))")
+    for i, col in enumerate(header):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    Console(width=max(120, 40 + 34 * (len(header) - 1))).print(table)
+    path = out or Path(ablation_dir) / "ablation_report.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rep, indent=2) + "\n", encoding="utf-8")
+    if markdown_out is not None:
+        markdown_out.parent.mkdir(parents=True, exist_ok=True)
+        markdown_out.write_text(markdown(header, rows), encoding="utf-8")
+        typer.echo(str(markdown_out))
+    typer.echo(str(path))

@@ -1,0 +1,313 @@
+"""The result table of an RL ablation (``tirl analyze ablation DIR``): arms x seeds, held-out and training.
+
+Reads the folder that ``python -m tirl.train.ablation`` writes (``--out``, e.g. ``runs/ablation-toolfix``) or its
+archive (``--archive``, e.g. ``docs/results/ablation-toolfix``, where ``.jsonl`` files are gzipped); the layout
+is the runner's (:func:`tirl.train.ablation.plan`):
+
+* ``ARM-sSEED/metrics.jsonl[.gz]``: a training run's step records (:mod:`tirl.train.metrics`);
+* ``eval-ARM-sSEED-STEP/summary.json``: the held-out evaluation of its ``checkpoint-STEP``;
+* ``eval-start/summary.json``: the starting model's (step 0 of every arm).
+
+Per arm it reports, over its seeds (mean, sample standard deviation with n - 1, minimum, maximum, n):
+
+* **held-out avg pass@1** at each evaluated step, and its difference from the baseline arm's mean (the first
+  arm, plain GRPO G of G, unless ``baseline`` names another); also the held-out tool calls per trajectory and
+  response length, so that a gain bought by longer answers shows;
+* **wall hours to that step** (the sum of ``time/step_s``): where one arm is slower, equal steps are not equal
+  compute, and the table says by how much (equal-wall-time curves: ``tirl plot --compare``);
+* **training, mean over the run's steps**: the report's Figure 4 quantity (failing calls among the calls of
+  correct trajectories) as sampled (``tool_error_in_correct/before``) and as trained on (``.../after``), tool calls
+  per sampled trajectory, response length (model tokens), reward of the sampled trajectories.
+
+A run that has not reached a step, or an evaluation not yet written, is left out of that cell (its ``n`` says
+how many seeds a number rests on). Not covered: significance tests (with three seeds the spread is the honest
+statement) and per-problem pairing across arms.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+RUN_DIR = re.compile(r"^(?P<arm>[A-Za-z0-9_]+)-s(?P<seed>\d+)$")
+"""A training run's folder name in an ablation (``grpo-s0``)."""
+EVAL_DIR = re.compile(r"^eval-(?P<arm>[A-Za-z0-9_]+)-s(?P<seed>\d+)-(?P<step>\d+)$")
+"""An evaluation's folder name (``eval-grpo-s0-10``: run ``grpo-s0``, ``checkpoint-10``)."""
+
+TRAINING: tuple[tuple[str, str], ...] = (
+    ("tool_error_in_correct/before", "failing calls in correct, sampled (Fig. 4)"),
+    ("tool_error_in_correct/after", "failing calls in correct, trained on"),
+    ("tool_calls/per_traj", "tool calls / sampled trajectory"),
+    ("length/mean", "response length, model tokens"),
+    ("reward/mean", "reward (all sampled)"),
+)
+"""Training metrics averaged over a run's steps: (key in ``metrics.jsonl`` without ``tirl/``, label)."""
+
+HELDOUT: tuple[tuple[str, str], ...] = (
+    ("avg_pass1", "held-out avg pass@1"),
+    ("tool_calls_per_trajectory", "held-out tool calls / trajectory"),
+    ("mean_response_tokens", "held-out response length, model tokens"),
+)
+"""Held-out summary fields reported per evaluated step: (field of ``summary.json``'s benchmark, label)."""
+
+PREFIX = "tirl/"
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    out = []
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut by a kill mid-write
+                if isinstance(rec, dict):
+                    out.append(rec)
+    return out
+
+
+def read_run(folder: Path) -> dict[str, Any]:
+    """One training run's step records summarised.
+
+    Returns:
+        ``{"steps": last step, "hours_at": {step: cumulative wall hours}, "means": {key: mean over steps}}``
+        (keys of :data:`TRAINING`; a key no step logged is absent).
+
+    Raises:
+        FileNotFoundError: no ``metrics.jsonl`` or ``metrics.jsonl.gz`` in ``folder``.
+    """
+    file = next((folder / n for n in ("metrics.jsonl", "metrics.jsonl.gz") if (folder / n).is_file()), None)
+    if file is None:
+        raise FileNotFoundError(f"no metrics.jsonl(.gz) in {folder}")
+    by_step: dict[int, dict[str, Any]] = {}
+    for rec in _read_jsonl(file):
+        # a resumed run logs a step again: the last record of a step is the one its checkpoint holds
+        if PREFIX + "reward/mean" in rec and isinstance(rec.get("step"), (int, float)):
+            by_step[int(rec["step"])] = rec
+    hours, total = {}, 0.0
+    values: dict[str, list[float]] = {key: [] for key, _ in TRAINING}
+    for step in sorted(by_step):
+        rec = by_step[step]
+        t = rec.get(PREFIX + "time/step_s")
+        total += float(t) if isinstance(t, (int, float)) and math.isfinite(t) else 0.0
+        hours[step] = total / 3600.0
+        for key in values:
+            v = rec.get(PREFIX + key)
+            if isinstance(v, (int, float)) and math.isfinite(v):
+                values[key].append(float(v))
+    return {
+        "steps": max(by_step) if by_step else 0,
+        "hours_at": hours,
+        "means": {k: statistics.fmean(v) for k, v in values.items() if v},
+    }
+
+
+def read_eval(folder: Path, benchmark: str | None = None) -> dict[str, float] | None:
+    """The :data:`HELDOUT` fields of an evaluation's ``summary.json`` for ``benchmark`` (None: the only or first
+    one); None when the folder has no summary yet (an unfinished evaluation)."""
+    file = folder / "summary.json"
+    if not file.is_file():
+        return None
+    benches = json.loads(file.read_text(encoding="utf-8")).get("benchmarks", {})
+    if not benches:
+        return None
+    bench = benches.get(benchmark) if benchmark else next(iter(benches.values()))
+    if bench is None:
+        raise ValueError(f"{file} has no benchmark {benchmark!r} (it has {', '.join(benches)})")
+    return {k: float(bench[k]) for k, _ in HELDOUT if isinstance(bench.get(k), (int, float))}
+
+
+def stats(values: Sequence[float]) -> dict[str, float | int | None]:
+    """``mean``, ``std`` (sample, n - 1; 0 for one value), ``min``, ``max``, ``n`` of ``values`` (None when empty)."""
+    vals = [float(v) for v in values]
+    if not vals:
+        return {"mean": None, "std": None, "min": None, "max": None, "n": 0}
+    return {
+        "mean": statistics.fmean(vals),
+        "std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+        "min": min(vals),
+        "max": max(vals),
+        "n": len(vals),
+    }
+
+
+def load_ablation(root: str | Path, benchmark: str | None = None) -> dict[str, Any]:
+    """Every run and evaluation of an ablation folder (module docstring), per arm and seed.
+
+    Returns:
+        ``{"start": held-out fields or None, "arms": {arm: {seed: {"run": read_run(...) or None,
+        "evals": {step: held-out fields}}}}}``, arms in order of first appearance in the sorted folder names.
+
+    Raises:
+        FileNotFoundError: ``root`` is not a folder, or holds no run and no evaluation of the layout.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root} is not a folder (an ablation's --out or --archive)")
+    arms: dict[str, dict[int, dict[str, Any]]] = {}
+    for d in sorted(p for p in root.iterdir() if p.is_dir()):
+        if m := RUN_DIR.match(d.name):
+            if not any((d / n).is_file() for n in ("metrics.jsonl", "metrics.jsonl.gz")):
+                continue  # started, no step logged yet
+            slot = arms.setdefault(m["arm"], {}).setdefault(int(m["seed"]), {"run": None, "evals": {}})
+            slot["run"] = read_run(d)
+        elif m := EVAL_DIR.match(d.name):
+            point = read_eval(d, benchmark)
+            if point is not None:
+                slot = arms.setdefault(m["arm"], {}).setdefault(int(m["seed"]), {"run": None, "evals": {}})
+                slot["evals"][int(m["step"])] = point
+    start = read_eval(root / "eval-start", benchmark) if (root / "eval-start").is_dir() else None
+    if not arms and start is None:
+        raise FileNotFoundError(f"{root} holds no ablation run (ARM-sSEED/metrics.jsonl) and no evaluation")
+    return {"start": start, "arms": arms}
+
+
+def report(ablation: dict[str, Any], baseline: str | None = None) -> dict[str, Any]:
+    """The per-arm statistics over seeds of :func:`load_ablation`'s result (module docstring).
+
+    Args:
+        ablation: :func:`load_ablation`'s result.
+        baseline: the arm the held-out differences are taken against (default: ``grpo`` when present, else the
+            first arm).
+
+    Returns:
+        ``{"baseline", "start", "steps": [evaluated steps], "arms": {arm: {"seeds": [...], "heldout":
+        {step: {field: stats}}, "delta_pass1": {step: mean difference from the baseline or None},
+        "hours_at": {step: stats}, "training": {key: stats}, "steps_done": stats}}}``.
+
+    Raises:
+        ValueError: ``baseline`` names no arm of the ablation.
+    """
+    arms = ablation["arms"]
+    if baseline is None:
+        baseline = "grpo" if "grpo" in arms else next(iter(arms), None)
+    elif baseline not in arms:
+        raise ValueError(f"baseline arm {baseline!r} is not in the ablation (arms: {', '.join(arms)})")
+    steps = sorted({s for seeds in arms.values() for slot in seeds.values() for s in slot["evals"]})
+    out: dict[str, Any] = {"baseline": baseline, "start": ablation["start"], "steps": steps, "arms": {}}
+    for arm, seeds in arms.items():
+        runs = [slot["run"] for slot in seeds.values() if slot["run"] is not None]
+        heldout = {
+            step: {
+                key: stats([slot["evals"][step][key] for slot in seeds.values() if key in slot["evals"].get(step, {})])
+                for key, _ in HELDOUT
+            }
+            for step in steps
+        }
+        out["arms"][arm] = {
+            "seeds": sorted(seeds),
+            "heldout": heldout,
+            "hours_at": {step: stats([r["hours_at"][step] for r in runs if step in r["hours_at"]]) for step in steps},
+            "training": {key: stats([r["means"][key] for r in runs if key in r["means"]]) for key, _ in TRAINING},
+            "steps_done": stats([r["steps"] for r in runs]),
+        }
+    base = out["arms"].get(baseline, {}).get("heldout", {})
+    for row in out["arms"].values():
+        row["delta_pass1"] = {}
+        for step in steps:
+            mine, ref = row["heldout"][step]["avg_pass1"]["mean"], base.get(step, {}).get("avg_pass1", {}).get("mean")
+            row["delta_pass1"][step] = None if mine is None or ref is None else mine - ref
+    return out
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def format_stat(stat: dict[str, Any], percent: bool = False, digits: int = 2) -> str:
+    """``mean ± std [min, max] (n=N)`` of :func:`stats`' result; ``n/a`` when empty, no spread for one value."""
+    if stat.get("mean") is None:
+        return "n/a"
+
+    def fmt(x: float) -> str:
+        return _pct(x) if percent else f"{x:.{digits}f}"
+
+    text = fmt(stat["mean"]) + (" %" if percent else "")
+    if stat["n"] > 1:
+        text += f" ± {fmt(stat['std'])} [{fmt(stat['min'])}, {fmt(stat['max'])}]"
+    return text + f" (n={stat['n']})"
+
+
+def table_rows(rep: dict[str, Any], labels: dict[str, str] | None = None) -> tuple[list[str], list[list[str]]]:
+    """The report as one table: a header (``quantity`` then one column per arm) and its rows, as text.
+
+    Held-out rows come first (step 0 is the starting model's evaluation, the same for every arm), then wall
+    hours, then the training means. Percentages for shares and pass@1; lengths as whole tokens.
+    """
+    labels = labels or {}
+    arms = list(rep["arms"])
+    header = ["quantity", *[labels.get(a, a) for a in arms]]
+    rows: list[list[str]] = []
+    start = rep.get("start") or {}
+    if "avg_pass1" in start:
+        rows.append(["held-out avg pass@1, step 0 (start)", *[f"{_pct(start['avg_pass1'])} %"] * len(arms)])
+    for step in rep["steps"]:
+        rows.append(
+            [
+                f"held-out avg pass@1, step {step}",
+                *[format_stat(rep["arms"][a]["heldout"][step]["avg_pass1"], percent=True) for a in arms],
+            ]
+        )
+        rows.append(
+            [
+                f"  difference from {labels.get(rep['baseline'], rep['baseline'])}, step {step}",
+                *["n/a" if (d := rep["arms"][a]["delta_pass1"][step]) is None else f"{100 * d:+.1f} pp" for a in arms],
+            ]
+        )
+    for step in rep["steps"][-1:]:
+        rows.append(
+            [
+                f"held-out tool calls / trajectory, step {step}",
+                *[format_stat(rep["arms"][a]["heldout"][step]["tool_calls_per_trajectory"]) for a in arms],
+            ]
+        )
+        rows.append(
+            [
+                f"held-out response tokens, step {step}",
+                *[format_stat(rep["arms"][a]["heldout"][step]["mean_response_tokens"], digits=0) for a in arms],
+            ]
+        )
+    for step in rep["steps"]:
+        rows.append([f"wall hours to step {step}", *[format_stat(rep["arms"][a]["hours_at"][step]) for a in arms]])
+    rows.append(["training steps done", *[format_stat(rep["arms"][a]["steps_done"], digits=0) for a in arms]])
+    for key, label in TRAINING:
+        percent = key.startswith("tool_error")
+        digits = 0 if key.startswith("length") else 2
+        rows.append(
+            [
+                f"{label}, mean over steps",
+                *[format_stat(rep["arms"][a]["training"][key], percent=percent, digits=digits) for a in arms],
+            ]
+        )
+    return header, rows
+
+
+def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub markdown table of :func:`table_rows`' output."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = [
+    "EVAL_DIR",
+    "HELDOUT",
+    "RUN_DIR",
+    "TRAINING",
+    "format_stat",
+    "load_ablation",
+    "markdown",
+    "read_eval",
+    "read_run",
+    "report",
+    "stats",
+    "table_rows",
+]

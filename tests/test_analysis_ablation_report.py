@@ -1,0 +1,125 @@
+"""``tirl analyze ablation``: per-arm statistics over seeds from an ablation folder (plain or archived)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tirl.analysis.ablation_report import load_ablation, report, table_rows
+from tirl.cli.main import app
+
+# arm -> seed -> (held-out avg pass@1 at step 10, at step 20, seconds a step, failing-call share sampled, after)
+FIXTURE = {
+    "grpo": {0: (0.30, 0.40, 60.0, 0.20, 0.20), 1: (0.32, 0.36, 70.0, 0.10, 0.10)},
+    "roc": {0: (0.35, 0.50, 90.0, 0.30, 0.05), 1: (0.37, 0.44, 110.0, 0.20, 0.03), 2: (0.33, None, 100.0, 0.25, 0.0)},
+}
+
+
+def _write_run(folder: Path, step_s: float, before: float, after: float, gz: bool, steps: int = 20) -> None:
+    folder.mkdir(parents=True)
+    lines = []
+    for step in range(1, steps + 1):
+        rec = {
+            "step": step,
+            "tirl/reward/mean": 0.5,
+            "tirl/time/step_s": step_s,
+            "tirl/tool_error_in_correct/before": before,
+            "tirl/tool_error_in_correct/after": after,
+            "tirl/tool_calls/per_traj": 1.5,
+            "tirl/length/mean": 200.0,
+        }
+        lines.append(json.dumps(rec))
+    # a killed run had logged step 3 before its last checkpoint; resumed, it logs step 3 again: the last wins
+    lines.insert(2, json.dumps({"step": 3, "tirl/reward/mean": 0.5, "tirl/time/step_s": 10_000.0}))
+    text = "\n".join(lines) + "\n{broken"  # a line cut by a kill
+    if gz:
+        with gzip.open(folder / "metrics.jsonl.gz", "wt", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        (folder / "metrics.jsonl").write_text(text, encoding="utf-8")
+
+
+def _write_eval(folder: Path, pass1: float) -> None:
+    folder.mkdir(parents=True)
+    bench = {"avg_pass1": pass1, "tool_calls_per_trajectory": 1.2, "mean_response_tokens": 180.0}
+    (folder / "summary.json").write_text(json.dumps({"benchmarks": {"toolfix": bench}}), encoding="utf-8")
+
+
+@pytest.fixture(params=[False, True], ids=["out", "archive"])
+def ablation(tmp_path, request) -> Path:
+    root = tmp_path / "ablation"
+    _write_eval(root / "eval-start", 0.25)
+    for arm, seeds in FIXTURE.items():
+        for seed, (p10, p20, step_s, before, after) in seeds.items():
+            _write_run(root / f"{arm}-s{seed}", step_s, before, after, gz=request.param, steps=20 if p20 else 12)
+            _write_eval(root / f"eval-{arm}-s{seed}-10", p10)
+            if p20 is not None:
+                _write_eval(root / f"eval-{arm}-s{seed}-20", p20)
+    (root / "eval-roc-s2-20").mkdir()  # an evaluation still running: no summary yet
+    (root / "grpo2g-s0").mkdir()  # a run that has logged no step yet
+    (root / "plots").mkdir()
+    return root
+
+
+def test_report_statistics_over_seeds(ablation):
+    rep = report(load_ablation(ablation))
+    assert rep["baseline"] == "grpo" and rep["steps"] == [10, 20]
+    assert list(rep["arms"]) == ["grpo", "roc"]  # grpo2g-s0 has no step logged: no arm yet
+    assert rep["start"]["avg_pass1"] == 0.25
+    roc = rep["arms"]["roc"]
+    p10 = roc["heldout"][10]["avg_pass1"]
+    assert p10["n"] == 3 and p10["mean"] == pytest.approx(0.35)
+    assert p10["std"] == pytest.approx(statistics.stdev([0.35, 0.37, 0.33]))
+    assert (p10["min"], p10["max"]) == (0.33, 0.37)
+    assert roc["heldout"][20]["avg_pass1"]["n"] == 2  # seed 2 has not been evaluated at step 20
+    assert roc["delta_pass1"][20] == pytest.approx(0.47 - 0.38)
+    assert rep["arms"]["grpo"]["delta_pass1"][10] == pytest.approx(0.0)
+    # wall hours: the sum of the steps' time/step_s, the resumed step's last record counted once
+    hours = roc["hours_at"][10]
+    assert hours["mean"] == pytest.approx(statistics.fmean([90.0, 110.0, 100.0]) * 10 / 3600)
+    assert roc["hours_at"][20]["n"] == 2  # seed 2 stopped at step 12
+    assert roc["steps_done"]["min"] == 12 and roc["steps_done"]["max"] == 20
+    before = roc["training"]["tool_error_in_correct/before"]
+    after = roc["training"]["tool_error_in_correct/after"]
+    assert before["mean"] == pytest.approx(0.25) and after["mean"] == pytest.approx(statistics.fmean([0.05, 0.03, 0.0]))
+
+
+def test_baseline_choice_and_errors(ablation, tmp_path):
+    rep = report(load_ablation(ablation), baseline="roc")
+    assert rep["arms"]["grpo"]["delta_pass1"][10] == pytest.approx(0.31 - 0.35)
+    with pytest.raises(ValueError, match="grpo2g"):
+        report(load_ablation(ablation), baseline="grpo2g")
+    with pytest.raises(FileNotFoundError, match="no ablation run"):
+        load_ablation(tmp_path / "ablation" / "plots")
+    with pytest.raises(ValueError, match="no benchmark 'aime'"):
+        load_ablation(ablation, benchmark="aime")
+
+
+def test_table_rows_read_as_text(ablation):
+    header, rows = table_rows(report(load_ablation(ablation)), {"grpo": "GRPO (G of G)", "roc": "GRPO-RoC"})
+    assert header == ["quantity", "GRPO (G of G)", "GRPO-RoC"]
+    by_name = {r[0]: r[1:] for r in rows}
+    assert by_name["held-out avg pass@1, step 0 (start)"] == ["25.0 %", "25.0 %"]
+    assert by_name["held-out avg pass@1, step 10"][1] == "35.0 % ± 2.0 [33.0, 37.0] (n=3)"
+    assert by_name["  difference from GRPO (G of G), step 20"] == ["+0.0 pp", "+9.0 pp"]
+    assert by_name["failing calls in correct, trained on, mean over steps"][0] == "15.0 % ± 7.1 [10.0, 20.0] (n=2)"
+
+
+def test_cli_prints_table_and_writes_json_and_markdown(ablation, tmp_path):
+    md = tmp_path / "table.md"
+    result = CliRunner().invoke(app, ["analyze", "ablation", str(ablation), "--markdown", str(md)])
+    assert result.exit_code == 0, result.output
+    assert "GRPO-RoC (G of 2G)" in result.output and "held-out avg pass@1, step 20" in result.output
+    assert "35.0 % ± 2.0" in result.output
+    data = json.loads((ablation / "ablation_report.json").read_text())
+    assert data["arms"]["roc"]["heldout"]["10"]["avg_pass1"]["n"] == 3
+    text = md.read_text()
+    assert text.startswith("| quantity | GRPO (G of G) | GRPO-RoC (G of 2G) |")
+    assert "| wall hours to step 20 |" in text
+    bad = CliRunner().invoke(app, ["analyze", "ablation", str(tmp_path / "missing")])
+    assert bad.exit_code == 2 and "not a folder" in bad.output

@@ -4,6 +4,7 @@ and the archive that carries finished jobs to a fresh machine."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -144,6 +145,14 @@ def test_the_archive_carries_finished_jobs_to_a_fresh_machine(tmp_path):
     rows = gzip.decompress((archive / "roc-s0" / "trajectories" / "step_1_rank0.jsonl.gz").read_bytes())
     assert rows == (out / "roc-s0" / "trajectories" / "step_1_rank0.jsonl").read_bytes()
     assert (archive / "eval-roc-s0-10" / "summary.json").is_file()
+    # each finished job records the machine it ran on (wall times are comparable on one machine only), with one
+    # entry per attempt: roc-s0 was killed once (137) and finished on its second start
+    machine = json.loads((archive / "roc-s0" / "machine.json").read_text())
+    assert [a["exit"] for a in machine["attempts"]] == [137, 0]
+    assert machine["cores"] == os.cpu_count() and isinstance(machine["native_bf16"], bool) and machine["cpu"]
+    assert all(a["wall_s"] >= 0 for a in machine["attempts"])
+    assert json.loads((archive / "eval-start" / "machine.json").read_text())["attempts"][0]["exit"] == 0
+    assert not (out / "grpo2g-s1" / "machine.json").exists()  # a failed job has no record
 
     import shutil
 

@@ -60,6 +60,8 @@ def ablation(tmp_path, request) -> Path:
             _write_eval(root / f"eval-{arm}-s{seed}-10", p10)
             if p20 is not None:
                 _write_eval(root / f"eval-{arm}-s{seed}-20", p20)
+    machine = {"cpu": "AMD EPYC", "cores": 2, "native_bf16": True}
+    (root / "roc-s0" / "machine.json").write_text(json.dumps(machine), encoding="utf-8")
     (root / "eval-roc-s2-20").mkdir()  # an evaluation still running: no summary yet
     (root / "grpo2g-s0").mkdir()  # a run that has logged no step yet
     (root / "plots").mkdir()
@@ -107,6 +109,8 @@ def test_table_rows_read_as_text(ablation):
     assert by_name["held-out avg pass@1, step 0 (start)"] == ["25.0 %", "25.0 %"]
     assert by_name["held-out avg pass@1, step 10"][1] == "35.0 % ± 2.0 [33.0, 37.0] (n=3)"
     assert by_name["  difference from GRPO (G of G), step 20"] == ["+0.0 pp", "+9.0 pp"]
+    machines = by_name["machines of the runs (wall hours compare within one)"]
+    assert machines == ["not recorded", "AMD EPYC, 2 cores, native bf16; not recorded"]
     assert by_name["failing calls in correct, trained on, mean over steps"][0] == "15.0 % ± 7.1 [10.0, 20.0] (n=2)"
 
 

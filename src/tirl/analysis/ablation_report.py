@@ -14,7 +14,8 @@ Per arm it reports, over its seeds (mean, sample standard deviation with n - 1, 
   arm, plain GRPO G of G, unless ``baseline`` names another); also the held-out tool calls per trajectory and
   response length, so that a gain bought by longer answers shows;
 * **wall hours to that step** (the sum of ``time/step_s``): where one arm is slower, equal steps are not equal
-  compute, and the table says by how much (equal-wall-time curves: ``tirl plot --compare``);
+  compute, and the table says by how much (equal-wall-time curves: ``tirl plot --compare``); with the machines
+  the arm's runs ran on (the runner's ``machine.json``), as hours compare only between runs of one machine;
 * **training, mean over the run's steps**: the report's Figure 4 quantity (failing calls among the calls of
   correct trajectories) as sampled (``tool_error_in_correct/before``) and as trained on (``.../after``), tool calls
   per sampled trajectory, response length (model tokens), reward of the sampled trajectories.
@@ -110,6 +111,18 @@ def read_run(folder: Path) -> dict[str, Any]:
     }
 
 
+def read_machine(folder: Path) -> str | None:
+    """The machine a job ran on, from the runner's ``machine.json`` (:func:`tirl.train.ablation.machine_record`),
+    as ``CPU, N cores, native bf16`` or ``..., no native bf16``; None without a record (runs made before the
+    runner wrote one)."""
+    file = folder / "machine.json"
+    if not file.is_file():
+        return None
+    rec = json.loads(file.read_text(encoding="utf-8"))
+    bf16 = "native bf16" if rec.get("native_bf16") else "no native bf16"
+    return f"{rec.get('cpu', '?')}, {rec.get('cores', '?')} cores, {bf16}"
+
+
 def read_eval(folder: Path, benchmark: str | None = None) -> dict[str, float] | None:
     """The :data:`HELDOUT` fields of an evaluation's ``summary.json`` for ``benchmark`` (None: the only or first
     one); None when the folder has no summary yet (an unfinished evaluation)."""
@@ -159,6 +172,7 @@ def load_ablation(root: str | Path, benchmark: str | None = None) -> dict[str, A
                 continue  # started, no step logged yet
             slot = arms.setdefault(m["arm"], {}).setdefault(int(m["seed"]), {"run": None, "evals": {}})
             slot["run"] = read_run(d)
+            slot["run"]["machine"] = read_machine(d)
         elif m := EVAL_DIR.match(d.name):
             point = read_eval(d, benchmark)
             if point is not None:
@@ -208,6 +222,8 @@ def report(ablation: dict[str, Any], baseline: str | None = None) -> dict[str, A
             "hours_at": {step: stats([r["hours_at"][step] for r in runs if step in r["hours_at"]]) for step in steps},
             "training": {key: stats([r["means"][key] for r in runs if key in r["means"]]) for key, _ in TRAINING},
             "steps_done": stats([r["steps"] for r in runs]),
+            # wall hours compare only between runs of one machine: the table names the machines of each arm
+            "machines": sorted({r.get("machine") or "not recorded" for r in runs}),
         }
     base = out["arms"].get(baseline, {}).get("heldout", {})
     for row in out["arms"].values():
@@ -277,6 +293,12 @@ def table_rows(rep: dict[str, Any], labels: dict[str, str] | None = None) -> tup
         )
     for step in rep["steps"]:
         rows.append([f"wall hours to step {step}", *[format_stat(rep["arms"][a]["hours_at"][step]) for a in arms]])
+    rows.append(
+        [
+            "machines of the runs (wall hours compare within one)",
+            *["; ".join(rep["arms"][a]["machines"]) or "n/a" for a in arms],
+        ]
+    )
     rows.append(["training steps done", *[format_stat(rep["arms"][a]["steps_done"], digits=0) for a in arms]])
     for key, label in TRAINING:
         percent = key.startswith("tool_error")
@@ -306,6 +328,7 @@ __all__ = [
     "load_ablation",
     "markdown",
     "read_eval",
+    "read_machine",
     "read_run",
     "report",
     "stats",

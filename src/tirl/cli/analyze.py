@@ -253,6 +253,17 @@ def ablation_command(
     except (FileNotFoundError, ValueError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
+    path = out or Path(ablation_dir) / "ablation_report.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rep, indent=2) + "\n", encoding="utf-8")
+    if not rep["arms"]:
+        start = (rep.get("start") or {}).get("avg_pass1")
+        typer.echo(
+            "no training run has logged a step yet"
+            + (f"; the start model's held-out avg pass@1: {100 * start:.1f} %" if start is not None else "")
+        )
+        typer.echo(str(path))
+        return
     header, rows = table_rows(rep, LABELS)
     seeds = ", ".join(f"{LABELS.get(a, a)}: {len(r['seeds'])}" for a, r in rep["arms"].items())
     table = Table(title=f"Ablation {ablation_dir} (seeds per arm: {seeds}; mean ± std [min, max] (n))")
@@ -261,9 +272,6 @@ def ablation_command(
     for row in rows:
         table.add_row(*row)
     Console(width=max(120, 40 + 34 * (len(header) - 1))).print(table)
-    path = out or Path(ablation_dir) / "ablation_report.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rep, indent=2) + "\n", encoding="utf-8")
     if markdown_out is not None:
         markdown_out.parent.mkdir(parents=True, exist_ok=True)
         markdown_out.write_text(markdown(header, rows), encoding="utf-8")

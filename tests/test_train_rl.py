@@ -294,3 +294,28 @@ def test_new_stage_starts_from_checkpoint_with_fresh_optimizer(two_steps, tmp_pa
         assert any(not two_steps["before"][n].equal(saved[n]) for n in loaded if n in two_steps["before"])
     finally:
         run.close()
+
+
+def test_gradient_checkpointing_with_lora_trains(tmp_path, tiny_smollm2_model_dir):
+    """``model.gradient_checkpointing`` (the toolfix recipes' memory fix: activations recomputed in the backward)
+    with a LoRA policy: the step runs and moves the adapter, as without it (PEFT needs input gradients enabled for
+    checkpointed blocks, or the adapter would get none)."""
+    import torch
+
+    config = _config(
+        tmp_path,
+        tiny_smollm2_model_dir,
+        max_steps=1,
+        **{"model.gradient_checkpointing": "true", "model.lora.enabled": "true"},
+    )
+    run, _ = _build(config)
+    trainer = run.trainer
+    assert trainer.args.gradient_checkpointing
+    lora = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n and p.requires_grad}
+    assert lora
+    try:
+        trainer.train()
+    finally:
+        run.close()
+    after = dict(trainer.model.named_parameters())
+    assert any(not torch.equal(before, after[n].detach()) for n, before in lora.items())

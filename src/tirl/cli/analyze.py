@@ -266,7 +266,7 @@ def ablation_command(
         return
     header, rows = table_rows(rep, LABELS)
     seeds = ", ".join(f"{LABELS.get(a, a)}: {len(r['seeds'])}" for a, r in rep["arms"].items())
-    table = Table(title=f"Ablation {ablation_dir} (seeds per arm: {seeds}; mean ± std [min, max] (n))")
+    table = Table(title=f"Ablation {ablation_dir} (seeds per arm: {seeds}; mean ± std \\[min, max] (n))")
     for i, col in enumerate(header):
         table.add_column(col, justify="left" if i == 0 else "right")
     for row in rows:

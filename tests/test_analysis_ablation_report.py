@@ -100,6 +100,9 @@ def test_baseline_choice_and_errors(ablation, tmp_path):
         load_ablation(tmp_path / "ablation" / "plots")
     with pytest.raises(ValueError, match="no benchmark 'aime'"):
         load_ablation(ablation, benchmark="aime")
+    (ablation / "eval-grpo-s0-10" / "summary.json").write_text('{"benchmarks": {', encoding="utf-8")  # cut
+    with pytest.raises(ValueError, match="summary.json is not valid JSON"):
+        load_ablation(ablation)
 
 
 def test_table_rows_read_as_text(ablation):
@@ -132,6 +135,9 @@ def test_cli_prints_table_and_writes_json_and_markdown(ablation, tmp_path):
     assert "start model's held-out avg pass@1: 14.6 %" in early.output
     bad = CliRunner().invoke(app, ["analyze", "ablation", str(tmp_path / "missing")])
     assert bad.exit_code == 2 and "not a folder" in bad.output
+    (ablation / "grpo-s0" / "machine.json").write_text("[1, 2]", encoding="utf-8")
+    broken = CliRunner().invoke(app, ["analyze", "ablation", str(ablation)])
+    assert broken.exit_code == 2 and "holds no JSON object" in broken.output
 
 
 def test_the_committed_archive_reads_as_its_done_markers_say():

@@ -27,7 +27,6 @@ statement) and per-problem pairing across arms.
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import re
@@ -35,6 +34,8 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from tirl.train.metrics import read_metrics
 
 RUN_DIR = re.compile(r"^(?P<arm>[A-Za-z0-9_]+)-s(?P<seed>\d+)$")
 """A training run's folder name in an ablation (``grpo-s0``)."""
@@ -60,21 +61,6 @@ HELDOUT: tuple[tuple[str, str], ...] = (
 PREFIX = "tirl/"
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    opener = gzip.open if path.name.endswith(".gz") else open
-    out = []
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by a kill mid-write
-                if isinstance(rec, dict):
-                    out.append(rec)
-    return out
-
-
 def read_run(folder: Path) -> dict[str, Any]:
     """One training run's step records summarised.
 
@@ -89,7 +75,7 @@ def read_run(folder: Path) -> dict[str, Any]:
     if file is None:
         raise FileNotFoundError(f"no metrics.jsonl(.gz) in {folder}")
     by_step: dict[int, dict[str, Any]] = {}
-    for rec in _read_jsonl(file):
+    for rec in read_metrics(file):  # a line cut by a kill mid-write is skipped
         # a resumed run logs a step again: the last record of a step is the one its checkpoint holds
         if PREFIX + "reward/mean" in rec and isinstance(rec.get("step"), (int, float)):
             by_step[int(rec["step"])] = rec
@@ -111,25 +97,43 @@ def read_run(folder: Path) -> dict[str, Any]:
     }
 
 
+def _json(file: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(
+            f"{file} is not valid JSON ({exc}); re-run the job that wrote it or remove the folder"
+        ) from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{file} holds no JSON object")
+    return data
+
+
 def read_machine(folder: Path) -> str | None:
     """The machine a job ran on, from the runner's ``machine.json`` (:func:`tirl.train.ablation.machine_record`),
     as ``CPU, N cores, native bf16`` or ``..., no native bf16``; None without a record (runs made before the
-    runner wrote one)."""
+    runner wrote one).
+
+    Raises:
+        ValueError: the record is not valid JSON."""
     file = folder / "machine.json"
     if not file.is_file():
         return None
-    rec = json.loads(file.read_text(encoding="utf-8"))
+    rec = _json(file)
     bf16 = "native bf16" if rec.get("native_bf16") else "no native bf16"
     return f"{rec.get('cpu', '?')}, {rec.get('cores', '?')} cores, {bf16}"
 
 
 def read_eval(folder: Path, benchmark: str | None = None) -> dict[str, float] | None:
     """The :data:`HELDOUT` fields of an evaluation's ``summary.json`` for ``benchmark`` (None: the only or first
-    one); None when the folder has no summary yet (an unfinished evaluation)."""
+    one); None when the folder has no summary yet (an unfinished evaluation).
+
+    Raises:
+        ValueError: the summary is not valid JSON, or lacks ``benchmark``."""
     file = folder / "summary.json"
     if not file.is_file():
         return None
-    benches = json.loads(file.read_text(encoding="utf-8")).get("benchmarks", {})
+    benches = _json(file).get("benchmarks", {})
     if not benches:
         return None
     bench = benches.get(benchmark) if benchmark else next(iter(benches.values()))

@@ -196,12 +196,16 @@ class MetricsLog:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a ``metrics.jsonl`` (a folder is read as ``folder/metrics.jsonl``); bad lines are skipped."""
+    """Records of a ``metrics.jsonl`` (a folder is read as ``folder/metrics.jsonl``; a ``.gz`` file, as an
+    ablation's archive keeps it, is read unpacked); bad lines are skipped."""
+    import gzip
+
     path = Path(path)
     if path.is_dir():
         path = path / "metrics.jsonl"
+    text = gzip.decompress(path.read_bytes()).decode("utf-8") if path.name.endswith(".gz") else None
     out = []
-    for line in path.read_text(encoding="utf-8").split("\n"):
+    for line in (text if text is not None else path.read_text(encoding="utf-8")).split("\n"):
         if line.strip():
             try:
                 rec = json.loads(line)

@@ -244,7 +244,7 @@ def ablation_command(
     from rich.console import Console
     from rich.table import Table
 
-    from tirl.analysis.ablation_report import load_ablation, markdown, report, table_rows
+    from tirl.train.ablation_report import load_ablation, markdown, report, table_rows
     from tirl.train.ablation import LABELS
 
     console = Console(stderr=True)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tirl.train.ablation_report import load_ablation, report, table_rows
 from tirl.cli.main import app
+from tirl.train.ablation_report import load_ablation, report, table_rows
 
 # arm -> seed -> (held-out avg pass@1 at step 10, at step 20, seconds a step, failing-call share sampled, after)
 FIXTURE = {

@@ -244,8 +244,8 @@ def ablation_command(
     from rich.console import Console
     from rich.table import Table
 
-    from tirl.train.ablation_report import load_ablation, markdown, report, table_rows
     from tirl.train.ablation import LABELS
+    from tirl.train.ablation_report import load_ablation, markdown, report, table_rows
 
     console = Console(stderr=True)
     try:

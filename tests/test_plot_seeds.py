@@ -64,6 +64,22 @@ def test_seeds_under_one_label_draw_a_band_that_one_run_does_not(tmp_path):
         assert with_band > 2000 and with_band > 20 * max(without, 1), (name, with_band, without)
 
 
+def test_compare_has_one_legend_below_the_panels_naming_every_arm(tmp_path):
+    """The arms' names sit in one strip under the panels (six per-panel legends covered the curves): the
+    strip below the lowest axes holds each arm's colour (its legend line)."""
+    import matplotlib.image
+    import numpy as np
+    from matplotlib.colors import to_rgb
+
+    runs = {"A": _run(tmp_path / "a", 0.0), "B": _run(tmp_path / "b", 0.2)}
+    plot_compare(runs, tmp_path / "p")
+    for name in ("compare_steps.png", "compare_time.png"):
+        image = matplotlib.image.imread(tmp_path / "p" / name)[..., :3]
+        strip = image[int(image.shape[0] * 0.94) :]
+        for color in ("C0", "C1"):
+            assert (np.abs(strip - np.array(to_rgb(color))).max(axis=-1) < 0.03).sum() > 50, (name, color)
+
+
 def test_cli_groups_runs_by_label_and_aggregates_heldout(tmp_path):
     from matplotlib.colors import to_rgb
 

@@ -359,9 +359,18 @@ def plot_compare(
             ax.set_title(label)
             ax.set_xlabel("RL step" if axis == "steps" else "wall time (hours)")
             ax.grid(alpha=0.3)
-            ax.legend()
+        # one legend for the figure, in a strip below the panels: six per-panel legends covered the curves
+        handles, names = axes.flat[0].get_legend_handles_labels()
+        for ax in axes.flat[1:]:
+            for h, n in zip(*ax.get_legend_handles_labels()):
+                if n not in names:
+                    handles.append(h)
+                    names.append(n)
+        if handles:
+            fig.legend(handles, names, loc="lower center", ncol=min(len(names), 3), frameon=False)
         fig.suptitle(("At equal steps" if axis == "steps" else "At equal wall time") + suffix)
-        fig.tight_layout()
+        rows = -(-len(names) // 3) if handles else 0
+        fig.tight_layout(rect=(0, 0.045 * rows, 1, 1))
         path = out / f"compare_{axis}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)

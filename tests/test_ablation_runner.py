@@ -97,6 +97,22 @@ def test_runner_restarts_killed_jobs_resumes_and_skips_what_is_done(tmp_path):
     assert [c[:2] for c in again] == [["train", "rl"]] and f"output_dir={out / 'grpo2g-s1'}" in again[0]
 
 
+def test_a_later_invocation_with_more_arms_redraws_the_plot_with_them(tmp_path):
+    """A subset (--arms grpo) ends with a plot of its own runs; the next invocation with every arm, on the same
+    folder, draws it again with the new arms instead of skipping it for its marker."""
+    fake = tmp_path / "fake_tirl.py"
+    fake.write_text(FAKE)
+    out = tmp_path / "abl"
+    base = ["--out", str(out), "--seeds", "0", "--eval-steps", "10", "--tirl", f"{sys.executable} {fake}"]
+    assert main([*base, "--arms", "grpo"]) == 0
+    assert main([*base, "--arms", "grpo", "roc", "--retries", "2"]) == 0
+    plots = [c for c in _calls(fake) if c[:2] == ["plot", "--compare"]]
+    assert len(plots) == 2
+    assert not any("roc-s0" in a for a in plots[0]) and any(a.endswith(str(out / "roc-s0")) for a in plots[1])
+    trains = [c for c in _calls(fake) if c[:2] == ["train", "rl"]]
+    assert sum(f"output_dir={out / 'grpo-s0'}" in c for c in trains) == 1  # the finished run is not re-run
+
+
 def test_dry_run_prints_the_remaining_commands(tmp_path, capsys):
     assert (
         main(

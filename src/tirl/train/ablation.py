@@ -14,10 +14,11 @@ steps. What it does, in order (seed-major, so that a stopped ablation has every 
    held-out evaluations (``OUT/plots``).
 
 Resumable: every finished job leaves ``OUT/done/JOB``; a re-run of the same command skips those and continues
-where it stopped. Across machines (``OUT`` lives in ``runs/``, which a fresh machine does not have): with
-``--archive DIR``, a folder kept in git, each finished run and its evaluations leave their small results there
-(:func:`archive_ready`: metrics, recipe, logged groups, summaries; no checkpoints), and the next invocation on
-any machine restores them first (:func:`restore`) and runs only what is missing.
+where it stopped (the plot, seconds of work, is drawn again by every invocation that gets to it). Across
+machines (``OUT`` lives in ``runs/``, which a fresh machine does not have): with ``--archive DIR``, a folder
+kept in git, each finished run and its evaluations leave their small results there (:func:`archive_ready`:
+metrics, recipe, logged groups, summaries; no checkpoints), and the next invocation on any machine restores
+them first (:func:`restore`) and runs only what is missing.
 
 Unattended: a job that the kernel's out-of-memory killer ends (exit status 137, or -9 from a signal) is
 restarted, up to ``--retries`` times; any other failure (3 = the training watchdog's stop, 2 = a configuration
@@ -349,7 +350,9 @@ def run_jobs(
     failed: set[str] = set()
     planned: set[str] = set()  # dry run: what would have run counts as done for its dependants
     for job in jobs:
-        if (done_dir / job.name).exists():
+        # the plot is re-drawn by every invocation (seconds): its marker would go stale once a later invocation,
+        # e.g. of other --arms or --seeds, adds runs to the same folder
+        if (done_dir / job.name).exists() and job.name != "plot":
             continue
         missing = [n for n in job.needs if not (done_dir / n).exists() and n not in planned]
         if missing:

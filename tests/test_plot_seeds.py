@@ -119,3 +119,19 @@ def test_cli_groups_runs_by_label_and_aggregates_heldout(tmp_path):
     assert _pixels_near(tmp_path / "p" / "heldout.png", tuple(0.2 * c + 0.8 for c in to_rgb("C0"))) > 500
     bad = runner.invoke(app, args[:-6] + ["--band", "iqr"])
     assert bad.exit_code == 2 and "band" in bad.output
+
+
+def test_an_archived_run_with_only_metrics_jsonl_gz_is_read_like_the_run(tmp_path):
+    import gzip
+
+    from tirl.train.plot import load_runs
+
+    live = _run(tmp_path / "live", 0.1)
+    archived = tmp_path / "archived"
+    archived.mkdir()
+    (archived / "metrics.jsonl.gz").write_bytes(gzip.compress((live / "metrics.jsonl").read_bytes()))
+    assert load_runs([archived]) == load_runs([live]) and len(load_runs([live])) == 12
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
+        load_runs([empty])

@@ -24,6 +24,8 @@ PREFIX = "tirl/"
 def load_runs(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
     """Step records of the given runs (folders or ``metrics.jsonl`` files), stages concatenated in order.
 
+    A folder without ``metrics.jsonl`` is read from its ``metrics.jsonl.gz`` (an ablation archive's run).
+
     Each record gets ``global_step`` (the step plus the steps of the earlier runs) and keeps its ``stage``.
     Only records that carry rollout metrics (``tirl/reward/mean``) are kept; a step logged twice keeps the
     last record.
@@ -36,8 +38,10 @@ def load_runs(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
     for path in paths:
         p = Path(path)
         file = p / "metrics.jsonl" if p.is_dir() else p
+        if p.is_dir() and not file.exists() and (p / "metrics.jsonl.gz").exists():
+            file = p / "metrics.jsonl.gz"  # a run as an ablation's archive keeps it (docs/results/...)
         if not file.exists():
-            raise FileNotFoundError(f"no metrics.jsonl at {p}")
+            raise FileNotFoundError(f"no metrics.jsonl (or metrics.jsonl.gz) at {p}")
         by_step: dict[int, dict[str, Any]] = {}
         for rec in read_metrics(file):
             if PREFIX + "reward/mean" in rec and isinstance(rec.get("step"), (int, float)):

@@ -135,3 +135,17 @@ def test_an_archived_run_with_only_metrics_jsonl_gz_is_read_like_the_run(tmp_pat
     empty.mkdir()
     with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
         load_runs([empty])
+
+
+def test_a_folder_with_both_files_reads_the_live_metrics_jsonl_and_a_missing_file_is_named(tmp_path):
+    import gzip
+
+    from tirl.train.metrics import metrics_file, read_metrics
+
+    run = _run(tmp_path / "run", 0.1)
+    (run / "metrics.jsonl.gz").write_bytes(gzip.compress(b'{"step": 99}\n'))
+    assert metrics_file(run) == run / "metrics.jsonl"  # a live run's log, not a stale archive copy
+    assert all(rec.get("step") != 99 for rec in read_metrics(run))
+    assert read_metrics(run / "metrics.jsonl.gz") == [{"step": 99}]
+    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+        read_metrics(tmp_path / "nope.jsonl")

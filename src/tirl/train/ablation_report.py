@@ -71,11 +71,8 @@ def read_run(folder: Path) -> dict[str, Any]:
     Raises:
         FileNotFoundError: no ``metrics.jsonl`` or ``metrics.jsonl.gz`` in ``folder``.
     """
-    file = next((folder / n for n in ("metrics.jsonl", "metrics.jsonl.gz") if (folder / n).is_file()), None)
-    if file is None:
-        raise FileNotFoundError(f"no metrics.jsonl(.gz) in {folder}")
     by_step: dict[int, dict[str, Any]] = {}
-    for rec in read_metrics(file):  # a line cut by a kill mid-write is skipped
+    for rec in read_metrics(folder):  # a line cut by a kill mid-write is skipped
         # a resumed run logs a step again: the last record of a step is the one its checkpoint holds
         if PREFIX + "reward/mean" in rec and isinstance(rec.get("step"), (int, float)):
             by_step[int(rec["step"])] = rec

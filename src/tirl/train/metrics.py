@@ -195,14 +195,34 @@ class MetricsLog:
         return dropped
 
 
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a ``metrics.jsonl`` (a folder is read as ``folder/metrics.jsonl``; a ``.gz`` file, as an
-    ablation's archive keeps it, is read unpacked); bad lines are skipped."""
-    import gzip
+def metrics_file(path: str | Path) -> Path:
+    """The metrics file of ``path``: a file is itself; a folder's is ``metrics.jsonl``, else its
+    ``metrics.jsonl.gz`` (a run as an ablation's archive keeps it, docs/results/...).
 
+    Raises:
+        FileNotFoundError: the file, or a folder's both files, do not exist.
+    """
     path = Path(path)
     if path.is_dir():
-        path = path / "metrics.jsonl"
+        found = next((path / n for n in ("metrics.jsonl", "metrics.jsonl.gz") if (path / n).is_file()), None)
+        if found is None:
+            raise FileNotFoundError(f"no metrics.jsonl (or metrics.jsonl.gz) in {path}")
+        return found
+    if not path.is_file():
+        raise FileNotFoundError(f"no metrics file at {path}")
+    return path
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Records of a ``metrics.jsonl`` (a folder is read through :func:`metrics_file`; a ``.gz`` file is read
+    unpacked); bad lines are skipped.
+
+    Raises:
+        FileNotFoundError: no metrics file (see :func:`metrics_file`).
+    """
+    import gzip
+
+    path = metrics_file(path)
     text = gzip.decompress(path.read_bytes()).decode("utf-8") if path.name.endswith(".gz") else None
     out = []
     for line in (text if text is not None else path.read_text(encoding="utf-8")).split("\n"):
@@ -216,4 +236,4 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["MetricsLog", "percentile", "read_metrics", "step_metrics", "tool_error_share"]
+__all__ = ["MetricsLog", "metrics_file", "percentile", "read_metrics", "step_metrics", "tool_error_share"]

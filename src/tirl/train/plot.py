@@ -37,13 +37,8 @@ def load_runs(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
     offset = 0
     for path in paths:
         p = Path(path)
-        file = p / "metrics.jsonl" if p.is_dir() else p
-        if p.is_dir() and not file.exists() and (p / "metrics.jsonl.gz").exists():
-            file = p / "metrics.jsonl.gz"  # a run as an ablation's archive keeps it (docs/results/...)
-        if not file.exists():
-            raise FileNotFoundError(f"no metrics.jsonl (or metrics.jsonl.gz) at {p}")
         by_step: dict[int, dict[str, Any]] = {}
-        for rec in read_metrics(file):
+        for rec in read_metrics(p):  # a folder: metrics.jsonl, else an archive's metrics.jsonl.gz
             if PREFIX + "reward/mean" in rec and isinstance(rec.get("step"), (int, float)):
                 by_step[int(rec["step"])] = rec
         for step in sorted(by_step):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import statistics
 from pathlib import Path
@@ -11,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tirl.cli.main import app
-from tirl.train.ablation_report import load_ablation, report, table_rows
+from tirl.train import ablation_report
+from tirl.train.ablation_report import load_ablation, permutation_test, report, table_rows
 
 # arm -> seed -> (held-out avg pass@1 at step 10, at step 20, seconds a step, failing-call share sampled, after)
 FIXTURE = {
@@ -89,6 +91,50 @@ def test_report_statistics_over_seeds(ablation):
     before = roc["training"]["tool_error_in_correct/before"]
     after = roc["training"]["tool_error_in_correct/after"]
     assert before["mean"] == pytest.approx(0.25) and after["mean"] == pytest.approx(statistics.fmean([0.05, 0.03, 0.0]))
+
+
+def _p_by_all_orders(a: list[float], b: list[float]) -> float:
+    """The permutation p-value by brute force over every ordering of the pooled values (n! of them)."""
+    pooled, k = a + b, len(a)
+    observed = abs(statistics.fmean(a) - statistics.fmean(b))
+    orders = list(itertools.permutations(pooled))
+    hits = sum(abs(statistics.fmean(o[:k]) - statistics.fmean(o[k:])) >= observed - 1e-12 for o in orders)
+    return hits / len(orders)
+
+
+def test_permutation_test_over_seeds(monkeypatch):
+    # fully separated 3 against 3: only the observed split and its mirror are as extreme, p = 2 / C(6, 3)
+    sep = permutation_test([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
+    assert sep == {"diff": -3.0, "p": 0.1, "p_min": 0.1, "splits": 20, "exact": 1}
+    # the ablation's step-20 numbers so far (GRPO-RoC 2 seeds, GRPO 3): the same p as every ordering gives
+    roc, grpo = [0.346, 0.396], [0.379, 0.317, 0.275]
+    test = permutation_test(roc, grpo)
+    assert test["p"] == pytest.approx(_p_by_all_orders(roc, grpo))
+    assert test["diff"] == pytest.approx(statistics.fmean(roc) - statistics.fmean(grpo))
+    assert test["p_min"] == pytest.approx(1 / 10) and test["splits"] == 10  # 2 vs 3: one most extreme split
+    assert 0.1 < test["p"] < 1.0
+    # no difference at all: every split is as extreme as the observed one
+    assert permutation_test([0.3, 0.3], [0.3, 0.3])["p"] == 1.0
+    assert permutation_test([], [0.3]) is None and permutation_test([0.3], []) is None
+    # above the limit a seeded random sample of splits stands in, close to the exact value
+    a, b = [0.1, 0.5, 0.2, 0.6, 0.3], [0.4, 0.9, 0.7, 0.8, 0.35]
+    exact = permutation_test(a, b)
+    monkeypatch.setattr(ablation_report, "PERMUTATION_LIMIT", 50)
+    sampled = permutation_test(a, b)
+    assert exact["exact"] == 1 and exact["splits"] == 252
+    assert sampled["exact"] == 0 and sampled["splits"] == 50
+    assert sampled["p"] == pytest.approx(exact["p"], abs=0.2)
+
+
+def test_report_tests_each_arm_against_the_baseline(ablation):
+    rep = report(load_ablation(ablation))
+    assert rep["arms"]["grpo"]["test_pass1"][20] is None  # the baseline is not tested against itself
+    roc20 = rep["arms"]["roc"]["test_pass1"][20]
+    assert roc20 == permutation_test([0.50, 0.44], [0.40, 0.36])
+    assert roc20["splits"] == 6 and roc20["p"] == pytest.approx(2 / 6)  # separated: the split and its mirror
+    header, rows = table_rows(rep)
+    cells = {r[0]: r[1:] for r in rows}["  permutation p over seeds (smallest possible), step 20"]
+    assert cells == ["baseline", "p = 0.33 (≥ 0.33)"]
 
 
 def test_baseline_choice_and_errors(ablation, tmp_path):

@@ -236,7 +236,8 @@ def ablation_command(
     ),
 ) -> None:
     """The ablation's result per arm over its seeds: held-out avg pass@1 at each evaluated step (mean ± sample std
-    [min, max], n seeds) and its difference from the baseline arm, wall hours to each step, and the training means
+    [min, max], n seeds), its difference from the baseline arm with an exact permutation test over the seeds (p and
+    the smallest p the seed counts allow), wall hours to each step, and the training means
     (the report's Figure 4 failing-call share sampled and trained on, tool calls, length, reward).
 
     Prints a table and writes JSON; runs or evaluations not finished yet are left out of their cells.

@@ -11,8 +11,9 @@ is the runner's (:func:`tirl.train.ablation.plan`):
 Per arm it reports, over its seeds (mean, sample standard deviation with n - 1, minimum, maximum, n):
 
 * **held-out avg pass@1** at each evaluated step, and its difference from the baseline arm's mean (the first
-  arm, plain GRPO G of G, unless ``baseline`` names another); also the held-out tool calls per trajectory and
-  response length, so that a gain bought by longer answers shows;
+  arm, plain GRPO G of G, unless ``baseline`` names another) with an exact two-sided permutation test over the
+  seeds (:func:`permutation_test`: its p-value and the smallest p-value the seed counts allow); also the
+  held-out tool calls per trajectory and response length, so that a gain bought by longer answers shows;
 * **wall hours to that step** (the sum of ``time/step_s``): where one arm is slower, equal steps are not equal
   compute, and the table says by how much (equal-wall-time curves: ``tirl plot --compare``); with the machines
   the arm's runs ran on (the runner's ``machine.json``), as hours compare only between runs of one machine;
@@ -21,14 +22,17 @@ Per arm it reports, over its seeds (mean, sample standard deviation with n - 1, 
   per sampled trajectory, response length (model tokens), reward of the sampled trajectories.
 
 A run that has not reached a step, or an evaluation not yet written, is left out of that cell (its ``n`` says
-how many seeds a number rests on). Not covered: significance tests (with three seeds the spread is the honest
-statement) and per-problem pairing across arms.
+how many seeds a number rests on). Not covered: per-problem pairing across arms (the archive keeps each
+evaluation's summary, not its per-problem verdicts) and any test that treats the 240 held-out samples of one
+run as independent (they share one trained model: the seed is the unit of replication).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import random
 import re
 import statistics
 from collections.abc import Sequence
@@ -153,6 +157,62 @@ def stats(values: Sequence[float]) -> dict[str, float | int | None]:
     }
 
 
+PERMUTATION_LIMIT = 200_000
+"""Above this many relabelings :func:`permutation_test` samples that many at random (seed 0) instead of all."""
+
+
+def permutation_test(a: Sequence[float], b: Sequence[float]) -> dict[str, float | int] | None:
+    """Exact two-sided permutation test of a difference in means between two small samples (seeds of two arms).
+
+    The Fisher-Pitman test: under the null hypothesis the arm labels are exchangeable, so every split of the
+    pooled values into groups of ``len(a)`` and ``len(b)`` is equally likely; the p-value is the share of splits
+    whose ``|mean(a') - mean(b')|`` is at least the observed one (the observed split included). With few seeds the
+    test cannot reach small p-values at all: ``p_min`` is the p-value of the most extreme split of these values
+    (2 / C(6, 3) = 0.1 for 3 seeds against 3; 2 / C(10, 5) = 0.008 for 5 against 5), which says what the design
+    can show before any result is in.
+
+    Args:
+        a, b: per-seed values of the two arms (e.g. held-out avg pass@1 in [0, 1]), each non-empty.
+
+    Returns:
+        ``{"diff": mean(a) - mean(b), "p": two-sided p-value, "p_min": smallest p-value these group sizes and
+        values allow, "splits": number of splits evaluated, "exact": 1 if all were enumerated else 0}``;
+        None when either sample is empty. Above :data:`PERMUTATION_LIMIT` splits a random sample of that many
+        (seed 0) stands in for the enumeration.
+    """
+    a, b = [float(x) for x in a], [float(x) for x in b]
+    if not a or not b:
+        return None
+    pooled, k = a + b, len(a)
+    total = sum(pooled)
+
+    def diff(idx: Sequence[int]) -> float:
+        sa = sum(pooled[i] for i in idx)
+        return sa / k - (total - sa) / len(b)
+
+    n_splits = math.comb(len(pooled), k)
+    if n_splits <= PERMUTATION_LIMIT:
+        splits: Any = itertools.combinations(range(len(pooled)), k)
+        exact = 1
+    else:
+        rng = random.Random(0)
+        splits = (rng.sample(range(len(pooled)), k) for _ in range(PERMUTATION_LIMIT))
+        exact = 0
+    observed = abs(diff(range(k)))
+    # a relative tolerance, so that splits equal to the observed one up to float rounding count as "as extreme"
+    eps = 1e-9 * max(1.0, max(abs(x) for x in pooled))
+    diffs = [abs(diff(idx)) for idx in splits]
+    extreme = max(diffs)
+    n = len(diffs)
+    return {
+        "diff": statistics.fmean(a) - statistics.fmean(b),
+        "p": sum(d >= observed - eps for d in diffs) / n,
+        "p_min": sum(d >= extreme - eps for d in diffs) / n,
+        "splits": n,
+        "exact": exact,
+    }
+
+
 def load_ablation(root: str | Path, benchmark: str | None = None) -> dict[str, Any]:
     """Every run and evaluation of an ablation folder (module docstring), per arm and seed.
 
@@ -196,6 +256,8 @@ def report(ablation: dict[str, Any], baseline: str | None = None) -> dict[str, A
     Returns:
         ``{"baseline", "start", "steps": [evaluated steps], "arms": {arm: {"seeds": [...], "heldout":
         {step: {field: stats}}, "delta_pass1": {step: mean difference from the baseline or None},
+        "test_pass1": {step: :func:`permutation_test` of the seeds' avg pass@1 against the baseline's, or None
+        (the baseline itself, or a side without an evaluation at that step)},
         "hours_at": {step: stats}, "training": {key: stats}, "steps_done": stats}}}``.
 
     Raises:
@@ -227,11 +289,21 @@ def report(ablation: dict[str, Any], baseline: str | None = None) -> dict[str, A
             "machines": sorted({r.get("machine") or "not recorded" for r in runs}),
         }
     base = out["arms"].get(baseline, {}).get("heldout", {})
-    for row in out["arms"].values():
-        row["delta_pass1"] = {}
+
+    def seed_values(seeds: dict[int, dict[str, Any]], step: int) -> list[float]:
+        points = (slot["evals"].get(step, {}) for slot in seeds.values())
+        return [point["avg_pass1"] for point in points if "avg_pass1" in point]
+
+    for arm, row in out["arms"].items():
+        row["delta_pass1"], row["test_pass1"] = {}, {}
         for step in steps:
             mine, ref = row["heldout"][step]["avg_pass1"]["mean"], base.get(step, {}).get("avg_pass1", {}).get("mean")
             row["delta_pass1"][step] = None if mine is None or ref is None else mine - ref
+            row["test_pass1"][step] = (
+                None
+                if arm == baseline
+                else permutation_test(seed_values(arms[arm], step), seed_values(arms[baseline], step))
+            )
     return out
 
 
@@ -251,6 +323,14 @@ def format_stat(stat: dict[str, Any], percent: bool = False, digits: int = 2) ->
     if stat["n"] > 1:
         text += f" ± {fmt(stat['std'])} [{fmt(stat['min'])}, {fmt(stat['max'])}]"
     return text + f" (n={stat['n']})"
+
+
+def _test_cell(arm: str, baseline: str, test: dict[str, Any] | None) -> str:
+    if arm == baseline:
+        return "baseline"
+    if test is None:
+        return "n/a"
+    return f"p = {test['p']:.2f} (≥ {test['p_min']:.2f})"
 
 
 def table_rows(rep: dict[str, Any], labels: dict[str, str] | None = None) -> tuple[list[str], list[list[str]]]:
@@ -277,6 +357,12 @@ def table_rows(rep: dict[str, Any], labels: dict[str, str] | None = None) -> tup
             [
                 f"  difference from {labels.get(rep['baseline'], rep['baseline'])}, step {step}",
                 *["n/a" if (d := rep["arms"][a]["delta_pass1"][step]) is None else f"{100 * d:+.1f} pp" for a in arms],
+            ]
+        )
+        rows.append(
+            [
+                f"  permutation p over seeds (smallest possible), step {step}",
+                *[_test_cell(a, rep["baseline"], rep["arms"][a].get("test_pass1", {}).get(step)) for a in arms],
             ]
         )
     for step in rep["steps"][-1:]:
@@ -328,6 +414,7 @@ __all__ = [
     "format_stat",
     "load_ablation",
     "markdown",
+    "permutation_test",
     "read_eval",
     "read_machine",
     "read_run",

@@ -26,6 +26,8 @@ if args[:2] == ["train", "rl"]:
         sys.exit(3)    # the watchdog's stop: logged, not retried
     for step in (5, 10):
         (out / f"checkpoint-{step}").mkdir(exist_ok=True)
+    (out / "served_weights").mkdir(exist_ok=True)
+    (out / "served_weights" / "model.safetensors").write_text("w")
     (out / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n')
     (out / "trajectories").mkdir(exist_ok=True)
     (out / "trajectories" / "step_1_rank0.jsonl").write_text('{"step": 1, "group": 0}\n' * 50)
@@ -90,6 +92,9 @@ def test_runner_restarts_killed_jobs_resumes_and_skips_what_is_done(tmp_path):
     log = (out / "runner.log").read_text()
     assert "killed (exit 137)" in log and "FAILED train-grpo2g-s1 (exit 3)" in log
     assert "skip eval-grpo2g-s1-10" in log
+    # a finished run with all its evaluations done loses its served weights, and only those
+    assert not (out / "roc-s0" / "served_weights").exists() and (out / "roc-s0" / "checkpoint-10").is_dir()
+    assert "removed " in log and "served weights" in log
     # a re-run continues where it stopped: only the failed run (and what needs it) is tried again
     before = len(calls)
     assert main(argv) == 1
@@ -197,3 +202,23 @@ def test_a_run_is_archived_only_after_its_evaluations(tmp_path):
     (out / "done" / "eval-roc-s0-20").write_text("t\n")
     assert archive_ready(jobs, out, archive) == ["train-roc-s0", "eval-roc-s0-10", "eval-roc-s0-20"]
     assert archive_ready(jobs, out, archive) == []  # once
+
+
+def test_served_weights_are_removed_once_a_run_and_its_evaluations_are_done(tmp_path):
+    from tirl.train.ablation import prune_finished
+
+    out = tmp_path / "abl"
+    jobs = plan(out, arms=["roc"], seeds=[0], eval_steps=[10, 20], eval_config="e", start_model="m", tirl=["t"])
+    weights = out / "roc-s0" / "served_weights"
+    weights.mkdir(parents=True)
+    (weights / "model.safetensors").write_text("w")
+    (out / "roc-s0" / "checkpoint-10").mkdir()
+    (out / "done").mkdir()
+    assert prune_finished(jobs, out) == []  # the run is not done: it may still resume and sync
+    for name in ("train-roc-s0", "eval-roc-s0-10"):
+        (out / "done" / name).write_text("t\n")
+    assert prune_finished(jobs, out) == [] and weights.is_dir()  # an evaluation is still to run
+    (out / "done" / "eval-roc-s0-20").write_text("t\n")
+    assert prune_finished(jobs, out) == [weights]
+    assert not weights.exists() and (out / "roc-s0" / "checkpoint-10").is_dir()
+    assert prune_finished(jobs, out) == []

@@ -17,8 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tirl.protocol import ProtocolConfig, ToolCall, ToolCallError
-from tirl.protocol.formats import _REGISTRY as FORMAT_REGISTRY
-from tirl.protocol.formats import ToolCallFormat, format_names, get_format, register_format
+from tirl.protocol.formats import ToolCallFormat, format_names, get_format, register_format, unregister_format
 from tirl.protocol.formats.hermes import HermesFormat
 from tirl.protocol.formats.qwen3_xml import ERROR_KINDS, unwritable_reason
 from tirl.protocol.parse import draft_spans, parse_tool_calls, render_tool_call
@@ -106,7 +105,8 @@ def test_a_new_format_is_one_class_and_one_registration():
         with pytest.raises(ValueError, match="already registered"):
             register_format(PrettyHermes())
     finally:
-        FORMAT_REGISTRY.pop("test_pretty_hermes", None)
+        unregister_format("test_pretty_hermes")
+    assert "test_pretty_hermes" not in format_names()
 
 
 def test_an_incomplete_format_cannot_be_built():

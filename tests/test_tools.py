@@ -17,7 +17,7 @@ from tirl.protocol.config import ProtocolConfig
 from tirl.protocol.parse import parse_tool_calls, render_tool_call
 from tirl.protocol.prompt import tool_schema, tools_block
 from tirl.protocol.render import render_prompt_text
-from tirl.protocol.tools import Tool, ToolContext, ToolResult, get_tool, register_tool, tool_names
+from tirl.protocol.tools import Tool, ToolContext, ToolResult, get_tool, register_tool, tool_names, unregister_tool
 from tirl.protocol.tools.python import PYTHON_DESCRIPTION
 from tirl.protocol.tools.python_session import CELLS_KEY, SESSION_DESCRIPTION, cell_result, session_program
 from tirl.rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutRequest
@@ -37,6 +37,21 @@ async def sandbox():
 
 
 # -- the registry ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def registered():
+    """Registers a test's tools (replacing any of the same name) and removes them after the test, so no test's
+    tool leaks into another's registry."""
+    names: list[str] = []
+
+    def register(tool: Tool) -> Tool:
+        names.append(tool.name)
+        return register_tool(tool, replace=True)
+
+    yield register
+    for name in names:
+        unregister_tool(name)
 
 
 def test_the_registry_names_both_built_in_tools_and_the_config_validates_against_it():
@@ -363,8 +378,8 @@ class UpperTool(Tool):
         return ToolResult(result=result, text=self.render(result, context.config), details={"chars": len(code)})
 
 
-async def test_a_new_tool_is_one_class_and_its_registration(smollm2_tokenizer):
-    register_tool(UpperTool(), replace=True)
+async def test_a_new_tool_is_one_class_and_its_registration(smollm2_tokenizer, registered):
+    registered(UpperTool())
     cfg = ProtocolConfig(tool="test_upper")
     assert "test_upper" in tool_names() and tool_schema(cfg)["function"]["description"] == UpperTool.description
     engine = CellEngine(smollm2_tokenizer, {"PROBLEM-U": [["shout", "FAIL"]]}, cfg)
@@ -521,11 +536,13 @@ class LookupTool(Tool):
 
 
 @pytest.mark.parametrize("fmt", ["hermes", "qwen3_xml"])
-async def test_a_tool_with_its_own_arguments_is_checked_against_its_schema_in_every_format(fmt, smollm2_tokenizer):
+async def test_a_tool_with_its_own_arguments_is_checked_against_its_schema_in_every_format(
+    fmt, smollm2_tokenizer, registered
+):
     from tirl.protocol.formats import get_format
     from tirl.protocol.tools import ARGUMENT_ERROR_KINDS
 
-    register_tool(LookupTool(), replace=True)
+    registered(LookupTool())
     cfg = ProtocolConfig(tool="test_lookup", tool_call_format=fmt)
 
     def write(**arguments: Any) -> str:  # XML values are text: a non-string value is written as JSON

@@ -19,8 +19,8 @@ every format), the tags themselves (``ProtocolConfig.tool_call_open``/``tool_cal
 (:func:`tirl.protocol.prompt.tool_schema`) and the tool responses (:mod:`tirl.protocol.response`).
 
 Adding a format: one module in this package with a :class:`ToolCallFormat` subclass, registered with
-:func:`register_format` at import, and its module name added to :data:`_BUILTIN_MODULES` below (a format defined
-outside tirl calls :func:`register_format` itself before any ``ProtocolConfig`` names it).
+:func:`register_format` at import, and its module name added to the built-ins of :data:`_FORMATS` below (a format
+defined outside tirl calls :func:`register_format` itself before any ``ProtocolConfig`` names it).
 
 Sandbox workers import :mod:`tirl.protocol`, so no module here imports a third-party package; none imports
 ``tirl.protocol.config`` or ``tirl.protocol.parse`` at module level either (the config validates its format name
@@ -29,10 +29,11 @@ through this registry while it is being imported).
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
+
+from tirl.protocol.registry import Registry
 
 if TYPE_CHECKING:
     from tirl.protocol.config import ProtocolConfig
@@ -101,13 +102,16 @@ class ToolCallFormat(ABC):
         worded by this format, goes into the system prompt."""
 
 
-_REGISTRY: dict[str, ToolCallFormat] = {}
-
-#: Built-in formats: registry name -> module that registers it on import (imported on first use).
-_BUILTIN_MODULES: dict[str, str] = {
-    "hermes": "tirl.protocol.formats.hermes",
-    "qwen3_xml": "tirl.protocol.formats.qwen3_xml",
-}
+#: The formats by name: the built-ins (registry name -> module that registers it on import, imported on first use)
+#: and any registered since.
+_FORMATS: Registry[ToolCallFormat] = Registry(
+    "tool-call format",
+    "tool_call_format",
+    {
+        "hermes": "tirl.protocol.formats.hermes",
+        "qwen3_xml": "tirl.protocol.formats.qwen3_xml",
+    },
+)
 
 
 def register_format(fmt: ToolCallFormat, *, replace: bool = False) -> ToolCallFormat:
@@ -116,17 +120,17 @@ def register_format(fmt: ToolCallFormat, *, replace: bool = False) -> ToolCallFo
     Raises:
         ValueError: an empty name, or a name already registered (unless ``replace``).
     """
-    if not fmt.name:
-        raise ValueError("a tool-call format needs a non-empty name")
-    if fmt.name in _REGISTRY and not replace and _REGISTRY[fmt.name] is not fmt:
-        raise ValueError(f"tool-call format {fmt.name!r} is already registered; pass replace=True to replace it")
-    _REGISTRY[fmt.name] = fmt
-    return fmt
+    return _FORMATS.register(fmt, replace=replace)
+
+
+def unregister_format(name: str) -> ToolCallFormat | None:
+    """Remove the format called ``name`` from the registry and return it (None when there was none)."""
+    return _FORMATS.unregister(name)
 
 
 def format_names() -> tuple[str, ...]:
     """The names a ``ProtocolConfig.tool_call_format`` may take: the built-ins and any registered since."""
-    return tuple(dict.fromkeys([*_BUILTIN_MODULES, *_REGISTRY]))
+    return _FORMATS.names()
 
 
 def get_format(name: str) -> ToolCallFormat:
@@ -135,16 +139,14 @@ def get_format(name: str) -> ToolCallFormat:
     Raises:
         ValueError: no such format (the message lists the known names).
     """
-    fmt = _REGISTRY.get(name)
-    if fmt is not None:
-        return fmt
-    module = _BUILTIN_MODULES.get(name) if isinstance(name, str) else None
-    if module is not None:
-        importlib.import_module(module)
-        fmt = _REGISTRY.get(name)
-        if fmt is not None:
-            return fmt
-    raise ValueError(f"tool_call_format must be one of {', '.join(format_names())}, got {name!r}")
+    return _FORMATS.get(name)
 
 
-__all__ = ["DEFAULT_FORMAT", "ToolCallFormat", "format_names", "get_format", "register_format"]
+__all__ = [
+    "DEFAULT_FORMAT",
+    "ToolCallFormat",
+    "format_names",
+    "get_format",
+    "register_format",
+    "unregister_format",
+]

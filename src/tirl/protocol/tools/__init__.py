@@ -27,7 +27,7 @@ each trajectory and drops when the trajectory ends. Nothing is kept anywhere els
 never reach another's (the model is an adversary: each trajectory is a sandbox of its own).
 
 Adding a tool: one module in this package with a :class:`Tool` subclass, registered with :func:`register_tool` at
-import, and its module name added to :data:`_BUILTIN_MODULES` below (a tool defined outside tirl calls
+import, and its module name added to the built-ins of :data:`_TOOLS` below (a tool defined outside tirl calls
 :func:`register_tool` itself before any ``ProtocolConfig`` names it). ``protocol.tool`` then selects it in every
 RL, SFT and eval config; the prompt, the agent loop (RL and eval) and the viewer use whichever is configured.
 
@@ -39,12 +39,12 @@ through this registry while it is being imported).
 from __future__ import annotations
 
 import asyncio
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tirl.protocol.registry import Registry
 from tirl.sandbox.types import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, ExecutionResult
 
 if TYPE_CHECKING:
@@ -237,13 +237,16 @@ def check_arguments(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> 
     return kept, warnings
 
 
-_REGISTRY: dict[str, Tool] = {}
-
-#: Built-in tools: registry name -> module that registers it on import (imported on first use).
-_BUILTIN_MODULES: dict[str, str] = {
-    "python": "tirl.protocol.tools.python",
-    "python_session": "tirl.protocol.tools.python_session",
-}
+#: The tools by name: the built-ins (registry name -> module that registers it on import, imported on first use)
+#: and any registered since.
+_TOOLS: Registry[Tool] = Registry(
+    "tool",
+    "tool",
+    {
+        "python": "tirl.protocol.tools.python",
+        "python_session": "tirl.protocol.tools.python_session",
+    },
+)
 
 
 def register_tool(tool: Tool, *, replace: bool = False) -> Tool:
@@ -252,17 +255,17 @@ def register_tool(tool: Tool, *, replace: bool = False) -> Tool:
     Raises:
         ValueError: an empty name, or a name already registered (unless ``replace``).
     """
-    if not tool.name:
-        raise ValueError("a tool needs a non-empty name")
-    if tool.name in _REGISTRY and not replace and _REGISTRY[tool.name] is not tool:
-        raise ValueError(f"tool {tool.name!r} is already registered; pass replace=True to replace it")
-    _REGISTRY[tool.name] = tool
-    return tool
+    return _TOOLS.register(tool, replace=replace)
+
+
+def unregister_tool(name: str) -> Tool | None:
+    """Remove the tool called ``name`` from the registry and return it (None when there was none)."""
+    return _TOOLS.unregister(name)
 
 
 def tool_names() -> tuple[str, ...]:
     """The names a ``ProtocolConfig.tool`` may take: the built-ins and any registered since."""
-    return tuple(dict.fromkeys([*_BUILTIN_MODULES, *_REGISTRY]))
+    return _TOOLS.names()
 
 
 def get_tool(name: str) -> Tool:
@@ -271,16 +274,7 @@ def get_tool(name: str) -> Tool:
     Raises:
         ValueError: no such tool (the message lists the known names).
     """
-    tool = _REGISTRY.get(name)
-    if tool is not None:
-        return tool
-    module = _BUILTIN_MODULES.get(name) if isinstance(name, str) else None
-    if module is not None:
-        importlib.import_module(module)
-        tool = _REGISTRY.get(name)
-        if tool is not None:
-            return tool
-    raise ValueError(f"tool must be one of {', '.join(tool_names())}, got {name!r}")
+    return _TOOLS.get(name)
 
 
 __all__ = [
@@ -295,4 +289,5 @@ __all__ = [
     "get_tool",
     "register_tool",
     "tool_names",
+    "unregister_tool",
 ]

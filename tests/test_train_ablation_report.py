@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from tirl.cli.main import app
 from tirl.train import ablation_report
-from tirl.train.ablation_report import load_ablation, permutation_test, report, table_rows
+from tirl.train.ablation_report import load_ablation, permutation_test, report, seeds_for_power, table_rows
 
 # arm -> seed -> (held-out avg pass@1 at step 10, at step 20, seconds a step, failing-call share sampled, after)
 FIXTURE = {
@@ -126,6 +126,35 @@ def test_permutation_test_over_seeds(monkeypatch):
     assert sampled["p"] == pytest.approx(exact["p"], abs=0.2)
 
 
+def _arms_with_effect(effect: float) -> tuple[list[float], list[float]]:
+    """Two arms of 2 seeds whose difference of means is ``effect`` pooled standard deviations (each std sqrt 2)."""
+    delta = effect * 2**0.5
+    return [delta + 1.0, delta - 1.0], [1.0, -1.0]
+
+
+def test_seeds_for_power_matches_the_t_test_tables():
+    # Cohen (1988), Table 2.4.1: two-sided alpha 0.05, power 0.8, per-group n of the exact two-sample t-test
+    for effect, n in ((0.5, 64), (0.8, 26), (1.0, 17)):
+        plan = seeds_for_power(*_arms_with_effect(effect))
+        assert plan["n"] == n and plan["effect"] == pytest.approx(effect) and plan["sigma"] == pytest.approx(2**0.5)
+    # the sign of the difference does not matter, a smaller effect needs more seeds, a stricter level too
+    lo, hi = _arms_with_effect(0.8)
+    assert seeds_for_power(hi, lo)["n"] == 26
+    assert seeds_for_power(*_arms_with_effect(0.4))["n"] > 64
+    assert seeds_for_power(*_arms_with_effect(1.0), alpha=0.01)["n"] > 17
+    assert seeds_for_power(*_arms_with_effect(1.0), power=0.9)["n"] > 17
+    # a huge effect is floored where n against n can reach p < 0.05 at all: 2 / C(8, 4) = 0.029, 2 / C(6, 3) = 0.1
+    assert seeds_for_power(*_arms_with_effect(10.0))["n"] == 4
+    assert permutation_test([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0])["p_min"] < 0.05
+    assert permutation_test([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])["p_min"] > 0.05
+    # nothing to plan from: one seed a side, no spread, no difference
+    assert seeds_for_power([0.3], [0.2, 0.4]) is None
+    assert seeds_for_power([0.3, 0.3], [0.2, 0.2]) is None
+    assert seeds_for_power([0.2, 0.4], [0.4, 0.2]) is None
+    with pytest.raises(ValueError, match="alpha and power"):
+        seeds_for_power([0.2, 0.4], [0.1, 0.3], alpha=1.5)
+
+
 def test_report_tests_each_arm_against_the_baseline(ablation):
     rep = report(load_ablation(ablation))
     assert rep["arms"]["grpo"]["test_pass1"][20] is None  # the baseline is not tested against itself
@@ -135,6 +164,10 @@ def test_report_tests_each_arm_against_the_baseline(ablation):
     header, rows = table_rows(rep)
     cells = {r[0]: r[1:] for r in rows}["  permutation p over seeds (smallest possible), step 20"]
     assert cells == ["baseline", "p = 0.33 (≥ 0.33)"]
+    plan = rep["arms"]["roc"]["power_pass1"][20]
+    assert plan == seeds_for_power([0.50, 0.44], [0.40, 0.36]) and rep["arms"]["grpo"]["power_pass1"][20] is None
+    cells = {r[0]: r[1:] for r in rows}["  seeds per arm for 80 % power at this difference and spread (plan), step 20"]
+    assert cells == ["baseline", f"{plan['n']} (effect {plan['effect']:.2f} std)"]
 
 
 def test_baseline_choice_and_errors(ablation, tmp_path):

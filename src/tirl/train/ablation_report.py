@@ -12,7 +12,9 @@ Per arm it reports, over its seeds (mean, sample standard deviation with n - 1, 
 
 * **held-out avg pass@1** at each evaluated step, and its difference from the baseline arm's mean (the first
   arm, plain GRPO G of G, unless ``baseline`` names another) with an exact two-sided permutation test over the
-  seeds (:func:`permutation_test`: its p-value and the smallest p-value the seed counts allow); also the
+  seeds (:func:`permutation_test`: its p-value and the smallest p-value the seed counts allow) and, as a plan
+  for a next experiment, the seeds per arm that would detect that difference at that spread
+  (:func:`seeds_for_power`); also the
   held-out tool calls per trajectory and response length, so that a gain bought by longer answers shows;
 * **wall hours to that step** (the sum of ``time/step_s``): where one arm is slower, equal steps are not equal
   compute, and the table says by how much (equal-wall-time curves: ``tirl plot --compare``); with the machines
@@ -213,6 +215,54 @@ def permutation_test(a: Sequence[float], b: Sequence[float]) -> dict[str, float 
     }
 
 
+def seeds_for_power(
+    a: Sequence[float], b: Sequence[float], alpha: float = 0.05, power: float = 0.8
+) -> dict[str, float | int] | None:
+    """Seeds per arm that a next experiment would need to detect the observed difference, if it were the true one.
+
+    A plan, not a result: it takes the observed difference of means ``delta`` and the pooled sample standard
+    deviation ``sigma`` of the two arms' per-seed values as the truth, and returns the per-arm ``n`` at which a
+    two-sided two-sample test at level ``alpha`` has the given ``power``: the normal approximation with Guenther's
+    (1981) correction for the t-test, ``n = 2 ((z_{1-alpha/2} + z_power) sigma / delta)^2 + z_{1-alpha/2}^2 / 4``,
+    rounded up (within one seed of the exact t-test for effect sizes of 0.5 and more: 17 per arm for
+    ``delta / sigma = 1``), and never below the smallest ``n`` at which :func:`permutation_test` of ``n`` against
+    ``n`` can reach ``alpha`` at all (4 for 0.05: 2 / C(8, 4) = 0.029). With 2-3 seeds per arm ``sigma`` is itself
+    uncertain (with 3 seeds per arm, 4 degrees of freedom, its 95 % interval spans about 0.6x to 2.9x the
+    estimate), so the answer is an order of magnitude.
+
+    Args:
+        a, b: per-seed values of the two arms, at least 2 each (a standard deviation needs two).
+        alpha: two-sided level in (0, 1).
+        power: wanted power in (0, 1).
+
+    Returns:
+        ``{"n": seeds per arm, "effect": delta / sigma, "sigma": pooled std}``; None when either arm has fewer
+        than 2 values, or the two arms are identical (no difference to detect) or without any spread.
+
+    Raises:
+        ValueError: ``alpha`` or ``power`` outside (0, 1).
+    """
+    if not (0 < alpha < 1 and 0 < power < 1):
+        raise ValueError(f"alpha and power must lie in (0, 1), got {alpha} and {power}")
+    a, b = [float(x) for x in a], [float(x) for x in b]
+    if len(a) < 2 or len(b) < 2:
+        return None
+    delta = statistics.fmean(a) - statistics.fmean(b)
+    pooled_var = ((len(a) - 1) * statistics.variance(a) + (len(b) - 1) * statistics.variance(b)) / (len(a) + len(b) - 2)
+    sigma = math.sqrt(pooled_var)
+    if sigma == 0 or delta == 0:
+        return None
+    z_a = statistics.NormalDist().inv_cdf(1 - alpha / 2)
+    z_b = statistics.NormalDist().inv_cdf(power)
+    effect = abs(delta) / sigma
+    n = math.ceil(2 * ((z_a + z_b) / effect) ** 2 + z_a**2 / 4)
+    # the permutation test's floor: n against n must have a split extreme enough to reach alpha (2 / C(2n, n))
+    floor = 2
+    while 2 / math.comb(2 * floor, floor) > alpha:
+        floor += 1
+    return {"n": max(n, floor), "effect": effect, "sigma": sigma}
+
+
 def load_ablation(root: str | Path, benchmark: str | None = None) -> dict[str, Any]:
     """Every run and evaluation of an ablation folder (module docstring), per arm and seed.
 
@@ -257,7 +307,8 @@ def report(ablation: dict[str, Any], baseline: str | None = None) -> dict[str, A
         ``{"baseline", "start", "steps": [evaluated steps], "arms": {arm: {"seeds": [...], "heldout":
         {step: {field: stats}}, "delta_pass1": {step: mean difference from the baseline or None},
         "test_pass1": {step: :func:`permutation_test` of the seeds' avg pass@1 against the baseline's, or None
-        (the baseline itself, or a side without an evaluation at that step)},
+        (the baseline itself, or a side without an evaluation at that step)}, "power_pass1": {step:
+        :func:`seeds_for_power` of the same values, or None (the baseline itself, or fewer than 2 seeds a side)},
         "hours_at": {step: stats}, "training": {key: stats}, "steps_done": stats}}}``.
 
     Raises:
@@ -295,15 +346,14 @@ def report(ablation: dict[str, Any], baseline: str | None = None) -> dict[str, A
         return [point["avg_pass1"] for point in points if "avg_pass1" in point]
 
     for arm, row in out["arms"].items():
-        row["delta_pass1"], row["test_pass1"] = {}, {}
+        row["delta_pass1"], row["test_pass1"], row["power_pass1"] = {}, {}, {}
         for step in steps:
             mine, ref = row["heldout"][step]["avg_pass1"]["mean"], base.get(step, {}).get("avg_pass1", {}).get("mean")
             row["delta_pass1"][step] = None if mine is None or ref is None else mine - ref
-            row["test_pass1"][step] = (
-                None
-                if arm == baseline
-                else permutation_test(seed_values(arms[arm], step), seed_values(arms[baseline], step))
-            )
+            mine_seeds, ref_seeds = seed_values(arms[arm], step), seed_values(arms[baseline], step)
+            own = arm == baseline
+            row["test_pass1"][step] = None if own else permutation_test(mine_seeds, ref_seeds)
+            row["power_pass1"][step] = None if own else seeds_for_power(mine_seeds, ref_seeds)
     return out
 
 
@@ -331,6 +381,14 @@ def _test_cell(arm: str, baseline: str, test: dict[str, Any] | None) -> str:
     if test is None:
         return "n/a"
     return f"p = {test['p']:.2f} (≥ {test['p_min']:.2f})"
+
+
+def _power_cell(arm: str, baseline: str, plan: dict[str, Any] | None) -> str:
+    if arm == baseline:
+        return "baseline"
+    if plan is None:
+        return "n/a"
+    return f"{plan['n']} (effect {plan['effect']:.2f} std)"
 
 
 def table_rows(rep: dict[str, Any], labels: dict[str, str] | None = None) -> tuple[list[str], list[list[str]]]:
@@ -363,6 +421,12 @@ def table_rows(rep: dict[str, Any], labels: dict[str, str] | None = None) -> tup
             [
                 f"  permutation p over seeds (smallest possible), step {step}",
                 *[_test_cell(a, rep["baseline"], rep["arms"][a].get("test_pass1", {}).get(step)) for a in arms],
+            ]
+        )
+        rows.append(
+            [
+                f"  seeds per arm for 80 % power at this difference and spread (plan), step {step}",
+                *[_power_cell(a, rep["baseline"], rep["arms"][a].get("power_pass1", {}).get(step)) for a in arms],
             ]
         )
     for step in rep["steps"][-1:]:
@@ -419,6 +483,7 @@ __all__ = [
     "read_machine",
     "read_run",
     "report",
+    "seeds_for_power",
     "stats",
     "table_rows",
 ]

@@ -97,6 +97,16 @@ def test_exact_number_guard_accepts_equal_or_inexact_values(gold: sympy.Basic, p
         ("33.3", sympy.Integer(33), False),
         ("33.3", sympy.Rational(200, 3), False),
         ("42", sympy.Rational(100, 3), False),  # not a decimal reference
+        ("0.333", sympy.Rational(1, 3), True),  # 3 significant digits: leading zeros do not count
+        # fewer than 3 significant digits: the window is a guess's width, and a tiny irrational term made a
+        # wrong value non-terminating (red-team review)
+        ("0.5", sympy.Rational(27, 50) + sympy.pi / sympy.Integer(10) ** 30, False),
+        ("1.0", 3 / sympy.pi, False),
+        ("0.0", sympy.pi / 100, False),
+        ("-2.5", -sympy.sqrt(sympy.Rational(62, 10)), False),  # -2.49...
+        # a written trailing zero is a significant digit: sqrt(9.611) = 3.10016... against 3.10, not 3.1
+        ("3.10", sympy.sqrt(sympy.Rational(9611, 1000)), True),
+        ("3.1", sympy.sqrt(sympy.Rational(9611, 1000)), False),
     ],
 )
 def test_rounded_decimal_policy(gold: str, pred: sympy.Basic, expected: bool) -> None:

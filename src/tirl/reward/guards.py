@@ -334,6 +334,13 @@ def _differ(gold: Any, pred: Any, depth: int) -> bool:
 
 _DECIMAL = re.compile(r"^-?\d*\.(\d+)$")
 
+ROUNDED_GOLD_MIN_SIGNIFICANT = 3
+r"""Significant digits a decimal reference needs before :func:`matches_rounded_decimal` takes it as rounded.
+Matching a reference of 3 or more to its last digit means the value was computed (1 part in 1,000 at worst); with
+fewer the rounding window is a guess's width (``0.5`` takes anything in [0.45, 0.55), ``1.0`` takes ``3/\pi``),
+and a policy could aim at it: ``\frac{27}{50}+\frac{\pi}{10^{30}}`` scored 1 against ``0.5`` (red-team review,
+2026-12-06)."""
+
 
 def matches_rounded_decimal(gold_text: str, pred: Any) -> bool:
     """True when ``gold_text`` is a finite decimal and the exact real number ``pred`` rounds to it.
@@ -342,11 +349,15 @@ def matches_rounded_decimal(gold_text: str, pred: Any) -> bool:
     ``100/3`` matches). Only predictions whose decimal expansion does not terminate qualify: irrational
     numbers (``\\sqrt{2}`` against ``1.41``) and rationals like ``100/3``. A terminating one (``27/50`` = 0.54
     against ``0.5``, or ``33`` against ``33.3``) and any prediction containing a float must equal the reference
-    exactly, which math-verify already checked.
+    exactly, which math-verify already checked. Only references of at least
+    :data:`ROUNDED_GOLD_MIN_SIGNIFICANT` significant digits qualify (``33.3``, ``1.41``, ``0.333``; not
+    ``0.5``, ``1.0`` or ``0.0``, whose rounding window a policy could hit without computing the value).
     """
     text = strip_math_delimiters(gold_text).replace(" ", "")
     match = _DECIMAL.match(text)
     if not match or not _is_exact_number(pred):
+        return False
+    if len(text.lstrip("-").replace(".", "").lstrip("0")) < ROUNDED_GOLD_MIN_SIGNIFICANT:
         return False
     try:
         if not pred.is_real:

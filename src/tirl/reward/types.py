@@ -139,8 +139,9 @@ class VerifierConfig:
             ``1/2004!`` vs ``1/2006!`` and ``1/2^99`` vs ``1/2^98``, which its absolute tolerance accepts).
         magnitude_guard_digits: a side estimated to have more than this many digits, compared with a side
             of known small magnitude, is unequal without evaluating it (``(10^7)!`` vs ``5``).
-        decimal_gold_rounding: a reference written as a finite decimal (``33.3``) matches an exact
-            prediction (``\\frac{100}{3}``) that rounds to it at the reference's number of decimal places.
+        decimal_gold_rounding: a reference written as a finite decimal of at least 3 significant digits
+            (``33.3``) matches an exact prediction (``\\frac{100}{3}``) that rounds to it at the reference's number
+            of decimal places (``0.5`` does not: :data:`tirl.reward.guards.ROUNDED_GOLD_MIN_SIGNIFICANT`).
         assume_positive: when math-verify says unequal, retry expressions in free variables with the
             variables taken as positive reals (``\\sqrt{1/n}`` vs ``\\frac{1}{\\sqrt{n}}``); never for
             expressions with ``|x|``, sign, min/max, floor/ceiling or piecewise parts.

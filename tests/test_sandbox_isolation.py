@@ -220,7 +220,7 @@ def test_doctor_cli_reports_layers_and_probes_as_json():
     report = json.loads(result.output)
     assert [layer["name"] for layer in report["layers"]] == list(LAYER_NAMES)
     probes = {p["name"]: p for p in report["probes"]}
-    assert len(probes) == 12 and all(p["detail"] for p in probes.values())
+    assert len(probes) == 13 and all(p["detail"] for p in probes.values())
     active = {layer["name"] for layer in report["layers"] if layer["active"]}
     if "seccomp" in active or "network_namespace" in active:
         assert probes["tcp connect to 127.0.0.1"]["held"]
@@ -234,6 +234,7 @@ def test_doctor_cli_reports_layers_and_probes_as_json():
     for layer, probe in (
         ("private_proc", "list /proc (only the call's own pids)"),
         ("landlock", "read the project's source"),
+        ("landlock", "read an installed package outside importable_packages"),
         ("private_shm", "ProcessPoolExecutor (needs /dev/shm)"),
         ("uid_per_call", "two concurrent calls run as different uids"),
         ("seccomp", "connect to a host Unix socket"),

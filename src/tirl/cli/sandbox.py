@@ -10,6 +10,8 @@ import asyncio
 
 import typer
 
+from tirl.sandbox.config import DEFAULT_IMPORTABLE
+
 # numpy/scipy/sympy for tool calls, plus tirl.reward.PRELOAD_MODULES for /v1/verify/batch (kept literal here so
 # that the CLI does not import the verifier; tests/test_cli.py checks the two agree).
 SERVE_PRELOAD = "numpy,scipy,sympy,math_verify,latex2sympy2_extended,tirl.reward.worker,tirl.reward.warm"
@@ -57,6 +59,12 @@ def serve(
         help="Modules each worker imports once at start, comma-separated ('' for none). The default adds the"
         " answer verifier's modules (tirl.reward.PRELOAD_MODULES) so /v1/verify/batch runs warm.",
     ),
+    importable_packages: str = typer.Option(
+        ",".join(DEFAULT_IMPORTABLE),
+        help="Installed packages the calls may read and import (with what they require and the preload's),"
+        " comma-separated; '*' for every installed package (packages ship data, such as training sets with"
+        " their answers: docs/sandbox.md).",
+    ),
     max_code_kb: int = typer.Option(1024, min=1, help="Largest code accepted, KiB (larger: HTTP 413)."),
     max_stdin_kb: int = typer.Option(1024, min=1, help="Largest stdin accepted, KiB (larger: HTTP 413)."),
     max_batch_size: int = typer.Option(1024, min=1, help="Most requests per batch (more: HTTP 413)."),
@@ -94,6 +102,7 @@ def serve(
         log_level=log_level,
         service=service,
         check_workers=check_workers,
+        importable_packages=tuple(p.strip() for p in importable_packages.split(",") if p.strip()),
     )
     try:
         from tirl.reward import PRELOAD_MODULES

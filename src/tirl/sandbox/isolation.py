@@ -34,7 +34,7 @@ import socket
 import tempfile
 from dataclasses import asdict, dataclass, field
 
-from tirl.sandbox import _linux, cgroup, landlock, seccomp, uids
+from tirl.sandbox import _linux, cgroup, landlock, packages, seccomp, uids
 from tirl.sandbox.config import LAYER_NAMES, THREAD_ENV_VARS
 
 
@@ -75,7 +75,11 @@ class CallPlan:
         inherit_private_mounts: the worker's mount namespace already has private propagation (the
             ``mount_namespace`` layer), so a call's copy needs no ``MS_PRIVATE`` pass of its own.
         uid, gid: identity for ``drop`` modes (the shared one, and the one probed, without ``uid_per_call``).
-        read_roots: directories readable under Landlock.
+        read_roots: trees whose files are readable and executable under Landlock (the Python installation
+            and system trees with their package directories cut out, the allowed packages' entries, ...).
+        list_roots: trees that may only be listed (the package directories and the trees above them).
+        site_dirs: the package directories cut out of the read roots (empty when every package is readable).
+        missing_packages: ``importable_packages`` that are not installed here (reported by the layer).
         nproc, nofile, fsize_mb: resource limits.
     """
 
@@ -95,6 +99,9 @@ class CallPlan:
     uid: int = 65534
     gid: int = 65534
     read_roots: list[str] = field(default_factory=list)
+    list_roots: list[str] = field(default_factory=list)
+    site_dirs: list[str] = field(default_factory=list)
+    missing_packages: list[str] = field(default_factory=list)
     nproc: int = 256
     nofile: int = 256
     fsize_mb: int = 64
@@ -341,11 +348,21 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
     # processes, the pool's included; Landlock then keeps the host's /proc out of its readable trees (a
     # private /proc is granted by the call itself, see enter_call).
     same_user_as_host = plan.uid_mode == "none" or in_userns
+    system_roots = [
+        p for p in landlock.SYSTEM_READ_ROOTS if os.path.isdir(p) and not (same_user_as_host and p == "/proc")
+    ]
+    # the installation and system trees minus their package directories, plus the allowed packages' files
+    # (tirl.sandbox.packages: packages ship data, such as training sets with their answers)
+    grants = packages.call_read_grants(
+        landlock.python_read_roots() + system_roots,
+        cfg.get("importable_packages", packages.ALL_PACKAGES),
+        cfg.get("preload", ()),
+    )
+    plan.list_roots, plan.site_dirs, plan.missing_packages = grants.list_roots, grants.site_dirs, grants.missing
     plan.read_roots = (
-        landlock.python_read_roots()
+        grants.file_roots
         + [os.path.realpath(p) for p in cfg.get("extra_read_paths", ()) if os.path.isdir(p)]
         + package_dirs(cfg.get("readable_packages", ()))
-        + [p for p in landlock.SYSTEM_READ_ROOTS if os.path.isdir(p) and not (same_user_as_host and p == "/proc")]
     )
 
     seccomp_filter = None
@@ -362,7 +379,15 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
     if cfg["landlock"]:
         try:
             plan.landlock_abi = landlock.abi_version()
-            rules = landlock.PreparedRules(plan.read_roots, abi=plan.landlock_abi)
+            # one O_PATH descriptor per granted path, held for the worker's life: room for them under a low
+            # soft limit (1024 on many systems; the hard limit is usually far above)
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            want = landlock.PREPARED_FD_BASE + len(plan.read_roots) + len(plan.list_roots) + 64
+            if soft != resource.RLIM_INFINITY and soft < want:
+                resource.setrlimit(
+                    resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard)
+                )
+            rules = landlock.PreparedRules(plan.read_roots, abi=plan.landlock_abi, list_roots=plan.list_roots)
         except OSError as exc:
             plan.landlock_abi = 0
             layers["landlock"] = LayerStatus("landlock", False, f"kernel refused: {exc.strerror}")
@@ -461,8 +486,9 @@ def enter_call(
     for the private ``/proc`` and ``/dev/shm``, a fresh mount namespace with those two mounts (all need
     CAP_SYS_ADMIN, so before the capabilities are dropped; the kernel objects and the tmpfs pages are
     charged to the call's cgroup); new session; resource limits; cwd = scratch; environment; no-new-privs;
-    user id and capabilities; parent-death signal; Landlock; seccomp (last, so the set-up itself may use any
-    call, and the code may not: it denies ``mount``, ``unshare`` and ``setns``).
+    user id and capabilities; parent-death signal; Landlock; the descriptor limit (after Landlock, whose
+    ruleset needs a descriptor above the worker's prepared ones); seccomp (last, so the set-up itself may use
+    any call, and the code may not: it denies ``mount``, ``unshare`` and ``setns``).
 
     Args:
         plan: the probed plan of the worker.
@@ -499,7 +525,6 @@ def enter_call(
             (resource.RLIMIT_AS, (memory_mb * 1024 * 1024,) * 2),
             (resource.RLIMIT_NPROC, (plan.nproc,) * 2),
             (resource.RLIMIT_FSIZE, (plan.fsize_mb * 1024 * 1024,) * 2),
-            (resource.RLIMIT_NOFILE, (plan.nofile,) * 2),
             (resource.RLIMIT_CORE, (0, 0)),
         ]
         for which, value in limits:
@@ -546,6 +571,13 @@ def enter_call(
             )
         except OSError as exc:
             raise LayerError("landlock", str(exc)) from exc
+    if plan.rlimits:
+        # after Landlock: the prepared rules hold an O_PATH descriptor per granted path (hundreds, once the
+        # package directories are cut out: tirl.sandbox.packages), and the call's ruleset needs one more
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (plan.nofile,) * 2)
+        except (OSError, ValueError) as exc:
+            raise LayerError("rlimits", f"setrlimit RLIMIT_NOFILE: {exc}") from exc
     if plan.seccomp:
         if seccomp_filter is None:
             raise LayerError("seccomp", "no prepared filter")
@@ -887,6 +919,12 @@ def _record_plan_layers(iso: WorkerIsolation, checks: dict, notes: dict[str, str
                 + (" and /dev/shm" if plan.private_shm else "")
                 + ", reads only Python and system dirs"
                 + (f" (not the project's source tree {SOURCE_ROOT})" if checks.get("source_denied") else "")
+                + (
+                    "; of the installed packages only importable_packages, the preload's and what they require"
+                    + (f" (not installed: {', '.join(plan.missing_packages)})" if plan.missing_packages else "")
+                    if plan.list_roots
+                    else "; every installed package readable"
+                )
                 + ("; TCP denied" if plan.landlock_abi >= 4 else "")
                 + ("; signals and abstract sockets scoped to the call" if plan.landlock_abi >= 6 else ""),
             )

@@ -11,7 +11,9 @@ Policy of :func:`restrict`:
   nodes), read-file, read-dir and execute. A handled right is denied everywhere except beneath the rules;
 - the scratch directory gets all handled rights;
 - the read roots (the Python installation and the ``sys.path`` entries inside it, ``/usr``, ``/lib*``, ``/bin``,
-  ``/proc``, ``/sys``, a few files of ``/etc`` and ``/dev``) get read and execute; ``/dev/null`` also write;
+  ``/proc``, ``/sys``, a few files of ``/etc`` and ``/dev``) get read and execute, except the package
+  directories, of which only the allowed packages' files are granted and the rest may only be listed
+  (:mod:`tirl.sandbox.packages`); ``/dev/null`` also write;
 - ABI 4+: TCP bind and connect are denied (a second network barrier);
 - ABI 6+: abstract unix sockets and signals are scoped: the call cannot signal processes outside it.
 
@@ -21,6 +23,7 @@ It does not restrict ``stat`` or path traversal (Landlock does not cover them), 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import struct
 import sys
@@ -54,6 +57,10 @@ SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
 SCOPE_SIGNAL = 1 << 1
 
 _FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE
+
+PREPARED_FD_BASE = 4096
+"""Lowest descriptor number of :class:`PreparedRules`' descriptors when it holds many: above a call's
+``nofile_limit`` (256), so that a call, whose limit is set after Landlock, keeps its low numbers free."""
 
 #: Read-only roots every call may read and execute from (besides the Python installation and sys.path).
 SYSTEM_READ_ROOTS: tuple[str, ...] = (
@@ -162,7 +169,11 @@ def _handled_fs(abi: int) -> int:
 class PreparedRules:
     """Landlock rules for the read-only paths, opened and packed once (in the worker) and applied by each
     call with :meth:`restrict`, which only adds the call's scratch directory. Holds ``O_PATH`` descriptors
-    (close-on-exec) for the worker's lifetime."""
+    (close-on-exec) for the worker's lifetime.
+
+    ``read_roots`` (directories or single files) are granted read and execute; ``list_roots`` only the listing
+    of the directories beneath them (:mod:`tirl.sandbox.packages`: package directories whose names a call may
+    see, not their contents)."""
 
     def __init__(
         self,
@@ -170,6 +181,7 @@ class PreparedRules:
         read_files: Iterable[str] = SYSTEM_READ_FILES,
         write_files: Iterable[str] = SYSTEM_WRITE_FILES,
         abi: int | None = None,
+        list_roots: Iterable[str] = (),
     ) -> None:
         self.abi = abi_version() if abi is None else abi
         self.handled = _handled_fs(self.abi)
@@ -189,6 +201,8 @@ class PreparedRules:
         grants: dict[str, int] = {}
         for root in read_roots:
             grants[root] = grants.get(root, 0) | read_exec
+        for root in list_roots:  # names only: the files beneath need a read root of their own
+            grants[root] = grants.get(root, 0) | READ_DIR
         for path in read_files:
             grants[path] = grants.get(path, 0) | READ_FILE
         for path in write_files:
@@ -198,6 +212,17 @@ class PreparedRules:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError:
                 continue  # a missing path is simply not granted
+            if len(grants) > 64:
+                # Many descriptors (package directories cut out: tirl.sandbox.packages): keep them above
+                # PREPARED_FD_BASE, so that a call whose descriptor limit is lower still has every low number
+                # free for its own files; the call closes them all once it is restricted.
+                try:
+                    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, PREPARED_FD_BASE)
+                except OSError:
+                    high = fd  # the soft limit leaves no room up there: keep the low number
+                if high != fd:
+                    os.close(fd)
+                    fd = high
             if not os.path.isdir(path):
                 access &= _FILE_RIGHTS
             self._fds.append(fd)

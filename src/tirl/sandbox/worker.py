@@ -50,7 +50,7 @@ import traceback
 from dataclasses import asdict
 from typing import NoReturn
 
-from tirl.sandbox import _linux, cgroup, isolation, landlock, runner, wire
+from tirl.sandbox import _linux, cgroup, isolation, landlock, packages, runner, wire
 from tirl.sandbox.isolation import LayerError, WorkerIsolation
 from tirl.sandbox.outcome import ABORT_NOTE as _ABORT_NOTE
 from tirl.sandbox.outcome import SETUP_FAILED as _SETUP_FAILED
@@ -162,10 +162,23 @@ class Worker:
         self.max_out = int(cfg["max_output_bytes"])
         self.scan_orphans = not iso.plan.pid_namespace
         self.stale_cgroups: list[cgroup.CallCgroup] = []  # not removable yet (processes left); retried
-        # The call's sys.path under Landlock: only entries it may read (not the project's source tree).
+        # The call's sys.path under Landlock: only entries it may read (not the project's source tree), and the
+        # package directories it may list (it imports the allowed packages from them).
         plan = iso.plan
         self.call_sys_path = (
-            [p for p in sys.path if p and landlock.readable(p, plan.read_roots)] if plan.landlock_abi else None
+            [
+                p
+                for p in sys.path
+                if p and (landlock.readable(p, plan.read_roots) or landlock.readable(p, plan.list_roots))
+            ]
+            if plan.landlock_abi
+            else None
+        )
+        # installed packages the call may not read import as "not installed" (tirl.sandbox.packages)
+        self.import_guard = (
+            packages.UnreadablePackageGuard(plan.site_dirs, plan.read_roots)
+            if plan.landlock_abi and plan.site_dirs
+            else None
         )
 
     # ----- messages ---------------------------------------------------------------------------------
@@ -337,6 +350,8 @@ class Worker:
             )
             if self.call_sys_path is not None:
                 sys.path[:] = self.call_sys_path  # without the worker's own entries (the source tree)
+            if self.import_guard is not None:
+                sys.meta_path.insert(0, self.import_guard)
             os.closerange(_SIGNAL_FD + 1, 1 << 20)  # after Landlock, which uses the worker's prepared path descriptors
             # The first byte of the result pipe says whether set-up succeeded. It is written before the
             # user's code runs, so that code cannot pass its own failure off as tirl's (``internal``).

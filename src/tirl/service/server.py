@@ -46,6 +46,8 @@ class ServeConfig:
         check_workers: worker processes of the answer checks' own pool (``/v1/verify/batch``; preloads the
             ``check_preload`` of :func:`serve_local_sandbox`), apart from the ``workers`` that run
             ``/v1/execute``; 0 checks on those (reference answers then share workers with the callers' code).
+        importable_packages: installed packages the ``/v1/execute`` calls may read and import
+            (``SandboxConfig.importable_packages``); None keeps the sandbox's default.
     """
 
     host: str = "127.0.0.1"
@@ -57,6 +59,7 @@ class ServeConfig:
     log_level: str = "warning"
     service: ServiceConfig = field(default_factory=ServiceConfig)
     check_workers: int = 1
+    importable_packages: tuple[str, ...] | None = None
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -149,6 +152,8 @@ async def serve_local_sandbox(
     kwargs: dict[str, Any] = {"workers": config.workers}
     if config.preload is not None:
         kwargs["preload"] = tuple(config.preload)
+    if config.importable_packages is not None:
+        kwargs["importable_packages"] = tuple(config.importable_packages)
     sandbox = LocalSandbox(**kwargs)
     checks = None
     if routers and config.check_workers > 0:  # the verify router's checks get workers of their own

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from tirl.reward import Verifier, VerifierConfig, VerifierStats, VerifyItem, verify
-from tirl.reward.payload import PROGRAM, format_worker_output
+from tirl.reward.payload import PRELOAD_MODULES, PROGRAM, format_worker_output
 from tirl.reward.worker import iter_verdicts
 from tirl.sandbox.types import CodeExecutor, ExecutionRequest, ExecutionResult
 
@@ -183,23 +183,25 @@ def test_stats_count_every_status_and_log_the_abnormal_ones(caplog: pytest.LogCa
         (box("5"), "5"),
         ("nothing", "5"),
         (box("1"), "$12:00$"),
-        (box("tower"), "5"),
+        (box("tower"), "5"),  # the answer hangs, the control of "5" with itself does not: answer_timeout
+        (box("7"), "\\tower"),  # the reference hangs its control too: timeout
         (box("\\frac{1}{2}"), "0.5"),
     ]
     with caplog.at_level(logging.WARNING, logger="tirl.reward"):
         verify_batch(items, executor, stats=stats)
     snap = stats.snapshot()
-    assert snap["total"] == 5 and snap["correct"] == 2
+    assert snap["total"] == 6 and snap["correct"] == 2
     assert snap["by_status"] == {
         "ok": 2,
         "no_answer": 1,
         "hedged": 0,
         "unparsable_gold": 1,
         "timeout": 1,
+        "answer_timeout": 1,
         "verifier_error": 0,
     }
     logged = " ".join(record.getMessage() for record in caplog.records)
-    assert "unparsable_gold" in logged and "timeout" in logged
+    assert "unparsable_gold" in logged and "timeout" in logged and "answer_timeout" in logged
     assert "no_answer" not in logged
 
 
@@ -367,7 +369,8 @@ def test_a_hanging_item_costs_only_itself_and_is_retried_alone() -> None:
     executor = PoolLike(hangs_on("hang"))
     items = symbolic_items(3)
     items.insert(1, (box("\\hang"), "5"))
-    verdicts = verify_batch(items, executor, config=VerifierConfig(chunk_size=8, timeout_s=1.0))
+    # (the control comparison of a timeout is its own test below)
+    verdicts = verify_batch(items, executor, config=VerifierConfig(chunk_size=8, timeout_s=1.0, timeout_control=False))
     assert [v.status for v in verdicts] == ["ok", "timeout", "ok", "ok"]
     assert [v.correct for v in verdicts] == [True, False, True, True]
     chunk_sizes = [len(items_of(r)) for r in executor.requests]
@@ -383,9 +386,52 @@ class OneSlot(ScriptedExecutor):
 def test_items_after_a_killed_item_in_the_same_chunk_run_again_alone() -> None:
     executor = OneSlot(hangs_on("hang"))
     items = [(box("\\hang"), "5")] + symbolic_items(2)
-    verdicts = verify_batch(items, executor, config=VerifierConfig(chunk_size=3))
+    verdicts = verify_batch(items, executor, config=VerifierConfig(chunk_size=3, timeout_control=False))
     assert [v.status for v in verdicts] == ["timeout", "ok", "ok"]
     assert [len(items_of(r)) for r in executor.requests] == [3, 1, 1, 1]
+
+
+def hangs_on_either(marker: str) -> Callable[[ExecutionRequest, int], ExecutionResult]:
+    """Like :func:`hangs_on`, for one item per request, when the marker is in the reference or the answer."""
+
+    def answer(request: ExecutionRequest, _n: int) -> ExecutionResult:
+        ((gold, pred),) = items_of(request)
+        if marker in gold or marker in pred:
+            return ExecutionResult(status="timeout", duration_s=request.timeout_s, exit_code=-9)
+        ((_, result),) = iter_verdicts({"items": [[gold, pred]], "options": {}})
+        return ExecutionResult(status="ok", stdout=format_worker_output(0, result), exit_code=0)
+
+    return answer
+
+
+def test_a_deadline_is_charged_to_the_answer_when_the_reference_compares_with_itself_in_time() -> None:
+    """An answer written to time the comparison out (a masked ``timeout`` escapes the negative reward) is
+    ``answer_timeout``: the control comparison of the reference with itself finished under the same deadline."""
+    executor = PoolLike(hangs_on_either("hang"))
+    items = [(box("\\hang"), "5"), (box("3"), "\\hang{7}"), (box("\\frac{2}{4}"), "\\frac{1}{2}")]
+    verdicts = verify_batch(items, executor, config=VerifierConfig(chunk_size=1, timeout_s=1.0))
+    assert [v.status for v in verdicts] == ["answer_timeout", "timeout", "ok"]
+    assert [v.correct for v in verdicts] == [False, False, True] and verdicts[0].reward == 0.0
+    assert "the reference compared with itself" in verdicts[0].detail
+    # one control per timeout, of the reference with itself, after the comparisons
+    assert [items_of(r) for r in executor.requests[3:]] == [[["5", "5"]], [["\\hang{7}", "\\hang{7}"]]]
+    off = verify_batch(items[:1], PoolLike(hangs_on_either("hang")), config=VerifierConfig(timeout_control=False))
+    assert off[0].status == "timeout"
+
+
+def test_a_real_answer_built_to_time_out_the_comparison_is_the_models() -> None:
+    """Through the real worker in a real sandbox: ``\\Gamma(10^{7})`` against 5 (a red-team review's cheap trigger
+    of the deadline) passes the deadline, the reference 5 compares with itself at once."""
+    from tirl.sandbox import LocalSandbox
+
+    async def go():
+        async with LocalSandbox(workers=1, preload=PRELOAD_MODULES) as sandbox:
+            verifier = Verifier(executor=sandbox, config=VerifierConfig(timeout_s=2.0))
+            return await verifier.averify_batch([(box("\\Gamma(10^{7})"), "5"), (box("\\frac{10}{2}"), "5")])
+
+    late, fine = asyncio.run(go())
+    assert (late.status, late.correct) == ("answer_timeout", False), late
+    assert (fine.status, fine.correct) == ("ok", True), fine
 
 
 def test_an_internal_chunk_makes_its_items_verifier_errors_without_solo_reruns() -> None:

@@ -48,6 +48,7 @@ def test_causes_and_the_models_own_errors():
     assert infra_cause(_traj(0, ["ok"], True), "verifier_error") == "verifier"
     assert infra_cause(_traj(0, ["ok"], True), "timeout") == "verifier"
     assert infra_cause(_traj(0, ["ok"], True), "timeout", mask_verifier_timeouts=False) is None
+    assert infra_cause(_traj(0, ["ok"], True), "answer_timeout") is None  # the answer's doing: never masked
     assert infra_cause(_traj(0, ["ok"], True), "no_answer") is None
     m = masked_metrics(["tool_internal", None, "verifier", None])
     assert m["infra/masked"] == 2 and m["infra/masked_share"] == 0.5 and m["infra/masked_engine"] == 0

@@ -19,15 +19,19 @@ Causes (:data:`INFRA_CAUSES`), checked in this order:
     answered ``error``, ``timeout`` or ``killed``, or a call that could not be parsed, is the model's.
 ``verifier``
     the verifier crashed (``verifier_error``) or missed its deadline (``timeout``; with
-    ``mask_verifier_timeouts=False`` a deadline counts as the model's, reward 0).
+    ``mask_verifier_timeouts=False`` a deadline counts as the model's, reward 0). A deadline that a control
+    comparison of the reference with itself shows to be the answer's doing is ``answer_timeout``: the model's,
+    reward 0, never masked.
 
 The adversary's view: the policy cannot produce ``internal`` by what it writes (the sandbox answers a
 program's own failures ``error``/``timeout``/``killed``, and a program cannot pass its failure off as tirl's;
-see :mod:`tirl.sandbox.worker`), but it can write an answer so large that the symbolic comparison times out.
-A masked trajectory gets no gradient, neither positive nor negative, so such answers escape the negative
-reward they deserve. That is why the share masked is logged each step (``infra/masked_share``) and the
-watch-dog stops a run where it stays above ``watchdog.max_masked_share``; a recipe that wants deadlines
-graded as wrong sets ``rollout.mask_verifier_timeouts: false``.
+see :mod:`tirl.sandbox.worker`), and an answer written to time the symbolic comparison out (200 nested
+braces, ``\\Gamma(10^{7})``: a masked trajectory gets no gradient, so it would escape the negative reward of a
+wrong answer) is caught by the verifier's control comparison (``VerifierConfig.timeout_control``:
+``answer_timeout``). What stays masked is a deadline the reference itself or the machine's load caused; the
+share masked is logged each step (``infra/masked_share``) and the watch-dog stops a run where it stays above
+``watchdog.max_masked_share``; a recipe that wants every deadline graded as wrong sets
+``rollout.mask_verifier_timeouts: false``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,14 @@ Statuses of a :class:`Verdict` (the reward is ``1.0`` only for ``ok`` with ``cor
 ``timeout``
     The comparison passed its hard deadline (``VerifierConfig.timeout_s``) or another resource limit of the
     sandbox (memory) and its process was killed. Reward 0, counted and logged. Usually an absurd prediction
-    (a power tower, a huge factorial).
+    (a power tower, a huge factorial); with ``timeout_control`` (the default) only when the control comparison
+    of the reference with itself did not finish either (a slow reference, or a machine too loaded to compare).
+``answer_timeout``
+    The comparison passed its deadline, and a control comparison of the reference with itself, under the same
+    deadline, finished (``VerifierConfig.timeout_control``): the answer made it slow, not the machine or the
+    reference. Reward 0, counted and logged; the model's doing, so never masked as infrastructure
+    (:mod:`tirl.algo.infra`). Without the control, an answer built to time the comparison out (200 nested
+    braces, ``\\Gamma(10^{7})``) was a ``timeout``, masked, and so escaped the negative reward of a wrong answer.
 ``verifier_error``
     The verifier failed: the executor answered ``internal`` (after ``internal_retries`` retries), the worker
     program crashed, or math-verify raised while comparing. Reward 0, counted and logged at WARNING; a trainer
@@ -37,14 +44,22 @@ from typing import Any, Literal
 
 logger = logging.getLogger("tirl.reward")
 
-VerifyStatus = Literal["ok", "no_answer", "hedged", "unparsable_gold", "timeout", "verifier_error"]
-VERIFY_STATUSES: tuple[str, ...] = ("ok", "no_answer", "hedged", "unparsable_gold", "timeout", "verifier_error")
+VerifyStatus = Literal["ok", "no_answer", "hedged", "unparsable_gold", "timeout", "answer_timeout", "verifier_error"]
+VERIFY_STATUSES: tuple[str, ...] = (
+    "ok",
+    "no_answer",
+    "hedged",
+    "unparsable_gold",
+    "timeout",
+    "answer_timeout",
+    "verifier_error",
+)
 
 VerifyPath = Literal["none", "string", "integer", "symbolic"]
 VERIFY_PATHS: tuple[str, ...] = ("none", "string", "integer", "symbolic")
 
 # Statuses that mean something other than "the model's answer was judged"; logged when they happen.
-LOGGED_STATUSES = frozenset({"unparsable_gold", "timeout", "verifier_error"})
+LOGGED_STATUSES = frozenset({"unparsable_gold", "timeout", "answer_timeout", "verifier_error"})
 
 
 @dataclass
@@ -150,6 +165,9 @@ class VerifierConfig:
         chunk_size: most comparisons sent to one sandbox process (one fork serves them one after another);
             1 sends each alone. An item a chunk did not answer before the deadline is re-run alone with the
             full deadline, so chunking never turns a slow neighbour into a timeout.
+        timeout_control: when a comparison passes its deadline, compare the reference with itself under the
+            same deadline; if that finishes, the answer was the slow part: status ``answer_timeout`` (the
+            model's, reward 0) instead of ``timeout`` (which a trainer masks as infrastructure).
     """
 
     timeout_s: float = 5.0
@@ -164,6 +182,7 @@ class VerifierConfig:
     assume_positive: bool = True
     internal_retries: int = 1
     chunk_size: int = 8
+    timeout_control: bool = True
 
     def worker_options(self) -> dict[str, Any]:
         """The options the sandbox worker program needs (JSON-serialisable)."""

@@ -16,7 +16,8 @@ convenience function (one response, the shared default executor unless one is gi
    ``VerifierConfig.timeout_s`` enforced by the executor killing the process. Items a chunk did not answer
    are re-run alone with the full deadline (see :meth:`Verifier._compare`). Outcomes of a lone item:
    ``timeout``/``killed`` -> ``timeout``; ``internal`` -> retried, then ``verifier_error``; ``error`` or no
-   verdict line -> ``verifier_error``.
+   verdict line -> ``verifier_error``. A ``timeout`` is then attributed by a control comparison of the
+   reference with itself (``VerifierConfig.timeout_control``): if that finishes, ``answer_timeout``.
 
 Every verdict is counted in a :class:`~tirl.reward.types.VerifierStats` (the module-wide
 :func:`default_stats` unless one is given); ``unparsable_gold``, ``timeout`` and ``verifier_error`` are also
@@ -398,10 +399,33 @@ class Verifier:
                 pending.append((i, gold, extracted or "", elapsed, read_gold, read_pred))
         return verdicts, pending
 
+    async def _control_timeouts(self, pairs: list[tuple[str, str]], outcomes: list[Outcome]) -> list[Outcome]:
+        """Who made a comparison time out: each ``timeout`` is followed by a control comparison of its reference
+        with itself under the same deadline. If the control finishes (``ok``), the answer was the slow part and
+        the outcome becomes ``answer_timeout`` (the model's); otherwise it stays ``timeout`` (the reference or
+        the machine: infrastructure). A machine loaded enough to time out an ordinary answer is likely to time
+        out its control too, which keeps the attribution on the safe side."""
+        late = [i for i, outcome in enumerate(outcomes) if outcome[0] == "timeout"]
+        if not late or not self.config.timeout_control:
+            return outcomes
+        controls = await self._symbolic([(pairs[i][0], pairs[i][0]) for i in late])
+        outcomes = list(outcomes)
+        for i, (status, _, _, seconds) in zip(late, controls):
+            if status == "ok":
+                _, _, detail, spent = outcomes[i]
+                outcomes[i] = (
+                    "answer_timeout",
+                    False,
+                    f"{detail}; the reference compared with itself in {seconds:.2f}s: the answer is the slow part",
+                    spent,
+                )
+        return outcomes
+
     async def _complete(self, verdicts: list[Verdict | None], pending: list[Pending]) -> list[Verdict]:
         """Run the symbolic items, fill in their verdicts and record every verdict in ``stats``."""
         if pending:
-            outcomes = await self._symbolic([(read_gold, read_pred) for *_, read_gold, read_pred in pending])
+            pairs = [(read_gold, read_pred) for *_, read_gold, read_pred in pending]
+            outcomes = await self._control_timeouts(pairs, await self._symbolic(pairs))
             for (i, gold, extracted, elapsed, _, _), (status, correct, detail, seconds) in zip(pending, outcomes):
                 verdicts[i] = Verdict(
                     correct=correct,

@@ -331,6 +331,7 @@ class RocRolloutFunc:
                 "time/tool_exec_s": float(tool_time),
                 "time/verify_s": t_verify,
                 "verify/timeout": float(status_counts.get("timeout", 0)),
+                "verify/answer_timeout": float(status_counts.get("answer_timeout", 0)),
                 "verify/verifier_error": float(status_counts.get("verifier_error", 0)),
                 "verify/unparsable_gold": float(status_counts.get("unparsable_gold", 0)),
                 "verify/no_answer": float(status_counts.get("no_answer", 0)),

@@ -127,6 +127,7 @@ _KIND_REASON = {
 _PROBE_REASON = {
     "unparsable_gold": "unparsable_answer",
     "timeout": "verifier_timeout",
+    "answer_timeout": "verifier_timeout",
     "verifier_error": "verifier_error",
 }
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata as metadata
 import os
+import sys
 import sysconfig
 
 import pytest
@@ -122,6 +123,75 @@ def test_the_guard_turns_an_unreadable_package_into_module_not_found(fake_site, 
     assert guard.find_spec("tirltest_data.answers", path=["x"]) is None  # submodules are not its business
 
 
+def test_a_malformed_record_neither_stops_the_grants_nor_hides_the_others(tmp_path, monkeypatch):
+    """A review's case: one distribution whose RECORD has a size that is not a number made
+    ``packages_distributions`` raise in every worker, so no pool started."""
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    _fake_distribution(site, "tirltest-ok", "tirltest_ok")
+    _fake_distribution(site, "tirltest-broken", "tirltest_broken")
+    (site / "tirltest_broken-1.0.dist-info" / "RECORD").write_text("tirltest_broken/__init__.py,sha256=abc,notanint\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(packages, "site_dirs", lambda: [str(site)])
+    with pytest.raises(ValueError):
+        metadata.packages_distributions()  # the standard library's own lookup fails on it
+    assert packages.module_distributions(["tirltest_ok.sub"]) == ["tirltest-ok"]
+    entries, missing = packages.distribution_entries(["tirltest-ok", "tirltest-broken"])
+    assert str(site / "tirltest_ok") in entries and missing == []
+    # its RECORD unreadable: only its metadata folder (the fallback without top_level.txt), not its package
+    assert str(site / "tirltest_broken-1.0.dist-info") in entries and str(site / "tirltest_broken") not in entries
+
+
+def test_the_child_sitecustomize_is_the_guard_itself(tmp_path):
+    """The module a call's child interpreters import: standard library only, the same class, installed first."""
+    source = packages.child_sitecustomize([str(tmp_path / "site")], [str(tmp_path / "site" / "ok")])
+    namespace: dict = {}
+    saved = list(sys.meta_path)
+    try:
+        exec(compile(source, "sitecustomize.py", "exec"), namespace)  # noqa: S102 - our own generated module
+        guard = sys.meta_path[0]
+        assert type(guard).__name__ == "UnreadablePackageGuard" and guard.blocked(str(tmp_path / "site" / "data"))
+        assert not guard.blocked(str(tmp_path / "site" / "ok" / "x.py"))
+    finally:
+        sys.meta_path[:] = saved
+    assert "import tirl" not in source and "from tirl" not in source
+    folder = packages.write_child_site(str(tmp_path), ["/nowhere"], [])
+    assert oct(os.stat(folder).st_mode & 0o777) == "0o755"
+    assert oct(os.stat(os.path.join(folder, "sitecustomize.py")).st_mode & 0o777) == "0o644"
+
+
+LOW_LIMIT_PROBE = """
+import asyncio, json, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+from tirl.sandbox import ExecutionRequest, LocalSandbox
+from tirl.sandbox import packages
+target = packages.unreadable_sample(("numpy", "scipy", "sympy", "math-verify"), ("numpy",))
+async def main():
+    async with LocalSandbox(workers=1, preload=("numpy",)) as sb:
+        layer = [l for l in await sb.layer_report() if l["name"] == "landlock"][0]
+        code = f"try:\\n    open({target!r}).read(1); print('READ')\\nexcept PermissionError:\\n    print('denied')"
+        r = await sb.run(ExecutionRequest(code if target else "print('denied')", timeout_s=60))
+        print(json.dumps({"active": layer["active"], "detail": layer["detail"], "out": r.stdout, "status": r.status}))
+asyncio.run(main())
+"""
+
+
+def test_a_low_hard_descriptor_limit_keeps_landlock_on():
+    """A review's case: under a hard RLIMIT_NOFILE of 1024 the layer probe ran out of descriptors (the worker holds
+    one per granted path), Landlock was switched off, and the package data was readable again."""
+    import json
+    import subprocess
+    import sys as _sys
+
+    proc = subprocess.run([_sys.executable, "-c", LOW_LIMIT_PROBE], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not result["active"] and "kernel refused" in result["detail"] and "open" not in result["detail"]:
+        pytest.skip(f"the landlock layer is missing here: {result['detail']}")
+    assert result["active"], result
+    assert (result["status"], result["out"]) == ("ok", "denied\n"), result
+
+
 def test_the_preload_allows_its_distributions_but_never_all_of_tirl():
     assert "numpy" in packages.module_distributions(["numpy.linalg"])
     assert packages.module_distributions(["tirl.reward", "tirl"]) == []
@@ -200,9 +270,14 @@ def test_allowed_libraries_import_and_optional_imports_fall_back(pool):
         "import subprocess, sys\n"
         "print(subprocess.run([sys.executable, '-c', 'import numpy, json; print(numpy.int64(6) * 7)'],"
         " capture_output=True, text=True).stdout.strip())\n"
+        # a Python the call starts gets the same guard (a sitecustomize on its PYTHONPATH): scipy.linalg reaches
+        # numpy's f2py and its optional charset_normalizer there too (a review found it failing)
+        "r = subprocess.run([sys.executable, '-c', 'import scipy.linalg, scipy.stats; print(\"child ok\")'],"
+        " capture_output=True, text=True)\n"
+        "print(r.stdout.strip() or r.stderr.strip().splitlines()[-1:])\n"
     )
     r = pool(code)
-    assert (r.status, r.stdout) == ("ok", "10 {2: 3, 3: 2, 5: 1} True\n42\n"), r
+    assert (r.status, r.stdout) == ("ok", "10 {2: 3, 3: 2, 5: 1} True\n42\nchild ok\n"), r
 
 
 def test_an_installed_package_outside_the_grants_is_listed_but_neither_read_nor_imported(pool):

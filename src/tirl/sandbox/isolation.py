@@ -79,6 +79,8 @@ class CallPlan:
             and system trees with their package directories cut out, the allowed packages' entries, ...).
         list_roots: trees that may only be listed (the package directories and the trees above them).
         site_dirs: the package directories cut out of the read roots (empty when every package is readable).
+        child_site_dir: the folder of the ``sitecustomize`` that guards a Python the call starts
+            (:func:`tirl.sandbox.packages.write_child_site`); on the call's ``PYTHONPATH`` (:func:`call_env`).
         missing_packages: ``importable_packages`` that are not installed here (reported by the layer).
         nproc, nofile, fsize_mb: resource limits.
     """
@@ -101,6 +103,7 @@ class CallPlan:
     read_roots: list[str] = field(default_factory=list)
     list_roots: list[str] = field(default_factory=list)
     site_dirs: list[str] = field(default_factory=list)
+    child_site_dir: str | None = None
     missing_packages: list[str] = field(default_factory=list)
     nproc: int = 256
     nofile: int = 256
@@ -154,13 +157,16 @@ def scrubbed_env(passthrough: tuple[str, ...] = (), source: dict[str, str] | Non
 CALL_USER_NAME = "sandbox"
 
 
-def call_env(worker_env: dict[str, str], scratch_dir: str) -> dict[str, str]:
+def call_env(worker_env: dict[str, str], scratch_dir: str, child_site_dir: str | None = None) -> dict[str, str]:
     """The environment of one call: the worker's allowlisted variables with HOME and TMPDIR = scratch, and
-    USER = LOGNAME = :data:`CALL_USER_NAME`."""
+    USER = LOGNAME = :data:`CALL_USER_NAME`; with ``child_site_dir``, that folder first on ``PYTHONPATH`` (the
+    import guard of a Python the call starts: :func:`tirl.sandbox.packages.write_child_site`)."""
     env = dict(worker_env)
     for key in ("HOME", "TMPDIR", "TMP", "TEMP", "MPLCONFIGDIR"):
         env[key] = scratch_dir
     env["USER"] = env["LOGNAME"] = CALL_USER_NAME
+    if child_site_dir:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (child_site_dir, env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -364,6 +370,10 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
         + [os.path.realpath(p) for p in cfg.get("extra_read_paths", ()) if os.path.isdir(p)]
         + package_dirs(cfg.get("readable_packages", ()))
     )
+    if plan.site_dirs:
+        # a Python the call starts gets the same import guard as the call (a sitecustomize on its PYTHONPATH)
+        plan.child_site_dir = packages.write_child_site(scratch_dir, plan.site_dirs, plan.read_roots)
+        plan.read_roots.append(plan.child_site_dir)
 
     seccomp_filter = None
     if cfg["seccomp"]:
@@ -571,9 +581,14 @@ def enter_call(
             )
         except OSError as exc:
             raise LayerError("landlock", str(exc)) from exc
+        # This process's copies of the prepared descriptors (hundreds once the package directories are cut
+        # out) are of no use once it is restricted: closed here, so that the descriptor limit below leaves it
+        # room whatever numbers they had (the worker's copies stay). A review found the layer probe, which
+        # does not close descriptors itself, failing on EMFILE under a hard limit of 4096 and Landlock then
+        # switched off: the package data readable again.
+        landlock_rules.close()
     if plan.rlimits:
-        # after Landlock: the prepared rules hold an O_PATH descriptor per granted path (hundreds, once the
-        # package directories are cut out: tirl.sandbox.packages), and the call's ruleset needs one more
+        # after Landlock: the call's ruleset needs a descriptor of its own while the prepared ones are open
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (plan.nofile,) * 2)
         except (OSError, ValueError) as exc:
@@ -640,7 +655,7 @@ def _probe_child(
         enter_call(
             iso.plan,
             scratch_dir,
-            call_env(dict(os.environ), scratch_dir),
+            call_env(dict(os.environ), scratch_dir, iso.plan.child_site_dir),
             5.0,
             1 << 16,
             iso.seccomp_filter,

@@ -210,8 +210,11 @@ class PreparedRules:
         for path, access in grants.items():
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except OSError:
+            except (FileNotFoundError, NotADirectoryError):
                 continue  # a missing path is simply not granted
+            except OSError as exc:  # EMFILE and the like: a grant must not go missing without a word
+                self.close()
+                raise OSError(exc.errno, f"cannot open {path} for a Landlock rule: {exc.strerror}") from exc
             if len(grants) > 64:
                 # Many descriptors (package directories cut out: tirl.sandbox.packages): keep them above
                 # PREPARED_FD_BASE, so that a call whose descriptor limit is lower still has every low number

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import glob
 import importlib.metadata as metadata
+import inspect
 import os
 import re
 import site
@@ -140,9 +141,14 @@ def _distribution(name: str) -> metadata.Distribution | None:
 
 
 def _required_names(dist: metadata.Distribution) -> list[str]:
-    """The distributions ``dist`` requires, without those only an extra asks for."""
+    """The distributions ``dist`` requires, without those only an extra asks for (none when its metadata
+    cannot be read)."""
     names = []
-    for requirement in dist.requires or []:
+    try:
+        requires = dist.requires or []
+    except Exception:  # a broken METADATA must not stop a pool from starting
+        return []
+    for requirement in requires:
         spec, _, marker = requirement.partition(";")
         if "extra" in marker:
             continue
@@ -156,7 +162,10 @@ def _top_entries(dist: metadata.Distribution) -> list[str]:
     its ``top_level.txt`` names and its metadata folder); files in the shared top-level ``__pycache__`` one by
     one."""
     names: list[str] = []
-    files = dist.files
+    try:
+        files = dist.files
+    except Exception:  # a malformed RECORD (a review's case: a size that is not a number): its folder below
+        files = None
     if files:
         for f in files:
             parts = f.parts
@@ -168,7 +177,11 @@ def _top_entries(dist: metadata.Distribution) -> list[str]:
             if name not in names:
                 names.append(name)
     else:
-        for line in (dist.read_text("top_level.txt") or "").splitlines():
+        try:
+            top_level = dist.read_text("top_level.txt") or ""
+        except Exception:
+            top_level = ""
+        for line in top_level.splitlines():
             for candidate in (line.strip(), line.strip() + ".py"):
                 if candidate and candidate not in names:
                     names.append(candidate)
@@ -187,8 +200,13 @@ def module_distributions(modules: Iterable[str]) -> list[str]:
     """Distribution names that provide the top-level packages of ``modules`` (``math_verify.parser`` ->
     ``math-verify``); tirl's own distribution is left out (its sub-packages are granted by
     ``readable_packages``, never the whole of it); a module no distribution provides is skipped."""
-    table = metadata.packages_distributions()
     names: list[str] = []
+    try:
+        table = metadata.packages_distributions()
+    except Exception:
+        # it reads every distribution's files; one malformed RECORD raised here and stopped every worker from
+        # starting (a review's case). Then each module's own distribution, one at a time.
+        table = _packages_distributions_tolerant()
     for module in modules:
         top = module.split(".", 1)[0]
         if top == "tirl":
@@ -197,6 +215,24 @@ def module_distributions(modules: Iterable[str]) -> list[str]:
             if dist not in names:
                 names.append(dist)
     return names
+
+
+def _packages_distributions_tolerant() -> dict[str, list[str]]:
+    """``importlib.metadata.packages_distributions`` that skips the distributions whose metadata cannot be read."""
+    table: dict[str, list[str]] = {}
+    for dist in metadata.distributions():
+        try:
+            name = dist.metadata["Name"]
+            tops = (dist.read_text("top_level.txt") or "").split()
+            if not tops:
+                tops = [
+                    f.parts[0].removesuffix(".py") for f in dist.files or [] if f.parts and "." not in f.parts[0][:-3]
+                ]
+        except Exception:
+            continue
+        for top in dict.fromkeys(tops):
+            table.setdefault(top, []).append(name)
+    return table
 
 
 def distribution_entries(names: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -346,14 +382,59 @@ class UnreadablePackageGuard:
         """Nothing cached (``importlib.invalidate_caches`` calls it)."""
 
 
+CHILD_SITE_DIR = ".tirl-site"
+"""Folder, in a worker's scratch root, of the ``sitecustomize.py`` that puts the guard into every Python a call
+starts (:func:`write_child_site`)."""
+
+
+def child_sitecustomize(site_dirs: Iterable[str], file_roots: Iterable[str]) -> str:
+    """Source of a ``sitecustomize`` module that installs :class:`UnreadablePackageGuard` (its own source, so
+    one implementation) first on ``sys.meta_path`` of an interpreter a call starts: without it, that
+    interpreter's optional imports of an unreadable package raise Landlock's ``PermissionError`` instead of
+    ``ImportError`` (a review: ``import scipy.linalg`` failed in ``subprocess.run([sys.executable, ...])``, through
+    numpy's f2py trying ``import charset_normalizer``). Standard library only: the interpreter cannot read
+    tirl."""
+    return "\n".join(
+        [
+            '"""tirl sandbox: installed packages a call may not read import as not installed."""',
+            "from __future__ import annotations",  # the class's annotations name typing helpers: not evaluated
+            "import os",
+            "import sys",
+            "from importlib.machinery import PathFinder",
+            "",
+            inspect.getsource(_beneath),
+            inspect.getsource(UnreadablePackageGuard),
+            f"sys.meta_path.insert(0, UnreadablePackageGuard({list(site_dirs)!r}, {list(file_roots)!r}))",
+            "",
+        ]
+    )
+
+
+def write_child_site(scratch_root: str, site_dirs: Iterable[str], file_roots: Iterable[str]) -> str:
+    """Write :func:`child_sitecustomize` into ``scratch_root/.tirl-site/sitecustomize.py`` (folder 0755, file
+    0644: readable by the calls' uids, writable by none of them) and return the folder, which the calls get on
+    ``PYTHONPATH`` and as a read root."""
+    folder = os.path.join(scratch_root, CHILD_SITE_DIR)
+    os.makedirs(folder, mode=0o755, exist_ok=True)
+    os.chmod(folder, 0o755)
+    path = os.path.join(folder, "sitecustomize.py")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(child_sitecustomize(site_dirs, file_roots))
+    os.chmod(path, 0o644)
+    return os.path.realpath(folder)
+
+
 __all__ = [
     "ALL_PACKAGES",
+    "CHILD_SITE_DIR",
     "CallGrants",
     "UnreadablePackageGuard",
     "call_read_grants",
+    "child_sitecustomize",
     "cut_out",
     "distribution_entries",
     "module_distributions",
     "site_dirs",
     "unreadable_sample",
+    "write_child_site",
 ]

@@ -340,7 +340,7 @@ class Worker:
             isolation.enter_call(
                 self.iso.plan,
                 call.scratch,
-                isolation.call_env(self.env, call.scratch),
+                isolation.call_env(self.env, call.scratch, self.iso.plan.child_site_dir),
                 call.timeout_s,
                 call.memory_mb,
                 self.iso.seccomp_filter,

@@ -165,14 +165,16 @@ class CyclingEngine:
 
 
 class FlakySandbox:
-    """Answers the start-up check, then every 5th call ``internal`` (20 %), the others ``ok``."""
+    """Answers the start-up check, then, with trajectories run one at a time: call 10k+3 ``internal`` once (a
+    worker that died: its retry succeeds) and calls 10k+5 to 10k+7 ``internal`` (an outage that takes the retry
+    and the control call with it); the others ``ok``."""
 
     def __init__(self) -> None:
         self.calls = 0
 
     async def run(self, request: Any) -> ExecutionResult:
         self.calls += 1
-        if self.calls > 1 and self.calls % 5 == 0:
+        if self.calls > 1 and self.calls % 10 in (3, 5, 6, 7):
             return ExecutionResult(status="internal", stderr="worker died", request_id=request.request_id)
         return ExecutionResult(status="ok", stdout="42\n", request_id=request.request_id)
 
@@ -204,6 +206,7 @@ def test_internal_calls_and_verifier_crashes_give_no_gradient(tmp_path, tiny_smo
             "rollout.oversample=1",
             "rollout.max_turns=3",
             "rollout.max_response_tokens=128",
+            "rollout.max_concurrency=1",  # one trajectory at a time: FlakySandbox's outages fall on known calls
             "optim.per_device_train_batch_size=4",
             "optim.warmup_steps=0",
             "logging.console=false",
@@ -270,6 +273,10 @@ def test_internal_calls_and_verifier_crashes_give_no_gradient(tmp_path, tiny_smo
     assert record["tirl/infra/masked"] == sum(c is not None for c in causes)
     assert record["tirl/infra/masked_tool_internal"] == causes.count("tool_internal") >= 1
     assert record["tirl/infra/masked_verifier"] >= 1
+    # the lone failures were retried and answered (nothing masked for them); the outages' controls failed too
+    assert record["tirl/infra/recovered_tool"] >= 1 and record["tirl/infra/charged_tool"] == 0
+    for t, c in zip(last.trajectories, causes):
+        assert (t.metadata["controls"]["tool_masked"] > 0) == (c == "tool_internal")
 
 
 def test_eval_reports_infrastructure_failures_apart_from_the_models():

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from tirl.algo.infra import INFRA_CAUSES
+from tirl.algo.infra import INFRA_CAUSES, VERIFIER_CHARGED_STATUSES
 from tirl.protocol.types import TOOL_CALL_CLASSES
 
 TRUNCATED_FINISH_REASONS = ("length", "context")
@@ -125,6 +125,8 @@ class SampleOutcome:
         verdict_status: the verifier's status (``ok``, ``no_answer``, ``timeout``, ...).
         answer_source: ``"box"`` (the extraction policy), ``"fallback"`` (the opt-in evaluation fallback of
             :func:`tirl.protocol.answer.extract_answer_fallback` supplied it) or ``"none"``.
+        controls: what the controls of its failures found (``Trajectory.metadata["controls"]``:
+            ``tool_charged``, ``engine_recovered``, ...; :mod:`tirl.algo.infra`); empty when none ran.
     """
 
     problem_id: str
@@ -137,6 +139,7 @@ class SampleOutcome:
     tool_internal_errors: int = 0
     verdict_status: str = "ok"
     answer_source: str = "box"
+    controls: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -169,6 +172,9 @@ class BenchmarkSummary:
         infra_failures: samples touched by a failure that is not the model's (:func:`infra_cause_of`), by
             cause (``engine``, ``tool_internal``, ``verifier``; every cause present), so that they are seen
             apart from the model's failures (they still count as not correct in pass@k).
+        charged_failures: failures that looked like the infrastructure's until a control charged them to the
+            model (``tool``: calls, ``engine``: ``rejected`` trajectories, ``verifier``: ``answer_timeout`` and
+            ``answer_error`` verdicts); scored as the model's.
     """
 
     benchmark: str
@@ -192,6 +198,7 @@ class BenchmarkSummary:
     fallback_answers: int | None = None
     audit: dict[str, int] | None = None
     infra_failures: dict[str, int] = field(default_factory=dict)
+    charged_failures: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (pass@k keys as strings ``"1"``, ``"2"``, ...)."""
@@ -295,4 +302,9 @@ def summarize(
         fallback_answers=sum(o.answer_source == "fallback" for o in all_outcomes) if answer_fallback else None,
         audit=dict(audit) if audit is not None else None,
         infra_failures={c: sum(infra_cause_of(o) == c for o in all_outcomes) for c in INFRA_CAUSES},
+        charged_failures={
+            "tool": sum(int(o.controls.get("tool_charged", 0)) for o in all_outcomes),
+            "engine": sum(int(o.controls.get("engine_charged", 0)) for o in all_outcomes),
+            "verifier": sum(o.verdict_status in VERIFIER_CHARGED_STATUSES for o in all_outcomes),
+        },
     )

@@ -115,6 +115,7 @@ def outcome_from_record(record: dict[str, Any]) -> SampleOutcome:
         finish_reason=str(record.get("finish_reason", "answer")),
         tool_internal_errors=int(record.get("tool_internal_errors", 0)),
         verdict_status=str(verdict.get("status", "ok")),
+        controls=dict((record.get("metadata") or {}).get("controls") or {}),
     )
 
 

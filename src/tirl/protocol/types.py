@@ -24,9 +24,17 @@ FinishReason = Literal[
     "length",  # the response token budget ran out (truncated; kept and scored, usually 0)
     "context",  # the next prompt would not fit the model's context window
     "eos",  # the engine returned end-of-sequence without the end-of-turn token
-    "error",  # the engine failed for this trajectory; kept and reported
+    "error",  # the engine failed for this trajectory (its control showed the engine at fault); kept and reported
+    "rejected",  # the engine refused the trajectory's own text while the prompt alone was answered: the model's
 ]
-FINISH_REASONS: tuple[str, ...] = ("answer", "max_turns", "length", "context", "eos", "error")
+FINISH_REASONS: tuple[str, ...] = ("answer", "max_turns", "length", "context", "eos", "error", "rejected")
+
+#: What the control of a failure found (``ToolCallRecord.details["control"]``, and ``Trajectory.metadata["controls"]``
+#: as ``{tool,engine}_<outcome>`` counts; :mod:`tirl.algo.infra`): ``recovered`` (a retry answered; its answer is
+#: the outcome), ``charged`` (the control succeeded, so the failure is the model's), ``masked`` (the control
+#: failed too: the infrastructure's).
+CONTROL_OUTCOMES: tuple[str, ...] = ("recovered", "charged", "masked")
+CONTROL_KINDS: tuple[str, ...] = ("tool", "engine")
 
 
 @dataclass

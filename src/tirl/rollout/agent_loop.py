@@ -30,14 +30,27 @@ Stops (the trajectory's ``finish_reason``):
 ``eos``
     The engine ended on end-of-sequence without the end-of-turn token.
 ``error``
-    The engine failed (``metadata["error"]`` says why). The trajectory is kept; callers decide (evaluation
-    does not store it, so a re-run retries it).
+    The engine failed, and its control shows the engine at fault (``metadata["error"]`` says why). The trajectory
+    is kept; callers decide (evaluation does not store it, so a re-run retries it; training masks it).
+``rejected``
+    The engine refused the trajectory's own text twice while the prompt alone was answered: the model's doing
+    (scored like any other end, never masked).
+
+Failures and their controls (:mod:`tirl.algo.infra`, "the rule"): a failure is the infrastructure's only when
+an independent control shows it. A generation that fails is sent again, then the prompt alone is sent for one
+token (:func:`_generate_controlled`); a tool call answered ``internal`` is run again, then the tool's own example
+call runs on an empty session (:func:`_control_tool_call`). What the model's text or program reproduces while the
+control succeeds is charged to the model (``rejected``; a tool ``error``); what a retry answers is used as the
+real outcome (the model never saw the failure); only a failed control leaves the failure masked.
+``metadata["controls"]`` counts each outcome (``tool_recovered``, ``tool_charged``, ``tool_masked``, and the same
+for ``engine``).
 
 Tool calls run with the configured tool (``protocol.tool``, :mod:`tirl.protocol.tools`): the default ``python``
 runs the calls of one turn concurrently through ``CodeExecutor.run_batch``; ``python_session`` runs them in order
 and keeps the trajectory's variables across its calls, in state that belongs to the trajectory alone (created
-when it starts, dropped when it ends). A sandbox ``internal`` failure is
-shown to the model as a tool error (class ``error``) and counted in ``metadata["tool_internal_errors"]``.
+when it starts, dropped when it ends). A sandbox ``internal`` failure that its control leaves with the
+infrastructure is shown to the model as a tool error (class ``error``) and counted in
+``metadata["tool_internal_errors"]``.
 :func:`check_executor` is the start-up health check (field case F89): it fails fast when the sandbox is
 unreachable instead of letting every tool call fail.
 
@@ -49,6 +62,7 @@ sample ``j`` of prompt ``i``; ``metadata`` holds ``group_id`` (the prompt's id, 
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import hashlib
 import inspect
@@ -67,7 +81,16 @@ from tirl.protocol.problem import Problem
 from tirl.protocol.render import render_prompt_ids, stop_token_ids, tool_response_segment_ids
 from tirl.protocol.response import render_parse_error
 from tirl.protocol.tools import ToolContext, ToolResult, get_tool
-from tirl.protocol.types import ToolCall, ToolCallError, ToolCallRecord, Trajectory, TurnRecord, classify_tool_call
+from tirl.protocol.types import (
+    CONTROL_KINDS,
+    CONTROL_OUTCOMES,
+    ToolCall,
+    ToolCallError,
+    ToolCallRecord,
+    Trajectory,
+    TurnRecord,
+    classify_tool_call,
+)
 from tirl.rollout.engine import Engine, EngineRouter, GenerationOutput, SamplingParams
 from tirl.sandbox.types import (
     DEFAULT_MEMORY_MB,
@@ -354,7 +377,7 @@ class AgentLoop:
         logprobs: list[float] = []
         have_logprobs = True
         turns: list[TurnRecord] = []
-        meta: dict[str, Any] = {"tool_internal_errors": 0, "unexecuted_tool_calls": 0}
+        meta: dict[str, Any] = {"tool_internal_errors": 0, "unexecuted_tool_calls": 0, "controls": new_controls()}
         gen_time = tool_time = 0.0
         finish = "answer"
 
@@ -378,12 +401,7 @@ class AgentLoop:
                 seed=seed,
             )
             t0 = time.perf_counter()
-            try:
-                out = await engine.generate(prompt_ids + response_ids, params)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - an engine failure ends this trajectory only
-                out = GenerationOutput(token_ids=[], finish_reason="error", error=f"{type(exc).__name__}: {exc}")
+            out = await _generate_controlled(engine, prompt_ids, response_ids, params, meta["controls"])
             gen_time += time.perf_counter() - t0
 
             ids = [int(t) for t in out.token_ids]
@@ -404,8 +422,8 @@ class AgentLoop:
             )
             turns.append(turn)
 
-            if out.finish_reason == "error":
-                finish = "error"
+            if out.finish_reason in ("error", "rejected"):
+                finish = out.finish_reason
                 meta["error"] = out.error or "engine error"
                 break
             if out.finish_reason == "length" or overshoot:
@@ -430,9 +448,11 @@ class AgentLoop:
             records = await self._execute(calls, session, trajectory_id)
             tool_time += time.perf_counter() - t0
             turn.tool_calls = records
-            meta["tool_internal_errors"] += sum(
-                1 for r in records if r.result is not None and r.result.status == "internal"
-            )
+            meta["tool_internal_errors"] += sum(1 for r in records if _is_internal(r.result))
+            for r in records:
+                control = r.details.get("control")
+                if control is not None:
+                    meta["controls"][f"tool_{control}"] += 1
             segment = list(tool_response_segment_ids(self.tokenizer, [r.response_text for r in records], cfg.protocol))
             if len(response_ids) + len(segment) > cfg.max_response_tokens:
                 finish = "length"
@@ -477,17 +497,30 @@ class AgentLoop:
                 session=session if session is not None else {},
                 trajectory_id=trajectory_id,
             )
+            snapshot = _snapshot(context.session)
             message = ""
             try:
                 outcomes = list(await tool.run_batch([c.arguments for c in runnable], context))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - tools should not raise; never lose the trajectory
-                message = f"tool {tool.name} raised {type(exc).__name__}: {exc}"
+                message = f"tool {tool.name} raised {type(exc).__name__}: {_short(exc)}"
             if len(outcomes) != len(runnable):
                 message = message or f"tool {tool.name} answered {len(outcomes)} of {len(runnable)} calls"
-                failed = [ExecutionResult.internal_error(message) for _ in runnable]
-                outcomes = [ToolResult(result=r, text=tool.render(r, cfg.protocol)) for r in failed]
+                if snapshot is not None:
+                    # one call spoiled the batch: run the calls one at a time from the state before it, so that
+                    # each gets its own outcome (a stateful tool's earlier calls are not applied twice)
+                    context.session.clear()
+                    context.session.update(snapshot)
+                    outcomes = [await _run_one(tool, c.arguments, context) for c in runnable]
+                else:
+                    failed = [ExecutionResult.internal_error(message) for _ in runnable]
+                    outcomes = [ToolResult(result=r, text=tool.render(r, cfg.protocol)) for r in failed]
+            # an ``internal`` answer is masked only when a control shows the infrastructure at fault
+            outcomes = [
+                await _control_tool_call(tool, c.arguments, o, context) if _is_internal(o.result) else o
+                for c, o in zip(runnable, outcomes)
+            ]
         it = iter(outcomes)
         records: list[ToolCallRecord] = []
         for call in calls:
@@ -518,6 +551,128 @@ class AgentLoop:
         """A tool response as the model reads it: escaped (``tirl.protocol.escape``), so that what a program
         prints is data, never tags or special tokens; the raw output stays in the record's result."""
         return safe_tool_text(text, self.tokenizer, self.config.protocol)
+
+
+#: ``ToolResult.details["control"]`` / ``Trajectory.metadata["controls"]`` values: what the control of a failure
+#: found (module docstring, "Failures and their controls").
+CONTROL_RECOVERED = "recovered"
+CONTROL_CHARGED = "charged"
+CONTROL_MASKED = "masked"
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    """``str(exc)`` cut to ``limit`` characters (a message built from a program's output can be huge)."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises is still reported
+        text = f"<unprintable {type(exc).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _snapshot(session: dict[str, Any]) -> dict[str, Any] | None:
+    """A deep copy of a tool session's state (to retry its calls from there), or None when it cannot be copied."""
+    try:
+        return copy.deepcopy(session)
+    except Exception:  # noqa: BLE001 - a session holding something uncopyable is just not retried call by call
+        return None
+
+
+def _is_internal(result: ExecutionResult | None) -> bool:
+    return result is not None and result.status == "internal"
+
+
+async def _run_one(tool: Any, arguments: Any, context: ToolContext) -> ToolResult:
+    """One call of ``tool``; a tool that raises is answered ``internal`` (never lost)."""
+    try:
+        return await tool.run(arguments, context)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - tools should not raise; the control decides whose fault it was
+        result = ExecutionResult.internal_error(f"tool {tool.name} raised {type(exc).__name__}: {_short(exc)}")
+        return ToolResult(result=result, text=tool.render(result, context.config))
+
+
+def new_controls() -> dict[str, int]:
+    """A trajectory's control counts, all zero: ``{tool,engine}_{recovered,charged,masked}``."""
+    return {f"{kind}_{o}": 0 for kind in CONTROL_KINDS for o in CONTROL_OUTCOMES}
+
+
+async def _generate_once(engine: Engine, ids: list[int], params: SamplingParams) -> GenerationOutput:
+    try:
+        return await engine.generate(ids, params)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - an engine failure ends this trajectory only
+        return GenerationOutput(token_ids=[], finish_reason="error", error=f"{type(exc).__name__}: {_short(exc)}")
+
+
+async def _generate_controlled(
+    engine: Engine,
+    prompt_ids: list[int],
+    response_ids: list[int],
+    params: SamplingParams,
+    controls: dict[str, int],
+) -> GenerationOutput:
+    """One generation; an engine failure is attributed by controls (:mod:`tirl.algo.infra`, "the rule").
+
+    1. The same request again: an answer is the turn's (``engine_recovered``).
+    2. Else, when the trajectory has text of the model's, the prompt alone for one token: when that is answered,
+       the engine works and refuses what the model wrote (a context it cannot hold, text it cannot take), so
+       the trajectory ends ``rejected``, the model's (``engine_charged``); when it fails too, or there is no
+       model text, the engine is at fault: ``error``, masked (``engine_masked``).
+    """
+    out = await _generate_once(engine, prompt_ids + response_ids, params)
+    if out.finish_reason != "error":
+        return out
+    again = await _generate_once(engine, prompt_ids + response_ids, params)
+    if again.finish_reason != "error":
+        controls["engine_recovered"] += 1
+        return again
+    if response_ids:
+        probe = await _generate_once(engine, list(prompt_ids), dataclasses.replace(params, max_new_tokens=1))
+        if probe.finish_reason != "error":
+            controls["engine_charged"] += 1
+            return GenerationOutput(
+                token_ids=[],
+                finish_reason="rejected",
+                error=f"the engine refused this trajectory's text twice; the prompt alone was answered: {out.error}",
+            )
+    controls["engine_masked"] += 1
+    return out
+
+
+async def _control_tool_call(tool: Any, arguments: Any, first: ToolResult, context: ToolContext) -> ToolResult:
+    """Whose fault an ``internal`` answer is, decided by controls (:mod:`tirl.algo.infra`, "the rule").
+
+    1. The same call again (a stateful tool's session is unchanged by a call that did not succeed). An answer
+       other than ``internal`` is the call's real outcome: it replaces the first (the model has not read it yet),
+       ``details["control"] = "recovered"``.
+    2. Else the tool's own example call on an empty session: when it succeeds, the infrastructure works and the
+       model's call reproducibly fails in it, so the failure is the model's: ``error`` with a message naming the
+       control, ``details["control"] = "charged"``. When the example fails too, the infrastructure is at fault:
+       the first ``internal`` answer stands, ``details["control"] = "masked"`` (the trajectory is masked).
+    """
+    again = await _run_one(tool, arguments, context)
+    if not _is_internal(again.result):
+        again.details["control"] = CONTROL_RECOVERED
+        again.details["first_failure"] = first.result.stderr[-300:]
+        return again
+    probe_context = dataclasses.replace(context, session={})
+    probe = await _run_one(tool, tool.example_arguments(), probe_context)
+    if probe.result.status == "ok":
+        detail = (first.result.stderr or "").strip().splitlines()
+        result = dataclasses.replace(
+            first.result,
+            status="error",
+            stderr=(
+                "tirl: this call failed inside the tool twice while a control call succeeded, so the failure is "
+                "the call's own" + (f" ({detail[-1][:200]})" if detail else "")
+            ),
+        )
+        details = {**first.details, "control": CONTROL_CHARGED}
+        return ToolResult(result=result, text=tool.render(result, context.config), details=details)
+    first.details["control"] = CONTROL_MASKED
+    return first
 
 
 def _as_requests(

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-EngineFinishReason = Literal["stop", "length", "eos", "error"]
+EngineFinishReason = Literal["stop", "length", "eos", "error", "rejected"]
 
 
 @dataclass
@@ -44,8 +44,10 @@ class GenerationOutput:
         logprobs: log-probability of each generated id under the sampling distribution (same length as
             ``token_ids``), or empty when the engine cannot return them.
         finish_reason: ``stop`` (a stop token), ``length`` (``max_new_tokens`` reached), ``eos`` (the model's
-            end-of-sequence id that is not a stop token), ``error`` (the engine failed; ``error`` says why).
-        error: message when ``finish_reason == "error"``.
+            end-of-sequence id that is not a stop token), ``error`` (the engine failed; ``error`` says why);
+            ``rejected`` only from the agent loop's control (:func:`tirl.rollout.agent_loop._generate_controlled`),
+            never from an engine.
+        error: message when ``finish_reason`` is ``error`` or ``rejected``.
     """
 
     token_ids: list[int]

@@ -48,12 +48,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tirl.algo.advantages import group_advantages
-from tirl.algo.infra import infra_cause, masked_metrics
+from tirl.algo.infra import control_metrics, infra_cause, masked_metrics
 from tirl.algo.roc import Candidate, Selection, candidate
 from tirl.algo.selection import get_rule, rule_name
 from tirl.data.problem import Problem
 from tirl.protocol.audit import audit_metrics
-from tirl.protocol.types import Trajectory, token_fields
+from tirl.protocol.types import FINISH_REASONS, Trajectory, token_fields
 from tirl.rollout.agent_loop import AgentLoopConfig
 from tirl.train.config import RLConfig
 from tirl.train.metrics import step_metrics
@@ -325,6 +325,7 @@ class RocRolloutFunc:
             if key in engine_stats:
                 metrics[f"time/{key}" if key.endswith("_s") else f"engine/{key}"] = engine_stats[key]
         metrics.update(masked_metrics(causes))
+        metrics.update(control_metrics(trajectories, [s.status for s in scores]))
         metrics.update(
             {
                 "time/rollout_s": t_rollout,
@@ -338,7 +339,7 @@ class RocRolloutFunc:
             }
         )
         metrics.update(audit_metrics(trajectories, cfg.protocol))  # counted, never rewarded (issue 23)
-        for reason in ("answer", "max_turns", "length", "context", "eos", "error"):
+        for reason in FINISH_REASONS:
             finished = sum(t.finish_reason == reason for t in trajectories)
             metrics[f"finish/{reason}"] = finished / max(1, len(trajectories))
         self.last = RolloutStats(trajectories, selections, metrics, slot_sources, causes)

@@ -14,8 +14,9 @@ each named in its messages by its recipe key (:data:`RECIPE_KEYS`):
 * ``engine_errors`` (``watchdog.max_engine_error_rate``): the share of trajectories the engine failed
   (``finish/error``: an inference server that does not answer or refuses the requests) is above the limit;
 * ``infra_masked`` (``watchdog.max_masked_share``): the share of trajectories masked for infrastructure
-  failures (``infra/masked_share``, :mod:`tirl.algo.infra`) is above the limit: the step trains on what is
-  left, and a policy must not learn to hide in failures.
+  failures (``infra/masked_share``: failures whose control failed too, :mod:`tirl.algo.infra`) is above the
+  limit: the step trains on what is left. Failures a control charged to the model (``infra/charged*``) are the
+  model's errors and count in the tool-error rate, never here.
 
 Each step a condition holds logs a warning; after ``patience`` consecutive such steps the watch-dog asks for a
 stop and :attr:`RunWatchdog.stop_reason` says why (``tirl train rl`` saves a checkpoint, prints the reason
@@ -130,6 +131,10 @@ class RunWatchdog:
                 )
             else:
                 cause = "the programs the model writes fail (its errors, not the sandbox's)"
+            charged = metrics.get("infra/charged_tool", 0.0) or 0.0
+            if charged:
+                # failures the sandbox answered ``internal`` whose control succeeded: the model's, not the sandbox's
+                cause += f"; {charged:.0f} of them failed inside the tool while a control call succeeded (charged)"
             alarms.append(Alarm("tool_errors", f"{what} (limit {c.max_tool_error_rate:.0%}): {cause}"))
         if per_traj is not None and per_traj <= c.min_tool_calls_per_traj:
             if self.tool_use_seen:
@@ -179,8 +184,8 @@ class RunWatchdog:
                 Alarm(
                     "infra_masked",
                     f"{masked:.0%} of trajectories were masked for infrastructure "
-                    f"failures ({parts}; limit {c.max_masked_share:.0%}): check the "
-                    "sandbox, the verifier and the inference server",
+                    f"failures that their controls confirmed ({parts}; limit {c.max_masked_share:.0%}): check "
+                    "the sandbox, the verifier and the inference server",
                 )
             )
         return alarms

@@ -90,3 +90,12 @@ def test_user_files_are_references(tmp_path) -> None:
     assert refs[0][0] == "mine/q1"
     hit = ContaminationIndex(refs).check(word_tokens("how many LATTICE points lie strictly inside the big pentagon"))
     assert hit is not None and hit.reference_ids == ("mine/q1",)
+
+
+def test_every_registered_real_benchmark_is_decontaminated_against_by_default():
+    """A benchmark added to the registry is covered without touching the curation code (issue 44)."""
+    from tirl.data.benchmarks import BENCHMARKS, GENERATED_BENCHMARKS
+    from tirl.data.curation.decontam import DEFAULT_BENCHMARKS
+
+    assert "gsm8k" in DEFAULT_BENCHMARKS and "math500" in DEFAULT_BENCHMARKS
+    assert set(DEFAULT_BENCHMARKS) == set(BENCHMARKS) - GENERATED_BENCHMARKS

@@ -21,7 +21,7 @@ from tirl.data.training import (
     write_problems,
 )
 
-EXPECTED_ROWS = {"gsm8k": 7473, "math": 4874, "aime": 966, "champ": 79, "curated": 12217}
+EXPECTED_ROWS = {"gsm8k": 7473, "math": 4874, "aime": 966, "champ": 79, "curated": 12121}
 
 
 @pytest.mark.parametrize("name", sorted(RL_SETS))

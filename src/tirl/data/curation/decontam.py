@@ -14,8 +14,9 @@ relatively prime, Asymptote's ``draw a - - b - - c``; see docs/data.md). ``commo
 that occurs in at least K distinct reference problems: a phrase several benchmark problems share is phrasing.
 A copied benchmark problem still shares its own n-grams. ``common_refs=0`` (the default) is the report's rule.
 
-:func:`benchmark_references` loads the packaged benchmarks (AIME24, AIME25, AMC23, HMMT25 Feb, MATH-500) and
-any JSONL file with a ``problem`` field through :func:`tirl.data.benchmarks.load_benchmark`.
+:func:`benchmark_references` loads the packaged evaluation sets (every built-in benchmark that tirl does not
+generate: AIME24, AIME25, AMC23, HMMT25 Feb, MATH-500, GSM8K test) and any JSONL file with a ``problem``
+field through :func:`tirl.data.benchmarks.load_benchmark`.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from tirl.data.benchmarks import load_benchmark
+from tirl.data.benchmarks import BENCHMARKS, GENERATED_BENCHMARKS, load_benchmark
 from tirl.data.curation.text import ngram_hashes, ngrams, word_tokens, words_only
 
-DEFAULT_BENCHMARKS: tuple[str, ...] = ("aime24", "aime25", "amc23", "hmmt25_feb", "math500")
-"""The evaluation sets a curated problem must not overlap by default (all packaged, no download)."""
+DEFAULT_BENCHMARKS: tuple[str, ...] = tuple(name for name in BENCHMARKS if name not in GENERATED_BENCHMARKS)
+"""The evaluation sets a curated problem must not overlap by default: every packaged benchmark that is not
+generated (:data:`tirl.data.benchmarks.GENERATED_BENCHMARKS`), so a new one is covered by being registered."""
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ It does not decide equality (the fast paths and :mod:`tirl.reward.worker` do).
 
 from __future__ import annotations
 
+import logging
 import re
 from fractions import Fraction
 from typing import NamedTuple
@@ -63,6 +64,10 @@ from tirl.reward.normalize import (
     ascii_digits,
     strip_math_delimiters,
 )
+
+#: Most digits a reading converts to a Python integer (mixed numbers, repeating decimals, base numerals): far
+#: below Python's 4300-digit limit on integer-text conversion, which raised ``ValueError`` in grading (issue 41).
+MAX_READ_DIGITS = 1000
 
 _TRAILING_SPACING_COMMANDS = ("\\,", "\\;", "\\:", "\\!", "\\ ", "\\quad", "\\qquad", "~")
 _CONSTANT_COMMANDS = r"(?:mathrm|operatorname|textrm|mathit|mathup|mathnormal)"
@@ -191,6 +196,8 @@ def question_base(question: str | None) -> int | None:
     bases = set()
     for match in _QUESTION_BASE.finditer(question):
         word = (match.group(1) or match.group(2)).lower()
+        if word.isdigit() and len(word) > 3:  # no base of 4 digits; int() of 4300 refuses
+            continue
         bases.add(int(word) if word.isdigit() else _BASE_WORDS[word])
     if len(bases) > 1:
         bases.discard(10)
@@ -199,7 +206,7 @@ def question_base(question: str | None) -> int | None:
 
 def _base_value(digits: str, base: int) -> str | None:
     """``digits`` read in ``base`` as a decimal string, or None when they are not a numeral of that base."""
-    if not 2 <= base <= 36 or not any(c.isdigit() for c in digits):
+    if not 2 <= base <= 36 or not any(c.isdigit() for c in digits) or len(digits) > MAX_READ_DIGITS:
         return None
     try:
         return str(int(digits, base))
@@ -237,7 +244,8 @@ def read_answer(answer: str, question_base_: int | None = None) -> Reading:
     if "_" in text:
         match = _BASE_NUMERAL.match(text)
         digits = (match.group(1) or match.group(2) or match.group(3)) if match else ""
-        base = int(match.group(4) or match.group(5)) if match else 0
+        base_digits = (match.group(4) or match.group(5)) if match else ""
+        base = int(base_digits) if 0 < len(base_digits) <= 3 else 0  # bases are 2 to 36; int() of 4300 refuses
         if match and (digits.isdigit() or base > 10):  # "2a_3" is 2 times a_3, not a numeral
             value = _base_value(digits, base)
             if value is not None:
@@ -287,11 +295,14 @@ _EMPTY_SET = re.compile(r"\\varnothing(?![A-Za-z])|\\O(?![A-Za-z])|∅")
 
 def _repeating_fraction(match: re.Match[str]) -> str:
     """The exact value of a repeating decimal (``0.1\\overline{6}``, ``0.\\dot{1}4\\dot{2}``) as ``\\frac{p}{q}``
-    (or an integer: ``0.\\overline{9}`` is 1)."""
+    (or an integer: ``0.\\overline{9}`` is 1); one of more than :data:`MAX_READ_DIGITS` digits is left as written
+    (Python refuses to convert such integers; math-verify then reads no number from it)."""
     whole, fixed = match.group(1) or "0", match.group(2)
     repeat = match.group(3) or match.group(4)
     if repeat is None:  # dot notation: the repetend runs from the first dotted digit to the last
         repeat = re.sub(r"\\dot\s*\{?\s*(\d)\s*\}?", r"\1", match.group(5))
+    if 2 * (len(whole) + len(fixed) + len(repeat)) > MAX_READ_DIGITS:
+        return match.group(0)
     value = (
         Fraction(int(whole))
         + Fraction(int(fixed or "0"), 10 ** len(fixed))
@@ -430,7 +441,12 @@ def commitment_problem(answer: str, gold: str | None = None, gold_words: frozens
 
 
 def _mixed(sign: str, whole: str, numerator: str, denominator: str, text: str, prefix: str = "") -> Reading:
-    """whole + numerator/denominator as ``\\frac{p}{q}`` (sign on both parts), when the fraction is proper."""
+    """whole + numerator/denominator as ``\\frac{p}{q}`` (sign on both parts), when the fraction is proper.
+
+    Parts of more than :data:`MAX_READ_DIGITS` digits together are not read (a problem, reward 0): Python refuses
+    to convert such integers to and from text (issue 41: ``"1" * 5000 + " 1/2"`` raised ``ValueError``)."""
+    if len(whole) + len(numerator) + len(denominator) > MAX_READ_DIGITS:
+        return Reading(text, f"a mixed number of over {MAX_READ_DIGITS} digits is not read")
     w, n, d = int(whole), int(numerator), int(denominator)
     if d == 0 or n >= d:
         return Reading(text, "numbers separated by whitespace are not one number")
@@ -448,6 +464,27 @@ _TRAILING_PERCENT = re.compile(r"(?<=\d)\\?%$")
 
 
 def value_key(answer: str | None) -> str | None:
+    """A key under which equal answers meet (the vote key of maj@k), or None for no answer; see
+    :func:`_value_key` for the grouping. Never raises (issue 41): when reading the answer raises, the answer
+    gets a key of its own (``"#"`` and its text), so it votes only with the very same text, and the exception is
+    logged once per type and location on the ``tirl.reward`` logger."""
+    try:
+        return _value_key(answer)
+    except Exception as exc:  # noqa: BLE001 - maj@k's grouping must never fail a run
+        from tirl.reward.types import bug_detail
+
+        detail = bug_detail("value_key", exc)
+        signature = detail.partition(": ")[0]
+        if signature not in _KEY_BUGS_SEEN:
+            _KEY_BUGS_SEEN.add(signature)
+            logging.getLogger("tirl.reward").error("maj@k key of an answer raised (own key used): %s", detail)
+        return "#" + answer if isinstance(answer, str) else None
+
+
+_KEY_BUGS_SEEN: set[str] = set()
+
+
+def _value_key(answer: str | None) -> str | None:
     """A key under which equal answers meet (the vote key of maj@k), or None for no answer.
 
     A hedged answer (:func:`commitment_problem`: ``2\\text{ or 3}``) gets a key of its own (``"?..."``), so it

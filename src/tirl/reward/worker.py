@@ -42,6 +42,7 @@ from tirl.reward import guards
 from tirl.reward.forms import commitment_problem, read_answer
 from tirl.reward.normalize import MAX_SYMBOLIC_CHARS, latex_for_math_verify
 from tirl.reward.payload import format_worker_output
+from tirl.reward.types import BUG_STATUS, bug_detail
 
 GOLD_EXTRACTION = (LatexExtractionConfig(boxed_match_priority=0),)
 PRED_EXTRACTION = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
@@ -133,8 +134,11 @@ def check(gold: str, pred: str, options: dict[str, Any] | None = None) -> dict[s
         options: overrides of :data:`DEFAULT_OPTIONS` (``VerifierConfig.worker_options()``).
 
     Returns:
-        ``{"status": "ok" | "hedged" | "unparsable_gold" | "verifier_error", "correct": bool, "detail": str | None}``.
-        ``verifier_error`` when math-verify raised on every pair it tried and none matched.
+        ``{"status": "ok" | "hedged" | "unparsable_gold" | "verifier_bug", "correct": bool, "detail": str | None}``.
+        ``verifier_bug`` when math-verify raised on every pair it tried and none matched.
+
+    Raises:
+        whatever the reading or math-verify raise; :func:`run_item` turns it into ``verifier_bug``.
 
     Not bounded in time: the caller's process deadline is the bound.
     """
@@ -257,7 +261,7 @@ def _compare(gold: str, pred: str, opts: dict[str, Any]) -> dict[str, Any]:
                     raise_on_error=True,
                 )
             except Exception as exc:  # noqa: BLE001 - a comparison that raised is counted, not fatal
-                errors.append(_describe(exc))
+                errors.append(bug_detail("math-verify's comparison", exc))
                 continue
             if not equal:
                 continue
@@ -278,7 +282,8 @@ def _compare(gold: str, pred: str, opts: dict[str, Any]) -> dict[str, Any]:
     if guard_fired:
         return _result("ok", detail="number guard: math-verify matched numbers that differ")
     if errors:
-        return _result("verifier_error", detail="math-verify raised: " + errors[0])
+        # The answer made math-verify raise on every pair it tried: the model's (reward 0, not masked; issue 41).
+        return _result(BUG_STATUS, detail=errors[0])
     return _result("ok")
 
 
@@ -321,17 +326,19 @@ def _condition_set(text: str, parsed: Any) -> Any:
 
 
 def run_item(gold: Any, pred: Any, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """:func:`check` for one item, turning every failure into a result dict (never raises for any input)."""
+    """:func:`check` for one item, turning every failure into a result dict (never raises for any input): a
+    ``MemoryError`` is ``timeout`` (a resource limit, attributed by the caller's control comparison), any other
+    exception ``verifier_bug`` with :func:`tirl.reward.types.bug_detail`."""
+    if not isinstance(gold, str) or not isinstance(pred, str):  # a malformed request: the caller's, not the answer's
+        return _result("verifier_error", detail="bad item: gold and pred must be strings")
     try:
-        if not isinstance(gold, str) or not isinstance(pred, str):
-            raise TypeError("gold and pred must be strings")
         return check(gold, pred, options)
     except MemoryError:
         return _result("timeout", detail="memory limit reached while comparing")
-    except RecursionError:
-        return _result("verifier_error", detail="recursion limit reached while comparing")
     except Exception as exc:  # noqa: BLE001 - the worker must always answer
-        return _result("verifier_error", detail=_describe(exc))
+        # Grading code raised on this pair (the reading, a guard, math-verify's parser; RecursionError on deep
+        # nesting): the answer's verdict, reward 0, never masked (issue 41).
+        return _result(BUG_STATUS, detail=bug_detail("the comparison", exc))
 
 
 def iter_verdicts(payload: Any) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -60,7 +60,9 @@ from typing import NamedTuple
 from tirl.reward.normalize import (
     HEDGE_WORDS,
     MAX_DECORATED_CHARS,
+    MULTIPLIER_WORDS,
     NEGATION_WORDS,
+    NOT_UNIT_WORDS,
     ascii_digits,
     strip_math_delimiters,
 )
@@ -257,6 +259,12 @@ def read_answer(answer: str, question_base_: int | None = None) -> Reading:
         if value is None:
             return Reading(text, f"{text} is not a base-{question_base_} numeral", base=question_base_)
         return Reading(value, base=question_base_)
+    words = _trailing_words(text)
+    if words is not None:
+        return words
+    if "\\" in text and _LAST_PART_RELATIONS.search(text):
+        # math-verify reads "2 \\mid 3" and "2 \\to 3" as their last part, 3 (issue 41)
+        return Reading(text, "a relation between values (\\mid, an arrow) is not one value")
     spaced = _SPACING.sub(" ", text) if ("\\" in text or "~" in text or not text.isascii()) else text
     if " " not in spaced and "frac" not in spaced:
         return Reading(text)
@@ -281,6 +289,67 @@ def read_answer(answer: str, question_base_: int | None = None) -> Reading:
         if _SEPARATED.match(value) and not _THOUSANDS.match(value):
             return Reading(text, "numbers separated by whitespace are not one number")
     return Reading(text)
+
+
+_TRAILING_TEXT = re.compile(
+    r"^(?P<value>.*?[0-9}.)])\s*(?:\\(?:text|textrm|textnormal|textbf|textit|mbox|hbox|mathrm)\s*\{(?P<group>[^{}]*)\}"
+    r"|(?P<plain>(?<![A-Za-z\\])[A-Za-z]{2,}(?:\s+[A-Za-z]+)*))\s*(?:\^\s*\{?\s*[23]\s*\}?)?\s*$",
+    re.DOTALL,
+)
+_LAST_PART_RELATIONS = re.compile(
+    r"\\(?:mid|nmid|divides|to|rightarrow|Rightarrow|longrightarrow|Longrightarrow|implies|iff|Leftrightarrow"
+    r"|leftrightarrow|mapsto|therefore|because)(?![A-Za-z])"
+)
+_PLAIN_NUMBER = re.compile(r"^([+\-\u2212]?)(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?$")
+_WORD = re.compile(r"[A-Za-z]+")
+
+
+def trailing_text(text: str) -> tuple[str, str] | None:
+    """``(value, words)`` when ``text`` is a value followed by words (a text command such as ``\\text{ million}``,
+    or plain words of two letters or more, optionally with a ``^2``/``^3``), else None. Texts over
+    ``MAX_DECORATED_CHARS`` are not split (a linear bound for the regex)."""
+    if len(text) > MAX_DECORATED_CHARS or not any(c.isalpha() for c in text):
+        return None
+    match = _TRAILING_TEXT.match(text)
+    if match is None:
+        return None
+    return match.group("value").strip(), match.group("group") if match.group("group") is not None else match.group(
+        "plain"
+    )
+
+
+def _trailing_words(text: str) -> Reading | None:
+    """Number words and nonsense after a value (issue 41): a multiplier after a plain number is read
+    (``2\\text{ million}`` is 2000000, ``3\\text{ dozen}`` is 36, ``1.5 thousand`` is 1500); a number word, a
+    fraction word or an operation (:data:`tirl.reward.normalize.NOT_UNIT_WORDS`: ``2\\text{ squared}``, ``2 \\text{
+    and a half}``, ``2 hundred and five``), or a multiplier after anything but a plain number, is no single value
+    (a problem: the answer scores 0). None when the trailing words (if any) are none of these (a unit: it drops)."""
+    split = trailing_text(text)
+    if split is None:
+        return None
+    value, words = split
+    found = [w.lower() for w in _WORD.findall(words)]
+    special = [w for w in found if w in NOT_UNIT_WORDS or w in MULTIPLIER_WORDS]
+    if not special:
+        return None
+    multipliers = []
+    for word in found:
+        if word not in MULTIPLIER_WORDS:
+            break
+        multipliers.append(MULTIPLIER_WORDS[word])
+    number = _PLAIN_NUMBER.match(value)
+    rest = found[len(multipliers) :]
+    if multipliers and number and not any(w in NOT_UNIT_WORDS or w in MULTIPLIER_WORDS for w in rest):
+        whole, fraction = number.group(2).replace(",", ""), number.group(3) or ""
+        amount = Fraction(int(whole + fraction), 10 ** len(fraction)) if len(whole + fraction) <= 100 else None
+        if amount is not None:
+            for factor in multipliers:
+                amount *= factor
+            sign = "-" if number.group(1) in ("-", "\u2212") and amount else ""
+            if amount.denominator == 1:
+                return Reading(f"{sign}{amount.numerator}")
+            return Reading(f"{sign}\\frac{{{amount.numerator}}}{{{amount.denominator}}}")
+    return Reading(text, f"{special[0]!r} after a value is not a unit: the answer is not one value")
 
 
 _REPEATING_HINTS = ("\\overline", "\\bar", "\\dot")
@@ -394,14 +463,61 @@ def is_list(text: str) -> bool:
     return False
 
 
+_APPROX_WORD = re.compile(r"(?<![A-Za-z\\])approx(?:imately)?(?![A-Za-z])", re.IGNORECASE)
+_APPROX_DECIMAL = re.compile(r"^[+\-\u2212]?\d{1,40}(?:\.\d{1,40})?$")
+
+
+def approximation(answer: str) -> tuple[str, str] | None:
+    """``(exact, decimal)`` when ``answer`` is an exact value followed by its own approximation (issue 43):
+    ``\\pi \\approx 3.14`` gives ``("\\pi", "3.14")``, ``288\\pi \\approx 904.78`` gives ``("288\\pi", "904.78")``.
+
+    Exactly one ``\\approx`` (or ``\\simeq``, ``\\thickapprox``, ``≈``), a non-empty value before it and a plain
+    decimal number (up to 40 digits on each side of the point) after it; None otherwise: a chain
+    (``\\pi \\approx 3.14 \\approx 3.1``), an approximation first (``\\approx 3.14``) or of something that is not
+    a number stays a hedge. Whether the decimal is the exact value to its digits needs sympy: the worker decides
+    (:func:`tirl.reward.worker.check`)."""
+    parts = _APPROX_COMMANDS.split(answer)
+    if len(parts) != 2:
+        return None
+    exact = parts[0].strip()
+    decimal = "".join(strip_trailing_punctuation(parts[1]).split())
+    if not exact or not _APPROX_DECIMAL.match(decimal):
+        return None
+    return exact, decimal
+
+
+_REMARK_EXPONENT = re.compile(r"\^\s*\{?\s*[23]\s*\}?")
+
+
+def _numbered_remark(answer: str, gold: str | None) -> str | None:
+    """Why a value followed by a text command holding another number (``2 \\text{ (could be 3)}``, ``2 \\text{
+    (3 also works)}``) commits to no single answer, or None (issue 41). A unit's exponent (``\\text{ m^2}``) is
+    not a number; a reference that ends with the same text allows it."""
+    if "\\" not in answer:
+        return None
+    split = trailing_text(ascii_digits(answer))
+    if split is None or not split[0]:
+        return None
+    value, words = split
+    if not any(c.isdigit() for c in _REMARK_EXPONENT.sub("", words)) or value.endswith("_"):
+        return None
+    if isinstance(gold, str) and words.strip() and words.strip() in gold:
+        return None
+    return "another number in a remark after the value: a box must hold one committed answer"
+
+
 def commitment_problem(answer: str, gold: str | None = None, gold_words: frozenset[str] | None = None) -> str | None:
     """Why the box content ``answer`` commits to no single answer, or None when it does (issue 23).
 
     A box must hold one committed answer. It does not when it holds
 
     * a **hedge** (``possibly``, ``maybe``, ``perhaps``, ``probably``, ``likely``, ``either``, ``approximately``,
-      ``\\approx``, ``about``, ``roughly``, ...): ``2 \\text{ (or possibly 3)}``;
+      ``\\approx``, ``about``, ``roughly``, ``could``, ...): ``2 \\text{ (or possibly 3)}``; but an exact value
+      followed by its own approximation (``\\pi \\approx 3.14``, :func:`approximation`) is one committed answer,
+      whose approximation the worker checks;
     * a **negation** (``not``, ``no``, ``wrong``, ``incorrect``, ``false``, ``never``, ...): ``5\\text{ is wrong}``;
+    * a **remark holding another number** after the value (``2 \\text{ (could be 3)}``, ``2 \\text{ (3 also
+      works)}``; issue 41);
     * **alternatives** joined by "or" (``\\text{ or }``, a plain ``or``, ``\\lor``, ``\\vee``): ``2\\text{ or 3}``,
       ``2 or three``. "or" between conditions (``x<2 \\text{ or } x>3``, ``x=2 \\text{ or } x=3``: every part holds
       a relation) joins a solution set, and "or" against a reference that is itself a list or set (``2, 3``,
@@ -421,16 +537,20 @@ def commitment_problem(answer: str, gold: str | None = None, gold_words: frozens
     """
     found = hedge_words(answer)
     if not found:
-        return None
+        return _numbered_remark(answer, gold)
     if gold_words is None:
         gold_words = hedge_words(gold) if isinstance(gold, str) else frozenset()
     found = found - gold_words
+    if "approximately" in found and approximation(answer) is not None and not _APPROX_WORD.search(answer):
+        # "\\pi \\approx 3.14": an exact value and its own approximation, one committed answer (issue 43); the
+        # worker checks that the approximation is the exact value to its digits
+        found = found - {"approximately"}
     if "or" in found:
         pieces = _OR_WORD.split(_plain_words(ascii_digits(answer)))
         if all(_RELATION.search(piece) for piece in pieces) or (isinstance(gold, str) and is_list(gold)):
             found = found - {"or"}
     if not found:
-        return None
+        return _numbered_remark(answer, gold)
     hedges = sorted(found & HEDGE_WORDS - {"or"})
     negations = sorted(found & NEGATION_WORDS)
     if hedges:

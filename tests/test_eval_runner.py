@@ -233,7 +233,9 @@ async def test_engine_errors_are_not_stored_and_are_retried(tmp_path, smollm2_to
     assert again.new_samples == 4 and again.engine_errors == 0
 
 
-async def test_verifier_exception_is_recorded_as_verifier_error(tmp_path, smollm2_tokenizer):
+async def test_verifier_exception_is_recorded_as_verifier_bug(tmp_path, smollm2_tokenizer):
+    """A grader that raises gives the answer reward 0 with status ``verifier_bug`` (issue 41: the model's, not
+    masked as ``verifier_error`` is), and the run goes on."""
     tok = smollm2_tokenizer
     comps = components(tok, ProblemEngine(tok))
 
@@ -242,7 +244,7 @@ async def test_verifier_exception_is_recorded_as_verifier_error(tmp_path, smollm
 
     comps.grader = broken
     result = await run_eval(config(tmp_path, benchmarks=["other"], samples=2), comps, **QUIET)
-    assert result.summaries[0].verdict_statuses == {"verifier_error": 2}
+    assert result.summaries[0].verdict_statuses == {"verifier_bug": 2}
     assert result.summaries[0].avg_pass1 == 0.0
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tirl.reward.forms import question_base, read_answer, strip_trailing_punctuation
+from tirl.reward.forms import Reading, approximation, question_base, read_answer, strip_trailing_punctuation
 from tirl.reward.normalize import canonical_integer
 
 
@@ -385,3 +385,64 @@ def test_value_key_of_issue_23_forms() -> None:
     hedged = value_key("2\\text{ or 3}")
     assert hedged is not None and hedged.startswith("?") and hedged != value_key("2")
     assert value_key("5\\text{ is wrong}") != value_key("5")
+
+
+# ---- issue 41 item 5: number words and nonsense are not units; issue 43 item 5: approximations --------------
+@pytest.mark.parametrize(
+    ("answer", "value"),
+    [
+        ("2 \\text{ million}", "2000000"),
+        ("2 million", "2000000"),
+        ("3 \\text{ dozen}", "36"),
+        ("3 \\text{ dozen eggs}", "36"),
+        ("1.5 \\text{ thousand}", "1500"),
+        ("-2 \\text{ thousand}", "-2000"),
+        ("2 \\text{ hundred thousand}", "200000"),
+        ("0.5 \\text{ dozen}", "6"),
+    ],
+)
+def test_a_multiplier_after_a_number_is_its_value(answer: str, value: str) -> None:
+    assert read_answer(answer) == Reading(value)
+    assert read_answer(value) == Reading(value)  # reading the reading changes nothing
+    assert value_key(answer) == value_key(value)
+    assert canonical_integer(answer) is None  # the integer path never drops it as a unit
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "5 \\text{ squared}",
+        "2 \\text{ and a half}",
+        "2 \\text{ reciprocal}",
+        "2 \\text{ hundred and five}",
+        "\\frac{1}{2} \\text{ dozen}",
+        "x^2 \\text{ cubed}",
+        "2 \\mid 3",
+        "2 \\to 3",
+        "2 \\implies 3",
+    ],
+)
+def test_number_words_operations_and_last_part_relations_are_no_single_value(answer: str) -> None:
+    assert read_answer(answer).problem is not None
+    assert canonical_integer(answer) is None
+
+
+@pytest.mark.parametrize("answer", ["35 \\text{ cm}", "12 \\text{ square feet}", "15\\mbox{ cm}^2", "5 meters"])
+def test_units_still_read_as_units(answer: str) -> None:
+    assert read_answer(answer).problem is None and canonical_integer(answer) is not None
+
+
+def test_remarks_with_another_number_are_hedges() -> None:
+    assert commitment_problem("2 \\text{ (could be 3)}", "2") is not None
+    assert "remark" in (commitment_problem("2 \\text{ (3 also works)}", "2") or "")
+    assert commitment_problem("5 \\text{ m^2}", "5") is None  # a unit's exponent is not a number
+
+
+def test_an_exact_value_and_its_approximation_is_one_committed_answer() -> None:
+    assert approximation("\\pi \\approx 3.14") == ("\\pi", "3.14")
+    assert approximation("288\\pi ≈ 904.78.") == ("288\\pi", "904.78")
+    assert commitment_problem("\\pi \\approx 3.14", "\\pi") is None
+    chains = ("\\pi \\approx 3.14 \\approx 3.1", "3.14 \\approx \\pi", "\\approx 3.14", "\\pi \\text{ approx } 3.14")
+    for hedged in chains:
+        assert commitment_problem(hedged, "\\pi") is not None, hedged
+    assert value_key("2 \\approx 3") != value_key("2")  # votes for no plain value

@@ -199,6 +199,7 @@ def test_stats_count_every_status_and_log_the_abnormal_ones(caplog: pytest.LogCa
         "timeout": 1,
         "answer_timeout": 1,
         "verifier_error": 0,
+        "verifier_bug": 0,
     }
     logged = " ".join(record.getMessage() for record in caplog.records)
     assert "unparsable_gold" in logged and "timeout" in logged and "answer_timeout" in logged

@@ -36,6 +36,7 @@ from tirl.eval.metrics import BenchmarkSummary, SampleOutcome, summarize
 from tirl.eval.store import RunStore
 from tirl.protocol.audit import AUDIT_KEYS, audit_record, summarize_audits
 from tirl.protocol.types import Trajectory, token_fields
+from tirl.reward.types import bug_detail
 from tirl.rollout.agent_loop import AgentLoop, RolloutRequest, derive_seed
 
 
@@ -232,7 +233,8 @@ async def run_eval(
             try:
                 verdict = await components.grader(traj, response_text, meta["gold"])
             except Exception as exc:  # noqa: BLE001 - a verifier bug must not stop the run; it is reported
-                verdict = {"correct": False, "status": "verifier_error", "detail": f"{type(exc).__name__}: {exc}"}
+                # The answer made grading raise: reward 0, the model's (issue 41), not an infrastructure failure.
+                verdict = {"correct": False, "status": "verifier_bug", "detail": bug_detail("the grader", exc)}
             record = trajectory_record(
                 traj,
                 components.tokenizer,

@@ -53,7 +53,8 @@ Policies
   against its schema instead (:func:`tirl.protocol.tools.check_arguments`). ``name`` must be
   ``config.function_name`` or one of ``config.function_aliases``.
 
-Error kinds (``ToolCallError.kind``): see :data:`ERROR_KINDS`.
+Error kinds (``ToolCallError.kind``): see :data:`ERROR_KINDS`; any format's block on which its parser raised
+(a tirl bug, logged) is :data:`PARSER_FAILURE_KIND` (the model's parse error, never an engine failure).
 """
 
 from __future__ import annotations
@@ -208,6 +209,23 @@ def _decode(body: str, lenient: bool) -> tuple[bool, Any, list[str]]:
     return True, value, repairs + ["python_literal"]
 
 
+def _number_text(value: Any) -> str | None:
+    """A lenient ``input`` as text: ``""`` for None, a number's decimal text, else None (not coercible).
+
+    An integer too long for Python's integer-text conversion (``0x`` and 5,000 hex digits in a Python literal:
+    ``str()`` raises ``ValueError``) is not coercible, so the call is the model's ``bad_argument_type``; before
+    (issue 41) the exception left the parser and the turn became an engine failure, masked.
+    """
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return str(value)
+    except ValueError:
+        return None
+
+
 def _suspicious_escapes(body: str) -> list[str]:
     found: list[str] = []
     for m in _ESCAPE_RE.finditer(body):
@@ -286,8 +304,9 @@ def _validate(
         return error("empty_code", '"code" is empty; put the Python program in "code".')
     stdin = args.get("input", "")
     if not isinstance(stdin, str):
-        if lenient and (stdin is None or (isinstance(stdin, (int, float)) and not isinstance(stdin, bool))):
-            stdin = "" if stdin is None else str(stdin)
+        coerced = _number_text(stdin) if lenient else None
+        if coerced is not None:
+            stdin = coerced
             repairs = repairs + ["input_coerced"]
         else:
             return error("bad_argument_type", f'"input" must be a string, not {type(stdin).__name__}.')
@@ -554,11 +573,39 @@ def parse_tool_calls(
             else:
                 pos = close + len(cfg.think_close)
             continue
-        item, pos = fmt.parse_block(text, call, cfg, use_lenient)
+        try:
+            item, pos = fmt.parse_block(text, call, cfg, use_lenient)
+        except Exception as exc:  # noqa: BLE001 - a format promises not to raise; if one does, the call is the model's
+            item, pos = _parser_failure(text, call, cfg, exc)
         results.append(item)
         if cfg.multi_call == "first":
             break
     return results
+
+
+#: The kind of :class:`ToolCallError` the turn scan gives a block on which the format's parser raised (a tirl
+#: bug, logged): the call is answered as a parse error (the model's), never an engine failure (issue 41).
+PARSER_FAILURE_KIND = "unparsable_call"
+
+
+def _parser_failure(text: str, start: int, cfg: ProtocolConfig, exc: Exception) -> tuple[ToolCallError, int]:
+    """The error for a block whose parser raised, and where the scan resumes: after the first closing tag
+    before the next opening tag, else at that opening tag (or the end of the turn)."""
+    import logging
+
+    logging.getLogger("tirl.protocol").error(
+        "tool-call parser %r raised %s: %s (the call is answered as a parse error)",
+        cfg.tool_call_format,
+        type(exc).__name__,
+        str(exc)[:200],
+    )
+    body_start = start + len(cfg.tool_call_open)
+    next_open = text.find(cfg.tool_call_open, body_start)
+    bound = len(text) if next_open < 0 else next_open
+    close = text.find(cfg.tool_call_close, body_start, bound)
+    end = close + len(cfg.tool_call_close) if close >= 0 else bound
+    message = "The tool call could not be read; nothing was run."
+    return ToolCallError(kind=PARSER_FAILURE_KIND, message=message, raw=text[body_start:end], span=(start, end)), end
 
 
 def render_tool_call(code: str, stdin: str = "", config: ProtocolConfig | None = None) -> str:

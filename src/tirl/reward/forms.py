@@ -52,6 +52,7 @@ It does not decide equality (the fast paths and :mod:`tirl.reward.worker` do).
 
 from __future__ import annotations
 
+import logging
 import re
 from fractions import Fraction
 from typing import NamedTuple
@@ -59,10 +60,16 @@ from typing import NamedTuple
 from tirl.reward.normalize import (
     HEDGE_WORDS,
     MAX_DECORATED_CHARS,
+    MULTIPLIER_WORDS,
     NEGATION_WORDS,
+    NOT_UNIT_WORDS,
     ascii_digits,
     strip_math_delimiters,
 )
+
+#: Most digits a reading converts to a Python integer (mixed numbers, repeating decimals, base numerals): far
+#: below Python's 4300-digit limit on integer-text conversion, which raised ``ValueError`` in grading (issue 41).
+MAX_READ_DIGITS = 1000
 
 _TRAILING_SPACING_COMMANDS = ("\\,", "\\;", "\\:", "\\!", "\\ ", "\\quad", "\\qquad", "~")
 _CONSTANT_COMMANDS = r"(?:mathrm|operatorname|textrm|mathit|mathup|mathnormal)"
@@ -191,6 +198,8 @@ def question_base(question: str | None) -> int | None:
     bases = set()
     for match in _QUESTION_BASE.finditer(question):
         word = (match.group(1) or match.group(2)).lower()
+        if word.isdigit() and len(word) > 3:  # no base of 4 digits; int() of 4300 refuses
+            continue
         bases.add(int(word) if word.isdigit() else _BASE_WORDS[word])
     if len(bases) > 1:
         bases.discard(10)
@@ -199,7 +208,7 @@ def question_base(question: str | None) -> int | None:
 
 def _base_value(digits: str, base: int) -> str | None:
     """``digits`` read in ``base`` as a decimal string, or None when they are not a numeral of that base."""
-    if not 2 <= base <= 36 or not any(c.isdigit() for c in digits):
+    if not 2 <= base <= 36 or not any(c.isdigit() for c in digits) or len(digits) > MAX_READ_DIGITS:
         return None
     try:
         return str(int(digits, base))
@@ -237,7 +246,8 @@ def read_answer(answer: str, question_base_: int | None = None) -> Reading:
     if "_" in text:
         match = _BASE_NUMERAL.match(text)
         digits = (match.group(1) or match.group(2) or match.group(3)) if match else ""
-        base = int(match.group(4) or match.group(5)) if match else 0
+        base_digits = (match.group(4) or match.group(5)) if match else ""
+        base = int(base_digits) if 0 < len(base_digits) <= 3 else 0  # bases are 2 to 36; int() of 4300 refuses
         if match and (digits.isdigit() or base > 10):  # "2a_3" is 2 times a_3, not a numeral
             value = _base_value(digits, base)
             if value is not None:
@@ -249,6 +259,12 @@ def read_answer(answer: str, question_base_: int | None = None) -> Reading:
         if value is None:
             return Reading(text, f"{text} is not a base-{question_base_} numeral", base=question_base_)
         return Reading(value, base=question_base_)
+    words = _trailing_words(text)
+    if words is not None:
+        return words
+    if "\\" in text and _LAST_PART_RELATIONS.search(text):
+        # math-verify reads "2 \\mid 3" and "2 \\to 3" as their last part, 3 (issue 41)
+        return Reading(text, "a relation between values (\\mid, an arrow) is not one value")
     spaced = _SPACING.sub(" ", text) if ("\\" in text or "~" in text or not text.isascii()) else text
     if " " not in spaced and "frac" not in spaced:
         return Reading(text)
@@ -275,6 +291,67 @@ def read_answer(answer: str, question_base_: int | None = None) -> Reading:
     return Reading(text)
 
 
+_TRAILING_TEXT = re.compile(
+    r"^(?P<value>.*?[0-9}.)])\s*(?:\\(?:text|textrm|textnormal|textbf|textit|mbox|hbox|mathrm)\s*\{(?P<group>[^{}]*)\}"
+    r"|(?P<plain>(?<![A-Za-z\\])[A-Za-z]{2,}(?:\s+[A-Za-z]+)*))\s*(?:\^\s*\{?\s*[23]\s*\}?)?\s*$",
+    re.DOTALL,
+)
+_LAST_PART_RELATIONS = re.compile(
+    r"\\(?:mid|nmid|divides|to|rightarrow|Rightarrow|longrightarrow|Longrightarrow|implies|iff|Leftrightarrow"
+    r"|leftrightarrow|mapsto|therefore|because)(?![A-Za-z])"
+)
+_PLAIN_NUMBER = re.compile(r"^([+\-\u2212]?)(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?$")
+_WORD = re.compile(r"[A-Za-z]+")
+
+
+def trailing_text(text: str) -> tuple[str, str] | None:
+    """``(value, words)`` when ``text`` is a value followed by words (a text command such as ``\\text{ million}``,
+    or plain words of two letters or more, optionally with a ``^2``/``^3``), else None. Texts over
+    ``MAX_DECORATED_CHARS`` are not split (a linear bound for the regex)."""
+    if len(text) > MAX_DECORATED_CHARS or not any(c.isalpha() for c in text):
+        return None
+    match = _TRAILING_TEXT.match(text)
+    if match is None:
+        return None
+    return match.group("value").strip(), match.group("group") if match.group("group") is not None else match.group(
+        "plain"
+    )
+
+
+def _trailing_words(text: str) -> Reading | None:
+    """Number words and nonsense after a value (issue 41): a multiplier after a plain number is read
+    (``2\\text{ million}`` is 2000000, ``3\\text{ dozen}`` is 36, ``1.5 thousand`` is 1500); a number word, a
+    fraction word or an operation (:data:`tirl.reward.normalize.NOT_UNIT_WORDS`: ``2\\text{ squared}``, ``2 \\text{
+    and a half}``, ``2 hundred and five``), or a multiplier after anything but a plain number, is no single value
+    (a problem: the answer scores 0). None when the trailing words (if any) are none of these (a unit: it drops)."""
+    split = trailing_text(text)
+    if split is None:
+        return None
+    value, words = split
+    found = [w.lower() for w in _WORD.findall(words)]
+    special = [w for w in found if w in NOT_UNIT_WORDS or w in MULTIPLIER_WORDS]
+    if not special:
+        return None
+    multipliers = []
+    for word in found:
+        if word not in MULTIPLIER_WORDS:
+            break
+        multipliers.append(MULTIPLIER_WORDS[word])
+    number = _PLAIN_NUMBER.match(value)
+    rest = found[len(multipliers) :]
+    if multipliers and number and not any(w in NOT_UNIT_WORDS or w in MULTIPLIER_WORDS for w in rest):
+        whole, fraction = number.group(2).replace(",", ""), number.group(3) or ""
+        amount = Fraction(int(whole + fraction), 10 ** len(fraction)) if len(whole + fraction) <= 100 else None
+        if amount is not None:
+            for factor in multipliers:
+                amount *= factor
+            sign = "-" if number.group(1) in ("-", "\u2212") and amount else ""
+            if amount.denominator == 1:
+                return Reading(f"{sign}{amount.numerator}")
+            return Reading(f"{sign}\\frac{{{amount.numerator}}}{{{amount.denominator}}}")
+    return Reading(text, f"{special[0]!r} after a value is not a unit: the answer is not one value")
+
+
 _REPEATING_HINTS = ("\\overline", "\\bar", "\\dot")
 _REPEATEND = r"\\(?:overline|bar)\s*(?:\{\s*(\d+)\s*\}|(\d))"
 _DOTTED = r"\\dot\s*(?:\{\s*\d\s*\}|\d)"
@@ -287,11 +364,14 @@ _EMPTY_SET = re.compile(r"\\varnothing(?![A-Za-z])|\\O(?![A-Za-z])|∅")
 
 def _repeating_fraction(match: re.Match[str]) -> str:
     """The exact value of a repeating decimal (``0.1\\overline{6}``, ``0.\\dot{1}4\\dot{2}``) as ``\\frac{p}{q}``
-    (or an integer: ``0.\\overline{9}`` is 1)."""
+    (or an integer: ``0.\\overline{9}`` is 1); one of more than :data:`MAX_READ_DIGITS` digits is left as written
+    (Python refuses to convert such integers; math-verify then reads no number from it)."""
     whole, fixed = match.group(1) or "0", match.group(2)
     repeat = match.group(3) or match.group(4)
     if repeat is None:  # dot notation: the repetend runs from the first dotted digit to the last
         repeat = re.sub(r"\\dot\s*\{?\s*(\d)\s*\}?", r"\1", match.group(5))
+    if 2 * (len(whole) + len(fixed) + len(repeat)) > MAX_READ_DIGITS:
+        return match.group(0)
     value = (
         Fraction(int(whole))
         + Fraction(int(fixed or "0"), 10 ** len(fixed))
@@ -383,14 +463,61 @@ def is_list(text: str) -> bool:
     return False
 
 
+_APPROX_WORD = re.compile(r"(?<![A-Za-z\\])approx(?:imately)?(?![A-Za-z])", re.IGNORECASE)
+_APPROX_DECIMAL = re.compile(r"^[+\-\u2212]?\d{1,40}(?:\.\d{1,40})?$")
+
+
+def approximation(answer: str) -> tuple[str, str] | None:
+    """``(exact, decimal)`` when ``answer`` is an exact value followed by its own approximation (issue 43):
+    ``\\pi \\approx 3.14`` gives ``("\\pi", "3.14")``, ``288\\pi \\approx 904.78`` gives ``("288\\pi", "904.78")``.
+
+    Exactly one ``\\approx`` (or ``\\simeq``, ``\\thickapprox``, ``≈``), a non-empty value before it and a plain
+    decimal number (up to 40 digits on each side of the point) after it; None otherwise: a chain
+    (``\\pi \\approx 3.14 \\approx 3.1``), an approximation first (``\\approx 3.14``) or of something that is not
+    a number stays a hedge. Whether the decimal is the exact value to its digits needs sympy: the worker decides
+    (:func:`tirl.reward.worker.check`)."""
+    parts = _APPROX_COMMANDS.split(answer)
+    if len(parts) != 2:
+        return None
+    exact = parts[0].strip()
+    decimal = "".join(strip_trailing_punctuation(parts[1]).split())
+    if not exact or not _APPROX_DECIMAL.match(decimal):
+        return None
+    return exact, decimal
+
+
+_REMARK_EXPONENT = re.compile(r"\^\s*\{?\s*[23]\s*\}?")
+
+
+def _numbered_remark(answer: str, gold: str | None) -> str | None:
+    """Why a value followed by a text command holding another number (``2 \\text{ (could be 3)}``, ``2 \\text{
+    (3 also works)}``) commits to no single answer, or None (issue 41). A unit's exponent (``\\text{ m^2}``) is
+    not a number; a reference that ends with the same text allows it."""
+    if "\\" not in answer:
+        return None
+    split = trailing_text(ascii_digits(answer))
+    if split is None or not split[0]:
+        return None
+    value, words = split
+    if not any(c.isdigit() for c in _REMARK_EXPONENT.sub("", words)) or value.endswith("_"):
+        return None
+    if isinstance(gold, str) and words.strip() and words.strip() in gold:
+        return None
+    return "another number in a remark after the value: a box must hold one committed answer"
+
+
 def commitment_problem(answer: str, gold: str | None = None, gold_words: frozenset[str] | None = None) -> str | None:
     """Why the box content ``answer`` commits to no single answer, or None when it does (issue 23).
 
     A box must hold one committed answer. It does not when it holds
 
     * a **hedge** (``possibly``, ``maybe``, ``perhaps``, ``probably``, ``likely``, ``either``, ``approximately``,
-      ``\\approx``, ``about``, ``roughly``, ...): ``2 \\text{ (or possibly 3)}``;
+      ``\\approx``, ``about``, ``roughly``, ``could``, ...): ``2 \\text{ (or possibly 3)}``; but an exact value
+      followed by its own approximation (``\\pi \\approx 3.14``, :func:`approximation`) is one committed answer,
+      whose approximation the worker checks;
     * a **negation** (``not``, ``no``, ``wrong``, ``incorrect``, ``false``, ``never``, ...): ``5\\text{ is wrong}``;
+    * a **remark holding another number** after the value (``2 \\text{ (could be 3)}``, ``2 \\text{ (3 also
+      works)}``; issue 41);
     * **alternatives** joined by "or" (``\\text{ or }``, a plain ``or``, ``\\lor``, ``\\vee``): ``2\\text{ or 3}``,
       ``2 or three``. "or" between conditions (``x<2 \\text{ or } x>3``, ``x=2 \\text{ or } x=3``: every part holds
       a relation) joins a solution set, and "or" against a reference that is itself a list or set (``2, 3``,
@@ -410,16 +537,20 @@ def commitment_problem(answer: str, gold: str | None = None, gold_words: frozens
     """
     found = hedge_words(answer)
     if not found:
-        return None
+        return _numbered_remark(answer, gold)
     if gold_words is None:
         gold_words = hedge_words(gold) if isinstance(gold, str) else frozenset()
     found = found - gold_words
+    if "approximately" in found and approximation(answer) is not None and not _APPROX_WORD.search(answer):
+        # "\\pi \\approx 3.14": an exact value and its own approximation, one committed answer (issue 43); the
+        # worker checks that the approximation is the exact value to its digits
+        found = found - {"approximately"}
     if "or" in found:
         pieces = _OR_WORD.split(_plain_words(ascii_digits(answer)))
         if all(_RELATION.search(piece) for piece in pieces) or (isinstance(gold, str) and is_list(gold)):
             found = found - {"or"}
     if not found:
-        return None
+        return _numbered_remark(answer, gold)
     hedges = sorted(found & HEDGE_WORDS - {"or"})
     negations = sorted(found & NEGATION_WORDS)
     if hedges:
@@ -430,7 +561,12 @@ def commitment_problem(answer: str, gold: str | None = None, gold_words: frozens
 
 
 def _mixed(sign: str, whole: str, numerator: str, denominator: str, text: str, prefix: str = "") -> Reading:
-    """whole + numerator/denominator as ``\\frac{p}{q}`` (sign on both parts), when the fraction is proper."""
+    """whole + numerator/denominator as ``\\frac{p}{q}`` (sign on both parts), when the fraction is proper.
+
+    Parts of more than :data:`MAX_READ_DIGITS` digits together are not read (a problem, reward 0): Python refuses
+    to convert such integers to and from text (issue 41: ``"1" * 5000 + " 1/2"`` raised ``ValueError``)."""
+    if len(whole) + len(numerator) + len(denominator) > MAX_READ_DIGITS:
+        return Reading(text, f"a mixed number of over {MAX_READ_DIGITS} digits is not read")
     w, n, d = int(whole), int(numerator), int(denominator)
     if d == 0 or n >= d:
         return Reading(text, "numbers separated by whitespace are not one number")
@@ -448,6 +584,27 @@ _TRAILING_PERCENT = re.compile(r"(?<=\d)\\?%$")
 
 
 def value_key(answer: str | None) -> str | None:
+    """A key under which equal answers meet (the vote key of maj@k), or None for no answer; see
+    :func:`_value_key` for the grouping. Never raises (issue 41): when reading the answer raises, the answer
+    gets a key of its own (``"#"`` and its text), so it votes only with the very same text, and the exception is
+    logged once per type and location on the ``tirl.reward`` logger."""
+    try:
+        return _value_key(answer)
+    except Exception as exc:  # noqa: BLE001 - maj@k's grouping must never fail a run
+        from tirl.reward.types import bug_detail
+
+        detail = bug_detail("value_key", exc)
+        signature = detail.partition(": ")[0]
+        if signature not in _KEY_BUGS_SEEN:
+            _KEY_BUGS_SEEN.add(signature)
+            logging.getLogger("tirl.reward").error("maj@k key of an answer raised (own key used): %s", detail)
+        return "#" + answer if isinstance(answer, str) else None
+
+
+_KEY_BUGS_SEEN: set[str] = set()
+
+
+def _value_key(answer: str | None) -> str | None:
     """A key under which equal answers meet (the vote key of maj@k), or None for no answer.
 
     A hedged answer (:func:`commitment_problem`: ``2\\text{ or 3}``) gets a key of its own (``"?..."``), so it

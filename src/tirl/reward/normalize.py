@@ -34,7 +34,9 @@ Anything else (``\\frac{10}{2}``, ``2^{10}``, ``5!``, ``1e3``) is not an integer
 Two rules hold on every path: Unicode decimal digits and full-width forms read as their ASCII characters
 (:func:`ascii_digits`: ``１２`` is 12), and words that withdraw or qualify an answer are never units
 (:data:`HEDGE_WORDS`: ``2\\text{ or 3}``, ``5\\text{ is wrong}`` and ``2 or three`` are not integers; a text
-holding a number, ``\\text{ or 3}``, is never a unit either). Plain digits (sign, separators) are integers
+holding a number, ``\\text{ or 3}``, is never a unit either), nor are number words, multipliers and operations
+(:data:`NOT_UNIT_WORDS`, :data:`MULTIPLIER_WORDS`: ``2\\text{ million}``, ``2 hundred``,
+``5\\text{ squared}``). Plain digits (sign, separators) are integers
 at any length; the decoration rules run on the first ``MAX_DECORATED_CHARS`` characters only.
 """
 
@@ -72,9 +74,44 @@ HEDGE_WORDS = frozenset(
         "unsure",
         "uncertain",
         "presumably",
+        # modal words: "2 \\text{ (could be 3)}" keeps another value open (issue 41)
+        "could",
+        "might",
+        "may",
     }
 )
 NEGATION_WORDS = frozenset({"not", "no", "isn't", "isnt", "wrong", "incorrect", "false", "never", "nor", "neither"})
+#: Words that multiply the number before them (issue 41): never a unit. ``2 \\text{ million}`` is 2000000 and
+#: ``3 \\text{ dozen}`` is 36 (:func:`tirl.reward.forms.read_answer`), never 2 or 3. Lowercase, with plurals.
+MULTIPLIER_WORDS: dict[str, int] = {
+    "hundred": 100,
+    "thousand": 10**3,
+    "million": 10**6,
+    "billion": 10**9,
+    "trillion": 10**12,
+    "quadrillion": 10**15,
+    "dozen": 12,
+    "gross": 144,
+}
+MULTIPLIER_WORDS.update({word + "s": value for word, value in list(MULTIPLIER_WORDS.items()) if word != "gross"})
+#: Words that change or name a value (number words, fractions, operations, "and"): after a value they are never a
+#: unit, and an answer ending with them is no single value (issue 41: ``2 \\text{ squared}``, ``2 \\text{ and a
+#: half}``, ``2 \\text{ reciprocal}`` scored as 2). Lowercase; matched as whole words.
+NOT_UNIT_WORDS = frozenset(
+    """zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen
+    seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety
+    half halves third thirds quarter quarters fourth fourths fifth fifths sixth sixths seventh sevenths eighth
+    eighths ninth ninths tenth tenths hundredth hundredths thousandth thousandths millionth millionths
+    once twice thrice double doubled triple tripled halved
+    squared cubed reciprocal reciprocals inverse inverses root roots sqrt power powers exponent
+    factorial times plus minus over divided multiplied negated negative and than""".split()
+)
+_NOT_UNIT_PATTERN = re.compile(
+    r"(?<![A-Za-z\\])(?:"
+    + "|".join(sorted((re.escape(w) for w in NOT_UNIT_WORDS | set(MULTIPLIER_WORDS)), key=len, reverse=True))
+    + r")(?![A-Za-z])",
+    re.IGNORECASE,
+)
 HEDGE_PATTERN = re.compile(
     r"(?<![A-Za-z\\])(?:"
     + "|".join(sorted((re.escape(w) for w in HEDGE_WORDS | NEGATION_WORDS), key=len, reverse=True))
@@ -101,9 +138,10 @@ def ascii_digits(text: str) -> str:
 
 
 def names_hedge(text: str) -> bool:
-    """True when ``text`` holds a word of :data:`HEDGE_WORDS` or :data:`NEGATION_WORDS` (or a digit, which a
-    unit never holds): such a trailing text is never dropped as a unit."""
-    if HEDGE_PATTERN.search(text):
+    """True when ``text`` holds a word of :data:`HEDGE_WORDS`, :data:`NEGATION_WORDS`, :data:`NOT_UNIT_WORDS` or
+    :data:`MULTIPLIER_WORDS` (or a digit, which a unit never holds): such a trailing text is never dropped as a
+    unit."""
+    if HEDGE_PATTERN.search(text) or _NOT_UNIT_PATTERN.search(text):
         return True
     return bool(_DIGIT.search(_UNIT_EXPONENT.sub("", text) if "^" in text else text))
 

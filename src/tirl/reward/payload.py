@@ -7,7 +7,7 @@ library only, so the caller never imports sympy or math-verify. The comparison i
 A request is an ``ExecutionRequest`` whose ``code`` is :data:`PROGRAM` and whose ``stdin`` is the JSON payload
 ``{"items": [[gold, pred], ...], "options": {...}}`` (a *chunk* of one or more comparisons). The worker
 answers each item as soon as it is decided, one stdout line per item, flushed:
-``TIRL-VERDICT {"i": index, "status": "ok" | "unparsable_gold" | "verifier_error" | "timeout",
+``TIRL-VERDICT {"i": index, "status": one of WORKER_STATUSES,
 "correct": bool, "detail": str | null, "seconds": float}``. Lines of a chunk that was killed at its deadline
 are kept by the executor, so the verdicts given before the kill are not lost.
 """
@@ -28,7 +28,9 @@ PRELOAD_MODULES: tuple[str, ...] = (
     "tirl.reward.worker",
     "tirl.reward.warm",
 )
-WORKER_STATUSES = ("ok", "unparsable_gold", "verifier_error", "timeout")
+# Every status the worker prints (a line with another status is ignored, and its item re-run, then
+# ``verifier_error``): ``hedged`` from the worker's own commitment check, ``verifier_bug`` when grading raised.
+WORKER_STATUSES = ("ok", "hedged", "unparsable_gold", "verifier_error", "verifier_bug", "timeout")
 
 
 def encode_payload(items: Sequence[tuple[str, str]], options: dict[str, Any]) -> str:

@@ -156,7 +156,7 @@ def create_verify_router(
         verdicts = await verifier.averify_batch(items)
         counts = {status: 0 for status in VERIFY_STATUSES}
         for verdict in verdicts:
-            counts[verdict.status] += 1
+            counts[verdict.status] = counts.get(verdict.status, 0) + 1
         # Answers and references may hold lone surrogates (legal in JSON strings): pydantic's serializer
         # raised on them (a 500); JSONBytesResponse escapes them instead.
         return JSONBytesResponse({"verdicts": [v.to_dict() for v in verdicts], "counts": counts})

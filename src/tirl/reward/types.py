@@ -30,9 +30,17 @@ Statuses of a :class:`Verdict` (the reward is ``1.0`` only for ``ok`` with ``cor
     (:mod:`tirl.algo.infra`). Without the control, an answer built to time the comparison out (200 nested
     braces, ``\\Gamma(10^{7})``) was a ``timeout``, masked, and so escaped the negative reward of a wrong answer.
 ``verifier_error``
-    The verifier failed: the executor answered ``internal`` (after ``internal_retries`` retries), the worker
-    program crashed, or math-verify raised while comparing. Reward 0, counted and logged at WARNING; a trainer
-    may drop such samples instead of treating them as wrong.
+    The verifier's infrastructure failed: the executor answered ``internal`` (after ``internal_retries``
+    retries), the worker process crashed or gave no verdict line. Reward 0, counted and logged at WARNING; a
+    trainer masks such samples instead of treating them as wrong (:mod:`tirl.algo.infra`).
+``verifier_bug``
+    Grading code raised on this answer (issue 41): answer reading, a guard, math-verify's parser or comparison,
+    in the caller's process or in the worker (``detail``: where, the exception type and location, its message).
+    Reward 0, *not* masked: the answer is what made grading fail, so a policy that learnt to write answers that
+    make the verifier raise must not escape the negative reward of a wrong answer (before, such an answer raised
+    out of ``verify_batch`` and failed the whole batch, or became a masked ``verifier_error``). Counted; logged
+    at ERROR once per distinct exception type and location (:func:`bug_detail`), so a bug shows in the log
+    without one line per sample.
 """
 
 from __future__ import annotations
@@ -44,7 +52,9 @@ from typing import Any, Literal
 
 logger = logging.getLogger("tirl.reward")
 
-VerifyStatus = Literal["ok", "no_answer", "hedged", "unparsable_gold", "timeout", "answer_timeout", "verifier_error"]
+VerifyStatus = Literal[
+    "ok", "no_answer", "hedged", "unparsable_gold", "timeout", "answer_timeout", "verifier_error", "verifier_bug"
+]
 VERIFY_STATUSES: tuple[str, ...] = (
     "ok",
     "no_answer",
@@ -53,6 +63,7 @@ VERIFY_STATUSES: tuple[str, ...] = (
     "timeout",
     "answer_timeout",
     "verifier_error",
+    "verifier_bug",
 )
 
 VerifyPath = Literal["none", "string", "integer", "symbolic"]
@@ -60,6 +71,34 @@ VERIFY_PATHS: tuple[str, ...] = ("none", "string", "integer", "symbolic")
 
 # Statuses that mean something other than "the model's answer was judged"; logged when they happen.
 LOGGED_STATUSES = frozenset({"unparsable_gold", "timeout", "answer_timeout", "verifier_error"})
+#: Grading code raised on the answer: reward 0, not masked; logged once per signature (:func:`bug_signature`).
+BUG_STATUS = "verifier_bug"
+
+_BUGS_SEEN: set[str] = set()
+_BUGS_LOCK = threading.Lock()
+
+
+def bug_detail(where: str, exc: BaseException) -> str:
+    """The ``detail`` of a ``verifier_bug`` verdict: ``"<where> raised <Type> at <file>:<line>: <message>"``.
+
+    The location is the innermost frame of the exception's traceback (file name only), so that one bug gives
+    one signature (:func:`bug_signature`) whatever the answer; the message is cut to 200 characters (never the
+    expressions' text in full: ``str()`` of a huge object can take long).
+    """
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    location = f"{tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}" if tb is not None else "?"
+    try:
+        message = str(exc)[:200]
+    except Exception:  # noqa: BLE001 - an exception whose str() raises still gets a detail
+        message = "<unprintable>"
+    return f"{where} raised {type(exc).__name__} at {location}: {message}"
+
+
+def bug_signature(detail: str | None) -> str:
+    """What identifies one bug in a :func:`bug_detail` text: the part before the message."""
+    return (detail or "").partition(": ")[0]
 
 
 @dataclass
@@ -68,8 +107,7 @@ class Verdict:
 
     Attributes:
         correct: True when the extracted answer matches the reference (only ever True with status ``ok``).
-        status: one of ``ok``, ``no_answer``, ``hedged``, ``unparsable_gold``, ``timeout``, ``verifier_error``
-            (see the module docstring).
+        status: one of :data:`VERIFY_STATUSES` (see the module docstring).
         extracted: the predicted answer taken from the response (the content of the final box), or None.
         gold: the reference answer as given.
         path: how the decision was made: ``string`` (normalised texts identical), ``integer`` (the in-process
@@ -201,8 +239,8 @@ class VerifierStats:
     """Thread-safe counters of verdicts by status and by path, with total and per-status time.
 
     One object can be shared by many threads and event loops. :meth:`record` also logs the statuses that
-    must never be hidden (``unparsable_gold``, ``timeout``, ``verifier_error``) at WARNING on the
-    ``tirl.reward`` logger.
+    must never be hidden (``unparsable_gold``, ``timeout``, ``answer_timeout``, ``verifier_error``) at WARNING
+    on the ``tirl.reward`` logger, and the first ``verifier_bug`` of each signature at ERROR.
     """
 
     by_status: dict[str, int] = field(default_factory=lambda: {s: 0 for s in VERIFY_STATUSES})
@@ -220,7 +258,20 @@ class VerifierStats:
             self.by_path[verdict.path] = self.by_path.get(verdict.path, 0) + 1
             self.correct += int(verdict.correct)
             self.seconds += verdict.duration_s
-        if verdict.status in LOGGED_STATUSES:
+        if verdict.status == BUG_STATUS:
+            signature = bug_signature(verdict.detail)
+            with _BUGS_LOCK:
+                first = signature not in _BUGS_SEEN
+                _BUGS_SEEN.add(signature)
+            if first:  # once per distinct exception type and location, not once per sample
+                logger.error(
+                    "verification raised (reward 0, status verifier_bug; logged once per location) "
+                    "gold=%r, extracted=%r: %s",
+                    _clip(verdict.gold),
+                    _clip(verdict.extracted),
+                    verdict.detail or "",
+                )
+        elif verdict.status in LOGGED_STATUSES:
             logger.warning(
                 "verification %s (gold=%r, extracted=%r): %s",
                 verdict.status,

@@ -21,7 +21,9 @@ convenience function (one response, the shared default executor unless one is gi
 
 Every verdict is counted in a :class:`~tirl.reward.types.VerifierStats` (the module-wide
 :func:`default_stats` unless one is given); ``unparsable_gold``, ``timeout`` and ``verifier_error`` are also
-logged. Nothing raises for any item content.
+logged. Nothing raises for any item content (issue 41): an exception in grading code, in this process (answer
+reading, the fast paths) or in the worker (math-verify, a guard), is that item's verdict ``verifier_bug``,
+reward 0, never a failed batch and never a masked sample (logged once per exception type and location).
 
 Threads and event loops: the async methods run on the caller's loop; the sync ones run on a private
 background loop thread, so they work from any thread (field case F77) and from inside a running loop. Runs
@@ -53,7 +55,7 @@ from tirl.protocol.config import ProtocolConfig
 from tirl.reward.forms import Reading, commitment_problem, hedge_words, question_base, read_answer
 from tirl.reward.normalize import MAX_SYMBOLIC_CHARS, canonical_integer, normalize_text
 from tirl.reward.payload import PRELOAD_MODULES, PROGRAM, encode_payload, parse_worker_output
-from tirl.reward.types import Verdict, VerifierConfig, VerifierStats, VerifyItem
+from tirl.reward.types import BUG_STATUS, Verdict, VerifierConfig, VerifierStats, VerifyItem, bug_detail
 from tirl.sandbox.types import CodeExecutor, ExecutionRequest, ExecutionResult
 
 _DEFAULT_STATS = VerifierStats()
@@ -183,6 +185,13 @@ def _gold_view(gold: str, question: str | None) -> tuple[Reading, str | None, in
     return reading, integer, base, hedge_words(gold)
 
 
+def _bug_verdict(item: VerifyItem, where: str, exc: BaseException) -> Verdict:
+    """The verdict of an item on which grading code raised: reward 0, status ``verifier_bug`` (not masked)."""
+    gold = item.gold if isinstance(item.gold, str) else str(item.gold)
+    answer = item.answer if isinstance(item.answer, str) else None
+    return Verdict(False, BUG_STATUS, answer, gold, "none", 0.0, bug_detail(where, exc))
+
+
 def _parallelism(executor: CodeExecutor) -> int:
     """How many requests the executor runs at once (``max_concurrency`` when it says), for chunk sizing."""
     value = getattr(executor, "max_concurrency", None)
@@ -234,7 +243,7 @@ class Verifier:
                 extracted = extract_answer(item.response, self.protocol_config) if item.response is not None else None
             except Exception as exc:  # noqa: BLE001 - the extractor promises not to raise; be safe anyway
                 return (
-                    Verdict(False, "verifier_error", None, gold, "none", 0.0, f"extract_answer raised {exc!r}"[:300]),
+                    Verdict(False, BUG_STATUS, None, gold, "none", 0.0, bug_detail("extract_answer", exc)),
                     None,
                     gold,
                     None,
@@ -389,7 +398,10 @@ class Verifier:
         pending: list[Pending] = []
         for i, item in enumerate(coerced):
             start = time.perf_counter()
-            verdict, extracted, gold, pair = self._fast(item)
+            try:
+                verdict, extracted, gold, pair = self._fast(item)
+            except Exception as exc:  # noqa: BLE001 - grading raised on this answer: reward 0 for it, not the batch
+                verdict, extracted, gold, pair = _bug_verdict(item, "answer reading", exc), None, "", None
             elapsed = time.perf_counter() - start
             if verdict is not None:
                 verdict.duration_s = elapsed
@@ -425,7 +437,10 @@ class Verifier:
         """Run the symbolic items, fill in their verdicts and record every verdict in ``stats``."""
         if pending:
             pairs = [(read_gold, read_pred) for *_, read_gold, read_pred in pending]
-            outcomes = await self._control_timeouts(pairs, await self._symbolic(pairs))
+            try:
+                outcomes = await self._control_timeouts(pairs, await self._symbolic(pairs))
+            except Exception as exc:  # noqa: BLE001 - executors and workers answer, never raise; be safe anyway
+                outcomes = [(BUG_STATUS, False, bug_detail("the symbolic comparison", exc), 0.0)] * len(pairs)
             for (i, gold, extracted, elapsed, _, _), (status, correct, detail, seconds) in zip(pending, outcomes):
                 verdicts[i] = Verdict(
                     correct=correct,

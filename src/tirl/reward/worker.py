@@ -36,12 +36,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
-from sympy import Basic, Eq, I, Interval, MatrixBase, Symbol, Tuple, nan, zoo
+from sympy import And, Basic, Eq, I, Interval, MatrixBase, Rational, S, Symbol, Tuple, nan, zoo
 
 from tirl.reward import guards
-from tirl.reward.forms import commitment_problem, read_answer
+from tirl.reward.forms import approximation, commitment_problem, read_answer
 from tirl.reward.normalize import MAX_SYMBOLIC_CHARS, latex_for_math_verify
 from tirl.reward.payload import format_worker_output
+from tirl.reward.types import BUG_STATUS, bug_detail
 
 GOLD_EXTRACTION = (LatexExtractionConfig(boxed_match_priority=0),)
 PRED_EXTRACTION = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
@@ -133,8 +134,11 @@ def check(gold: str, pred: str, options: dict[str, Any] | None = None) -> dict[s
         options: overrides of :data:`DEFAULT_OPTIONS` (``VerifierConfig.worker_options()``).
 
     Returns:
-        ``{"status": "ok" | "hedged" | "unparsable_gold" | "verifier_error", "correct": bool, "detail": str | None}``.
-        ``verifier_error`` when math-verify raised on every pair it tried and none matched.
+        ``{"status": "ok" | "hedged" | "unparsable_gold" | "verifier_bug", "correct": bool, "detail": str | None}``.
+        ``verifier_bug`` when math-verify raised on every pair it tried and none matched.
+
+    Raises:
+        whatever the reading or math-verify raise; :func:`run_item` turns it into ``verifier_bug``.
 
     Not bounded in time: the caller's process deadline is the bound.
     """
@@ -149,6 +153,14 @@ def check(gold: str, pred: str, options: dict[str, Any] | None = None) -> dict[s
     if hedge is not None:
         return _result("hedged", detail=hedge)
     gold, pred = gold_reading.text, pred_reading.text
+    approx = approximation(pred)
+    if approx is not None:
+        # "\\pi \\approx 3.14" (issue 43): the box is worth its exact part, when the approximation is that value
+        # to the approximation's digits; against a decimal reference the exact part meets the decimal rules.
+        inconsistent = _inconsistent_approximation(*approx, opts)
+        if inconsistent is not None:
+            return _result("ok", detail=inconsistent)
+        pred = approx[0]
     if len(gold) > MAX_SYMBOLIC_CHARS:
         return _result(
             "unparsable_gold", detail=f"a reference over {MAX_SYMBOLIC_CHARS} characters is not compared symbolically"
@@ -209,10 +221,14 @@ def _compare(gold: str, pred: str, opts: dict[str, Any]) -> dict[str, Any]:
         return _result("unparsable_gold", detail="math-verify found no finite expression in the reference")
     if all(guards.is_undefined(g) for g in gold_exprs):
         return _result("unparsable_gold", detail="the reference is undefined (NaN or a division by zero)")
+    if _dropped_set(gold, gold_exprs):
+        return _result("unparsable_gold", detail=_DROPPED_SET)
     pred_parsed = parse(latex_for_math_verify(pred), list(PRED_EXTRACTION), parsing_timeout=None)
     pred_exprs = [p for p in pred_parsed if isinstance(p, (Basic, MatrixBase))]
     if not pred_exprs:
         return _result("ok", detail="math-verify found no expression in the answer")
+    if _dropped_set(pred, pred_exprs):
+        return _result("ok", detail=_DROPPED_SET)
     if any(guards.is_undefined(p) for p in pred_exprs):
         # Decided before math-verify: its comparison of NaN forms depends on the hash seed.
         return _result("ok", detail="the answer is undefined (NaN or a division by zero): equals nothing")
@@ -234,6 +250,9 @@ def _compare(gold: str, pred: str, opts: dict[str, Any]) -> dict[str, Any]:
                 detail=f"too large to compare (a number over {exact_limit} digits that is not one power of an integer)",
             )
         return _result("ok", correct=same, detail="compared as powers of an integer, without evaluating")
+    if _false_equation(pred_exprs[0]):
+        # "2 = 3": math-verify compares the right side, so it scored as 3 (issue 41).
+        return _result("ok", detail="an equation between unequal numbers is false, not an answer")
     exact_g, exact_p = guards.exact_value(gold_exprs[0], exact_limit), guards.exact_value(pred_exprs[0], exact_limit)
     if opts["exact_number_guard"] and exact_g is not None and exact_p is not None:
         # Rational numbers compare exactly (decimals as written: 6.02 \times 10^{23} is 602...0). Without a
@@ -257,7 +276,7 @@ def _compare(gold: str, pred: str, opts: dict[str, Any]) -> dict[str, Any]:
                     raise_on_error=True,
                 )
             except Exception as exc:  # noqa: BLE001 - a comparison that raised is counted, not fatal
-                errors.append(_describe(exc))
+                errors.append(bug_detail("math-verify's comparison", exc))
                 continue
             if not equal:
                 continue
@@ -278,8 +297,64 @@ def _compare(gold: str, pred: str, opts: dict[str, Any]) -> dict[str, Any]:
     if guard_fired:
         return _result("ok", detail="number guard: math-verify matched numbers that differ")
     if errors:
-        return _result("verifier_error", detail="math-verify raised: " + errors[0])
+        # The answer made math-verify raise on every pair it tried: the model's (reward 0, not masked; issue 41).
+        return _result(BUG_STATUS, detail=errors[0])
     return _result("ok")
+
+
+def _inconsistent_approximation(exact: str, decimal: str, opts: dict[str, Any]) -> str | None:
+    """Why ``decimal`` is not ``exact`` to its digits, or None when it is: ``decimal`` must be ``exact`` rounded to
+    the decimal's places (within half a unit of its last place) or cut toward zero there (``\\pi \\approx 3.14``
+    and ``\\pi \\approx 3.1415`` hold, ``\\pi \\approx 3.15``, ``\\pi \\approx 30`` and ``2 \\approx 3`` do not). The
+    exact part must be one finite real number without variables, evaluated to the decimal's places plus 30."""
+    parsed = parse(latex_for_math_verify(exact), list(PRED_EXTRACTION), parsing_timeout=None)
+    exprs = [p for p in parsed if isinstance(p, Basic)]
+    if not exprs or exprs[0].free_symbols or not exprs[0].is_number:
+        return "the value before \\approx is not one number: its approximation cannot be checked"
+    limit = int(opts["magnitude_guard_digits"]) or int(DEFAULT_OPTIONS["magnitude_guard_digits"])
+    if guards.has_huge_number(exprs[0], limit):
+        return "the value before \\approx is too large to check its approximation"
+    places = len(decimal.partition(".")[2])
+    value = exprs[0].evalf(places + 30)
+    if not value.is_real or not value.is_finite:
+        return "the value before \\approx is not a finite real number"
+    unit = Rational(1, 10**places)
+    diff = value - Rational(decimal.replace("\u2212", "-"))
+    rounded = abs(diff) <= unit / 2
+    truncated = (0 <= diff < unit) if value >= 0 else (-unit < diff <= 0)  # cut toward zero
+    if not (rounded or truncated):
+        return f"the approximation {decimal} is not the value before \\approx to its digits"
+    return None
+
+
+_SET_SYMBOLS = (S.Reals, S.Integers, S.Naturals, S.Naturals0, S.Rationals, S.Complexes)
+_DROPPED_SET = "math-verify dropped the set the text names (\\mathbb): it would compare what is left"
+
+
+def _dropped_set(text: str, exprs: list[Any]) -> bool:
+    """True when ``text`` names a number set (``\\mathbb{R}``) that no parsed expression holds: math-verify
+    dropped it and read the rest (``\\mathbb{R} - 5`` was read as 5, issue 41)."""
+    if "\\mathbb" not in text:
+        return False
+    try:
+        return not any(isinstance(e, Basic) and any(e.has(s) for s in _SET_SYMBOLS) for e in exprs)
+    except (TypeError, AttributeError, RecursionError):
+        return True
+
+
+def _false_equation(expr: Any) -> bool:
+    """True when ``expr`` is (or joins with "and") an equation between two numbers that are not equal (``2 = 3``;
+    ``a = 2 = 3``). An equation with a variable on a side (``x = 3``) or between equal numbers (``\\frac{6}{3} =
+    2``) is not false here."""
+    parts = expr.args if isinstance(expr, And) else (expr,)
+    for part in parts:
+        if isinstance(part, Eq) and not part.lhs.free_symbols and not part.rhs.free_symbols:
+            try:
+                if Eq(part.lhs, part.rhs) is S.false:  # evaluated: sympy decides numbers it can compare
+                    return True
+            except (TypeError, ValueError, ArithmeticError, RecursionError):
+                return False
+    return False
 
 
 _RELATION_HINT = re.compile(r"<|>|≤|≥|≠|\\(?:[lg]eq?|[lg]eqslant|[lg]t|neq?|in)(?![A-Za-z])")
@@ -321,17 +396,19 @@ def _condition_set(text: str, parsed: Any) -> Any:
 
 
 def run_item(gold: Any, pred: Any, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """:func:`check` for one item, turning every failure into a result dict (never raises for any input)."""
+    """:func:`check` for one item, turning every failure into a result dict (never raises for any input): a
+    ``MemoryError`` is ``timeout`` (a resource limit, attributed by the caller's control comparison), any other
+    exception ``verifier_bug`` with :func:`tirl.reward.types.bug_detail`."""
+    if not isinstance(gold, str) or not isinstance(pred, str):  # a malformed request: the caller's, not the answer's
+        return _result("verifier_error", detail="bad item: gold and pred must be strings")
     try:
-        if not isinstance(gold, str) or not isinstance(pred, str):
-            raise TypeError("gold and pred must be strings")
         return check(gold, pred, options)
     except MemoryError:
         return _result("timeout", detail="memory limit reached while comparing")
-    except RecursionError:
-        return _result("verifier_error", detail="recursion limit reached while comparing")
     except Exception as exc:  # noqa: BLE001 - the worker must always answer
-        return _result("verifier_error", detail=_describe(exc))
+        # Grading code raised on this pair (the reading, a guard, math-verify's parser; RecursionError on deep
+        # nesting): the answer's verdict, reward 0, never masked (issue 41).
+        return _result(BUG_STATUS, detail=bug_detail("the comparison", exc))
 
 
 def iter_verdicts(payload: Any) -> Iterator[tuple[int, dict[str, Any]]]:

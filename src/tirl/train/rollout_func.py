@@ -146,8 +146,25 @@ class VerifierScorer:
             )
             for t, p in zip(trajectories, problems, strict=True)
         ]
-        verdicts = self._verify(items)
+        try:
+            verdicts = list(self._verify(items))
+            if len(verdicts) != len(items):
+                raise RuntimeError(f"the verifier answered {len(verdicts)} of {len(items)} items")
+        except Exception:  # noqa: BLE001 - tirl.reward never raises for an answer; if it does, one item pays
+            verdicts = [self._verify_alone(item) for item in items]
         return [Score(outcome_reward(v.correct, v.status), v.status) for v in verdicts]
+
+    def _verify_alone(self, item: Any) -> Any:
+        """One item's verdict, or a ``verifier_bug`` verdict (reward 0, not masked) when verifying it raises:
+        an answer that makes grading raise fails neither the batch nor the RL step (issue 41)."""
+        from tirl.reward.types import BUG_STATUS, Verdict, bug_detail
+
+        try:
+            return self._verify([item])[0]
+        except Exception as exc:  # noqa: BLE001 - logged once per location by the status's counters
+            detail = bug_detail("the verifier", exc)
+            logger.error("verifying one answer raised (reward 0, status verifier_bug): %s", detail)
+            return Verdict(False, BUG_STATUS, item.answer, str(item.gold), "none", 0.0, detail)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -334,6 +351,7 @@ class RocRolloutFunc:
                 "verify/timeout": float(status_counts.get("timeout", 0)),
                 "verify/answer_timeout": float(status_counts.get("answer_timeout", 0)),
                 "verify/verifier_error": float(status_counts.get("verifier_error", 0)),
+                "verify/verifier_bug": float(status_counts.get("verifier_bug", 0)),
                 "verify/unparsable_gold": float(status_counts.get("unparsable_gold", 0)),
                 "verify/no_answer": float(status_counts.get("no_answer", 0)),
             }

@@ -204,7 +204,7 @@ def _validate(
             if kind not in (None, "string"):
                 try:
                     decoded[key] = json.loads(value)
-                except ValueError:
+                except (ValueError, RecursionError):  # RecursionError: thousands of nested brackets
                     return error("bad_argument_type", f"<parameter={key}> must hold a JSON {kind}.")
             else:
                 decoded[key] = value

@@ -137,7 +137,7 @@ def test_internal_errors_without_retries_become_verifier_errors() -> None:
     executor = ScriptedExecutor(fixed(ExecutionResult.internal_error("down")))
     verdict = verify(box("\\frac{2}{4}"), "\\frac{1}{2}", executor=executor, config=VerifierConfig(internal_retries=0))
     assert verdict.status == "verifier_error"
-    assert len(executor.requests) == 1
+    assert len(executor.requests) == 2  # the comparison, then its control (the reference with itself): down too
 
 
 class RaisingExecutor(ScriptedExecutor):
@@ -198,6 +198,7 @@ def test_stats_count_every_status_and_log_the_abnormal_ones(caplog: pytest.LogCa
         "unparsable_gold": 1,
         "timeout": 1,
         "answer_timeout": 1,
+        "answer_error": 0,
         "verifier_error": 0,
         "verifier_bug": 0,
     }
@@ -439,7 +440,9 @@ def test_an_internal_chunk_makes_its_items_verifier_errors_without_solo_reruns()
     executor = PoolLike(fixed(ExecutionResult.internal_error("worker died")))
     verdicts = verify_batch(symbolic_items(4), executor, config=VerifierConfig(internal_retries=0))
     assert [v.status for v in verdicts] == ["verifier_error"] * 4
-    assert len(executor.requests) == 2
+    # the 4 comparisons in 2 chunks, then their 4 controls (each reference with itself) chunked the same way: down
+    # too, so the items stay verifier_error; no item was re-run alone
+    assert len(executor.requests) == 4
 
 
 def test_per_item_duration_comes_from_the_worker_not_the_chunk() -> None:
@@ -515,3 +518,36 @@ def test_the_reference_probe_is_not_a_hedged_answer() -> None:  # issue 23: it m
     from tirl.reward.verifier import REFERENCE_PROBE
 
     assert commitment_problem(REFERENCE_PROBE, "5") is None
+
+
+def fails_on(marker: str) -> Callable[[ExecutionRequest, int], ExecutionResult]:
+    """A worker that dies (``internal``) on any comparison whose answer or reference holds ``marker``."""
+
+    def answer(request: ExecutionRequest, _n: int) -> ExecutionResult:
+        ((gold, pred),) = items_of(request)
+        if marker in gold or marker in pred:
+            return ExecutionResult.internal_error("worker died")
+        ((_, result),) = iter_verdicts({"items": [[gold, pred]], "options": {}})
+        return ExecutionResult(status="ok", stdout=format_worker_output(0, result), exit_code=0)
+
+    return answer
+
+
+def test_a_worker_failure_is_charged_to_the_answer_when_the_reference_compares_with_itself() -> None:
+    """Issue 41: an answer that makes the checking worker fail (a masked ``verifier_error`` would let it escape the
+    negative reward) is ``answer_error`` when the control comparison of the reference with itself succeeds; a
+    reference that fails its own control keeps ``verifier_error`` (masked)."""
+    from tirl.algo.infra import infra_cause
+
+    items = [(box("\\crash"), "5"), (box("3"), "\\crash{7}"), (box("\\frac{2}{4}"), "\\frac{1}{2}")]
+    config = VerifierConfig(chunk_size=1, internal_retries=0)
+    verdicts = verify_batch(items, PoolLike(fails_on("crash")), config=config)
+    assert [v.status for v in verdicts] == ["answer_error", "verifier_error", "ok"]
+    assert verdicts[0].reward == 0.0 and "what made the comparison fail" in verdicts[0].detail
+    assert infra_cause(object(), "answer_error") is None and infra_cause(object(), "verifier_error") == "verifier"
+    off = verify_batch(
+        items[:1],
+        PoolLike(fails_on("crash")),
+        config=VerifierConfig(chunk_size=1, internal_retries=0, timeout_control=False),
+    )
+    assert off[0].status == "verifier_error"

@@ -31,8 +31,13 @@ Statuses of a :class:`Verdict` (the reward is ``1.0`` only for ``ok`` with ``cor
     braces, ``\\Gamma(10^{7})``) was a ``timeout``, masked, and so escaped the negative reward of a wrong answer.
 ``verifier_error``
     The verifier's infrastructure failed: the executor answered ``internal`` (after ``internal_retries``
-    retries), the worker process crashed or gave no verdict line. Reward 0, counted and logged at WARNING; a
+    retries), the worker process crashed or gave no verdict line, and the control comparison of the reference
+    with itself failed too (``VerifierConfig.timeout_control``). Reward 0, counted and logged at WARNING; a
     trainer masks such samples instead of treating them as wrong (:mod:`tirl.algo.infra`).
+``answer_error``
+    The comparison's worker failed as for ``verifier_error``, but the control comparison of the reference with
+    itself succeeded: the answer is what broke the worker (a memory blow-up, a crash of the comparison), so the
+    failure is the model's. Reward 0, counted and logged; never masked.
 ``verifier_bug``
     Grading code raised on this answer (issue 41): answer reading, a guard, math-verify's parser or comparison,
     in the caller's process or in the worker (``detail``: where, the exception type and location, its message).
@@ -53,7 +58,15 @@ from typing import Any, Literal
 logger = logging.getLogger("tirl.reward")
 
 VerifyStatus = Literal[
-    "ok", "no_answer", "hedged", "unparsable_gold", "timeout", "answer_timeout", "verifier_error", "verifier_bug"
+    "ok",
+    "no_answer",
+    "hedged",
+    "unparsable_gold",
+    "timeout",
+    "answer_timeout",
+    "verifier_error",
+    "answer_error",
+    "verifier_bug",
 ]
 VERIFY_STATUSES: tuple[str, ...] = (
     "ok",
@@ -63,6 +76,7 @@ VERIFY_STATUSES: tuple[str, ...] = (
     "timeout",
     "answer_timeout",
     "verifier_error",
+    "answer_error",
     "verifier_bug",
 )
 
@@ -70,7 +84,7 @@ VerifyPath = Literal["none", "string", "integer", "symbolic"]
 VERIFY_PATHS: tuple[str, ...] = ("none", "string", "integer", "symbolic")
 
 # Statuses that mean something other than "the model's answer was judged"; logged when they happen.
-LOGGED_STATUSES = frozenset({"unparsable_gold", "timeout", "answer_timeout", "verifier_error"})
+LOGGED_STATUSES = frozenset({"unparsable_gold", "timeout", "answer_timeout", "verifier_error", "answer_error"})
 #: Grading code raised on the answer: reward 0, not masked; logged once per signature (:func:`bug_signature`).
 BUG_STATUS = "verifier_bug"
 
@@ -203,9 +217,10 @@ class VerifierConfig:
         chunk_size: most comparisons sent to one sandbox process (one fork serves them one after another);
             1 sends each alone. An item a chunk did not answer before the deadline is re-run alone with the
             full deadline, so chunking never turns a slow neighbour into a timeout.
-        timeout_control: when a comparison passes its deadline, compare the reference with itself under the
-            same deadline; if that finishes, the answer was the slow part: status ``answer_timeout`` (the
-            model's, reward 0) instead of ``timeout`` (which a trainer masks as infrastructure).
+        timeout_control: when a comparison passes its deadline or its worker fails, compare the reference with
+            itself under the same deadline; if that finishes, the answer was the cause: status
+            ``answer_timeout`` / ``answer_error`` (the model's, reward 0) instead of ``timeout`` /
+            ``verifier_error`` (which a trainer masks as infrastructure).
     """
 
     timeout_s: float = 5.0

@@ -412,23 +412,27 @@ class Verifier:
         return verdicts, pending
 
     async def _control_timeouts(self, pairs: list[tuple[str, str]], outcomes: list[Outcome]) -> list[Outcome]:
-        """Who made a comparison time out: each ``timeout`` is followed by a control comparison of its reference
-        with itself under the same deadline. If the control finishes (``ok``), the answer was the slow part and
-        the outcome becomes ``answer_timeout`` (the model's); otherwise it stays ``timeout`` (the reference or
-        the machine: infrastructure). A machine loaded enough to time out an ordinary answer is likely to time
-        out its control too, which keeps the attribution on the safe side."""
-        late = [i for i, outcome in enumerate(outcomes) if outcome[0] == "timeout"]
-        if not late or not self.config.timeout_control:
+        """Whose fault a failed comparison is (:mod:`tirl.algo.infra`, "the rule"): each ``timeout`` and each
+        ``verifier_error`` (the worker failed) is followed by a control comparison of its reference with itself
+        under the same deadline. If the control succeeds (``ok``), the verifier works for this reference and
+        the answer was the cause: ``answer_timeout`` / ``answer_error`` (the model's, never masked); otherwise
+        the outcome stands (the reference or the machine: infrastructure, masked). A machine loaded enough to
+        time out an ordinary answer is likely to time out its control too, which keeps the attribution on the
+        safe side."""
+        charged = {"timeout": "answer_timeout", "verifier_error": "answer_error"}
+        failed = [i for i, outcome in enumerate(outcomes) if outcome[0] in charged]
+        if not failed or not self.config.timeout_control:
             return outcomes
-        controls = await self._symbolic([(pairs[i][0], pairs[i][0]) for i in late])
+        controls = await self._symbolic([(pairs[i][0], pairs[i][0]) for i in failed])
         outcomes = list(outcomes)
-        for i, (status, _, _, seconds) in zip(late, controls):
+        for i, (status, _, _, seconds) in zip(failed, controls):
             if status == "ok":
-                _, _, detail, spent = outcomes[i]
+                first, _, detail, spent = outcomes[i]
+                cause = "the slow part" if first == "timeout" else "what made the comparison fail"
                 outcomes[i] = (
-                    "answer_timeout",
+                    charged[first],
                     False,
-                    f"{detail}; the reference compared with itself in {seconds:.2f}s: the answer is the slow part",
+                    f"{detail}; the reference compared with itself in {seconds:.2f}s: the answer is {cause}",
                     spent,
                 )
         return outcomes

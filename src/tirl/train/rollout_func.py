@@ -351,6 +351,7 @@ class RocRolloutFunc:
                 "verify/timeout": float(status_counts.get("timeout", 0)),
                 "verify/answer_timeout": float(status_counts.get("answer_timeout", 0)),
                 "verify/verifier_error": float(status_counts.get("verifier_error", 0)),
+                "verify/answer_error": float(status_counts.get("answer_error", 0)),
                 "verify/verifier_bug": float(status_counts.get("verifier_bug", 0)),
                 "verify/unparsable_gold": float(status_counts.get("unparsable_gold", 0)),
                 "verify/no_answer": float(status_counts.get("no_answer", 0)),

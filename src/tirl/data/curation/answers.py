@@ -129,6 +129,7 @@ _PROBE_REASON = {
     "timeout": "verifier_timeout",
     "answer_timeout": "verifier_timeout",
     "verifier_error": "verifier_error",
+    "answer_error": "verifier_error",
 }
 
 

@@ -60,7 +60,12 @@ def rl_command(
 
         return finished_run(cfg)
 
-    _run_stage(lambda: load_config(config, overrides or []), run, print_config, "final weights", finished)
+    def load() -> RLConfig:
+        cfg = load_config(config, overrides or [])
+        _check_recipe(cfg)
+        return cfg
+
+    _run_stage(load, run, print_config, "final weights", finished)
 
 
 @app.command("sft")
@@ -78,7 +83,7 @@ def sft_command(
 
     def load() -> SFTConfig:
         cfg = load_sft_config(config, overrides or [])
-        cfg.validate()
+        _check_recipe(cfg)
         return cfg
 
     def run(cfg: SFTConfig) -> Path:
@@ -116,6 +121,22 @@ def replay_command(
         raise typer.Exit(2) from None
     print_report(report, Console(soft_wrap=True))
     raise typer.Exit(0 if report.ok else 1)
+
+
+def _check_recipe(cfg: RLConfig | SFTConfig) -> None:
+    """The checks a recipe passes when it is read, before ``--print-config`` prints it and before a run loads
+    anything: its own validation (group size, selection rule, batch arithmetic, for the launch's
+    ``WORLD_SIZE`` processes; the run repeats it with the count the trainer sees) and its model name (a
+    misspelled one fails here, not after the imports of a run).
+
+    Raises:
+        ValueError: an invalid setting, named.
+        FileNotFoundError: (:class:`tirl.models.ModelNotFoundError`) no such model.
+    """
+    from tirl.models import check_reference
+
+    cfg.validate(int(os.environ.get("WORLD_SIZE", "1") or 1))
+    check_reference(cfg.model.name_or_path)
 
 
 def _is_main_process() -> bool:

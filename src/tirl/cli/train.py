@@ -4,6 +4,9 @@
 the newest checkpoint in the run's ``output_dir``. Under ``accelerate launch`` every process runs it.
 ``tirl train sft --config FILE [key.sub=value ...]`` runs the recipe's first stage (``tirl.train.sft``) the same
 way and writes a plain model folder (``output_dir/final``) that ``tirl train rl`` and ``tirl eval`` start from.
+The recipe is checked when it is read (its validation and its model name), before ``--print-config`` prints it
+and before a run loads anything. ``--help`` lists every key of the recipe by section
+(:func:`tirl.cli.config_reference.keys_help_command`; all of them, with types: docs/config.md).
 
 Unless the environment says otherwise, the command sets ``OMP_WAIT_POLICY=PASSIVE`` before torch is loaded:
 on a shared CPU machine OpenMP threads that spin while waiting made generation 10-20x slower (measured with
@@ -20,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from tirl.cli.config_reference import keys_help_command
+
 if TYPE_CHECKING:
     from tirl.train.config import RLConfig
     from tirl.train.sft_config import SFTConfig
@@ -35,7 +40,19 @@ app = typer.Typer(
 )
 
 
-@app.command("rl")
+def _rl_config_class() -> type:
+    from tirl.train.config import RLConfig
+
+    return RLConfig
+
+
+def _sft_config_class() -> type:
+    from tirl.train.sft_config import SFTConfig
+
+    return SFTConfig
+
+
+@app.command("rl", cls=keys_help_command(_rl_config_class))
 def rl_command(
     config: Path = typer.Option(..., "--config", "-c", help="YAML recipe (configs/rl/*.yaml)."),
     overrides: list[str] | None = typer.Argument(
@@ -68,7 +85,7 @@ def rl_command(
     _run_stage(load, run, print_config, "final weights", finished)
 
 
-@app.command("sft")
+@app.command("sft", cls=keys_help_command(_sft_config_class))
 def sft_command(
     config: Path = typer.Option(..., "--config", "-c", help="YAML recipe (configs/sft/*.yaml)."),
     overrides: list[str] | None = typer.Argument(

@@ -189,8 +189,13 @@ def _run(config: EvalConfig, console: Console, progress: bool = True) -> EvalRes
     and exit code 2; Ctrl-C ends it promptly with one line saying how to resume (:func:`stop_promptly`)."""
     from tirl.cli.eval_display import ConsoleListener
     from tirl.eval.launch import launched_eval_server
-    from tirl.models import ModelNotFoundError
+    from tirl.models import ModelNotFoundError, check_reference
 
+    try:  # a misspelled name fails here, before a server starts, a model loads or run.json is written
+        check_reference(config.model)
+    except ModelNotFoundError as exc:
+        typer.secho(f"tirl eval: {exc}", fg="red", err=True)
+        raise typer.Exit(2) from None
     listener = ConsoleListener(console, progress=progress)
 
     def say() -> None:
@@ -268,9 +273,6 @@ def _eval_command(ctx: typer.Context, **values: Any) -> None:
                 [raw] if isinstance(raw, (str, int)) else raw, len(servers)
             )
         config, recipe = resolve_eval_config(config_file, overrides, recipe=not values["no_recipe"])
-        from tirl.models import check_reference
-
-        check_reference(config.model)  # a misspelled name fails here, before a server, a model or run.json
     except (ValueError, FileNotFoundError) as exc:
         typer.secho(f"tirl eval: {exc}", fg="red", err=True)
         raise typer.Exit(2) from None

@@ -164,11 +164,11 @@ def stop_promptly(say: Callable[[], None], grace_s: float = INTERRUPT_GRACE_S) -
         if interrupted:
             leave()
         interrupted = True
-        with contextlib.suppress(Exception):  # the line must never keep the process alive
-            say()
-        timer = threading.Timer(grace_s, leave)
+        timer = threading.Timer(grace_s, leave)  # first: should say() block (a display's lock), it still ends
         timer.daemon = True
         timer.start()
+        with contextlib.suppress(Exception):  # the line must never keep the process alive
+            say()
         raise KeyboardInterrupt
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -54,7 +56,14 @@ def test_eval_on_a_real_model_writes_records_and_table_then_resumes(tmp_path):
 
 def test_unknown_benchmark_is_a_clear_error_without_loading_a_model(tmp_path):
     res = tirl(
-        "eval", "--model", "no-such-model", "--benchmarks", "nope", "--out-dir", str(tmp_path / "o"), cwd=tmp_path
+        "eval",
+        "--model",
+        "smollm2-135m-instruct",
+        "--benchmarks",
+        "nope",
+        "--out-dir",
+        str(tmp_path / "o"),
+        cwd=tmp_path,
     )
     assert res.returncode == 2
     assert "unknown benchmark 'nope'" in res.stderr and "Traceback" not in res.stdout + res.stderr
@@ -93,3 +102,65 @@ def test_unreachable_sandbox_fails_fast_before_generating(tmp_path):
     assert res.returncode == 2, res.stdout + res.stderr
     assert "health check" in res.stderr
     assert not (tmp_path / "o" / "trajectories.jsonl").read_text()
+
+
+def _interrupt_after(args: list[str], ready: str, cwd) -> tuple[int, str, str]:
+    """Run ``python ARGS`` (SIGINT at its default, as in a terminal), send SIGINT once a line of its output
+    contains ``ready``, and return its exit code, stdout and stderr (a generous timeout, no timing assertion)."""
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if ready in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"still running 120 s after Ctrl-C: {''.join(seen)}{out}{err}") from None
+    return proc.returncode, "".join(seen) + out, err
+
+
+def test_ctrl_c_in_eval_ends_with_one_line_saying_how_to_resume(tmp_path):
+    # issue 45: Ctrl-C in tirl eval was silent and took 20-60 s (the generation thread finishing its batch)
+    out = tmp_path / "o"
+    args = ["-m", "tirl.cli.main", "eval", "--model", "tiny:smollm2-135m-instruct", "--benchmarks", "gsm8k:20"]
+    args += ["--samples", "4", "--max-response-tokens", "256", "--out-dir", str(out)]
+    code, stdout, stderr = _interrupt_after(args, "trajectories (", cwd=tmp_path)
+    assert code == 130, stdout + stderr
+    lines = [line for line in stderr.splitlines() if "interrupted" in line]
+    assert len(lines) == 1, stderr
+    assert f"samples are stored in {out}: re-run the same command to resume" in lines[0]
+    assert "Traceback" not in stderr and "Aborted" not in stdout + stderr
+    assert (out / "run.json").is_file()
+
+
+def test_an_interrupt_does_not_wait_for_a_slow_clean_up(tmp_path):
+    # a launched vLLM server takes up to a minute to stop; the interrupted command ends without it
+    script = tmp_path / "slow.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys, time
+            from tirl.cli.eval import stop_promptly
+
+            with stop_promptly(lambda: print("stopping: resume with the same command", file=sys.stderr)):
+                try:
+                    print("ready", flush=True)
+                    time.sleep(600)
+                finally:
+                    time.sleep(600)  # what _stop(proc) of a vLLM server may wait
+            """
+        )
+    )
+    code, _, stderr = _interrupt_after([str(script)], "ready", cwd=tmp_path)
+    assert code == 130 and stderr.strip() == "stopping: resume with the same command"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tirl.eval.store import RUN_FILE, TRAJECTORIES_FILE, ResumeMismatch, RunStore
+from tirl.eval.store import RUN_FILE, TRAJECTORIES_FILE, ResumeMismatch, RunStore, describe_diff, settings_diff
 
 
 def rec(b="math500", p="1", j=0, **extra):
@@ -50,11 +50,47 @@ def test_duplicate_append_is_refused(tmp_path):
 
 
 def test_different_settings_refuse_to_resume(tmp_path):
-    RunStore(tmp_path, {"model": "a", "temperature": 0.6}).close()
+    with RunStore(tmp_path, {"model": "a", "temperature": 0.6}) as store:
+        store.append(rec())
     with pytest.raises(ResumeMismatch, match="temperature"):
         RunStore(tmp_path, {"model": "a", "temperature": 1.0})
     # the original settings file is untouched
     assert json.loads((tmp_path / RUN_FILE).read_text())["temperature"] == 0.6
+
+
+def test_a_run_that_stored_no_sample_is_replaced_by_the_corrected_one(tmp_path):
+    # issue 45: an eval that failed on a misspelled model left a run.json that refused the corrected command
+    RunStore(tmp_path, {"model": "qwen-typo", "temperature": 0.6}).close()
+    (tmp_path / TRAJECTORIES_FILE).write_text('{"torn": ')  # a torn line is no sample either
+    with RunStore(tmp_path, {"model": "qwen", "temperature": 0.6}) as store:
+        assert store.replaced == {"model": ("qwen-typo", "qwen")}
+        store.append(rec())
+    assert json.loads((tmp_path / RUN_FILE).read_text())["model"] == "qwen"
+    with RunStore(tmp_path, {"model": "qwen", "temperature": 0.6}) as store:
+        assert store.replaced is None and len(store) == 1
+
+
+def test_a_refusal_is_one_short_line_naming_nested_keys(tmp_path):
+    protocol = {f"field_{i}": "x" * 60 for i in range(20)}
+    with RunStore(tmp_path, {"model": "a", "protocol": protocol}) as store:
+        store.append(rec())
+    changed = {**protocol, "prompt_style": "compact", "tool": "python_session"}
+    with pytest.raises(ResumeMismatch) as info:
+        RunStore(tmp_path, {"model": "b", "protocol": changed})
+    text = str(info.value)
+    assert "\n" not in text and len(text) < 400, text
+    assert 'protocol.prompt_style: unset -> "compact"' in text and 'model: "a" -> "b"' in text
+    assert "another output folder" in text and "--out " not in text
+    # a mismatched folder is not touched: its settings stay
+    assert json.loads((tmp_path / RUN_FILE).read_text())["model"] == "a"
+
+
+def test_settings_diff_names_each_changed_nested_field():
+    assert settings_diff({"a": 1, "p": {"x": 1, "y": 2}}, {"a": 1, "p": {"x": 1, "y": 3}, "b": True}) == {
+        "b": (None, True),
+        "p.y": (2, 3),
+    }
+    assert describe_diff({f"k{i}": (i, i + 1) for i in range(6)}, most=2) == "k0: 0 -> 1, k1: 1 -> 2 and 4 more"
 
 
 def test_summary_is_written_atomically(tmp_path):

@@ -17,6 +17,7 @@ from tirl.data.training import (
     load_jsonl_problems,
     load_rl_set,
     load_training_problems,
+    read_jsonl_problems,
     synthetic_problems,
     write_problems,
 )
@@ -159,3 +160,26 @@ def test_mixture_dedups_caps_and_rejects_unknown(tmp_path):
         load_training_problems(["no-such-set"])
     with pytest.raises(ValueError):
         load_training_problems([])
+
+
+def test_a_training_file_with_unreadable_rows_is_read_without_them_and_one_warning(tmp_path, caplog):
+    # issue 45: one non-integer answer row stopped a whole training run
+    path = tmp_path / "mine.jsonl"
+    rows = [
+        json.dumps({"problem": "1+1?", "answer": "2"}),
+        json.dumps({"problem": "root?", "answer": "\\sqrt{17}"}),
+        "{oops",
+        json.dumps({"problem": "no answer"}),
+        json.dumps({"problem": "2+2?", "answer": 4}),
+    ]
+    path.write_text("\n".join(rows) + "\n")
+    with caplog.at_level("WARNING", logger="tirl.data.training"):
+        problems = load_training_problems([str(path)], shuffle=False)
+    assert [p.answer for p in problems] == ["2", "4"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert "skipped 3 of 5 rows" in warnings[0] and "mine.jsonl:2" in warnings[0] and "not an integer" in warnings[0]
+    read, skipped = read_jsonl_problems(path)
+    assert len(read) == 2 and [why.split(":")[1] for why in skipped] == ["2", "3", "4"]
+    with pytest.raises(ValueError, match="mine.jsonl:2"):  # the strict reader still refuses the file
+        load_jsonl_problems(path)

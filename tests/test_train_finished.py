@@ -190,7 +190,7 @@ def test_eval_checks_its_server_before_generating(tmp_path):
             "--servers",
             "http://127.0.0.1:9",
             "--model",
-            "m",
+            "smollm2-135m-instruct",  # a name that names a model: a misspelled one is refused first
             "--benchmarks",
             "gsm8k",
             "--subset",

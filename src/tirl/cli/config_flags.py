@@ -111,15 +111,34 @@ def _first_sentence(text: str) -> str:
     return text
 
 
-def attribute_docs(cls: type) -> dict[str, str]:
+def _markdown(text: str) -> str:
+    """A docstring fragment as Markdown: Sphinx roles and double backquotes become code spans."""
+    text = re.sub(
+        r":[a-z]+:`~?([^`]+)`",
+        lambda m: "`" + (m.group(1).rsplit(".", 1)[-1] if m.group(0).count("~") else m.group(1)) + "`",
+        text,
+    )
+    text = text.replace("``", "`")
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def attribute_docs(cls: type, *, markdown: bool = False) -> dict[str, str]:
     """``{field: description}`` from the ``Attributes:`` sections of ``cls``'s docstring and its bases' (a
-    subclass's entry wins; ``a, b: text`` describes both), cleaned of Sphinx markup."""
+    subclass's entry wins; ``a, b: text`` and ``a / b: text`` describe both, and a list of names may go on
+    over the next line when the line ends with a comma), cleaned of Sphinx markup (``markdown``: with code
+    spans kept, for docs/config.md)."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         doc = inspect.cleandoc(klass.__dict__.get("__doc__") or "")
         inside, names, parts = False, [], []
         entries: list[tuple[list[str], list[str]]] = []
-        for line in doc.splitlines():
+        lines: list[str] = []
+        for line in doc.splitlines():  # "    a, b,\n        c: text" is the entry "    a, b, c: text"
+            if lines and re.match(r"^ {4}[A-Za-z_]\w*(?:, [A-Za-z_]\w*)*,$", lines[-1]):
+                lines[-1] += " " + line.strip()
+            else:
+                lines.append(line)
+        for line in lines:
             if line.strip() == "Attributes:":
                 inside = True
                 continue
@@ -127,15 +146,15 @@ def attribute_docs(cls: type) -> dict[str, str]:
                 continue
             if line and not line.startswith(" "):  # the next section (Raises:, ...)
                 break
-            entry = re.match(r"^ {4}([A-Za-z_]\w*(?:, [A-Za-z_]\w*)*): ?(.*)$", line)
+            entry = re.match(r"^ {4}([A-Za-z_]\w*(?:(?:, | / )[A-Za-z_]\w*)*): ?(.*)$", line)
             if entry:
-                names, parts = entry.group(1).split(", "), [entry.group(2)]
+                names, parts = re.split(r", | / ", entry.group(1)), [entry.group(2)]
                 entries.append((names, parts))
             elif names and line.strip():
                 parts.append(line.strip())
         for names, parts in entries:
             for n in names:
-                docs[n] = _clean(" ".join(parts))
+                docs[n] = (_markdown if markdown else _clean)(" ".join(parts))
     return docs
 
 

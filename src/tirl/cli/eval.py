@@ -24,8 +24,13 @@ shared CPU machine, spinning OpenMP threads make in-process generation many time
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +54,7 @@ from tirl.config import merge, parse_overrides, read_yaml_mapping
 from tirl.eval.config import DEFAULT_CONCURRENCY, EvalConfig, resolve_eval_config
 
 if TYPE_CHECKING:
-    from tirl.eval.runner import EvalResult
+    from tirl.eval.runner import EvalListener, EvalResult
 
 _CONCURRENCY_HELP = ", ".join(f"{n} for {engine}" for engine, n in DEFAULT_CONCURRENCY.items())
 
@@ -114,15 +119,95 @@ def flag_overrides(values: dict[str, Any], given: Any = None) -> dict[str, Any]:
     return flag_values(EVAL_FLAGS, values, given or (lambda name: name in values))
 
 
+INTERRUPT_GRACE_S = 1.5
+"""Seconds an interrupted ``tirl eval`` gives its clean-up (the sandbox's workers, the launched server's stop
+signal) before it exits regardless: what is left then is a generation thread finishing its batch (tens of
+seconds on a CPU) or a vLLM server shutting down (a minute), neither of which the stored samples need."""
+
+
+def _stored_samples(out_dir: Path) -> int:
+    """Samples stored in ``out_dir`` (complete lines of its trajectories file; 0 without one)."""
+    from tirl.eval.store import TRAJECTORIES_FILE
+
+    try:
+        return (Path(out_dir) / TRAJECTORIES_FILE).read_bytes().count(b"\n")
+    except OSError:
+        return 0
+
+
+@contextlib.contextmanager
+def stop_promptly(say: Callable[[], None], grace_s: float = INTERRUPT_GRACE_S) -> Iterator[None]:
+    """While the block runs, Ctrl-C (SIGINT) and SIGTERM end the process with exit code 130 within about
+    ``grace_s`` seconds.
+
+    The first signal calls ``say()`` (the one line saying how to resume), then raises KeyboardInterrupt in the
+    main thread, so the run's ``finally`` blocks close what they can (the sandbox's workers and folders; a
+    launched server is sent SIGTERM, and the kernel sends it one too when this process ends:
+    ``PR_SET_PDEATHSIG``); a timer ends the process after ``grace_s`` whatever they still wait for, and a second
+    signal ends it at once. Each sample is appended and fsynced as it finishes (:mod:`tirl.eval.store`), so
+    nothing stored is lost. Only in the main thread (signal handlers live there); elsewhere the block runs as
+    is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def leave() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+
+    interrupted = False
+
+    def on_signal(signum: int, frame: Any) -> None:
+        nonlocal interrupted
+        if interrupted:
+            leave()
+        interrupted = True
+        timer = threading.Timer(grace_s, leave)  # first: should say() block (a display's lock), it still ends
+        timer.daemon = True
+        timer.start()
+        with contextlib.suppress(Exception):  # the line must never keep the process alive
+            say()
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not interrupted:  # raised by something else than the handler (a test, a debugger)
+            with contextlib.suppress(Exception):
+                say()
+        leave()  # without waiting for the generation thread the interpreter would join at exit
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _run(config: EvalConfig, console: Console, progress: bool = True) -> EvalResult:
     """Run one evaluation (with its own vLLM server under ``launch_server``); expected failures become a message
-    and exit code 2."""
-    import contextlib
-
+    and exit code 2; Ctrl-C ends it promptly with one line saying how to resume (:func:`stop_promptly`)."""
+    from tirl.cli.eval_display import ConsoleListener
     from tirl.eval.launch import launched_eval_server
-    from tirl.models import ModelNotFoundError
+    from tirl.models import ModelNotFoundError, check_reference
 
-    with contextlib.ExitStack() as stack:
+    try:  # a misspelled name fails here, before a server starts, a model loads or run.json is written
+        check_reference(config.model)
+    except ModelNotFoundError as exc:
+        typer.secho(f"tirl eval: {exc}", fg="red", err=True)
+        raise typer.Exit(2) from None
+    listener = ConsoleListener(console, progress=progress)
+
+    def say() -> None:
+        listener.close()
+        typer.secho(
+            f"tirl eval: interrupted; {_stored_samples(config.out_dir)} samples are stored in {config.out_dir}: "
+            "re-run the same command to resume",
+            fg="yellow",
+            err=True,
+        )
+
+    with stop_promptly(say), contextlib.ExitStack() as stack:
         try:  # only the server's start is guarded here: the run's own errors are _run_served's
             served = stack.enter_context(
                 launched_eval_server(config, say=lambda line: typer.echo(f"tirl eval: {line}", err=True))
@@ -130,10 +215,10 @@ def _run(config: EvalConfig, console: Console, progress: bool = True) -> EvalRes
         except (ModelNotFoundError, ValueError, RuntimeError) as exc:
             typer.secho(f"tirl eval: {exc}", fg="red", err=True)
             raise typer.Exit(2) from None
-        return _run_served(served, console, progress)
+        return _run_served(served, listener)
 
 
-def _run_served(config: EvalConfig, console: Console, progress: bool) -> EvalResult:
+def _run_served(config: EvalConfig, listener: EvalListener) -> EvalResult:
     from tirl.data.benchmarks import BenchmarkError
     from tirl.eval.runner import run_eval
     from tirl.eval.store import ResumeMismatch
@@ -154,10 +239,11 @@ def _run_served(config: EvalConfig, console: Console, progress: bool) -> EvalRes
                 )
                 raise typer.Exit(2)
     try:
-        from tirl.cli.eval_display import ConsoleListener
-
-        return asyncio.run(run_eval(config, listener=ConsoleListener(console, progress=progress)))
-    except (ResumeMismatch, ModelNotFoundError, BenchmarkError, SandboxUnavailable, ServerSyncError, ValueError) as exc:
+        return asyncio.run(run_eval(config, listener=listener))
+    except ResumeMismatch as exc:
+        typer.secho(f"tirl eval: {exc} (the folder is --out-dir)", fg="red", err=True)
+        raise typer.Exit(2) from None
+    except (ModelNotFoundError, BenchmarkError, SandboxUnavailable, ServerSyncError, ValueError) as exc:
         typer.secho(f"tirl eval: {exc}", fg="red", err=True)
         raise typer.Exit(2) from None
 

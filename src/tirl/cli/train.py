@@ -4,6 +4,9 @@
 the newest checkpoint in the run's ``output_dir``. Under ``accelerate launch`` every process runs it.
 ``tirl train sft --config FILE [key.sub=value ...]`` runs the recipe's first stage (``tirl.train.sft``) the same
 way and writes a plain model folder (``output_dir/final``) that ``tirl train rl`` and ``tirl eval`` start from.
+The recipe is checked when it is read (its validation and its model name), before ``--print-config`` prints it
+and before a run loads anything. ``--help`` lists every key of the recipe by section
+(:func:`tirl.cli.config_reference.keys_help_command`; all of them, with types: docs/config.md).
 
 Unless the environment says otherwise, the command sets ``OMP_WAIT_POLICY=PASSIVE`` before torch is loaded:
 on a shared CPU machine OpenMP threads that spin while waiting made generation 10-20x slower (measured with
@@ -20,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from tirl.cli.config_reference import keys_help_command
+
 if TYPE_CHECKING:
     from tirl.train.config import RLConfig
     from tirl.train.sft_config import SFTConfig
@@ -35,7 +40,19 @@ app = typer.Typer(
 )
 
 
-@app.command("rl")
+def _rl_config_class() -> type:
+    from tirl.train.config import RLConfig
+
+    return RLConfig
+
+
+def _sft_config_class() -> type:
+    from tirl.train.sft_config import SFTConfig
+
+    return SFTConfig
+
+
+@app.command("rl", cls=keys_help_command(_rl_config_class))
 def rl_command(
     config: Path = typer.Option(..., "--config", "-c", help="YAML recipe (configs/rl/*.yaml)."),
     overrides: list[str] | None = typer.Argument(
@@ -60,10 +77,15 @@ def rl_command(
 
         return finished_run(cfg)
 
-    _run_stage(lambda: load_config(config, overrides or []), run, print_config, "final weights", finished)
+    def load() -> RLConfig:
+        cfg = load_config(config, overrides or [])
+        _check_recipe(cfg)
+        return cfg
+
+    _run_stage(load, run, print_config, "final weights", finished)
 
 
-@app.command("sft")
+@app.command("sft", cls=keys_help_command(_sft_config_class))
 def sft_command(
     config: Path = typer.Option(..., "--config", "-c", help="YAML recipe (configs/sft/*.yaml)."),
     overrides: list[str] | None = typer.Argument(
@@ -78,7 +100,7 @@ def sft_command(
 
     def load() -> SFTConfig:
         cfg = load_sft_config(config, overrides or [])
-        cfg.validate()
+        _check_recipe(cfg)
         return cfg
 
     def run(cfg: SFTConfig) -> Path:
@@ -116,6 +138,22 @@ def replay_command(
         raise typer.Exit(2) from None
     print_report(report, Console(soft_wrap=True))
     raise typer.Exit(0 if report.ok else 1)
+
+
+def _check_recipe(cfg: RLConfig | SFTConfig) -> None:
+    """The checks a recipe passes when it is read, before ``--print-config`` prints it and before a run loads
+    anything: its own validation (group size, selection rule, batch arithmetic, for the launch's
+    ``WORLD_SIZE`` processes; the run repeats it with the count the trainer sees) and its model name (a
+    misspelled one fails here, not after the imports of a run).
+
+    Raises:
+        ValueError: an invalid setting, named.
+        FileNotFoundError: (:class:`tirl.models.ModelNotFoundError`) no such model.
+    """
+    from tirl.models import check_reference
+
+    cfg.validate(int(os.environ.get("WORLD_SIZE", "1") or 1))
+    check_reference(cfg.model.name_or_path)
 
 
 def _is_main_process() -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import math
 import random
 import re
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from tirl.data.problem import Problem
+
+logger = logging.getLogger(__name__)
 
 RL_DATA_DIR = Path(__file__).resolve().parent / "rl"
 
@@ -73,17 +76,59 @@ def _from_row(row: dict[str, Any], where: str, integer_only: bool) -> Problem:
     )
 
 
-def _read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
+def _read_jsonl(path: Path, skipped: list[str] | None = None) -> Iterable[tuple[int, dict[str, Any]]]:
+    """``(line number, row)`` of each non-blank line; a line that is not a JSON object raises, or, when
+    ``skipped`` is a list, is left out with its reason appended there."""
     with gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh.read().split("\n"), 1):
             if line.strip():
                 try:
                     row = json.loads(line)
+                    if not isinstance(row, dict):
+                        raise ValueError(f"{path}:{lineno}: expected a JSON object")
                 except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
-                if not isinstance(row, dict):
-                    raise ValueError(f"{path}:{lineno}: expected a JSON object")
+                    if skipped is None:
+                        raise ValueError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
+                    skipped.append(f"{path}:{lineno}: invalid JSON ({exc.msg})")
+                    continue
+                except ValueError as exc:
+                    if skipped is None:
+                        raise
+                    skipped.append(str(exc))
+                    continue
                 yield lineno, row
+
+
+def read_jsonl_problems(path: str | Path, *, integer_only: bool = True) -> tuple[list[Problem], list[str]]:
+    """The readable problems of a JSONL (or ``.jsonl.gz``) file and why each other row was left out: the
+    lenient reading of :func:`load_jsonl_problems` (invalid JSON, no problem or answer, a non-integer answer
+    with ``integer_only``, a repeated id).
+
+    Returns:
+        ``(problems in file order, one reason per skipped row: "FILE:LINE: why")``.
+
+    Raises:
+        FileNotFoundError: no such file.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no problem file at {path}")
+    stem = path.name.split(".")[0]
+    out: list[Problem] = []
+    skipped: list[str] = []
+    seen: set[str] = set()
+    for lineno, row in _read_jsonl(path, skipped):
+        row.setdefault("id", f"{stem}-{lineno}")
+        try:
+            prob = _from_row(row, f"{path}:{lineno}", integer_only)
+            if prob.id in seen:
+                raise ValueError(f"{path}:{lineno}: duplicate id {prob.id!r}")
+        except ValueError as exc:
+            skipped.append(str(exc))
+            continue
+        seen.add(prob.id)
+        out.append(prob)
+    return out, skipped
 
 
 def load_jsonl_problems(path: str | Path, *, integer_only: bool = True, skip_invalid: bool = False) -> list[Problem]:
@@ -92,7 +137,7 @@ def load_jsonl_problems(path: str | Path, *, integer_only: bool = True, skip_inv
     Args:
         path: the file.
         integer_only: reject rows whose answer is not an integer (thousands separators are removed).
-        skip_invalid: drop invalid rows instead of raising.
+        skip_invalid: drop invalid rows instead of raising (:func:`read_jsonl_problems` also says which).
 
     Returns:
         The problems in file order; a missing ``id`` becomes ``<file stem>-<line>``.
@@ -100,27 +145,12 @@ def load_jsonl_problems(path: str | Path, *, integer_only: bool = True, skip_inv
     Raises:
         FileNotFoundError: no such file.
         ValueError: invalid JSON, a row without problem/answer, a non-integer answer with ``integer_only``, or
-            duplicate ids (unless ``skip_invalid``).
+            duplicate ids (unless ``skip_invalid``): the first such row.
     """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no problem file at {path}")
-    stem = path.name.split(".")[0]
-    out: list[Problem] = []
-    seen: set[str] = set()
-    for lineno, row in _read_jsonl(path):
-        row.setdefault("id", f"{stem}-{lineno}")
-        try:
-            prob = _from_row(row, f"{path}:{lineno}", integer_only)
-            if prob.id in seen:
-                raise ValueError(f"{path}:{lineno}: duplicate id {prob.id!r}")
-        except ValueError:
-            if skip_invalid:
-                continue
-            raise
-        seen.add(prob.id)
-        out.append(prob)
-    return out
+    problems, skipped = read_jsonl_problems(path, integer_only=integer_only)
+    if skipped and not skip_invalid:
+        raise ValueError(skipped[0])
+    return problems
 
 
 def load_rl_set(name: str, limit: int | None = None) -> list[Problem]:
@@ -330,6 +360,10 @@ def load_training_problems(
         limit: keep at most this many after shuffling.
         shuffle: shuffle the mixture (deterministic for a seed).
 
+    A file's rows that cannot be read as a problem with an integer answer (invalid JSON, no problem or answer,
+    an answer such as ``\\sqrt{17}``, a repeated id) are left out, with one warning per file giving their count
+    and the first (:func:`read_jsonl_problems`); the packaged sets are checked rows.
+
     Returns:
         The problems.
 
@@ -358,7 +392,17 @@ def load_training_problems(
         elif name in RL_SETS:
             problems.extend(load_rl_set(name, int(arg) if arg else None))
         elif Path(src).exists():
-            problems.extend(load_jsonl_problems(src))
+            read, skipped = read_jsonl_problems(src)
+            if skipped:  # one line per file, before training starts, never a stop in the middle of a run
+                logger.warning(
+                    "data source %s: skipped %d of %d rows that cannot be read as an integer-answer problem "
+                    "(the first: %s)",
+                    src,
+                    len(skipped),
+                    len(skipped) + len(read),
+                    skipped[0],
+                )
+            problems.extend(read)
         else:
             raise ValueError(
                 f"data source {src!r} is neither a packaged set ({', '.join(RL_SETS)}), 'synthetic:N', 'toolmath:N', "
@@ -397,6 +441,7 @@ __all__ = [
     "load_jsonl_problems",
     "load_rl_set",
     "load_training_problems",
+    "read_jsonl_problems",
     "synthetic_problems",
     "write_problems",
 ]

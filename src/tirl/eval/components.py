@@ -191,7 +191,7 @@ async def build_default_components(config: EvalConfig) -> EvalComponents:
         tirl.models.ModelNotFoundError: unknown model.
         ValueError: a bad ``engine`` setting.
     """
-    from tirl.models import load, load_tokenizer
+    from tirl.models import load, load_tokenizer, model_reference
     from tirl.runtime import build_executor
 
     executor = build_executor(config.sandbox)
@@ -199,10 +199,11 @@ async def build_default_components(config: EvalConfig) -> EvalComponents:
     closers: list[Any] = [close_executor]
     try:
         if config.engine == "hf":
-            model, tokenizer = load(config.model, dtype=config.dtype)
+            # tiny:<tokenizer> smoke models too, as in training (model_reference builds one once)
+            model, tokenizer = load(model_reference(config.model), dtype=config.dtype)
             router, close_router, context = build_router(config, (model, tokenizer))
         else:
-            tokenizer = load_tokenizer(config.model)
+            tokenizer = load_tokenizer(model_reference(config.model))
             router, close_router, context = build_router(config, None)
         if close_router is not None:
             closers.insert(0, close_router)

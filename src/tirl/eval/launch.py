@@ -94,11 +94,11 @@ def launched_eval_server(config: EvalConfig, say: Callable[[str], None] | None =
             say(f"in process ({why})")
         yield config
         return
-    from tirl.models import resolve
+    from tirl.models import model_reference, resolve
     from tirl.models.loading import resolve_dtype
     from tirl.rollout import vllm_server
 
-    folder = resolve(config.model)
+    folder = resolve(model_reference(config.model))
     log_path = Path(config.out_dir) / LAUNCH_LOG
     say(f"starting a vLLM server of {config.model} ({why}; log {log_path})")
     with vllm_server.serve_model(

@@ -15,6 +15,8 @@ Policies:
   under a seed).
 - A trajectory whose engine failed (finish reason ``error``) is not stored: it is counted in the summary's
   ``engine_errors`` and re-tried by the next run with the same ``--out-dir``.
+- An output folder whose earlier run stored no sample is taken over (:class:`tirl.eval.store.RunStore`), with a
+  warning naming the settings that changed.
 - A verifier status other than ``ok`` / ``no_answer`` counts as incorrect and is reported in the table's JSON
   (``verdict_statuses``), never hidden.
 - The summary covers exactly the samples this run asked for (benchmarks x subset x samples), also when the
@@ -33,7 +35,7 @@ from typing import Any
 from tirl.eval.components import EvalComponents, Grader, build_default_components
 from tirl.eval.config import EvalConfig
 from tirl.eval.metrics import BenchmarkSummary, SampleOutcome, summarize
-from tirl.eval.store import RunStore
+from tirl.eval.store import RunStore, describe_diff
 from tirl.protocol.audit import AUDIT_KEYS, audit_record, summarize_audits
 from tirl.protocol.types import Trajectory, token_fields
 from tirl.reward.types import bug_detail
@@ -176,6 +178,11 @@ async def run_eval(
     store = RunStore(config.out_dir, config.resume_settings())
     owned = components is None
     try:
+        if store.replaced is not None:
+            listener.warning(
+                f"{config.out_dir}: its earlier run stored no sample, so this run's settings replace its run.json "
+                f"({describe_diff(store.replaced)})"
+            )
         load = (components.load_problems if components is not None else None) or default_load_problems
         problems = {name: load(name)[: config.subsets.get(name, config.subset)] for name in config.benchmarks}
         if components is None:  # after the problems, so that a bad benchmark fails before the model loads
@@ -293,7 +300,7 @@ async def run_eval(
             listener.finished(summaries, title)
         if counters["errors"]:
             listener.warning(
-                f"{counters['errors']} trajectories failed in the engine; re-run with the same --out to retry them"
+                f"{counters['errors']} trajectories failed in the engine; re-run the same command to retry them"
             )
         return EvalResult(summaries, summary, counters["new"], resumed, counters["errors"], elapsed)
     finally:

@@ -12,9 +12,13 @@ Resume policy:
   file stays valid JSONL. A malformed line elsewhere is also skipped and counted (``RunStore.skipped_lines``),
   never fatal.
 - ``run.json`` holds the settings that change what a sample means (model, sampling, limits, tools). Opening an
-  existing folder with different settings raises :class:`ResumeMismatch` instead of mixing two runs. Settings
-  that only select *which* samples exist (benchmarks, subset, samples per problem) may differ: a larger
-  ``--samples`` or ``--subset`` extends a run.
+  existing folder with different settings raises :class:`ResumeMismatch` instead of mixing two runs (one line:
+  the keys that differ, a nested setting by its dotted key, long values cut). Settings that only select *which*
+  samples exist (benchmarks, subset, samples per problem) may differ: a larger ``--samples`` or ``--subset``
+  extends a run.
+- A folder whose run stored no sample (it failed before its first one: a misspelled model, a dead server) holds
+  nothing to mix: its ``run.json`` is replaced by the new settings, and :attr:`RunStore.replaced` says so, so
+  that the corrected command runs in the same folder.
 """
 
 from __future__ import annotations
@@ -45,6 +49,34 @@ def record_key(record: dict[str, Any]) -> RecordKey:
     return (str(record["benchmark"]), str(record["problem_id"]), int(record["sample_index"]))
 
 
+def settings_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """``{dotted key: (old value, new value)}`` of the settings that differ; a mapping on both sides
+    (``protocol``, ``verifier``) is compared key by key, so one changed field is one entry."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            out.update(settings_diff(a, b, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = (a, b)
+    return out
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = json.dumps(value, ensure_ascii=False) if value is not None else "unset"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe_diff(diff: dict[str, tuple[Any, Any]], most: int = 4) -> str:
+    """``key: old -> new`` of the first ``most`` differences (values cut at 40 characters), and how many more:
+    what a one-line message can hold (a whole protocol section made a 1,424-character line)."""
+    parts = [f"{k}: {_short(a)} -> {_short(b)}" for k, (a, b) in list(diff.items())[:most]]
+    more = len(diff) - most
+    return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
+
+
 class RunStore:
     """The output folder of one evaluation run, opened for resume.
 
@@ -61,9 +93,13 @@ class RunStore:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.out_dir / TRAJECTORIES_FILE
         self.skipped_lines = 0
-        self._check_settings(settings)
         self.records: dict[RecordKey, dict[str, Any]] = {}
-        self._load()
+        good_end = self._load()  # read only: nothing of the folder changes before its settings are checked
+        self.replaced: dict[str, tuple[Any, Any]] | None = None
+        """The settings that differed from those of the folder's earlier run, which stored no sample and was
+        replaced (``{dotted key: (old, new)}``); None when nothing was replaced."""
+        self._check_settings(settings)
+        self._cut_torn_line(good_end)
         self._fh = open(self.path, "a", encoding="utf-8")
 
     # -- settings -------------------------------------------------------------------------------------
@@ -76,26 +112,25 @@ class RunStore:
             except (OSError, ValueError):
                 previous = None
             if isinstance(previous, dict):
-                diff = {
-                    k: (previous.get(k), settings.get(k))
-                    for k in sorted(set(previous) | set(settings))
-                    if previous.get(k) != settings.get(k)
-                }
-                if diff:
-                    lines = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items())
+                diff = settings_diff(previous, settings)
+                if not diff:
+                    return
+                if self.records:
                     raise ResumeMismatch(
-                        f"{self.out_dir} holds a run with different settings ({lines}); "
-                        "use another --out folder or the same settings"
+                        f"{self.out_dir} holds {len(self.records)} samples of a run with other settings "
+                        f"({describe_diff(diff)}): use another output folder, or the same settings to resume"
                     )
-                return
+                self.replaced = diff  # nothing stored under the old settings: nothing to mix
         tmp = run_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         os.replace(tmp, run_path)
 
     # -- records --------------------------------------------------------------------------------------
-    def _load(self) -> None:
+    def _load(self) -> int:
+        """Read the stored records; returns the byte offset past the last complete line (the file's size when
+        its last line is complete, 0 without a file)."""
         if not self.path.exists():
-            return
+            return 0
         data = self.path.read_bytes()
         good_end = 0  # byte offset just past the last newline-terminated line
         pos = 0
@@ -116,6 +151,11 @@ class RunStore:
             self.records[key] = record
         if good_end < len(data):
             self.skipped_lines += 1
+        return good_end
+
+    def _cut_torn_line(self, good_end: int) -> None:
+        """Cut a torn last line (a crash mid-write) off the file, so the next append starts a line."""
+        if self.path.exists() and self.path.stat().st_size > good_end:
             with open(self.path, "r+b") as fh:
                 fh.truncate(good_end)
                 fh.flush()

@@ -150,6 +150,25 @@ def model_reference(name_or_path: str) -> str:
     return name_or_path
 
 
+def check_reference(name_or_path: str | Path) -> None:
+    """Check, without loading, converting or downloading anything, that ``name_or_path`` names a model
+    :func:`resolve` can find: a built-in or packaged trained name, a local folder, a ``.gguf`` file, a
+    ``tiny:<tokenizer>`` smoke model (its tokenizer reference is checked) or something shaped like a Hub id
+    (whether the hub has it is known only on download). What a command runs before it loads anything, so a
+    typo costs no model load and leaves no output behind.
+
+    Raises:
+        ModelNotFoundError: one line naming what was looked for.
+    """
+    ref = str(name_or_path)
+    if ref.startswith("tiny:"):
+        if not ref[len("tiny:") :]:
+            raise ModelNotFoundError("tiny: needs a tokenizer reference (tiny:smollm2-135m-instruct)")
+        _classify(ref[len("tiny:") :])
+        return
+    _classify(name_or_path)
+
+
 def _conversion_args(kind: str, ref: Any) -> tuple[Path, str, dict]:
     """GGUF file, cache key and end-of-turn settings for a GGUF or built-in reference."""
     if kind == "builtin":

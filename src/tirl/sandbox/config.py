@@ -124,6 +124,7 @@ class SandboxConfig:
             ``/dev/shm``, writable by it alone and gone with its last process, so ``multiprocessing``'s
             ``Pool``, ``Lock``, ``Queue`` and ``Semaphore`` and ``ProcessPoolExecutor`` work (its pages are
             charged to the call's memory cgroup).
+        shm_mb, shm_inodes: size in MiB and most files of that ``/dev/shm`` tmpfs.
         extra_read_paths: directories calls may read besides the Python installation (its prefixes and the
             ``sys.path`` entries inside them) and the system directories. Other ``sys.path`` entries of the
             worker (the project's source tree, the current directory) are neither readable nor on the call's

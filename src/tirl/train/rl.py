@@ -173,6 +173,15 @@ def colocated_vllm_dtype(model: Any) -> Iterator[None]:
         vg.LLM = original
 
 
+def read_training_problems(config: RLConfig) -> list[Problem]:
+    """The problems of ``config.data`` (:func:`tirl.data.training.load_training_problems`: sources, seed, limit).
+
+    Raises:
+        ValueError: no source, or a source that is neither a packaged set, a generator nor a file.
+    """
+    return load_training_problems(config.data.sources, seed=config.data.seed, limit=config.data.limit)
+
+
 def filter_prompt_length(
     problems: Sequence[Problem], tokenizer: Any, max_tokens: int, protocol: Any = None
 ) -> list[Problem]:
@@ -253,18 +262,22 @@ def build_trainer(
     scorer: Scorer | None = None,
     num_processes: int | None = None,
     launched_url: str | None = None,
+    filter_prompts: bool | None = None,
 ) -> BuiltRun:
     """Build the GRPO-RoC trainer of ``config``.
 
     Args:
         config: the run.
-        problems: training problems (default: from ``config.data``).
+        problems: training problems (default: from ``config.data``, :func:`read_training_problems`).
         source: trajectory source (default :class:`~tirl.train.rollout_func.AgentLoopSource` on the policy).
         scorer: reward (default :class:`~tirl.train.rollout_func.VerifierScorer` on the source's executor).
         num_processes: training processes (default: the world size the training arguments see).
         launched_url: the server :func:`tirl.train.launch.launched_server` started for this run: the rollout
             generates through it as through a one-server ``rollout.server_url`` (``server_sync: auto`` becomes
             ``weights``), and ``config.yaml`` keeps the recipe's settings, not the URL.
+        filter_prompts: leave out the problems whose prompt is longer than ``rollout.max_prompt_tokens``
+            (default: only when the problems are read here from ``config.data``; :func:`train` reads them
+            before the model and passes True).
 
     Returns:
         A :class:`BuiltRun`; call ``run.trainer.train(resume_from_checkpoint=run.resume_from)`` (or use
@@ -299,8 +312,11 @@ def build_trainer(
     if config.init_from and resume_from is None:
         init_from = resolve_init_from(config.init_from)
     model, tokenizer, peft_config = load_policy(config.model, init_from)
+    if filter_prompts is None:
+        filter_prompts = problems is None
     if problems is None:
-        problems = load_training_problems(config.data.sources, seed=config.data.seed, limit=config.data.limit)
+        problems = read_training_problems(config)
+    if filter_prompts:
         problems = filter_prompt_length(problems, tokenizer, config.rollout.max_prompt_tokens, config.protocol)
     problems = list(problems)
     if not problems:
@@ -450,6 +466,11 @@ def train(config: RLConfig, **kwargs: Any) -> Path:
     if done is not None:
         logger.info("%s is finished (%d steps): nothing to train", config.output_dir, config.max_steps)
         return done
+    if kwargs.get("problems") is None:
+        # before the server and the model: a misspelled source or an unreadable file fails in a second, and
+        # the rows that cannot be read are counted once here, never met in the middle of the run
+        kwargs["problems"] = read_training_problems(config)
+        kwargs.setdefault("filter_prompts", True)
     from tirl.train.launch import launched_server
 
     with launched_server(config, _world_size(config)) as url:
@@ -504,6 +525,7 @@ __all__ = [
     "build_trainer",
     "colocated_vllm_dtype",
     "filter_prompt_length",
+    "read_training_problems",
     "final_from_checkpoint",
     "final_step",
     "finished_run",

@@ -88,7 +88,7 @@ def _paths() -> list[tuple[str, str]]:
         for span in _CODE.findall(text):
             for token in span.split():
                 token = token.strip("(),;:'\"")
-                if token.startswith(_PATH_ROOTS) and not re.search(r"[<>{}$]|\.\.\.|NNN|_N\b|-N\b", token):
+                if token.startswith(_PATH_ROOTS) and not re.search(r"[<>{}$]|\.\.\.|NNN|_N\b|-N\b|\b(?:FILE|DIR|NAME|PATH)\b", token):
                     found.add((doc.name, token))
         for link in _LINK.findall(text):
             if not re.match(r"[a-z]+:", link):  # not a URL

@@ -29,6 +29,15 @@ Conversion rules (so the SFT targets obey the protocol the agent loop and the ve
 * **programs_recovery** (generated, :mod:`tirl.data.sft_recovery`): a first call whose program fails (the real
   error fed back), a sentence reading the error, a second call with the fix, its output, the answer.
 
+* **trajectories** (rejection sampling, :func:`trajectory_examples`): the model's own correct trajectories from
+  ``tirl eval`` runs (``trajectories:PATH``, PATH an eval's ``trajectories.jsonl`` or its folder), kept when the
+  verifier scored them correct and they ended with an answer, trained on **the exact tokens sampled** (the stored
+  ``prompt_ids``, ``response_ids`` and ``loss_mask``: nothing is re-rendered, so the prompt, the tool-call format
+  and the tool responses are the ones the evaluation used); identical responses to one problem are kept once,
+  and at most ``data.max_per_problem`` per problem (the first by sample index). This is rejection-sampling
+  fine-tuning (RFT; Yuan et al. 2023, "Scaling relationship on learning mathematical reasoning with LLMs"): the
+  model learns the format from its own successes without imitating another model's reasoning.
+
 Sources are named like the RL sets: ``gsm8k_tir`` (all rows), ``gsm8k_tir:N`` (the first N rows) or
 ``gsm8k_tir:A-B`` (rows A to B-1, e.g. to keep SFT problems apart from the ``gsm8k:150`` RL items);
 ``programs:N`` / ``programs:A-B`` and ``programs_recovery:N`` / ``programs_recovery:A-B`` (the generated sets need a
@@ -100,6 +109,8 @@ class SFTExample:
         kind: ``tool`` (calls the Python tool) or ``chat``.
         source: upstream of the row.
         answer: the reference final answer for ``tool`` examples, else None.
+        rendered: the exact token ids and loss mask when the example was sampled (``trajectories`` sources);
+            :func:`render_sft_example` returns them unchanged. None: rendered from ``turns``.
     """
 
     id: str
@@ -108,6 +119,7 @@ class SFTExample:
     kind: str = "tool"
     source: str = ""
     answer: str | None = None
+    rendered: RenderedConversation | None = None
 
 
 def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
@@ -263,6 +275,69 @@ def load_sft_set(name: str, rows: slice = slice(None), config: ProtocolConfig | 
     return [_CONVERTERS[spec["kind"]](row, config) for row in raw]
 
 
+TRAJECTORIES = "trajectories"
+"""The rejection-sampling source: ``trajectories:PATH`` (an eval's ``trajectories.jsonl`` or its folder)."""
+
+
+def trajectory_examples(path: str | Path, max_per_problem: int | None = None) -> list[SFTExample]:
+    """The correct, answered trajectories of a ``tirl eval`` run as SFT examples on their exact tokens.
+
+    Args:
+        path: the run's ``trajectories.jsonl``, or the folder holding it.
+        max_per_problem: keep at most this many per problem (the lowest sample indices first); None = all.
+
+    Returns:
+        One example per kept trajectory, in file order (``id``: ``benchmark/problem_id#sample_index``,
+        ``kind``: ``tool`` when the trajectory called the tool, else ``chat``).
+
+    Raises:
+        ValueError: the file is missing, a line is not JSON, or a kept record lacks its token ids (written by a
+            tirl older than the token fields) or has a loss mask of another length than its response.
+    """
+    file = Path(path)
+    if file.is_dir():
+        file = file / "trajectories.jsonl"
+    if not file.is_file():
+        raise ValueError(f"SFT source {TRAJECTORIES}:{path}: no trajectories.jsonl there (a tirl eval output)")
+    kept: dict[str, list[tuple[int, SFTExample]]] = {}
+    seen: set[tuple[str, int]] = set()
+    for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{file}:{n}: not JSON ({exc})") from None
+        if not record.get("correct") or record.get("finish_reason") != "answer":
+            continue
+        if not all(k in record for k in ("prompt_ids", "response_ids", "loss_mask")):
+            raise ValueError(f"{file}:{n}: no prompt_ids/response_ids/loss_mask (re-run the evaluation)")
+        response, mask = [int(x) for x in record["response_ids"]], [int(x) for x in record["loss_mask"]]
+        if len(mask) != len(response) or not any(mask):
+            raise ValueError(f"{file}:{n}: loss_mask does not fit response_ids")
+        problem_key = f"{record.get('benchmark', '')}/{record['problem_id']}"
+        digest = (problem_key, hash(tuple(response)))
+        if digest in seen:  # the same response sampled twice: once is enough
+            continue
+        seen.add(digest)
+        example = SFTExample(
+            id=f"{problem_key}#{record['sample_index']}",
+            problem=str(record.get("problem", "")),
+            kind="tool" if record.get("tool_classes") else "chat",
+            source=f"{file}:{n}",
+            answer=record.get("final_answer"),
+            rendered=RenderedConversation(
+                prompt_ids=[int(x) for x in record["prompt_ids"]], response_ids=response, loss_mask=mask
+            ),
+        )
+        kept.setdefault(problem_key, []).append((int(record["sample_index"]), example))
+    out: list[SFTExample] = []
+    for examples in kept.values():
+        examples.sort(key=lambda pair: pair[0])
+        out.extend(e for _, e in examples[:max_per_problem])
+    return out
+
+
 def load_sft_examples(
     sources: Sequence[str],
     *,
@@ -270,6 +345,7 @@ def load_sft_examples(
     limit: int | None = None,
     shuffle: bool = True,
     config: ProtocolConfig | None = None,
+    max_per_problem: int | None = None,
 ) -> list[SFTExample]:
     """Examples from several packaged sets, de-duplicated by id, optionally shuffled (seeded) and capped.
 
@@ -279,6 +355,7 @@ def load_sft_examples(
         limit: keep at most this many after shuffling.
         shuffle: shuffle the mixture.
         config: protocol configuration for the conversion.
+        max_per_problem: for ``trajectories:PATH`` sources, the most trajectories kept per problem.
 
     Raises:
         ValueError: no sources, an unknown set or a malformed range.
@@ -288,6 +365,9 @@ def load_sft_examples(
     examples: list[SFTExample] = []
     for src in sources:
         name, _, arg = src.partition(":")
+        if name == TRAJECTORIES:
+            examples.extend(trajectory_examples(arg, max_per_problem))
+            continue
         if name in (GENERATED_PROGRAMS, GENERATED_RECOVERY):
             rows = _row_range(arg, name)
             if rows.stop is None:
@@ -301,7 +381,7 @@ def load_sft_examples(
         if name not in SFT_SETS:
             raise ValueError(
                 f"SFT source {src!r} is neither a packaged set ({', '.join(SFT_SETS)}) nor "
-                f"{GENERATED_PROGRAMS!r} / {GENERATED_RECOVERY!r}"
+                f"{GENERATED_PROGRAMS!r} / {GENERATED_RECOVERY!r} / {TRAJECTORIES}:PATH"
             )
         examples.extend(load_sft_set(name, _row_range(arg, name), config))
     first: dict[str, SFTExample] = {}
@@ -318,7 +398,10 @@ def render_sft_example(
 ) -> RenderedConversation:
     """The example as token ids with its loss mask, exactly as the agent loop would build the same conversation
     (:func:`tirl.protocol.render_conversation_ids`: system prompt with the tool, ``<reason>`` prefill and
-    tool-response segments masked 0, model turns and their end-of-turn tokens masked 1)."""
+    tool-response segments masked 0, model turns and their end-of-turn tokens masked 1); a sampled example's own
+    tokens (``example.rendered``) unchanged."""
+    if example.rendered is not None:
+        return example.rendered
     return render_conversation_ids(tokenizer, example.problem, example.turns, config)
 
 
@@ -326,6 +409,7 @@ __all__ = [
     "SFTExample",
     "SFT_DATA_DIR",
     "SFT_SETS",
+    "TRAJECTORIES",
     "GENERATED_PROGRAMS",
     "GENERATED_RECOVERY",
     "chat_example",
@@ -333,4 +417,5 @@ __all__ = [
     "load_sft_examples",
     "load_sft_set",
     "render_sft_example",
+    "trajectory_examples",
 ]

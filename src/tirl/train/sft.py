@@ -162,7 +162,11 @@ def build_sft_trainer(
     model, tokenizer, peft_config = load_policy(config.model)
     if examples is None:
         examples = load_sft_examples(
-            config.data.sources, seed=config.data.seed, limit=config.data.limit, config=protocol
+            config.data.sources,
+            seed=config.data.seed,
+            limit=config.data.limit,
+            config=protocol,
+            max_per_problem=config.data.max_per_problem,
         )
     rows, stats = sft_rows(tokenizer, examples, config.data.max_length, protocol)
     if not rows:

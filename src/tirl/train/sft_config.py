@@ -29,17 +29,22 @@ class SFTDataConfig:
 
     Attributes:
         sources: packaged sets, each ``name``, ``name:N`` (first N rows) or ``name:START-STOP``
-            (``gsm8k_tir``: GSM8K train as tool-calling conversations; ``oasst``: chat replies).
+            (``gsm8k_tir``: GSM8K train as tool-calling conversations; ``oasst``: chat replies), generated ones
+            (``programs:N``, ``programs_recovery:N``), or ``trajectories:PATH``: the correct trajectories of a
+            ``tirl eval`` run, trained on their exact tokens (:func:`tirl.data.sft.trajectory_examples`).
         limit: cap on the number of conversations after shuffling (None = all).
         seed: shuffling seed.
         max_length: conversations with more tokens are dropped, never truncated (a cut conversation would teach
             the model not to stop).
+        max_per_problem: for ``trajectories:PATH`` sources (the model's own correct trajectories from a
+            ``tirl eval`` run, rejection sampling), the most kept per problem; None = every distinct one.
     """
 
     sources: list[str] = field(default_factory=lambda: ["gsm8k_tir", "oasst"])
     limit: int | None = None
     seed: int = 0
     max_length: int = 4096
+    max_per_problem: int | None = None
 
 
 @dataclass

@@ -394,7 +394,8 @@ def problem_intervals(
     level: float = INTERVAL_LEVEL,
 ) -> dict[str, Any]:
     """The bootstrap intervals over problems of avg pass@1, pass@K and maj@K (:func:`problem_scores`,
-    :func:`bootstrap_interval`; the three resample the same problems).
+    :func:`bootstrap_interval`; the three resample the same problems). The problems are put in the order of
+    their ids first, so the intervals do not depend on the order the outcomes came in.
 
     Returns:
         ``{"level", "resamples", "seed", "avg_pass1": [low, high], "pass_at_k": [low, high], "maj_at_k":
@@ -403,7 +404,8 @@ def problem_intervals(
     Raises:
         ValueError: as :func:`problem_scores` and :func:`bootstrap_interval`.
     """
-    scores = problem_scores(groups)
+    # resampled indices are positions: fix the positions by problem id (the records' order varies with resumes)
+    scores = problem_scores(sorted(groups, key=lambda g: g[0].problem_id if g else ""))
     out: dict[str, Any] = {"level": level, "resamples": resamples, "seed": seed}
     for name, values in scores.items():
         out[name] = list(bootstrap_interval(values, resamples=resamples, seed=seed, level=level))

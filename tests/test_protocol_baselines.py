@@ -246,3 +246,11 @@ def test_older_output_folders_still_resume_the_protocol_they_recorded(tmp_path):
     assert (
         dataclasses.replace(config, protocol=changed).resume_settings()["protocol"]["baseline_instruction"] == "Think."
     )
+
+
+def test_a_prefill_set_in_a_baseline_style_is_not_taken_as_pre_filled():
+    # tirl's styles pre-fill `prefill`: one that opens <think> puts the text's start inside a draft, whose box
+    # never counts; the baseline styles pre-fill nothing, so the same text is read whole
+    text = "So \\boxed{2}</think>"
+    assert extract_answer(text, ProtocolConfig(prefill="<think>")) is None
+    assert extract_answer(text, ProtocolConfig(prompt_style="cot", prefill="<think>")) == "2"

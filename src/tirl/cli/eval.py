@@ -77,7 +77,7 @@ EVAL_FLAGS = config_flags(
         "--config names them.",
         "servers": "Repeat for several servers (the rollout scheduler balances them).",
         "kv_capacities": "One value applies to every server.",
-        "out_dir": "Default: runs/eval/<model>-<tools|no-tools>.",
+        "out_dir": "Default: runs/eval/<model>-<tools|no-tools|cot|native>.",
         "rollout.max_concurrency": f"Default {_CONCURRENCY_HELP}.",
     },
     names=FLAG_NAMES,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from tirl.config import build_dataclass, merge, plain_dict, read_yaml_mapping, section_types
-from tirl.protocol.config import ProtocolConfig
+from tirl.protocol.config import BASELINE_STYLES, ProtocolConfig
 from tirl.reward.types import VerifierConfig
 from tirl.rollout.agent_loop import AgentLoopConfig, AgentLoopSettings
 from tirl.service.config import ExecutorConfig
@@ -46,7 +46,11 @@ class EvalConfig:
             protocol: 30 turns, 30,720 response tokens, temperature 0.6, top-p 1.0 (not given in the report),
             10 s per tool call). ``context_window`` None reads the model's from the engine when it can;
             ``max_concurrency`` None picks :data:`DEFAULT_CONCURRENCY` for the engine.
-        use_tools: False for the plain chain-of-thought baseline (no tool schema, no execution).
+        use_tools: False: no tool schema, no execution. With tirl's prompt styles (``protocol.prompt_style``
+            ``full``/``compact``) the prompt keeps tirl's ``<reason>``/``<answer>`` tags and prefill: a model
+            trained in tirl's format, without its tool. The field's chain-of-thought baseline is
+            ``protocol.prompt_style: cot`` (the model's own template, no tags, no prefill; it has no tool, so
+            ``use_tools`` is set False with it); ``native`` needs ``use_tools`` (without the tool it is ``cot``).
         engine: ``hf`` (in-process transformers), ``openai`` (vLLM-style server(s) in ``servers``) or ``sglang``
             (SGLang server(s) in ``servers``, spoken to through its native ``/generate``).
         servers: base URLs for ``engine="openai"`` or ``"sglang"``.
@@ -137,6 +141,12 @@ class EvalConfig:
             raise ValueError(f"launch_server_kv_gib must be > 0, got {self.launch_server_kv_gib}")
         if self.scheduler is not None and self.scheduler not in ("kv_aware", "static", "round_robin"):
             raise ValueError(f"scheduler must be kv_aware, static or round_robin, got {self.scheduler!r}")
+        if self.protocol.prompt_style == "cot":
+            self.use_tools = False  # the chain-of-thought baseline has no tool: say so in run.json and the title
+        elif self.protocol.prompt_style == "native" and not self.use_tools:
+            raise ValueError(
+                "prompt_style 'native' is the tool in the model's own format: without the tool use prompt_style 'cot'"
+            )
 
     @property
     def concurrency(self) -> int:
@@ -162,10 +172,20 @@ class EvalConfig:
             "seed": self.seed,
             "tool_timeout_s": r.tool_timeout_s,
             **({"tool_memory_mb": r.tool_memory_mb} if r.tool_memory_mb != AgentLoopSettings.tool_memory_mb else {}),
-            **({"protocol": dataclasses.asdict(self.protocol)} if self.protocol != ProtocolConfig() else {}),
+            **({"protocol": _protocol_settings(self.protocol)} if self.protocol != ProtocolConfig() else {}),
             **({"answer_fallback": True} if self.answer_fallback else {}),
             **({"verifier": dataclasses.asdict(self.verifier)} if self.verifier != VerifierConfig() else {}),
         }
+
+    def mode_label(self) -> str:
+        """What the run measures, in words, for the table's title: the baseline styles by name, else whether
+        tirl's format has its tool."""
+        style = self.protocol.prompt_style
+        if style == "cot":
+            return "chain of thought (the model's template, no tool)"
+        if style == "native":
+            return "the Python tool in the model's own tool format"
+        return "with the Python tool" if self.use_tools else "no tools (tirl's tags)"
 
     def to_dict(self) -> dict[str, Any]:
         """A plain nested dict in the layout :func:`load_eval_config` reads (YAML-serialisable)."""
@@ -180,6 +200,19 @@ class EvalConfig:
             context_window=self.rollout.context_window or context_window,
             max_concurrency=self.concurrency,
         )
+
+
+LATER_PROTOCOL_FIELDS: dict[str, Any] = {"baseline_instruction": ProtocolConfig.baseline_instruction}
+"""Protocol fields added after output folders recorded the whole protocol, with their defaults: a run records
+one only when it differs from its default, so the folders written before it still resume."""
+
+
+def _protocol_settings(protocol: ProtocolConfig) -> dict[str, Any]:
+    data = dataclasses.asdict(protocol)
+    for name, default in LATER_PROTOCOL_FIELDS.items():
+        if data.get(name) == default:
+            data.pop(name)
+    return data
 
 
 def parse_benchmarks(values: Sequence[str]) -> tuple[list[str], dict[str, int]]:
@@ -208,10 +241,12 @@ def parse_benchmarks(values: Sequence[str]) -> tuple[list[str], dict[str, int]]:
     return names, subsets
 
 
-def default_out_dir(model: str, use_tools: bool) -> Path:
-    """``runs/eval/<model's file name>-<tools|no-tools>``: where a run goes when no output folder is given."""
+def default_out_dir(model: str, use_tools: bool, prompt_style: str = "full") -> Path:
+    """``runs/eval/<model's file name>-<tools|no-tools|cot|native>``: where a run goes when no output folder is
+    given (the baseline prompt styles by name)."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(model).name or model)
-    return Path("runs") / "eval" / f"{stem}-{'tools' if use_tools else 'no-tools'}"
+    mode = prompt_style if prompt_style in BASELINE_STYLES else ("tools" if use_tools else "no-tools")
+    return Path("runs") / "eval" / f"{stem}-{mode}"
 
 
 RECIPE_FILE = "config.yaml"
@@ -390,7 +425,8 @@ def _build(data: dict[str, Any]) -> EvalConfig:
     if data.get("out_dir") is not None:
         return build_dataclass(EvalConfig, data)
     config = build_dataclass(EvalConfig, {**data, "out_dir": "."})
-    return dataclasses.replace(config, out_dir=default_out_dir(config.model, config.use_tools))
+    out_dir = default_out_dir(config.model, config.use_tools, config.protocol.prompt_style)
+    return dataclasses.replace(config, out_dir=out_dir)
 
 
 def load_eval_config(

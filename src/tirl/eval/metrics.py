@@ -17,7 +17,12 @@ Trained on Code", eq. 1 for pass@k):
   value of a random tie-break). No answer at all scores 0.
 - **response length**: model-generated tokens only (loss mask 1), mean and 90th percentile (linear
   interpolation, ``numpy.percentile``).
-- **truncation rate**: share of trajectories whose finish reason is ``length`` or ``context``.
+- **95 % intervals** of avg pass@1, pass@K and maj@K (K = the samples per problem): percentile bootstrap over
+  *problems* (:func:`bootstrap_interval`: 1,000 resamples of the problems with replacement, seeded, the same
+  resampled problems for the three metrics; the samples of a problem stay together), so they say how much the
+  numbers would move with another draw of problems of the same kind, not of samples.
+- **truncation rate**: share of trajectories whose finish reason is ``length`` or ``context`` (the token budget
+  or the context window ran out; the configs of the field's baselines pick budgets that keep it under 5 %).
 - **no-answer rate**: share of trajectories without an extracted final answer.
 - **unparsable references**: problems whose reference answer cannot be parsed are counted per benchmark
   (every sample of one scores 0, whatever it answered: fix the data).
@@ -175,6 +180,9 @@ class BenchmarkSummary:
         charged_failures: failures that looked like the infrastructure's until a control charged them to the
             model (``tool``: calls, ``engine``: ``rejected`` trajectories, ``verifier``: ``answer_timeout`` and
             ``answer_error`` verdicts); scored as the model's.
+        intervals: the bootstrap intervals over problems (:func:`problem_intervals`): ``level``, ``resamples``,
+            ``seed`` and ``[low, high]`` for ``avg_pass1``, ``pass_at_k`` and ``maj_at_k`` (at K =
+            ``samples_per_problem``), in [0, 1]; None where not computed.
     """
 
     benchmark: str
@@ -199,6 +207,7 @@ class BenchmarkSummary:
     audit: dict[str, int] | None = None
     infra_failures: dict[str, int] = field(default_factory=dict)
     charged_failures: dict[str, int] = field(default_factory=dict)
+    intervals: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (pass@k keys as strings ``"1"``, ``"2"``, ...)."""
@@ -307,4 +316,109 @@ def summarize(
             "engine": sum(int(o.controls.get("engine_charged", 0)) for o in all_outcomes),
             "verifier": sum(o.verdict_status in VERIFIER_CHARGED_STATUSES for o in all_outcomes),
         },
+        intervals=problem_intervals(groups),
     )
+
+
+BOOTSTRAP_RESAMPLES = 1000
+"""Resamples of the problems behind each interval."""
+
+BOOTSTRAP_SEED = 0
+"""Seed of the resampling: the same outcomes always give the same intervals."""
+
+INTERVAL_LEVEL = 0.95
+"""Coverage of the intervals (the 2.5th and 97.5th percentiles of the resampled means)."""
+
+
+def bootstrap_interval(
+    values: Sequence[float] | np.ndarray,
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    level: float = INTERVAL_LEVEL,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` (one score per problem).
+
+    Draws ``resamples`` sets of ``len(values)`` indices with replacement (``numpy.random.default_rng(seed)``),
+    takes the mean of each, and returns the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of those means
+    (linear interpolation, ``numpy.quantile``). The indices depend only on ``seed``, ``resamples`` and the
+    number of values, so metrics of the same problems are resampled together.
+
+    Args:
+        values: per-problem scores (any real numbers; the metrics' are in [0, 1]), at least one.
+        resamples: number of resamples (>= 1).
+        seed: the generator's seed.
+        level: coverage in (0, 1).
+
+    Returns:
+        ``(low, high)`` with ``low <= high``; ``(v, v)`` when every value is ``v``.
+
+    Raises:
+        ValueError: no values, values that are not one-dimensional or not finite, ``resamples < 1`` or
+            ``level`` outside (0, 1).
+    """
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError(f"bootstrap_interval needs a non-empty 1-D sequence of scores, got shape {x.shape}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("bootstrap_interval needs finite scores")
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, got {resamples}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+    low, high = np.quantile(means, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
+    return float(low), float(high)
+
+
+def problem_scores(groups: Sequence[Sequence[SampleOutcome]]) -> dict[str, np.ndarray]:
+    """Per-problem scores whose means are the summary's avg pass@1, pass@K and maj@K.
+
+    Args:
+        groups: one list of outcomes per problem, each in sample order (at least one sample each).
+
+    Returns:
+        ``{"avg_pass1", "pass_at_k", "maj_at_k"}``, each an array with one value per problem in [0, 1]: the
+        share of correct samples, :func:`pass_at_k` at K, :func:`majority_correct` of the first K samples, where
+        K is the smallest per-problem sample count.
+
+    Raises:
+        ValueError: no problem, or a problem without samples.
+    """
+    if not groups or min(len(g) for g in groups) < 1:
+        raise ValueError("problem_scores needs at least one problem, each with at least one sample")
+    k = min(len(g) for g in groups)
+    return {
+        "avg_pass1": np.array([np.mean([o.correct for o in g]) for g in groups], dtype=float),
+        "pass_at_k": np.array([pass_at_k(len(g), sum(o.correct for o in g), k) for g in groups], dtype=float),
+        "maj_at_k": np.array(
+            [majority_correct([o.answer for o in g[:k]], [o.correct for o in g[:k]]) for g in groups], dtype=float
+        ),
+    }
+
+
+def problem_intervals(
+    groups: Sequence[Sequence[SampleOutcome]],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    level: float = INTERVAL_LEVEL,
+) -> dict[str, Any]:
+    """The bootstrap intervals over problems of avg pass@1, pass@K and maj@K (:func:`problem_scores`,
+    :func:`bootstrap_interval`; the three resample the same problems). The problems are put in the order of
+    their ids first, so the intervals do not depend on the order the outcomes came in.
+
+    Returns:
+        ``{"level", "resamples", "seed", "avg_pass1": [low, high], "pass_at_k": [low, high], "maj_at_k":
+        [low, high]}`` (JSON-ready).
+
+    Raises:
+        ValueError: as :func:`problem_scores` and :func:`bootstrap_interval`.
+    """
+    # resampled indices are positions: fix the positions by problem id (the records' order varies with resumes)
+    scores = problem_scores(sorted(groups, key=lambda g: g[0].problem_id if g else ""))
+    out: dict[str, Any] = {"level": level, "resamples": resamples, "seed": seed}
+    for name, values in scores.items():
+        out[name] = list(bootstrap_interval(values, resamples=resamples, seed=seed, level=level))
+    return out

@@ -18,6 +18,15 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
 
 
+def _with_interval(s: BenchmarkSummary, value: float, key: str) -> str:
+    """``value`` in percent, followed by its bootstrap interval over problems (``[low, high]``) when the summary
+    has one (:attr:`BenchmarkSummary.intervals`)."""
+    interval = (s.intervals or {}).get(key)
+    if not interval:
+        return _pct(value)
+    return f"{_pct(value)} [{_pct(interval[0])}, {_pct(interval[1])}]"
+
+
 def _classes(s: BenchmarkSummary) -> str:
     c = s.tool_call_classes
     return f"{c.get('ok', 0)}/{c.get('error', 0)}/{c.get('timeout', 0)}/{c.get('parse_error', 0)}"
@@ -25,9 +34,9 @@ def _classes(s: BenchmarkSummary) -> str:
 
 ROWS: tuple[tuple[str, Callable[[BenchmarkSummary], str]], ...] = (
     ("problems x samples (K)", lambda s: f"{s.num_problems} x {s.samples_per_problem}"),
-    ("avg pass@1 (%)", lambda s: _pct(s.avg_pass1)),
-    ("pass@K (%)", lambda s: _pct(s.pass_at_k[s.samples_per_problem])),
-    ("maj@K (%)", lambda s: _pct(s.maj_at_k)),
+    ("avg pass@1 (%) [95% CI]", lambda s: _with_interval(s, s.avg_pass1, "avg_pass1")),
+    ("pass@K (%) [95% CI]", lambda s: _with_interval(s, s.pass_at_k[s.samples_per_problem], "pass_at_k")),
+    ("maj@K (%) [95% CI]", lambda s: _with_interval(s, s.maj_at_k, "maj_at_k")),
     ("response tokens, mean", lambda s: f"{s.mean_response_tokens:.0f}"),
     ("response tokens, p90", lambda s: f"{s.p90_response_tokens:.0f}"),
     ("tool calls / trajectory", lambda s: f"{s.tool_calls_per_trajectory:.2f}"),
@@ -36,7 +45,9 @@ ROWS: tuple[tuple[str, Callable[[BenchmarkSummary], str]], ...] = (
     ("no answer (%)", lambda s: _pct(s.no_answer_rate)),
     ("unparsable gold (problems)", lambda s: str(s.unparsable_gold_problems)),
 )
-"""The table's rows: label and cell formatter. Lengths count model-generated tokens only."""
+"""The table's rows: label and cell formatter. Lengths count model-generated tokens only; the intervals are the
+bootstrap over problems of :func:`tirl.eval.metrics.problem_intervals`; "truncated" is the share of samples that
+ran out of the token budget or the context window."""
 
 FALLBACK_ROW: tuple[str, Callable[[BenchmarkSummary], str]] = (
     "answers by fallback",

@@ -293,7 +293,7 @@ async def run_eval(
         store.write_summary(summary)
         if summaries:
             title = (
-                f"{config.model}, {'with the Python tool' if config.use_tools else 'no tools (plain CoT)'}, "
+                f"{config.model}, {config.mode_label()}, "
                 f"T={config.rollout.temperature}, {config.rollout.max_turns} turns, "
                 f"{config.rollout.max_response_tokens} tokens"
             )

@@ -33,6 +33,10 @@ Extraction policy (rStar2-Agent, arXiv 2508.20722, section 2.2: "the final answe
    Empty boxes (``\\boxed{}``) are not answers and are skipped.
 6. Truncation: if the last box is unclosed (``\\boxed{\\frac{1}{`` at the end of a cut generation), the answer
    is None, even when an earlier box was complete: the final answer was being written and was lost.
+7. The baseline styles (``prompt_style`` ``cot`` and ``native``: the model's own format, no tags) look for no
+   ``<answer>`` tag and ignore ``answer_fallback``: the answer is the last box of the model's text (in a
+   trajectory, of the last model turn that has a box; tool responses and closed drafts removed as above), as
+   the field grades a chain-of-thought baseline.
 
 Format penalty (paper section 3.1, GRPO-RoC): p_format = 1 when the trajectory has no ``<answer>`` block, else
 min(1, (answer blocks - 1) / turns), where turns is the number of assistant turns. Blocks are *closed*
@@ -251,6 +255,8 @@ def extract_answer(text: str, config: ProtocolConfig | None = None) -> str | Non
         return None
     cfg = resolve_config(config)
     model_text = strip_drafts(strip_tool_responses(text, cfg), cfg)
+    if cfg.baseline:  # rule 7: no tags in the model's own format; the last box of its text
+        return last_boxed(model_text, cfg)
     start = model_text.rfind(cfg.answer_open)
     if start >= 0:
         body_start = start + len(cfg.answer_open)
@@ -271,7 +277,8 @@ def extract_answer_from_turns(turn_texts: Sequence[str], config: ProtocolConfig 
     the last ``<answer>`` block of the last turn that has an ``<answer>`` tag (blocks do not span turns);
     without any, ``config.answer_fallback`` decides (``"last_box_final_turn"``: the last box of the final
     turn; ``"none"``: None). This is what the agent loop stores as ``Trajectory.final_answer`` and what the
-    RL reward and evaluation grade.
+    RL reward and evaluation grade. In the baseline styles (``cot``, ``native``: rule 7 of the module docstring)
+    the answer is the last box of the last turn that has a box, ``<answer>`` tags or not.
 
     Args:
         turn_texts: the text each assistant turn generated, in order (without prefills and tool segments).
@@ -282,6 +289,12 @@ def extract_answer_from_turns(turn_texts: Sequence[str], config: ProtocolConfig 
     """
     cfg = resolve_config(config)
     texts = [t for t in turn_texts if isinstance(t, str)]
+    if cfg.baseline:  # rule 7: the last box of the last turn that has one (boxes do not span turns)
+        for text in reversed(texts):
+            model_text = strip_drafts(strip_tool_responses(text, cfg), cfg)
+            if find_boxes(model_text, cfg):
+                return last_boxed(model_text, cfg)
+        return None
     for text in reversed(texts):
         if cfg.answer_open in strip_drafts(strip_tool_responses(text, cfg), cfg):
             return extract_answer(text, cfg)

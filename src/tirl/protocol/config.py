@@ -22,6 +22,12 @@ Defaults and why (rStar2-Agent, arXiv 2508.20722, section 2.2 and Fig. 2-3; the 
   trajectory's variables across its calls (Jupyter-style), from the registry :mod:`tirl.protocol.tools`.
 * ``tool_call_format = "hermes"``: JSON inside ``<tool_call>``, what Qwen2.5 and the release write; ``"qwen3_xml"``
   is the ``<function=NAME><parameter=KEY>`` format of Qwen3-Coder and Qwen3.5 (:mod:`tirl.protocol.formats`).
+* ``prompt_style = "full"``: tirl's own format (``<reason>``/``<answer>`` tags, the ``<reason>`` prefill, the tool
+  declared with its schema); ``"compact"`` is the same with a short prompt. The field's baselines are two more
+  styles (:data:`BASELINE_STYLES`): ``"cot"`` (the model's own chat template and default system prompt, the user
+  turn followed by Qwen's sentence :data:`COT_INSTRUCTION`, no tags, no prefill, no tool; the answer is the last
+  box) and ``"native"`` (the same with the tool passed to the template's ``tools=`` argument, so the model's own
+  tool-calling format, Hermes ``<tool_call>`` for Qwen2.5, and tool responses in the template's ``tool`` role).
 * ``keep_newline_after_eot = True``: the tool-response segment starts with the chat template's newline after
   the model's end-of-turn token, so token streams equal the chat template's rendering (the release has no
   newline there: ``False`` reproduces it).
@@ -41,7 +47,14 @@ RELEASE_FUNCTION_NAME = "python_code_with_standard_io"
 MultiCallPolicy = Literal["first", "all"]
 AnswerFallback = Literal["last_box_final_turn", "none"]
 ChatTemplateChoice = Literal["auto", "tokenizer", "chatml"]
-PromptStyle = Literal["full", "compact"]
+PromptStyle = Literal["full", "compact", "cot", "native"]
+PROMPT_STYLES: tuple[str, ...] = ("full", "compact", "cot", "native")
+BASELINE_STYLES: tuple[str, ...] = ("cot", "native")
+"""The prompt styles of the field's baselines: the model's own chat template, no tags, no prefill, the last box."""
+
+COT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+"""Qwen2.5-Math's chain-of-thought instruction (its evaluation harness's ``qwen25-math-cot`` prompt), the sentence
+the baseline styles append to the user turn."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +101,15 @@ class ProtocolConfig:
         prompt_style: ``"full"`` declares the tool with its JSON schema (through the chat template's own tools
             block when it has one: 448 prompt tokens for Qwen2.5); ``"compact"`` writes a short system prompt
             with one example call and no schema (about 110 tokens), for CPU recipes where prefill dominates a
-            step. The call format, tags and tool-response turns are the same in both.
+            step. The call format, tags and tool-response turns are the same in both. ``"cot"`` and ``"native"`` are
+            the field's baselines (:data:`BASELINE_STYLES`): the model's own chat template (its default system
+            prompt unless ``system_prompt`` is set), the user turn followed by ``baseline_instruction``, no
+            reasoning or answer tags and no prefill (``prefill`` is ignored), the answer the last box of the
+            model's text (``<answer>`` tags are not looked for); ``"cot"`` declares no tool (a run never
+            executes one), ``"native"`` passes the tool to the template's ``tools=`` argument and needs a
+            template that renders tools in ``tool_call_format`` (Qwen2.5's Hermes block).
+        baseline_instruction: the sentence appended, after a newline, to the user turn in the baseline styles
+            (default: Qwen's :data:`COT_INSTRUCTION`); empty appends nothing.
     """
 
     tool: str = "python"
@@ -123,6 +144,7 @@ class ProtocolConfig:
     chat_template: ChatTemplateChoice = "auto"
     keep_newline_after_eot: bool = True
     prompt_style: PromptStyle = "full"
+    baseline_instruction: str = COT_INSTRUCTION
 
     def __post_init__(self) -> None:
         if self.multi_call not in ("first", "all"):
@@ -131,8 +153,8 @@ class ProtocolConfig:
             raise ValueError(f"answer_fallback must be 'last_box_final_turn' or 'none', got {self.answer_fallback!r}")
         if self.chat_template not in ("auto", "tokenizer", "chatml"):
             raise ValueError(f"chat_template must be 'auto', 'tokenizer' or 'chatml', got {self.chat_template!r}")
-        if self.prompt_style not in ("full", "compact"):
-            raise ValueError(f"prompt_style must be 'full' or 'compact', got {self.prompt_style!r}")
+        if self.prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"prompt_style must be one of {', '.join(PROMPT_STYLES)}, got {self.prompt_style!r}")
         if not self.function_name:
             raise ValueError("function_name must not be empty")
         if self.tool_call_format not in format_names():
@@ -149,6 +171,21 @@ class ProtocolConfig:
     def accepted_function_names(self) -> tuple[str, ...]:
         """``function_name`` followed by ``function_aliases``."""
         return (self.function_name, *self.function_aliases)
+
+    @property
+    def baseline(self) -> bool:
+        """True for the field's baseline styles (``cot``, ``native``): no tags, no prefill, the last box."""
+        return self.prompt_style in BASELINE_STYLES
+
+    @property
+    def declares_tool(self) -> bool:
+        """False for ``prompt_style="cot"``, whose prompt has no tool (a run with it never executes one)."""
+        return self.prompt_style != "cot"
+
+    @property
+    def prompt_prefill(self) -> str:
+        """The text pre-filled after every assistant header: ``prefill``, or nothing in the baseline styles."""
+        return "" if self.baseline else self.prefill
 
     @property
     def think_drafts_active(self) -> bool:

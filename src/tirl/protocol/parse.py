@@ -462,7 +462,7 @@ def _format(cfg: ProtocolConfig) -> ToolCallFormat:
 
 
 def _prefill_opens_draft(cfg: ProtocolConfig) -> bool:
-    prefill = cfg.prefill
+    prefill = cfg.prompt_prefill  # what was pre-filled (nothing in the baseline styles)
     return prefill.rfind(cfg.think_open) > prefill.rfind(cfg.think_close) if cfg.think_open in prefill else False
 
 
@@ -480,7 +480,7 @@ def draft_spans(
         text: model text (one turn, or a trajectory's model text).
         config: tags and ``ignore_think_drafts``.
         starts_inside: the text starts inside a draft (the generation prompt's prefill opened it); None
-            decides from ``config.prefill``.
+            decides from ``config.prompt_prefill``.
 
     Returns:
         Non-overlapping spans; ``end`` is just after ``</think>``. Never raises on a string.

@@ -7,6 +7,12 @@ input)``, in the OpenAI / Hugging Face ``tools`` format; :mod:`tirl.protocol.too
 tools section written into the system prompt when a chat template cannot render tools itself) and
 :func:`prompt_messages`. Turning messages into a template's text and token ids is ``tirl.protocol.render``.
 
+The baseline styles (``prompt_style`` ``cot`` and ``native``, :data:`tirl.protocol.config.BASELINE_STYLES`) use
+none of tirl's wording: no system message unless ``config.system_prompt`` is set (the chat template then writes
+the model's default one, Qwen2.5's "You are Qwen, created by Alibaba Cloud. ..."), and the user turn followed by
+``config.baseline_instruction`` (Qwen's "Please reason step by step, and put your final answer within
+\\boxed{}.").
+
 The wording is tirl's (written for this project); function name, descriptions, tags and the whole system prompt
 are configurable through :class:`~tirl.protocol.config.ProtocolConfig`.
 """
@@ -101,9 +107,13 @@ def tools_block(config: ProtocolConfig | None = None) -> str:
 
 
 def user_message(problem: str, config: ProtocolConfig | None = None) -> str:
-    """The user turn: ``config.user_template`` with ``{problem}`` replaced by ``problem``."""
+    """The user turn: ``config.user_template`` with ``{problem}`` replaced by ``problem``; in the baseline styles
+    (``cot``, ``native``) followed by a newline and ``config.baseline_instruction`` (when not empty)."""
     cfg = resolve_config(config)
-    return cfg.user_template.replace("{problem}", problem)
+    text = cfg.user_template.replace("{problem}", problem)
+    if cfg.baseline and cfg.baseline_instruction:
+        text = f"{text}\n{cfg.baseline_instruction}"
+    return text
 
 
 def prompt_messages(
@@ -111,13 +121,21 @@ def prompt_messages(
 ) -> list[dict[str, str]]:
     """System and user messages for ``problem`` (``[{"role": "system", ...}, {"role": "user", ...}]``).
 
+    In the baseline styles (``cot``, ``native``) only the user message, unless ``config.system_prompt`` is set
+    (the chat template writes the model's default system prompt), and never tirl's tools block (``native``
+    passes the tool to the template's ``tools=`` argument).
+
     Args:
         problem: the problem statement.
         config: wording and tags.
         include_tools_block: append :func:`tools_block` to the system prompt (for templates without tool
-            support; a template that renders ``tools`` adds its own block instead).
+            support; a template that renders ``tools`` adds its own block instead). Ignored in the baseline
+            styles.
     """
     cfg = resolve_config(config)
+    if cfg.baseline:
+        user = {"role": "user", "content": user_message(problem, cfg)}
+        return [user] if cfg.system_prompt is None else [{"role": "system", "content": cfg.system_prompt}, user]
     system = system_prompt(cfg)
     if include_tools_block:
         system = f"{system}\n\n{tools_block(cfg)}"

@@ -17,6 +17,13 @@ Templates (``config.chat_template``):
 * ``"tokenizer"`` / ``"chatml"``: force one. A forced tokenizer template that ignores ``tools`` gets tirl's
   tools block in its system prompt.
 
+The baseline styles (``prompt_style`` ``cot`` and ``native``) render with the model's own template and none of
+tirl's format: ``cot`` uses the tokenizer's template whenever it has one (any template, with or without tool
+support; the built-in ChatML only when the tokenizer has none or ``chat_template="chatml"``) and passes no tools;
+``native`` needs a template that renders tools in the configured call format (:func:`native_tools`; else a
+``ValueError``), passes the tool through its ``tools=`` argument and answers calls with ``tool`` messages. Neither
+pre-fills anything (:attr:`~tirl.protocol.config.ProtocolConfig.prompt_prefill`).
+
 Token-in/token-out. The rollout never re-tokenizes a history: the prompt is tokenized once, the model's tokens
 are kept as generated, and each tool-response segment is tokenized on its own and appended. Consequences,
 by design:
@@ -39,6 +46,7 @@ by design:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,12 +118,12 @@ def native_tools(tokenizer: Any, config: ProtocolConfig | None = None) -> bool:
     """Whether the tool is declared through the tokenizer's chat template (its own tools block and ``tool``
     messages): the template renders tools, writes calls in ``config.tool_call_format``
     (:meth:`~tirl.protocol.formats.ToolCallFormat.template_writes_calls`) and ``config.prompt_style`` is
-    ``"full"``. Otherwise tirl's tools block goes into the system prompt and tool responses are user messages
-    (the same text for Qwen2.5)."""
+    ``"full"`` or ``"native"``. Otherwise tirl's tools block goes into the system prompt and tool responses are
+    user messages (the same text for Qwen2.5)."""
     cfg = resolve_config(config)
     return (
         template_supports_tools(tokenizer)
-        and cfg.prompt_style == "full"
+        and cfg.prompt_style in ("full", "native")
         and get_format(cfg.tool_call_format).template_writes_calls(_template_string(tokenizer))
     )
 
@@ -124,17 +132,44 @@ def uses_tokenizer_template(tokenizer: Any, config: ProtocolConfig | None = None
     """Whether rendering uses the tokenizer's own chat template (else the built-in ChatML), per
     ``config.chat_template``.
 
+    ``prompt_style="cot"`` takes the tokenizer's template whenever it has one; ``"native"`` always the
+    tokenizer's (see :func:`check_native`).
+
     Raises:
-        ValueError: ``chat_template="tokenizer"`` but the tokenizer has no chat template.
+        ValueError: ``chat_template="tokenizer"`` but the tokenizer has no chat template; ``prompt_style="native"``
+            without a template that renders the tool (:func:`check_native`).
     """
     cfg = resolve_config(config)
+    if cfg.prompt_style == "native":
+        check_native(tokenizer, cfg)
+        return True
     if cfg.chat_template == "chatml":
         return False
     if cfg.chat_template == "tokenizer":
         if not _template_string(tokenizer):
             raise ValueError("config.chat_template='tokenizer' but the tokenizer has no chat template")
         return True
+    if cfg.prompt_style == "cot":
+        return bool(_template_string(tokenizer))
     return template_supports_tools(tokenizer)
+
+
+def check_native(tokenizer: Any, config: ProtocolConfig | None = None) -> None:
+    """Check that ``prompt_style="native"`` can be rendered for ``tokenizer``: its own chat template renders a
+    ``tools`` argument and writes calls in ``config.tool_call_format``, and ``chat_template`` is not ``"chatml"``.
+
+    Raises:
+        ValueError: it cannot (the message says why and what to use instead).
+    """
+    cfg = resolve_config(config)
+    if cfg.chat_template == "chatml":
+        raise ValueError("prompt_style='native' renders with the model's own chat template, not chat_template='chatml'")
+    if not native_tools(tokenizer, cfg):
+        raise ValueError(
+            "prompt_style='native' needs a chat template that renders tools and writes "
+            f"{cfg.tool_call_format!r} calls; this tokenizer's does not (use prompt_style 'full' or 'compact' for "
+            "tirl's tools block, or 'cot' for no tool)"
+        )
 
 
 def _encode(tokenizer: Any, text: str) -> list[int]:
@@ -190,11 +225,27 @@ def render_prompt_text(
 ) -> str:
     """The prompt as text: system (with the tools), user problem, assistant header, ``config.prefill``.
 
-    With ``use_tools=False``, the tool-free baseline prompt (``tirl eval --no-use-tools``): the same tags, user turn,
-    template choice and pre-filled ``<reason>``, but :func:`tirl.protocol.prompt.cot_system_prompt`, no tools
-    block and no ``tools`` argument.
+    With ``use_tools=False`` in tirl's styles (``full``, ``compact``), the tagged tool-free prompt (``tirl eval
+    --no-use-tools``: a model trained in tirl's format, without its tool): the same tags, user turn, template
+    choice and pre-filled ``<reason>``, but :func:`tirl.protocol.prompt.cot_system_prompt`, no tools block and no
+    ``tools`` argument.
+
+    In the baseline styles (see the module docstring): the model's own template, the messages of
+    :func:`tirl.protocol.prompt.prompt_messages`, no prefill; the tool (``native`` with ``use_tools``) only
+    through the template's ``tools=`` argument. ``native`` with ``use_tools=False`` is ``cot``'s prompt.
+
+    Raises:
+        ValueError: ``native`` with ``use_tools`` for a tokenizer whose template cannot declare the tool.
     """
     cfg = resolve_config(config)
+    if cfg.baseline:
+        tools = [tool_schema(cfg)] if use_tools and cfg.declares_tool else None
+        if tools is None and cfg.prompt_style == "native":
+            cfg = dataclasses.replace(cfg, prompt_style="cot")  # no tool: the model's template as for cot
+        messages = prompt_messages(problem, cfg)
+        if uses_tokenizer_template(tokenizer, cfg):
+            return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
+        return "".join(_chatml(m["role"], m["content"]) for m in messages) + f"{CHATML_START}assistant\n"
     if not use_tools:
         messages = [
             {"role": "system", "content": cot_system_prompt(cfg)},
@@ -269,7 +320,7 @@ def tool_response_segment_text(
         joint = "\n"
         [message] = tool_messages(response_texts, cfg, native=False, tokenizer=tokenizer)
         body = _chatml("user", message["content"]) + f"{CHATML_START}assistant\n"
-    return (joint if cfg.keep_newline_after_eot else "") + body + cfg.prefill
+    return (joint if cfg.keep_newline_after_eot else "") + body + cfg.prompt_prefill
 
 
 def tool_response_segment_ids(
@@ -327,13 +378,13 @@ def conversation_messages(
     problem: str, turns: Sequence[ConversationTurn], config: ProtocolConfig | None = None, *, native_tools: bool = True
 ) -> list[dict[str, str]]:
     """The conversation as chat messages (``system``, ``user``, then ``assistant`` and tool-response messages)
-    for chat APIs and ``apply_chat_template``. Assistant contents start with ``config.prefill``. With
+    for chat APIs and ``apply_chat_template``. Assistant contents start with ``config.prompt_prefill``. With
     ``native_tools=False`` the tools block goes into the system prompt and tool responses become user
     messages (see :func:`tool_messages`)."""
     cfg = resolve_config(config)
     messages = prompt_messages(problem, cfg, include_tools_block=not native_tools)
     for turn in turns:
-        messages.append({"role": "assistant", "content": cfg.prefill + turn.text})
+        messages.append({"role": "assistant", "content": cfg.prompt_prefill + turn.text})
         if turn.tool_responses:
             messages.extend(tool_messages(turn.tool_responses, cfg, native=native_tools))
     return messages

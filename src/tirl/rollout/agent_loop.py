@@ -16,7 +16,7 @@ model's turn records only (``tirl.protocol.answer.extract_answer_from_turns``), 
 Stops (the trajectory's ``finish_reason``):
 
 ``answer``
-    A turn without a tool call (or any turn with ``use_tools=False``).
+    A turn without a tool call (or any turn with ``use_tools=False`` or the tool-free ``cot`` prompt style).
 ``max_turns``
     The ``max_turns``-th assistant turn still called a tool. Its calls are not executed (no later turn could
     read them) and not recorded as tool calls; ``metadata["unexecuted_tool_calls"]`` counts them.
@@ -189,6 +189,12 @@ class AgentLoopConfig(AgentLoopSettings):
     use_tools: bool = True
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
 
+    @property
+    def tools_active(self) -> bool:
+        """Whether the loop declares, parses and runs the tool: ``use_tools`` and a prompt style that has one
+        (``protocol.prompt_style="cot"`` has none: its turns are never parsed for calls)."""
+        return self.use_tools and self.protocol.declares_tool
+
 
 @dataclass
 class RolloutRequest:
@@ -273,7 +279,7 @@ class AgentLoop:
         self.executor = executor
         self.tokenizer = tokenizer
         self.config = config or AgentLoopConfig()
-        if self.config.use_tools and executor is None and get_tool(self.config.protocol.tool).needs_executor:
+        if self.config.tools_active and executor is None and get_tool(self.config.protocol.tool).needs_executor:
             raise ValueError("use_tools=True needs a code executor")
         self._stop_ids = list(stop_token_ids(tokenizer, self.config.protocol))
         self._prompt_cache: dict[str, list[int]] = {}
@@ -283,7 +289,7 @@ class AgentLoop:
         """Token ids of the rendered prompt (system, tools when enabled, user, generation prompt); cached."""
         ids = self._prompt_cache.get(problem)
         if ids is None:
-            ids = render_prompt_ids(self.tokenizer, problem, self.config.protocol, use_tools=self.config.use_tools)
+            ids = render_prompt_ids(self.tokenizer, problem, self.config.protocol, use_tools=self.config.tools_active)
             self._prompt_cache[problem] = ids
         return list(ids)
 
@@ -298,7 +304,8 @@ class AgentLoop:
         Raises:
             SandboxUnavailable: the executor is not usable.
         """
-        if self.config.use_tools and self.executor is not None and get_tool(self.config.protocol.tool).needs_executor:
+        tool = get_tool(self.config.protocol.tool)
+        if self.config.tools_active and self.executor is not None and tool.needs_executor:
             await check_executor(self.executor, timeout_s)
 
     async def run_one(self, request: RolloutRequest) -> Trajectory:
@@ -432,7 +439,7 @@ class AgentLoop:
             if out.finish_reason == "eos":
                 finish = "eos"
                 break
-            if not cfg.use_tools:
+            if not cfg.tools_active:
                 finish = "answer"
                 break
             calls = parse_tool_calls(text, cfg.protocol)

@@ -23,6 +23,8 @@ _CODE = re.compile(r"`([^`\n]+)`")
 _NAME = re.compile(r"\btirl(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 _LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
 _PLACEHOLDERS = {"KEY", "VALUE", "NAME", "FIELD"}  # `protocol.KEY=VALUE`: a pattern, not a name
+# a path written as a pattern (`runs/X/checkpoint-N`, `configs/rl/FILE.yaml`), not a file of the repository
+_PATTERN_PATH = re.compile(r"[<>{}$]|\.\.\.|NNN|_N\b|-N\b|\b(?:FILE|DIR|NAME|PATH)\b")
 _PATH_ROOTS = ("src/", "tests/", "configs/", "docs/", "benchmarks/", "experiments/", "constraints/", ".ci/")
 
 
@@ -88,7 +90,7 @@ def _paths() -> list[tuple[str, str]]:
         for span in _CODE.findall(text):
             for token in span.split():
                 token = token.strip("(),;:'\"")
-                if token.startswith(_PATH_ROOTS) and not re.search(r"[<>{}$]|\.\.\.|NNN|_N\b|-N\b|\b(?:FILE|DIR|NAME|PATH)\b", token):
+                if token.startswith(_PATH_ROOTS) and not _PATTERN_PATH.search(token):
                     found.add((doc.name, token))
         for link in _LINK.findall(text):
             if not re.match(r"[a-z]+:", link):  # not a URL

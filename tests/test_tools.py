@@ -248,6 +248,21 @@ async def test_the_agent_loop_keeps_state_per_trajectory_and_runs_a_turns_calls_
     assert a_plain.tool_call_records[0].tool == "python"
 
 
+async def test_a_cell_raising_a_five_thousand_digit_line_number_is_the_models_error(smollm2_tokenizer, sandbox):
+    # Issue 41: after one good cell, renumbering this traceback raised (int() refuses 4,300+ digits), the tool
+    # raised, and the agent loop answered the call internal: tirl's failure, masked out of the loss.
+    bad = "raise Exception('File \"<code>\", line ' + '1' * 5000)"
+    loop = _loop(smollm2_tokenizer, sandbox, {"PROBLEM-Z": ["x = 1", bad]}, SESSION)
+    [traj] = await loop.run_many([RolloutRequest("PROBLEM-Z")])
+    good, raised = traj.tool_call_records
+    assert good.cls == "ok"
+    assert (raised.result.status, raised.cls, raised.result.error_type) == ("error", "error", "Exception")
+    assert raised.details["replayed_cells"] == 1
+    assert traj.metadata["tool_internal_errors"] == 0
+    assert 'File "<code>", line 1, in <module>' in raised.response_text  # the cell's own line
+    assert len(raised.response_text) <= SESSION.tool_response_max_chars
+
+
 # -- evaluation and the RL rollout function -----------------------------------------------------------------------
 
 EVAL_PROBLEMS = [{"id": f"p{n}", "problem": f"PROBLEM-{n}: keep {n} and show it", "answer": str(n)} for n in (3, 8)]

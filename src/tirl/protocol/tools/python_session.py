@@ -94,8 +94,9 @@ def _replay(cells, namespace):
 _replay(CELLS, NS)
 """
 
-_LINE = re.compile(r'(File "<code>", line )(\d+)')
-_ON_LINE = re.compile(r"(\bon line )(\d+)")
+# ASCII digits only: Python writes its line numbers so, and ``\d`` would take other scripts' digits too.
+_LINE = re.compile(r'(File "<code>", line )([0-9]+)')
+_ON_LINE = re.compile(r"(\bon line )([0-9]+)")
 _SYNTAX_ERRORS = ("SyntaxError", "IndentationError", "TabError")
 
 
@@ -111,15 +112,36 @@ def session_program(cells: Sequence[tuple[str, str]], code: str) -> str:
     return header + "\n" + code
 
 
+def _minus_one(digits: str) -> str:
+    """The decimal ``digits`` (ASCII, any length) minus one, at least ``"1"``, without leading zeros.
+
+    On the digit string, never through ``int``: a traceback is the program's own text (a cell can raise an
+    exception whose message holds ``File "<code>", line `` and 5,000 digits), and ``int`` refuses more than
+    4,300 digits with a ValueError, which made the tool raise and the call count as tirl's failure (``internal``,
+    masked from the loss) instead of the model's error (issue 41).
+    """
+    value = digits.lstrip("0")
+    if len(value) <= 18:  # fits a machine word: the plain way
+        return str(max(int(value or "0") - 1, 1))
+    last = len(value) - 1
+    while value[last] == "0":  # borrow: ...d000 -> ...(d-1)999 (value > 10**18, so a non-zero digit exists)
+        last -= 1
+    lowered = value[:last] + str(int(value[last]) - 1) + "9" * (len(value) - last - 1)
+    return lowered.lstrip("0")
+
+
 def _shift_lines(text: str | None, pattern: re.Pattern[str]) -> str | None:
+    """``text`` with each line number that ``pattern`` matches (group 2) made one smaller (at least 1). Total:
+    any text, any number of digits."""
     if not text:
         return text
-    return pattern.sub(lambda m: f"{m.group(1)}{max(int(m.group(2)) - 1, 1)}", text)
+    return pattern.sub(lambda m: m.group(1) + _minus_one(m.group(2)), text)
 
 
 def cell_result(result: ExecutionResult, replayed: int) -> ExecutionResult:
     """``result`` as the new cell's own: traceback line numbers of the program minus the header line (also in a
-    ``SyntaxError``'s "on line N"); unchanged when nothing was replayed."""
+    ``SyntaxError``'s "on line N"); unchanged when nothing was replayed. Never raises for any traceback text
+    (it is what the program wrote, see :func:`_minus_one`)."""
     if not replayed or not result.traceback:
         return result
     traceback = _shift_lines(result.traceback, _LINE)

@@ -308,6 +308,51 @@ async def test_several_calls_in_one_turn_run_as_one_batch_in_order(smollm2_token
     assert seg.index("111") < seg.index("222")
 
 
+def _many_calls_turn(n: int, malformed: int = 0) -> str:
+    """One turn with ``malformed`` undecodable calls and then ``n`` calls ``print(1)`` ... ``print(n)``."""
+    bad = ["<tool_call>\n{not json\n</tool_call>"] * malformed
+    return "\n".join(bad + [render_tool_call(f"print({i})") for i in range(1, n + 1)])
+
+
+async def test_calls_past_the_per_turn_cap_are_not_executed_and_the_model_is_told(smollm2_tokenizer):
+    # Issue 41: one turn of one trajectory could send any number of calls at once and hold every pool slot.
+    assert AgentLoopConfig().max_tool_calls_per_turn == 4  # the stated default
+    loop, _ = make_loop(smollm2_tokenizer, [_many_calls_turn(6), "<answer>\\boxed{1}</answer>"])
+    traj = await loop.run_one(RolloutRequest(PROBLEM))
+    assert [r.code for r in loop.executor.requests] == [f"print({i})" for i in range(1, 5)]
+    records = traj.turns[0].tool_calls
+    assert [r.response_text for r in records[:4]] == ["1", "2", "3", "4"]
+    assert [r.cls for r in records] == ["ok"] * 4 + ["error"] * 2
+    for rec in records[4:]:
+        assert rec.response_text.startswith("Not executed: this turn has 6 tool calls and at most 4 run per turn")
+        assert rec.details == {"not_executed": "max_tool_calls_per_turn"} and rec.call.arguments["code"]
+    assert traj.metadata["unexecuted_tool_calls"] == 2 and traj.metadata["tool_internal_errors"] == 0
+    segment = smollm2_tokenizer.decode(traj.response_ids[traj.loss_mask.index(0) :])
+    assert segment.count("Not executed") == 2  # the model reads it
+
+
+@pytest.mark.parametrize(("cap", "ran"), [(None, 6), (1, 1), (6, 6)])
+async def test_the_per_turn_cap_is_a_setting(smollm2_tokenizer, cap, ran):
+    turns = [_many_calls_turn(6), "<answer>\\boxed{1}</answer>"]
+    loop, _ = make_loop(smollm2_tokenizer, turns, max_tool_calls_per_turn=cap)
+    traj = await loop.run_one(RolloutRequest(PROBLEM))
+    assert len(loop.executor.requests) == ran and len(traj.turns[0].tool_calls) == 6
+    assert traj.metadata["unexecuted_tool_calls"] == 6 - ran
+
+
+async def test_parse_errors_do_not_count_against_the_per_turn_cap(smollm2_tokenizer):
+    turns = [_many_calls_turn(2, malformed=3), "<answer>\\boxed{1}</answer>"]
+    loop, _ = make_loop(smollm2_tokenizer, turns, max_tool_calls_per_turn=2)
+    traj = await loop.run_one(RolloutRequest(PROBLEM))
+    assert [r.cls for r in traj.turns[0].tool_calls] == ["parse_error"] * 3 + ["ok"] * 2
+    assert traj.metadata["unexecuted_tool_calls"] == 0
+
+
+def test_the_per_turn_cap_must_be_positive():
+    with pytest.raises(ValueError, match="max_tool_calls_per_turn"):
+        AgentLoopConfig(max_tool_calls_per_turn=0)
+
+
 async def test_no_tools_mode_renders_no_schema_and_never_executes(smollm2_tokenizer):
     tok = smollm2_tokenizer
     engine = ScriptedEngine(tok, [call_text("print(1)")], stop_of(tok))

@@ -185,6 +185,67 @@ async def test_a_cell_that_fails_when_re_run_is_reported_and_the_new_cell_still_
     assert "call 1 (AssertionError)" in out.text
 
 
+#: A cell that behaves otherwise when it is re-run (a hostile model can tell: its output goes nowhere).
+_ON_REPLAY = "import os, sys\nx = 5\nif type(sys.stdout).__name__ == '_Discard':\n    {action}\n"
+
+
+@pytest.mark.parametrize(
+    ("first", "note"),
+    [
+        ("import os\nx = 5\nos._exit(0)", None),
+        ("import posix\nx = 5\nposix._exit(0)", None),
+        ("from os import _exit\nx = 5\n_exit(0)", None),
+        (_ON_REPLAY.format(action="os._exit(0)"), None),
+        (_ON_REPLAY.format(action="os._exit(3)"), "call 1 (exit 3)"),
+        (_ON_REPLAY.format(action="os.abort()"), "call 1 (exit 'abort')"),
+    ],
+    ids=["os._exit", "posix._exit", "kept_exit", "exit_on_replay", "exit_3_on_replay", "abort_on_replay"],
+)
+async def test_a_re_run_cell_cannot_end_the_process(sandbox, first, note):
+    # Issue 41: a re-run cell that ended the process (os._exit) ended the new cell's call too: its feedback
+    # was the empty output of a program that never reached the new cell.
+    tool = get_tool("python_session")
+    ctx = ToolContext(executor=sandbox, config=SESSION, timeout_s=30)
+    assert (await _cell(tool, ctx, first)).cls == "ok"
+    out = await _cell(tool, ctx, "print(x * 2)")
+    assert out.cls == "ok" and out.text.splitlines()[0] == "10", out.text
+    assert ("[session]" in out.text) == (note is not None) and (note or "") in out.text
+    later = await _cell(tool, ctx, "from os import _exit\nprint('kept', x)\n_exit(0)")  # the real one again
+    assert later.text.splitlines()[0] == "kept 5"
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        "import atexit\natexit.register(print, 'bye from call 1')\nx = 5",
+        "import weakref\nclass A:\n    pass\na = A()\nweakref.finalize(a, print, 'finalized in call 1')\nx = 5",
+        "import os\nos.write(1, b'raw from call 1\\n')\nos.write(2, b'raw err\\n')\nx = 5",
+        "import subprocess\nsubprocess.run(['echo', 'child of call 1'])\nx = 5",
+    ],
+    ids=["atexit", "weakref_finalize", "os_write", "subprocess"],
+)
+async def test_a_re_run_cell_prints_nothing_now_or_at_exit(sandbox, first):
+    # Issue 41: the re-run cells' exit handlers ran after the new cell and their direct writes reached its output.
+    tool = get_tool("python_session")
+    ctx = ToolContext(executor=sandbox, config=SESSION, timeout_s=30)
+    assert (await _cell(tool, ctx, first)).cls == "ok"
+    out = await _cell(tool, ctx, "print(x)")
+    assert (out.cls, out.text) == ("ok", "5")
+    assert out.result.stdout == "5\n" and out.result.stderr == ""
+
+
+async def test_a_re_run_cell_reads_its_own_input_not_the_new_cells(sandbox):
+    # Issue 41: a re-run cell reading descriptor 0 (os.read, a subprocess, sys.stdin.buffer) took the new cell's input.
+    tool = get_tool("python_session")
+    ctx = ToolContext(executor=sandbox, config=SESSION, timeout_s=30)
+    first = "import os, sys\nraw = os.read(0, 100)\nbuf = sys.stdin.buffer.read()\nprint(raw, buf)"
+    assert (await _cell(tool, ctx, first, "abc")).text == "b'abc' b''"
+    second = "import sys\nbuf2 = sys.stdin.buffer.read()"
+    assert (await _cell(tool, ctx, second, "de")).cls == "ok"
+    out = await _cell(tool, ctx, "print(input(), raw, buf2)", "hello")
+    assert (out.cls, out.text) == ("ok", "hello b'abc' b'de'")
+
+
 # -- the agent loop: state per trajectory, calls of a turn in order ----------------------------------------------
 
 
@@ -246,6 +307,21 @@ async def test_the_agent_loop_keeps_state_per_trajectory_and_runs_a_turns_calls_
     )
     assert a_plain.final_answer == "-1" and [r.cls for r in a_plain.tool_call_records] == ["ok", "error"]
     assert a_plain.tool_call_records[0].tool == "python"
+
+
+async def test_a_cell_raising_a_five_thousand_digit_line_number_is_the_models_error(smollm2_tokenizer, sandbox):
+    # Issue 41: after one good cell, renumbering this traceback raised (int() refuses 4,300+ digits), the tool
+    # raised, and the agent loop answered the call internal: tirl's failure, masked out of the loss.
+    bad = "raise Exception('File \"<code>\", line ' + '1' * 5000)"
+    loop = _loop(smollm2_tokenizer, sandbox, {"PROBLEM-Z": ["x = 1", bad]}, SESSION)
+    [traj] = await loop.run_many([RolloutRequest("PROBLEM-Z")])
+    good, raised = traj.tool_call_records
+    assert good.cls == "ok"
+    assert (raised.result.status, raised.cls, raised.result.error_type) == ("error", "error", "Exception")
+    assert raised.details["replayed_cells"] == 1
+    assert traj.metadata["tool_internal_errors"] == 0
+    assert 'File "<code>", line 1, in <module>' in raised.response_text  # the cell's own line
+    assert len(raised.response_text) <= SESSION.tool_response_max_chars
 
 
 # -- evaluation and the RL rollout function -----------------------------------------------------------------------

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tirl.protocol.config import ProtocolConfig, resolve_config
+from tirl.protocol.response import truncate_middle
 
 #: Turn-boundary tokens of the chat templates tirl renders (its built-in ChatML and the known end-of-turn
 #: tokens), protected even when a tokenizer does not declare them.
@@ -188,19 +189,47 @@ def _escape_all_first_chars(text: str, protected: Sequence[str]) -> str:
 def safe_tool_text(text: str, tokenizer: Any = None, config: ProtocolConfig | None = None) -> str:
     """:func:`escape_tool_text` with the tokenizer's protected strings, checked by encoding the result: when a
     structural id (:func:`structural_ids`) still comes out, every first character of a protected string is
-    escaped; when even that fails, :data:`WITHHELD_TEXT`.
+    escaped; when even that fails, :data:`WITHHELD_TEXT`. The result fits ``config.tool_response_max_chars``.
+
+    Escaping lengthens the text (``<`` becomes ``&lt;``: 1,024 characters of ``</answer>`` became 1,365), so a
+    text whose escaped form passes the cap is cut further before it is escaped (head and tail, as
+    :func:`tirl.protocol.response.truncate_middle` cuts), until the escaped form fits.
 
     Args:
-        text: a rendered tool response.
+        text: a rendered tool response (what a program printed, any characters).
         tokenizer: the policy's tokenizer (None: protocol tags and :data:`TEMPLATE_TOKENS` only, no check).
-        config: the protocol's tags.
+        config: the protocol's tags and ``tool_response_max_chars`` (0 or negative: no cap).
 
     Returns:
-        Text that contains no protected string and, encoded alone, no structural id. Never raises on a string.
+        Text that contains no protected string and, encoded alone, no structural id, of at most
+        ``tool_response_max_chars`` characters (or the cut marker alone, when the cap is shorter than it).
+        Never raises on a string.
     """
     if not isinstance(text, str):
         text = str(text)
-    protected = protected_strings(tokenizer, config)
+    cfg = resolve_config(config)
+    limit = cfg.tool_response_max_chars
+    protected = protected_strings(tokenizer, cfg)
+    shown = _safe_text(text, tokenizer, protected)
+    budget = len(text)
+    for _ in range(_MAX_CUTS):
+        if limit <= 0 or len(shown) <= limit or budget <= 1:
+            break
+        # cut the source by the overshoot: escapes in the part cut away no longer count, so this converges
+        budget = max(1, min(budget, limit) - (len(shown) - limit))
+        shown = _safe_text(truncate_middle(text, budget), tokenizer, protected)
+    if limit > 0 and len(shown) > limit:  # not reached in practice: cut the escaped text itself
+        cut = truncate_middle(shown, limit)
+        shown = cut if pattern_free(cut, protected) else truncate_middle(WITHHELD_TEXT, limit)
+    return shown
+
+
+#: Most re-cuts of :func:`safe_tool_text` before it cuts the escaped text itself.
+_MAX_CUTS = 16
+
+
+def _safe_text(text: str, tokenizer: Any, protected: Sequence[str]) -> str:
+    """The escaping of :func:`safe_tool_text`, without the length cap."""
     escaped = escape_tool_text(text, protected)
     if tokenizer is None:
         return escaped

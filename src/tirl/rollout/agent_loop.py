@@ -19,7 +19,8 @@ Stops (the trajectory's ``finish_reason``):
     A turn without a tool call (or any turn with ``use_tools=False`` or the tool-free ``cot`` prompt style).
 ``max_turns``
     The ``max_turns``-th assistant turn still called a tool. Its calls are not executed (no later turn could
-    read them) and not recorded as tool calls; ``metadata["unexecuted_tool_calls"]`` counts them.
+    read them) and not recorded as tool calls; ``metadata["unexecuted_tool_calls"]`` counts them, with the calls
+    past ``max_tool_calls_per_turn`` of earlier turns (recorded, answered "Not executed", class ``error``).
 ``length``
     The response token budget ``max_response_tokens`` ran out. Tool tokens count against it. A turn cut by the
     budget is kept; its tool calls are never executed (field case F34: partial code never runs). A tool segment
@@ -127,10 +128,14 @@ class AgentLoopSettings:
         tool_timeout_s: wall-clock deadline of each tool call, seconds.
         tool_memory_mb: memory limit of each tool call, MiB.
         max_concurrency: trajectories in flight at once in :meth:`AgentLoop.run_many`; None for all.
+        max_tool_calls_per_turn: most tool calls of one turn that run (default 4, half of the 8 sandbox slots
+            of an RL run's default pool, so one turn of one trajectory cannot hold every slot); the calls after
+            them are not executed, their tool response says so, and ``metadata["unexecuted_tool_calls"]``
+            counts them (class ``error``). Parse errors do not count. None: no cap.
 
     Raises:
         ValueError: ``max_turns`` or ``max_response_tokens`` below 1, ``tool_timeout_s`` not above 0, or
-            ``max_concurrency`` below 1.
+            ``max_concurrency`` or ``max_tool_calls_per_turn`` below 1.
     """
 
     max_turns: int = 30
@@ -141,6 +146,7 @@ class AgentLoopSettings:
     tool_timeout_s: float = DEFAULT_TIMEOUT_S
     tool_memory_mb: int = DEFAULT_MEMORY_MB
     max_concurrency: int | None = None
+    max_tool_calls_per_turn: int | None = 4
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -151,6 +157,8 @@ class AgentLoopSettings:
             raise ValueError(f"tool_timeout_s must be > 0, got {self.tool_timeout_s}")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1 or None, got {self.max_concurrency}")
+        if self.max_tool_calls_per_turn is not None and self.max_tool_calls_per_turn < 1:
+            raise ValueError(f"max_tool_calls_per_turn must be >= 1 or None, got {self.max_tool_calls_per_turn}")
 
     def agent_loop_config(
         self, protocol: ProtocolConfig | None = None, *, use_tools: bool = True, **changes: Any
@@ -448,11 +456,12 @@ class AgentLoop:
                 break
             if len(turns) >= cfg.max_turns:
                 finish = "max_turns"
-                meta["unexecuted_tool_calls"] = len(calls)
+                meta["unexecuted_tool_calls"] += len(calls)
                 break
 
             t0 = time.perf_counter()
-            records = await self._execute(calls, session, trajectory_id)
+            records = await self._execute_capped(calls, session, trajectory_id)
+            meta["unexecuted_tool_calls"] += sum(1 for r in records if r.details.get("not_executed"))
             tool_time += time.perf_counter() - t0
             turn.tool_calls = records
             meta["tool_internal_errors"] += sum(1 for r in records if _is_internal(r.result))
@@ -483,6 +492,36 @@ class AgentLoop:
             finish_reason=finish,
             metadata=meta,
         )
+
+    async def _execute_capped(
+        self, calls: Sequence[ToolCall | ToolCallError], session: dict[str, Any], trajectory_id: str
+    ) -> list[ToolCallRecord]:
+        """:meth:`_execute` for the first ``max_tool_calls_per_turn`` decoded calls of a turn; each later one is
+        answered without running (its record's ``details["not_executed"]``), in text order."""
+        cap = self.config.max_tool_calls_per_turn
+        positions = [i for i, c in enumerate(calls) if isinstance(c, ToolCall)]
+        over = set(positions[cap:]) if cap is not None else set()
+        if not over:
+            return await self._execute(calls, session, trajectory_id)
+        ran = iter(await self._execute([c for i, c in enumerate(calls) if i not in over], session, trajectory_id))
+        message = (
+            f"Not executed: this turn has {len(positions)} tool calls and at most {cap} run per turn; the first "
+            f"{cap} ran. Make at most {cap} tool calls in one turn."
+        )
+        tool = self.config.protocol.tool
+        return [
+            ToolCallRecord(
+                call=call,
+                result=ExecutionResult(status="error", stderr=message),
+                cls="error",
+                response_text=self._shown(message),
+                tool=tool,
+                details={"not_executed": "max_tool_calls_per_turn"},
+            )
+            if i in over
+            else next(ran)
+            for i, call in enumerate(calls)
+        ]
 
     async def _execute(
         self, calls: Sequence[ToolCall | ToolCallError], session: dict[str, Any] | None = None, trajectory_id: str = ""

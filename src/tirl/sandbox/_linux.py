@@ -1,6 +1,6 @@
 """Thin ctypes wrappers of the Linux system calls the sandbox needs and Python 3.11 lacks.
 
-Covers: ``unshare``, ``setns``, ``mount``, ``prctl`` (no-new-privs, parent-death signal, child subreaper,
+Covers: ``unshare``, ``setns``, ``mount``, ``umount2``, ``prctl`` (no-new-privs, parent-death signal, child subreaper,
 seccomp, capability bounding set, keep-caps), ``capset``, the raw ``syscall`` entry (for Landlock) and the
 syscall numbers of the architectures the seccomp filter supports. Every wrapper raises ``OSError`` with the
 errno on failure. It does not decide policy; see :mod:`tirl.sandbox.isolation`.
@@ -30,6 +30,7 @@ MS_NODEV = 4
 MS_NOEXEC = 8
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
 
 PR_SET_PDEATHSIG = 1
 PR_SET_KEEPCAPS = 8
@@ -48,6 +49,7 @@ _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_u
 _libc.unshare.argtypes = [ctypes.c_int]
 _libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 MACHINE = platform.machine()
 
@@ -209,6 +211,11 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
     """``mount(2)``."""
     enc = lambda s: None if s is None else s.encode()  # noqa: E731
     _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+
+
+def umount(target: str, flags: int = 0) -> None:
+    """``umount2(2)`` (``MNT_DETACH``: lazily, once no process uses the mount any more)."""
+    _check(_libc.umount2(target.encode(), flags), f"umount {target}")
 
 
 def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:

@@ -146,9 +146,10 @@ class SandboxConfig:
             cgroup layer is active.
         nofile_limit: RLIMIT_NOFILE of the code.
         fsize_mb: RLIMIT_FSIZE of the code in MiB (largest file it can write).
-        scratch_mb: size of each worker's private tmpfs that holds the calls' scratch directories (when the
-            mount namespace layer is active).
-        scratch_inodes: most files and directories on that tmpfs. Empty files use no space, only kernel
+        scratch_mb: size of each call's own tmpfs, its scratch directory (when the mount namespace layer is
+            active): its quota of bytes; a call that fills it is answered ``error`` ("scratch space quota
+            exceeded"), the calls beside it and after it are unaffected.
+        scratch_inodes: most files and directories on that tmpfs (per call). Empty files use no space, only kernel
             memory that no rlimit counts: without this bound a call created about a million files in 8 s
             (close to 1 GB of kernel memory) and the worker then spent seconds deleting them.
         scratch_root: where the host creates the pool's scratch folder; None means the system temp dir.

@@ -112,11 +112,18 @@ class CallPlan:
 
 @dataclass
 class WorkerIsolation:
-    """What :func:`setup_worker` achieved, plus the probed per-call plan."""
+    """What :func:`setup_worker` achieved, plus the probed per-call plan.
+
+    ``call_scratch_tmpfs``: the tmpfs mount options of each call's own scratch directory (``size=..m,
+    nr_inodes=..,mode=0700``, from ``scratch_mb`` and ``scratch_inodes``), which the worker mounts before the
+    call and unmounts after it (the ``mount_namespace`` layer); None where the worker has no mount namespace
+    and a call's scratch is a plain directory under ``scratch_dir``.
+    """
 
     layers: dict[str, LayerStatus]
     plan: CallPlan
     scratch_dir: str
+    call_scratch_tmpfs: str | None = None
     self_pid_ns_fd: int | None = None
     seccomp_filter: seccomp.PreparedFilter | None = None
     landlock_rules: landlock.PreparedRules | None = None
@@ -243,20 +250,18 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
     def mount_private() -> None:
         _linux.unshare(_linux.CLONE_NEWNS)
         _linux.mount(None, "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
-        _linux.mount(
-            "tmpfs",
-            scratch_dir,
-            "tmpfs",
-            _linux.MS_NOSUID | _linux.MS_NODEV,
-            f"size={int(cfg['scratch_mb'])}m,nr_inodes={int(cfg.get('scratch_inodes', 65536))},mode=0711",
-        )
+        # The worker's own tmpfs holds only the calls' mount points and the child site folder (calls cannot
+        # write to it); each call's scratch is a tmpfs of its own on top (worker.py, _spawn), so no call can
+        # fill the space or the inodes another call (or the next call's set-up) needs.
+        _linux.mount("tmpfs", scratch_dir, "tmpfs", _linux.MS_NOSUID | _linux.MS_NODEV, "size=16m,mode=0711")
 
+    scratch_mb, scratch_inodes = int(cfg["scratch_mb"]), int(cfg.get("scratch_inodes", 65536))
     worker_mounts_private = ns_layer(
         "mount_namespace",
         cfg["mount_namespace"],
         mount_private,
-        f"private mounts; scratch on a {cfg['scratch_mb']} MiB tmpfs ({cfg.get('scratch_inodes', 65536)} "
-        "files at most) that dies with the worker",
+        f"private mounts; each call's scratch on a tmpfs of its own ({scratch_mb} MiB, {scratch_inodes} files at "
+        "most), unmounted after the call",
     )
 
     self_ns_fd = None
@@ -426,6 +431,9 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
         cgroups=cgroups,
         uid_allocator=allocator,
         shared_uid=(int(cfg["sandbox_uid"]), int(cfg["sandbox_gid"])),
+        call_scratch_tmpfs=(
+            f"size={scratch_mb}m,nr_inodes={scratch_inodes},mode=0700" if worker_mounts_private else None
+        ),
     )
 
 

@@ -49,7 +49,9 @@ def assemble(meta: dict, out: bytes, err: bytes, res: bytes) -> dict:
             ``kill_reason`` (``timeout``, ``output``, ``shutdown`` or None), ``oom_kills``, ``timeout_s``,
             ``memory_mb``, ``max_output_bytes``, ``out_total``/``err_total``/``res_total`` (bytes the call
             wrote to each pipe, of which the first ``max_output_bytes`` (record: its cap) were kept),
-            ``res_cap``, ``signal_note`` (bytes the call's signal handler reported, as latin-1 text).
+            ``res_cap``, ``signal_note`` (bytes the call's signal handler reported, as latin-1 text),
+            ``scratch_full`` (the call's own scratch tmpfs had no free inode or byte left at its end) with the
+            quota ``scratch_inodes`` (files) and ``scratch_mb`` (MiB).
         out, err, res: the kept bytes of stdout, stderr and the result record.
     """
     max_out = int(meta["max_output_bytes"])
@@ -134,6 +136,16 @@ def assemble(meta: dict, out: bytes, err: bytes, res: bytes) -> dict:
             note = f"killed: memory limit ({memory_mb} MiB of address space) reached"
         elif result["error_type"] or (status_code or 0) != 0:
             result["status"] = "error"
+    if meta.get("scratch_full") and result["status"] != "internal":
+        # The call used its whole scratch quota (its own tmpfs: no other call shares it). The model's doing,
+        # so its error, never tirl's, even when the code caught the OSError and exited 0.
+        if result["status"] == "ok":
+            result["status"] = "error"
+        quota = (
+            f"scratch space quota exceeded: {int(meta.get('scratch_inodes') or 0)} files / "
+            f"{int(meta.get('scratch_mb') or 0) * 1024 * 1024} bytes per call"
+        )
+        note = f"{note}\ntirl-sandbox: {quota}" if note else quota
     display = record.get("display")
     if isinstance(display, str) and int(meta["out_total"]) == 0 and result["status"] in ("ok",):
         result["display"] = sanitize(display)

@@ -16,7 +16,8 @@ pipe's bytes and the names a call leaves in its scratch directory never enter th
 
 For each ``run`` frame it (single-threaded, with a ``selectors`` loop over all its calls):
 
-1. creates the call's scratch directory, its cgroup (when the cgroup layer is active: memory and pids of all
+1. creates the call's scratch directory (a tmpfs of its own, its quota of files and bytes, where the worker has a
+   mount namespace), its cgroup (when the cgroup layer is active: memory and pids of all
    the call's processes together, see :mod:`tirl.sandbox.cgroup`), memory files for its code and stdin
    (filled from the control pipe) and for its outputs, and pipes for stdout, stderr, the runner's result
    record and signal notes;
@@ -106,6 +107,8 @@ class _Call:
         "cgroup",
         "oom_kills",
         "uid",
+        "scratch_mounted",
+        "scratch_full",
     )
 
     def __init__(self, cid: int, msg: dict) -> None:
@@ -127,6 +130,8 @@ class _Call:
         self.cgroup: cgroup.CallCgroup | None = None
         self.oom_kills = 0
         self.uid: int | None = None  # claimed for this call (uid_per_call), released in Worker._cleanup
+        self.scratch_mounted = False  # the scratch is a tmpfs of the call's own (unmounted in _cleanup)
+        self.scratch_full = False  # that tmpfs had no free inode or byte left when the call ended
 
     def streams(self) -> list[_Stream]:
         return [s for s in (self.out, self.err, self.res) if s is not None]
@@ -269,6 +274,13 @@ class Worker:
         try:
             call.scratch = os.path.join(self.iso.scratch_dir, f"c{call.id}")
             os.mkdir(call.scratch, 0o700)
+            if self.iso.call_scratch_tmpfs is not None:
+                # A tmpfs per call: its bytes and inodes are the call's quota, and filling it fails only this
+                # call (a shared one, full, made the next call's set-up fail: "internal", masked from the loss).
+                _linux.mount(
+                    "tmpfs", call.scratch, "tmpfs", _linux.MS_NOSUID | _linux.MS_NODEV, self.iso.call_scratch_tmpfs
+                )
+                call.scratch_mounted = True
             if plan.uid_per_call and self.iso.uid_allocator is not None:
                 call.uid = self.iso.uid_allocator.claim()
                 os.chown(call.scratch, call.uid, call.uid)
@@ -486,7 +498,16 @@ class Worker:
             except OSError:
                 pass
             call.sig_r = -1
-        if call.scratch:
+        if call.scratch_mounted:
+            call.scratch_full = _tmpfs_full(call.scratch)
+            try:
+                # Lazily: a process of the call that is still exiting keeps it until it is gone. The files'
+                # names are never read (see _remove_tree), and the kernel frees them all at once.
+                _linux.umount(call.scratch, _linux.MNT_DETACH)
+                call.scratch_mounted = False
+            except OSError as exc:
+                print(f"tirl-sandbox worker: could not unmount a call's scratch: {exc}", file=sys.stderr)
+        if call.scratch and not call.scratch_mounted:
             _remove_tree(call.scratch)
         # With a PID namespace nothing of the call is left once its init was reaped (or never forked).
         empty = call.pid == 0 or (
@@ -563,6 +584,9 @@ class Worker:
                 "duration_s": end - call.started,
                 "kill_reason": call.kill_reason,
                 "oom_kills": call.oom_kills,
+                "scratch_full": call.scratch_full,
+                "scratch_mb": int(self.cfg["scratch_mb"]),
+                "scratch_inodes": int(self.cfg["scratch_inodes"]),
                 "timeout_s": call.timeout_s,
                 "memory_mb": call.memory_mb,
                 "max_output_bytes": self.max_out,
@@ -662,6 +686,16 @@ def _read_file(fd: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def _tmpfs_full(path: str) -> bool:
+    """Whether the file system at ``path`` (a call's scratch tmpfs) has no free inode or no free byte left
+    (the call used its whole quota); False when it cannot be asked."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_ffree == 0 or st.f_bavail == 0
 
 
 #: ``rm`` for scratch directories that are not empty (see :func:`_remove_tree`); None: the fork only.

@@ -19,8 +19,14 @@ those cells in order, in the program's ``__main__`` namespace, with their output
   files a cell wrote are written again, and the time limit (``rollout.tool_timeout_s``) covers the re-run cells and
   the new one together. Should a cell that succeeded fail when it is re-run, the new cell still runs and the
   model is told under ``[stderr]`` which cell failed (its variables may be missing);
-* not carried over: output a re-run cell writes to file descriptors 1 and 2 directly (``os.write``) is not
-  discarded; frames inside functions defined by earlier cells do not appear in tracebacks (the line of the
+* re-runs are silent, so the feedback is the new cell's own (issue 41): during the re-run, descriptors 1 and 2
+  are ``/dev/null`` (``os.write`` and subprocesses write nowhere) and descriptor 0 holds the re-run cell's own
+  input (never the new cell's); ``sys.exit``, ``os._exit``, ``posix._exit`` and ``os.abort`` end only the re-run
+  cell (a non-zero code is reported like a failure), and the exit handlers the re-run cells register
+  (``atexit``, ``weakref.finalize``) do not run after the new cell;
+* not carried over: threads a re-run cell starts that print after the replay write into the new cell's output;
+  an exit through ``ctypes`` or a signal handler is not contained; frames inside functions defined by earlier
+  cells do not appear in tracebacks (the line of the
   current cell that called them does); a cell that starts with ``from __future__`` imports is a ``SyntaxError``
   once the session has history (the imports must open the program, the replay header comes first).
 
@@ -53,7 +59,7 @@ CELLS_KEY = "python_session.cells"
 _CODE_FILENAME = "<code>"
 
 _REPLAY_SOURCE = """\
-import io, sys
+import atexit, io, os, posix, sys, weakref
 
 class _DiscardBytes(io.RawIOBase):
     def writable(self):
@@ -69,24 +75,81 @@ class _Discard(io.TextIOBase):
     def write(self, text):
         return len(text)
 
+class _ReplayExit(BaseException):
+    pass
+
+_replaying = [False]
+
+def _contained(real, default):
+    # while a cell is re-run, ending the process raises instead (the new cell must still run); a cell that kept
+    # a reference (from os import _exit) gets the real function once the replay is over
+    def exit_during_replay(*args, **kwargs):
+        if _replaying[0]:
+            raise _ReplayExit(args[0] if args else default)
+        return real(*args, **kwargs)
+    return exit_during_replay
+
+def _input_fd(text):
+    try:
+        fd = os.memfd_create("cell-input")
+        data = text.encode("utf-8", "replace")
+        while data:
+            data = data[os.write(fd, data):]
+        os.lseek(fd, 0, 0)
+        return fd
+    except Exception:
+        return os.open(os.devnull, os.O_RDONLY)
+
 def _replay(cells, namespace):
     names = ("stdin", "stdout", "stderr", "__stdin__", "__stdout__", "__stderr__")
     saved = [getattr(sys, name) for name in names]
+    saved_fds = [os.dup(fd) for fd in (0, 1, 2)]
+    exits = [(os, "_exit", 0), (posix, "_exit", 0), (os, "abort", "abort")]
+    real_exits = [getattr(owner, name) for owner, name, _ in exits]
+    for (owner, name, default), real in zip(exits, real_exits):
+        setattr(owner, name, _contained(real, default))
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)  # os.write(1, ...) and subprocesses of the re-run cells: discarded too
+    os.dup2(null, 2)
+    os.close(null)
     failed = []
-    for number, (code, stdin) in enumerate(cells, 1):
-        discard = _Discard()
-        sys.stdin = sys.__stdin__ = io.StringIO(stdin)
-        sys.stdout = sys.stderr = sys.__stdout__ = sys.__stderr__ = discard
-        try:
-            exec(compile(code, "<cell %d>" % number, "exec", dont_inherit=True), namespace)
-        except SystemExit as exc:
-            if exc.code not in (None, 0):
-                failed.append("call %d (SystemExit %r)" % (number, exc.code))
-        except BaseException as exc:
-            failed.append("call %d (%s)" % (number, type(exc).__name__))
-        finally:
-            for name, value in zip(names, saved):
-                setattr(sys, name, value)
+    try:
+        for number, (code, stdin) in enumerate(cells, 1):
+            discard = _Discard()
+            sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8", "replace")), "utf-8")
+            sys.stdout = sys.stderr = sys.__stdout__ = sys.__stderr__ = discard
+            cell_input = _input_fd(stdin)  # descriptor 0 too: its own input, never the new cell's
+            os.dup2(cell_input, 0)
+            os.close(cell_input)
+            _replaying[0] = True
+            try:
+                exec(compile(code, "<cell %d>" % number, "exec", dont_inherit=True), namespace)
+            except (SystemExit, _ReplayExit) as exc:
+                status = exc.args[0] if exc.args else None
+                if status not in (None, 0):
+                    failed.append("call %d (exit %r)" % (number, status))
+            except BaseException as exc:
+                failed.append("call %d (%s)" % (number, type(exc).__name__))
+            finally:
+                _replaying[0] = False
+                for stream in saved:
+                    try:
+                        stream.flush()  # what a cell wrote through the real streams goes to /dev/null now
+                    except BaseException:
+                        pass
+                for name, value in zip(names, saved):
+                    setattr(sys, name, value)
+    finally:
+        _replaying[0] = False
+        for (owner, name, _), real in zip(exits, real_exits):
+            setattr(owner, name, real)
+        for fd, copy in enumerate(saved_fds):
+            os.dup2(copy, fd)
+            os.close(copy)
+        # the exit handlers of the re-run cells ran when those cells ran for real: not again, after the new one
+        atexit._clear()
+        for finalizer in list(getattr(weakref.finalize, "_registry", {})):
+            finalizer.atexit = False
     if failed:
         print("[session] re-running the earlier calls to restore the session failed this time in "
               + ", ".join(failed) + "; what they define may be missing.", file=sys.stderr, flush=True)
@@ -94,8 +157,9 @@ def _replay(cells, namespace):
 _replay(CELLS, NS)
 """
 
-_LINE = re.compile(r'(File "<code>", line )(\d+)')
-_ON_LINE = re.compile(r"(\bon line )(\d+)")
+# ASCII digits only: Python writes its line numbers so, and ``\d`` would take other scripts' digits too.
+_LINE = re.compile(r'(File "<code>", line )([0-9]+)')
+_ON_LINE = re.compile(r"(\bon line )([0-9]+)")
 _SYNTAX_ERRORS = ("SyntaxError", "IndentationError", "TabError")
 
 
@@ -111,15 +175,36 @@ def session_program(cells: Sequence[tuple[str, str]], code: str) -> str:
     return header + "\n" + code
 
 
+def _minus_one(digits: str) -> str:
+    """The decimal ``digits`` (ASCII, any length) minus one, at least ``"1"``, without leading zeros.
+
+    On the digit string, never through ``int``: a traceback is the program's own text (a cell can raise an
+    exception whose message holds ``File "<code>", line `` and 5,000 digits), and ``int`` refuses more than
+    4,300 digits with a ValueError, which made the tool raise and the call count as tirl's failure (``internal``,
+    masked from the loss) instead of the model's error (issue 41).
+    """
+    value = digits.lstrip("0")
+    if len(value) <= 18:  # fits a machine word: the plain way
+        return str(max(int(value or "0") - 1, 1))
+    last = len(value) - 1
+    while value[last] == "0":  # borrow: ...d000 -> ...(d-1)999 (value > 10**18, so a non-zero digit exists)
+        last -= 1
+    lowered = value[:last] + str(int(value[last]) - 1) + "9" * (len(value) - last - 1)
+    return lowered.lstrip("0")
+
+
 def _shift_lines(text: str | None, pattern: re.Pattern[str]) -> str | None:
+    """``text`` with each line number that ``pattern`` matches (group 2) made one smaller (at least 1). Total:
+    any text, any number of digits."""
     if not text:
         return text
-    return pattern.sub(lambda m: f"{m.group(1)}{max(int(m.group(2)) - 1, 1)}", text)
+    return pattern.sub(lambda m: m.group(1) + _minus_one(m.group(2)), text)
 
 
 def cell_result(result: ExecutionResult, replayed: int) -> ExecutionResult:
     """``result`` as the new cell's own: traceback line numbers of the program minus the header line (also in a
-    ``SyntaxError``'s "on line N"); unchanged when nothing was replayed."""
+    ``SyntaxError``'s "on line N"); unchanged when nothing was replayed. Never raises for any traceback text
+    (it is what the program wrote, see :func:`_minus_one`)."""
     if not replayed or not result.traceback:
         return result
     traceback = _shift_lines(result.traceback, _LINE)

@@ -254,3 +254,32 @@ def test_a_prefill_set_in_a_baseline_style_is_not_taken_as_pre_filled():
     text = "So \\boxed{2}</think>"
     assert extract_answer(text, ProtocolConfig(prefill="<think>")) is None
     assert extract_answer(text, ProtocolConfig(prompt_style="cot", prefill="<think>")) == "2"
+
+
+async def test_native_lenient_runs_an_untagged_call_and_feeds_its_response_back(qwen_tokenizer):
+    """Qwen2.5-Coder-0.5B-Instruct's own native-style call, without the tags (issue 43): in lenient mode the loop
+    runs it and appends the tool response as for a tagged call; in strict mode the turn is the final answer."""
+    tok = qwen_tokenizer
+    call = '{"name": "execute_python_code_with_standard_io", "arguments": {"code": "print(48 + 24)", "input": ""}}'
+    t1 = "```json\n" + call + "\n```"
+    t2 = "She sold \\boxed{72} clips."
+    lenient = dataclasses.replace(NATIVE, lenient=True)
+    executor = ScriptedExecutor()
+    loop, engine = _loop(tok, [t1, t2], lenient, executor=executor)
+    traj = await loop.run_one(RolloutRequest(PROBLEM))
+    assert traj.finish_reason == "answer" and traj.final_answer == "72" and len(engine.calls) == 2
+    assert [r.code for r in executor.requests] == ["print(48 + 24)"]
+    [record] = traj.turns[0].tool_calls
+    assert record.cls == "ok" and record.call.repairs == ["untagged", "code_fence"]
+    stop = stop_of(tok)
+    ids1 = tok.encode(t1, add_special_tokens=False) + [stop]
+    ids2 = tok.encode(t2, add_special_tokens=False) + [stop]
+    segment = tool_response_segment_ids(tok, [record.response_text], lenient)
+    assert traj.response_ids == ids1 + segment + ids2
+    assert traj.loss_mask == [1] * len(ids1) + [0] * len(segment) + [1] * len(ids2)
+    assert "<tool_response>\n72\n</tool_response>" in tok.decode(segment)
+    strict_executor = ScriptedExecutor()
+    loop, engine = _loop(tok, [t1, t2], NATIVE, executor=strict_executor)
+    traj = await loop.run_one(RolloutRequest(PROBLEM))
+    assert traj.finish_reason == "answer" and len(engine.calls) == 1 and strict_executor.requests == []
+    assert traj.turns[0].tool_calls == [] and traj.final_answer is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -617,3 +618,152 @@ def test_code_holding_several_open_tags_still_parses():
     text = call_text(code) + "\n" + call_text("print(2)")
     items = parse_tool_calls(text)
     assert [c.code for c in items] == [code, "print(2)"]
+
+
+# ------------------------------------------------------------------------------------- untagged calls (lenient)
+
+LENIENT = ProtocolConfig(lenient=True)
+NATIVE_LENIENT = ProtocolConfig(prompt_style="native", lenient=True)
+CALL_JSON = json.dumps({"name": FN, "arguments": {"code": "print(3 * 60)", "input": ""}})
+# The two whole turns Qwen2.5-Coder-0.5B-Instruct wrote in native style when asked to call the tool (issue 43).
+FENCED_TURN = "```json\n" + CALL_JSON + "\n```<|im_end|>"
+BARE_TURN = CALL_JSON + "<|im_end|>"
+
+
+@pytest.mark.parametrize("cfg", [LENIENT, NATIVE_LENIENT], ids=["full", "native"])
+@pytest.mark.parametrize("turn,fenced", [(BARE_TURN, False), (FENCED_TURN, True)], ids=["bare", "fenced"])
+def test_an_untagged_call_is_read_in_lenient_mode_and_marked(cfg, turn, fenced):
+    [call] = parse_tool_calls(turn, cfg)
+    assert isinstance(call, ToolCall)
+    assert call.arguments == {"code": "print(3 * 60)", "input": ""} and call.name == FN
+    assert call.repaired and call.repairs == (["untagged", "code_fence"] if fenced else ["untagged"])
+    assert call.raw == CALL_JSON
+    # the span is the object, or the whole fence when the object was its only content
+    assert turn[slice(*call.span)] == ("```json\n" + CALL_JSON + "\n```" if fenced else CALL_JSON)
+    # strict mode is unchanged: no tag, no call (the turn is a final answer)
+    assert parse_tool_calls(turn, dataclasses.replace(cfg, lenient=False)) == []
+    assert parse_tool_calls(turn, cfg, lenient=False) == []
+
+
+def test_a_fenced_multi_call_turn_gives_every_call_in_order_and_multi_call_first_one():
+    second = json.dumps({"name": FN, "arguments": {"code": "print(2 * 80)"}})
+    turn = f"First:\n```json\n{CALL_JSON}\n```\nThen:\n```\n{second}\n```\nThat is all."
+    items = parse_tool_calls(turn, LENIENT)
+    assert summary(items) == [("call", "print(3 * 60)", ""), ("call", "print(2 * 80)", "")]
+    assert [turn[slice(*c.span)] for c in items] == [f"```json\n{CALL_JSON}\n```", f"```\n{second}\n```"]
+    # two bare objects in one fence: each is a call of its own (its span the object)
+    both = f"```json\n{CALL_JSON}\n{second}\n```"
+    items = parse_tool_calls(both, LENIENT)
+    assert [c.code for c in items] == ["print(3 * 60)", "print(2 * 80)"]
+    assert [both[slice(*c.span)] for c in items] == [CALL_JSON, second]
+    assert all(c.repairs == ["untagged"] for c in items)
+    first = parse_tool_calls(turn, dataclasses.replace(LENIENT, multi_call="first"))
+    assert summary(first) == [("call", "print(3 * 60)", "")]
+
+
+@pytest.mark.parametrize(
+    "turn",
+    [
+        json.dumps({"name": "calculator", "arguments": {"code": "print(1)"}}),  # another name
+        json.dumps({"name": FN, "args": {"code": "print(1)"}}),  # no "arguments"
+        # arguments of another name's object are not a call of their own
+        json.dumps({"name": "other", "arguments": {"name": FN, "arguments": {"code": "print(1)"}}}),
+        'The answer as JSON is {"answer": 180}, so \\boxed{180}.',  # a final answer that mentions JSON
+        'I would call {"name": "' + FN + '", "arguments": {"code": print(1)}} but did not.',  # not JSON
+        "```json\n{not json at all}\n```\nSo \\boxed{3}.",
+        "<think>" + CALL_JSON + "</think> So \\boxed{180}.",  # a draft
+    ],
+    ids=["wrong-name", "no-arguments", "nested", "answer-json", "not-json", "fence-not-json", "draft"],
+)
+def test_objects_that_are_not_calls_leave_the_turn_a_final_answer(turn):
+    assert parse_tool_calls(turn, LENIENT) == []
+
+
+def test_untagged_calls_are_checked_as_tagged_ones_and_repaired_the_same_way():
+    # raw newlines in the code string (control_characters), a Python literal, an empty code: the tagged path's
+    # repairs and errors
+    raw_newline = '{"name": "' + FN + '", "arguments": {"code": "x = 2\nprint(x)", "input": ""}}'
+    [call] = parse_tool_calls(raw_newline, LENIENT)
+    assert call.code == "x = 2\nprint(x)" and call.repairs == ["untagged", "control_characters"]
+    empty = json.dumps({"name": FN, "arguments": {"code": " ", "input": ""}})
+    [err] = parse_tool_calls("Let me run it.\n" + empty, LENIENT)
+    assert isinstance(err, ToolCallError) and err.kind == "empty_code"
+    assert err.span == (len("Let me run it.\n"), len("Let me run it.\n") + len(empty)) and err.raw == empty
+    # an object after an unclosed brace is still found
+    text = "Note: {unbalanced\n" + CALL_JSON
+    assert summary(parse_tool_calls(text, LENIENT)) == [("call", "print(3 * 60)", "")]
+
+
+def test_untagged_calls_never_fire_when_the_turn_has_a_tag():
+    # a tagged (even broken) call: the turn scan's result only, the bare object is text
+    turn = CALL_JSON + "\n<tool_call>{broken</tool_call>"
+    assert summary(parse_tool_calls(turn, LENIENT)) == [("invalid_json", None, None)]
+    unclosed = CALL_JSON + "\n<tool_call>"
+    assert summary(parse_tool_calls(unclosed, LENIENT)) == [("unclosed_tag", None, None)]
+
+
+def test_untagged_calls_are_for_json_formats_only():
+    xml = ProtocolConfig(lenient=True, tool_call_format="qwen3_xml")
+    assert parse_tool_calls(BARE_TURN, xml) == []
+    assert parse_tool_calls(FENCED_TURN, xml) == []
+
+
+def test_untagged_scan_tries_a_bounded_number_of_objects(monkeypatch):
+    from tirl.protocol import parse as parse_module
+
+    tried = []
+    real = parse_module._object_end
+    monkeypatch.setattr(parse_module, "_object_end", lambda text, start: tried.append(start) or real(text, start))
+    parse_tool_calls('{"name": ' * 5000, LENIENT)  # never closed: every candidate reads to the end
+    parse_tool_calls('{"name": 1} ' * 5000, LENIENT)  # closed, no call
+    assert len(tried) <= 2 * parse_module.MAX_UNTAGGED_CANDIDATES
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "{",
+                "}",
+                '"',
+                "\\",
+                ":",
+                ",",
+                '"name"',
+                f'"{FN}"',
+                '"arguments"',
+                '"code"',
+                '"input"',
+                '"print(1)"',
+                "```",
+                "```json\n",
+                "\n",
+                " ",
+                "x",
+                "[",
+                "]",
+                "'",
+                "True",
+                "<think>",
+                "</think>",
+                CALL_JSON,
+            ]
+        ),
+        max_size=40,
+    ).map("".join)
+)
+def test_untagged_parsing_never_raises_and_spans_are_in_the_turn(text):
+    for cfg in (LENIENT, dataclasses.replace(LENIENT, multi_call="first"), NATIVE_LENIENT):
+        items = parse_tool_calls(text, cfg)
+        if cfg.multi_call == "first":
+            assert len(items) <= 1
+        last = 0
+        for item in items:
+            assert isinstance(item, (ToolCall, ToolCallError))
+            start, end = item.span
+            assert last <= start < end <= len(text)
+            last = end
+            if isinstance(item, ToolCall):
+                assert "untagged" in item.repairs and item.repaired
+                assert set(item.arguments) == {"code", "input"} and item.code.strip()

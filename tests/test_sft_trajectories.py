@@ -126,3 +126,118 @@ def test_the_trainer_receives_the_sampled_tokens_and_masks_the_injected_ones(tmp
         mask = [0] * len(rec["prompt_ids"]) + rec["loss_mask"]
         assert row["input_ids"] == ids
         assert row["labels"] == [t if m else -100 for t, m in zip(ids, mask)]
+
+
+# ------------------------------------------------------------------------------------ trajectory_tokens: rerender
+
+PROBLEM = "Natalia sold 48 clips in April and half as many in May. How many clips did she sell altogether?"
+UNTAGGED = '{"name": "execute_python_code_with_standard_io", "arguments": {"code": "print(48 + 24)", "input": ""}}'
+# what an evaluation sampled with: native style, an instruction of its own, untagged calls read (lenient)
+SAMPLING = ProtocolConfig(
+    prompt_style="native", lenient=True, baseline_instruction="Call the Python tool, then box the answer."
+)
+# what the SFT recipe trains in: native style, Qwen's own sentence, strict parsing
+SFT_NATIVE = ProtocolConfig(prompt_style="native")
+
+
+async def _sampled_record(tok, turns, protocol=SAMPLING, **keys):
+    """A ``trajectories.jsonl`` line as ``tirl eval`` writes it, for a scripted model."""
+    from test_agent_loop import ScriptedEngine, ScriptedExecutor, stop_of
+    from tirl.eval.runner import trajectory_record
+    from tirl.rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutRequest
+    from tirl.rollout.engine import SingleEngineRouter
+
+    engine = ScriptedEngine(tok, turns, stop_of(tok))
+    config = AgentLoopConfig(max_response_tokens=4000, protocol=protocol)
+    loop = AgentLoop(SingleEngineRouter(engine), ScriptedExecutor(), tok, config)
+    traj = await loop.run_one(RolloutRequest(PROBLEM))
+    verdict = {"correct": traj.final_answer == "72"}
+    response_text = tok.decode(traj.response_ids, skip_special_tokens=False)
+    base = {"benchmark": "gsm8k", "problem_id": "p0", "sample_index": 0, "problem": PROBLEM, **keys}
+    return json.loads(json.dumps(trajectory_record(traj, tok, verdict, response_text, **base)))
+
+
+async def test_rerender_writes_untagged_calls_tagged_in_the_sft_prompt_and_masks_the_responses(
+    tmp_path, qwen_tokenizer
+):
+    from tirl.protocol.parse import render_tool_call
+    from tirl.protocol.render import render_prompt_ids, tool_response_segment_ids
+
+    tok = qwen_tokenizer
+    t1 = "Half of 48 is 24.\n```json\n" + UNTAGGED + "\n```"
+    t2 = "She sold \\boxed{72} clips."
+    record = await _sampled_record(tok, [t1, t2])
+    assert record["correct"] and record["turns"][0]["tool_calls"][0]["call"]["repairs"] == ["untagged", "code_fence"]
+    run = _write(tmp_path / "eval", [record])
+
+    [example] = trajectory_examples(run, tokens="rerender", config=SFT_NATIVE)
+    canonical = render_tool_call("print(48 + 24)", "", SFT_NATIVE)
+    assert example.rendered is None and example.kind == "tool" and example.answer == "72"
+    assert example.id == "gsm8k/p0#0"
+    assert [t.text for t in example.turns] == ["Half of 48 is 24.\n" + canonical, t2]  # no fence, no <|im_end|>
+    assert example.turns[0].tool_responses == ["72"] and example.turns[1].tool_responses == []
+
+    rendered = render_sft_example(tok, example, SFT_NATIVE)
+    # the prompt is the SFT protocol's (Qwen's sentence), not the sampling instruction
+    assert rendered.prompt_ids == render_prompt_ids(tok, PROBLEM, SFT_NATIVE)
+    assert rendered.prompt_ids != record["prompt_ids"]
+    assert "Call the Python tool" not in tok.decode(rendered.prompt_ids)
+    stop = tok.convert_tokens_to_ids("<|im_end|>")
+    ids1 = tok.encode("Half of 48 is 24.\n" + canonical, add_special_tokens=False) + [stop]
+    segment = tool_response_segment_ids(tok, ["72"], SFT_NATIVE)
+    ids2 = tok.encode(t2, add_special_tokens=False) + [stop]
+    assert rendered.response_ids == ids1 + segment + ids2
+    assert rendered.loss_mask == [1] * len(ids1) + [0] * len(segment) + [1] * len(ids2)
+    assert "<tool_call>\n" + json.dumps(
+        {"name": SFT_NATIVE.function_name, "arguments": {"code": "print(48 + 24)", "input": ""}}
+    ) in tok.decode(ids1)
+    assert "<tool_response>\n72\n</tool_response>" in tok.decode(segment)
+
+    # exact mode is unchanged: the sampled tokens, the sampling prompt and the untagged call
+    [exact] = trajectory_examples(run)
+    assert exact.rendered.prompt_ids == record["prompt_ids"] and exact.rendered.response_ids == record["response_ids"]
+    assert exact.rendered.loss_mask == record["loss_mask"]
+    # through the source list with the setting
+    [loaded] = load_sft_examples(
+        [f"trajectories:{run}"], shuffle=False, config=SFT_NATIVE, trajectory_tokens="rerender"
+    )
+    assert loaded.turns == example.turns
+
+
+async def test_rerender_skips_and_counts_what_it_cannot_render_faithfully(tmp_path, qwen_tokenizer):
+    import collections
+
+    from tirl.protocol.parse import render_tool_call
+
+    tok = qwen_tokenizer
+    t2 = "So \\boxed{72}."
+    good = await _sampled_record(tok, [render_tool_call("print(48 + 24)"), t2], problem_id="good")
+    # a parse error on the way (the trajectory still ended correct)
+    broken = await _sampled_record(tok, ["<tool_call>{oops</tool_call>", t2], problem_id="broken")
+    # sampled in cot (no tool): a call written in the final turn never ran, but would be a call in the SFT protocol
+    cot = await _sampled_record(
+        tok, [render_tool_call("print(72)") + "\nSo \\boxed{72}."], ProtocolConfig(prompt_style="cot"), problem_id="cot"
+    )
+    changed = json.loads(json.dumps(good))  # the recorded answer is not what the turns give
+    changed["problem_id"], changed["final_answer"] = "answer", "73"
+    wrong_span = json.loads(json.dumps(good))
+    wrong_span["problem_id"] = "span"
+    wrong_span["turns"][0]["tool_calls"][0]["call"]["span"] = [5, 10_000]
+    run = _write(tmp_path / "eval", [good, broken, cot, changed, wrong_span])
+    skipped: collections.Counter[str] = collections.Counter()
+    examples = trajectory_examples(run, tokens="rerender", config=SFT_NATIVE, skipped=skipped)
+    assert [e.id for e in examples] == ["gsm8k/good#0"]
+    assert skipped == {"parse_error": 1, "calls_changed": 1, "answer_changed": 1, "bad_span": 1}
+    # exact mode keeps every correct answered one, as before
+    assert len(trajectory_examples(run)) == 5
+    with pytest.raises(ValueError, match="trajectory_tokens"):
+        trajectory_examples(run, tokens="tokens")
+
+
+def test_the_setting_is_read_from_a_recipe_and_checked():
+    from tirl.train.sft_config import load_sft_config
+
+    assert load_sft_config(None, []).data.trajectory_tokens == "exact"
+    assert load_sft_config(None, ["data.trajectory_tokens=rerender"]).data.trajectory_tokens == "rerender"
+    with pytest.raises(ValueError):
+        load_sft_config(None, ["data.trajectory_tokens=retokenize"])

@@ -37,6 +37,13 @@ Conversion rules (so the SFT targets obey the protocol the agent loop and the ve
   and at most ``data.max_per_problem`` per problem (the first by sample index). This is rejection-sampling
   fine-tuning (RFT; Yuan et al. 2023, "Scaling relationship on learning mathematical reasoning with LLMs"): the
   model learns the format from its own successes without imitating another model's reasoning.
+  With ``data.trajectory_tokens: rerender`` (:func:`rerendered_example`) each kept record is rebuilt as turns
+  instead and rendered by the SFT recipe's ``protocol``: every call's original text (its recorded ``span``:
+  tagged, untagged or fenced) is replaced by the canonical call of :func:`tirl.protocol.parse.render_tool_call` in
+  the SFT protocol's format, the recorded tool responses follow each turn, and the prompt is the SFT protocol's,
+  so an instruction used only to sample the trajectories is dropped (context distillation) and untagged calls
+  are learnt tagged. A record is skipped (and counted) when a call was a parse error, a canonical call does not
+  parse back to the same code and input, or the re-rendered turns do not give the recorded answer.
 
 Sources are named like the RL sets: ``gsm8k_tir`` (all rows), ``gsm8k_tir:N`` (the first N rows) or
 ``gsm8k_tir:A-B`` (rows A to B-1, e.g. to keep SFT problems apart from the ``gsm8k:150`` RL items);
@@ -46,8 +53,10 @@ size).
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
+import logging
 import random
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -63,11 +72,15 @@ from tirl.protocol import (
     parse_tool_calls,
     render_conversation_ids,
 )
+from tirl.protocol.answer import extract_answer_from_turns
 from tirl.protocol.config import resolve_config
 from tirl.protocol.parse import render_tool_call
+from tirl.protocol.render import END_OF_TURN_CANDIDATES
 from tirl.protocol.response import render_tool_response
 from tirl.protocol.types import ToolCall
 from tirl.sandbox.types import ExecutionResult
+
+logger = logging.getLogger(__name__)
 
 SFT_DATA_DIR = Path(__file__).resolve().parent / "sft_files"
 
@@ -279,21 +292,135 @@ TRAJECTORIES = "trajectories"
 """The rejection-sampling source: ``trajectories:PATH`` (an eval's ``trajectories.jsonl`` or its folder)."""
 
 
-def trajectory_examples(path: str | Path, max_per_problem: int | None = None) -> list[SFTExample]:
-    """The correct, answered trajectories of a ``tirl eval`` run as SFT examples on their exact tokens.
+TRAJECTORY_TOKENS: tuple[str, ...] = ("exact", "rerender")
+"""What a ``trajectories:PATH`` example trains on (``data.trajectory_tokens``): ``exact``, the sampled token ids;
+``rerender``, the turns re-rendered in the SFT protocol (:func:`rerendered_example`)."""
+
+#: Texts that may end a recorded turn (the stop token decoded): the end-of-turn tokens, then common eos tokens.
+_TURN_END_TEXTS = (*END_OF_TURN_CANDIDATES, "<|endoftext|>", "</s>", "<eos>")
+
+
+def _turn_text_without_end(text: str) -> str:
+    """A recorded turn's text without the end-of-turn (or eos) token the engine stopped on, which rendering adds."""
+    for end in _TURN_END_TEXTS:
+        if text.endswith(end):
+            return text[: -len(end)]
+    return text
+
+
+def rerendered_example(record: dict[str, Any], config: ProtocolConfig | None = None) -> tuple[SFTExample | None, str]:
+    """One ``tirl eval`` trajectory record rebuilt as turns of the SFT protocol ``config`` (``rerender`` mode).
+
+    Each turn's text loses its final end-of-turn token, and each recorded call's original text (``call.span`` in
+    the turn: a tagged block, an untagged object or a whole fence) becomes the canonical call written by
+    :func:`tirl.protocol.parse.render_tool_call` in ``config``'s format, tags included; the calls' recorded
+    ``response_text`` are the turn's tool responses. The prompt is not kept: :func:`render_sft_example` renders
+    ``config``'s own for the record's ``problem``.
+
+    Args:
+        record: a line of ``trajectories.jsonl`` (:func:`tirl.eval.runner.trajectory_record`): ``problem``,
+            ``turns`` (``text``, ``tool_calls`` with ``call``, ``cls``, ``response_text``), ``final_answer``.
+        config: the SFT protocol.
+
+    Returns:
+        ``(example, "")``, or ``(None, reason)`` for a record that cannot be re-rendered faithfully:
+        ``parse_error`` (a call that was not decoded: there is no call to write), ``layout`` (a turn before the
+        last without calls, a final turn with calls, or a malformed turn), ``bad_span`` (call spans outside the
+        turn or overlapping), ``unwritable_call`` (the format cannot write the code: ``qwen3_xml``),
+        ``calls_changed`` (the re-rendered turns do not parse back to exactly the recorded calls' code and input,
+        in order), ``answer_changed`` (they do not give the recorded final answer). Never raises on a record.
+    """
+    cfg = resolve_config(config)
+    raw_turns = record.get("turns")
+    if not isinstance(raw_turns, list) or not raw_turns:
+        return None, "layout"
+    turns: list[ConversationTurn] = []
+    expected: list[list[tuple[str, str]]] = []
+    for i, raw in enumerate(raw_turns):
+        if not isinstance(raw, dict):
+            return None, "layout"
+        text, records = raw.get("text"), raw.get("tool_calls") or []
+        if not isinstance(text, str) or not isinstance(records, list) or (i < len(raw_turns) - 1) != bool(records):
+            return None, "layout"
+        text = _turn_text_without_end(text)
+        pieces: list[tuple[int, int, str]] = []
+        calls: list[tuple[str, str]] = []
+        for rec in records:
+            call = rec.get("call") if isinstance(rec, dict) else None
+            if not isinstance(call, dict) or rec.get("cls") == "parse_error" or "kind" in call:
+                return None, "parse_error"
+            args = call.get("arguments")
+            span = call.get("span")
+            if not isinstance(args, dict) or not isinstance(args.get("code"), str):
+                return None, "parse_error"
+            stdin = args.get("input", "")
+            if not isinstance(stdin, str) or not isinstance(rec.get("response_text"), str):
+                return None, "layout"
+            if not (isinstance(span, (list, tuple)) and len(span) == 2 and all(isinstance(x, int) for x in span)):
+                return None, "bad_span"
+            start, end = span
+            # spans index the recorded text, which the end-of-turn token only extends: still valid after the cut
+            if not (pieces[-1][1] if pieces else 0) <= start < end <= len(text):
+                return None, "bad_span"
+            try:
+                pieces.append((start, end, render_tool_call(args["code"], stdin, cfg)))
+            except ValueError:
+                return None, "unwritable_call"
+            calls.append((args["code"], stdin))
+        parts, pos = [], 0
+        for start, end, canonical in pieces:
+            parts += [text[pos:start], canonical]
+            pos = end
+        parts.append(text[pos:])
+        turns.append(ConversationTurn("".join(parts), [r["response_text"] for r in records]))
+        expected.append(calls)
+    for turn, calls in zip(turns, expected):
+        parsed = parse_tool_calls(turn.text, cfg)
+        if [(c.code, c.stdin) if isinstance(c, ToolCall) else None for c in parsed] != calls:
+            return None, "calls_changed"
+    answer = extract_answer_from_turns([t.text for t in turns], cfg)
+    if answer is None or answer != record.get("final_answer"):
+        return None, "answer_changed"
+    example = SFTExample(
+        id="",
+        problem=str(record.get("problem", "")),
+        turns=turns,
+        kind="tool" if any(expected) else "chat",
+        answer=answer,
+    )
+    return example, ""
+
+
+def trajectory_examples(
+    path: str | Path,
+    max_per_problem: int | None = None,
+    *,
+    tokens: str = "exact",
+    config: ProtocolConfig | None = None,
+    skipped: collections.Counter[str] | None = None,
+) -> list[SFTExample]:
+    """The correct, answered trajectories of a ``tirl eval`` run as SFT examples.
 
     Args:
         path: the run's ``trajectories.jsonl``, or the folder holding it.
         max_per_problem: keep at most this many per problem (the lowest sample indices first); None = all.
+        tokens: ``exact`` (the stored token ids and loss mask, unchanged) or ``rerender`` (the turns re-rendered
+            in ``config``, :func:`rerendered_example`; the records need no token fields).
+        config: the SFT protocol (``rerender`` only).
+        skipped: when given, counts the records ``rerender`` skipped, by reason (see :func:`rerendered_example`);
+            they are also logged.
 
     Returns:
         One example per kept trajectory, in file order (``id``: ``benchmark/problem_id#sample_index``,
         ``kind``: ``tool`` when the trajectory called the tool, else ``chat``).
 
     Raises:
-        ValueError: the file is missing, a line is not JSON, or a kept record lacks its token ids (written by a
-            tirl older than the token fields) or has a loss mask of another length than its response.
+        ValueError: the file is missing, a line is not JSON, ``tokens`` is unknown, or (``exact``) a kept record
+            lacks its token ids (written by a tirl older than the token fields) or has a loss mask of another
+            length than its response.
     """
+    if tokens not in TRAJECTORY_TOKENS:
+        raise ValueError(f"data.trajectory_tokens must be one of {', '.join(TRAJECTORY_TOKENS)}, got {tokens!r}")
     file = Path(path)
     if file.is_dir():
         file = file / "trajectories.jsonl"
@@ -301,6 +428,7 @@ def trajectory_examples(path: str | Path, max_per_problem: int | None = None) ->
         raise ValueError(f"SFT source {TRAJECTORIES}:{path}: no trajectories.jsonl there (a tirl eval output)")
     kept: dict[str, list[tuple[int, SFTExample]]] = {}
     seen: set[tuple[str, int]] = set()
+    dropped: collections.Counter[str] = collections.Counter()
     for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
@@ -310,27 +438,44 @@ def trajectory_examples(path: str | Path, max_per_problem: int | None = None) ->
             raise ValueError(f"{file}:{n}: not JSON ({exc})") from None
         if not record.get("correct") or record.get("finish_reason") != "answer":
             continue
-        if not all(k in record for k in ("prompt_ids", "response_ids", "loss_mask")):
-            raise ValueError(f"{file}:{n}: no prompt_ids/response_ids/loss_mask (re-run the evaluation)")
-        response, mask = [int(x) for x in record["response_ids"]], [int(x) for x in record["loss_mask"]]
-        if len(mask) != len(response) or not any(mask):
-            raise ValueError(f"{file}:{n}: loss_mask does not fit response_ids")
         problem_key = f"{record.get('benchmark', '')}/{record['problem_id']}"
-        digest = (problem_key, hash(tuple(response)))
+        if tokens == "rerender":
+            example, reason = rerendered_example(record, config)
+            if example is None:
+                dropped[reason] += 1
+                continue
+            example.id, example.source = f"{problem_key}#{record['sample_index']}", f"{file}:{n}"
+            digest = (problem_key, hash(tuple((t.text, tuple(t.tool_responses)) for t in example.turns)))
+        else:
+            if not all(k in record for k in ("prompt_ids", "response_ids", "loss_mask")):
+                raise ValueError(f"{file}:{n}: no prompt_ids/response_ids/loss_mask (re-run the evaluation)")
+            response, mask = [int(x) for x in record["response_ids"]], [int(x) for x in record["loss_mask"]]
+            if len(mask) != len(response) or not any(mask):
+                raise ValueError(f"{file}:{n}: loss_mask does not fit response_ids")
+            digest = (problem_key, hash(tuple(response)))
+            example = SFTExample(
+                id=f"{problem_key}#{record['sample_index']}",
+                problem=str(record.get("problem", "")),
+                kind="tool" if record.get("tool_classes") else "chat",
+                source=f"{file}:{n}",
+                answer=record.get("final_answer"),
+                rendered=RenderedConversation(
+                    prompt_ids=[int(x) for x in record["prompt_ids"]], response_ids=response, loss_mask=mask
+                ),
+            )
         if digest in seen:  # the same response sampled twice: once is enough
             continue
         seen.add(digest)
-        example = SFTExample(
-            id=f"{problem_key}#{record['sample_index']}",
-            problem=str(record.get("problem", "")),
-            kind="tool" if record.get("tool_classes") else "chat",
-            source=f"{file}:{n}",
-            answer=record.get("final_answer"),
-            rendered=RenderedConversation(
-                prompt_ids=[int(x) for x in record["prompt_ids"]], response_ids=response, loss_mask=mask
-            ),
-        )
         kept.setdefault(problem_key, []).append((int(record["sample_index"]), example))
+    if dropped:
+        logger.warning(
+            "%s: %d correct trajectories not re-rendered (%s)",
+            file,
+            sum(dropped.values()),
+            ", ".join(f"{k}: {v}" for k, v in sorted(dropped.items())),
+        )
+        if skipped is not None:
+            skipped.update(dropped)
     out: list[SFTExample] = []
     for examples in kept.values():
         examples.sort(key=lambda pair: pair[0])
@@ -346,6 +491,8 @@ def load_sft_examples(
     shuffle: bool = True,
     config: ProtocolConfig | None = None,
     max_per_problem: int | None = None,
+    trajectory_tokens: str = "exact",
+    skipped: collections.Counter[str] | None = None,
 ) -> list[SFTExample]:
     """Examples from several packaged sets, de-duplicated by id, optionally shuffled (seeded) and capped.
 
@@ -356,6 +503,9 @@ def load_sft_examples(
         shuffle: shuffle the mixture.
         config: protocol configuration for the conversion.
         max_per_problem: for ``trajectories:PATH`` sources, the most trajectories kept per problem.
+        trajectory_tokens: for ``trajectories:PATH`` sources, ``exact`` or ``rerender`` (in ``config``; see
+            :func:`trajectory_examples`).
+        skipped: counts the trajectories ``rerender`` skipped, by reason.
 
     Raises:
         ValueError: no sources, an unknown set or a malformed range.
@@ -366,7 +516,9 @@ def load_sft_examples(
     for src in sources:
         name, _, arg = src.partition(":")
         if name == TRAJECTORIES:
-            examples.extend(trajectory_examples(arg, max_per_problem))
+            examples.extend(
+                trajectory_examples(arg, max_per_problem, tokens=trajectory_tokens, config=config, skipped=skipped)
+            )
             continue
         if name in (GENERATED_PROGRAMS, GENERATED_RECOVERY):
             rows = _row_range(arg, name)
@@ -408,6 +560,7 @@ def render_sft_example(
 __all__ = [
     "SFTExample",
     "SFT_DATA_DIR",
+    "TRAJECTORY_TOKENS",
     "SFT_SETS",
     "TRAJECTORIES",
     "GENERATED_PROGRAMS",
@@ -417,5 +570,6 @@ __all__ = [
     "load_sft_examples",
     "load_sft_set",
     "render_sft_example",
+    "rerendered_example",
     "trajectory_examples",
 ]

@@ -45,6 +45,17 @@ Policies
   JSON tokens), ``python_literal`` (a Python dict: single quotes, ``True``/``False``/``None``, through
   ``ast.literal_eval``), ``arguments_as_string`` (arguments given as a JSON string), ``parameters_key``
   (``parameters`` instead of ``arguments``), ``input_coerced`` (a number or null ``input``).
+* **Untagged calls (lenient only).** A turn with no opening tag at all may still hold the call JSON the model was
+  asked for, written without the tags: bare, or as the whole body of a ```` ```json ```` / ```` ``` ```` fence
+  (Qwen2.5-Coder-0.5B-Instruct in ``native`` style writes nothing else). For the formats that write a call as
+  a JSON object (``ToolCallFormat.untagged_json``: ``hermes``), each JSON object of the turn whose ``"name"`` is
+  an accepted function name and that has ``"arguments"`` is decoded by the format as the tagged block
+  ``<tool_call>\\n{object}\\n</tool_call>`` would be (the same repairs and argument checks), marked
+  ``untagged`` in ``ToolCall.repairs`` (also ``code_fence`` when a fence held it), with ``raw`` the object's text
+  and ``span`` the object's offsets (the whole fence, markers included, when it was a fence's only content). An
+  object with another name, without ``"arguments"``, or text that is not JSON is not a call (the turn stays a
+  final answer); objects inside closed drafts are ignored; ``multi_call`` holds. At most
+  :data:`MAX_UNTAGGED_CANDIDATES` objects are tried per turn, so a degenerate turn parses in linear time.
   Valid JSON is never changed: ``"\\frac"`` is the form feed plus ``rac`` as JSON says; such escapes are flagged
   in ``ToolCall.warnings`` as ``suspicious_escape:\\frac`` so format problems stay visible.
 * **Arguments.** For the Python tools (``Tool.code_arguments``), the returned arguments are exactly
@@ -60,6 +71,7 @@ Error kinds (``ToolCallError.kind``): see :data:`ERROR_KINDS`; any format's bloc
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
 from typing import Any
@@ -544,8 +556,9 @@ def parse_tool_calls(
     Returns:
         A list of :class:`ToolCall` (valid; ``arguments == {"code": str, "input": str}``) and
         :class:`ToolCallError` (kind in the format's ``error_kinds``: :data:`ERROR_KINDS` for ``hermes``) in
-        text order; empty when the turn has no ``<tool_call>`` outside drafts. With ``multi_call="first"`` at
-        most one item. Never raises; non-string input gives an empty list.
+        text order; empty when the turn has no ``<tool_call>`` outside drafts, except that in lenient mode a turn
+        without any opening tag gives its untagged calls (JSON formats; module docstring). With
+        ``multi_call="first"`` at most one item. Never raises; non-string input gives an empty list.
     """
     if not isinstance(text, str):
         return []
@@ -580,7 +593,124 @@ def parse_tool_calls(
         results.append(item)
         if cfg.multi_call == "first":
             break
+    if not results and use_lenient and fmt.untagged_json and cfg.tool_call_open not in text:
+        results = _untagged_calls(text, cfg, fmt)
     return results
+
+
+#: How many JSON objects that might be calls (``{"name": ...`` or ``{"arguments": ...``) an untagged turn's scan
+#: tries at most: each try may read to the end of the turn, so the cap keeps a degenerate turn linear.
+MAX_UNTAGGED_CANDIDATES = 32
+
+# An object whose first key is "name" or "arguments": where an untagged call can start. Nested objects (the
+# arguments) start with other keys, and the scan resumes after each object it could delimit.
+_UNTAGGED_START = re.compile(r'\{\s*"(?:name|arguments)"\s*:')
+# A Markdown fence (```json or a bare ```) whose body may be one call object; group 1 is the body.
+_FENCE = re.compile(r"```(?:json|JSON|Json)?[ \t]*\n?(.*?)```", re.DOTALL)
+_BRACES_OUTSIDE = re.compile(r'[{}"]')
+_QUOTE_OR_ESCAPE = re.compile(r'["\\]')
+
+
+def _object_end(text: str, start: int) -> int:
+    """The offset just after the ``}`` that closes the ``{`` at ``text[start]``, counting braces outside
+    double-quoted strings (backslash escapes honoured), or -1 when it is never closed. Linear in the text read."""
+    depth = 0
+    pos = start
+    n = len(text)
+    while pos < n:
+        m = _BRACES_OUTSIDE.search(text, pos)
+        if m is None:
+            return -1
+        ch = m.group()
+        pos = m.end()
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return pos
+        else:  # a string: skip to its closing quote
+            while True:
+                q = _QUOTE_OR_ESCAPE.search(text, pos)
+                if q is None:
+                    return -1
+                pos = q.end() + (1 if q.group() == "\\" else 0)
+                if q.group() == '"':
+                    break
+    return -1
+
+
+def _untagged_calls(text: str, cfg: ProtocolConfig, fmt: ToolCallFormat) -> list[ToolCall | ToolCallError]:
+    """The untagged calls of a turn without any opening tag (lenient mode, JSON formats; module docstring).
+
+    Never raises: a format that raises on the equivalent tagged block makes that object no call (logged).
+    """
+    if _UNTAGGED_START.search(text) is None:
+        return []  # the common final answer: one scan
+    fences: dict[tuple[int, int], tuple[int, int]] = {}  # the stripped body's offsets -> the whole fence's
+    for m in _FENCE.finditer(text):
+        body = m.group(1)
+        lead = len(body) - len(body.lstrip())
+        fences[(m.start(1) + lead, m.start(1) + len(body.rstrip()))] = (m.start(), m.end())
+    drafts = draft_spans(text, cfg)
+    results: list[ToolCall | ToolCallError] = []
+    pos = 0
+    for _ in range(MAX_UNTAGGED_CANDIDATES):
+        m = _UNTAGGED_START.search(text, pos)
+        if m is None:
+            break
+        start = m.start()
+        end = _object_end(text, start)
+        if end < 0:  # never closed (a turn cut short, a stray brace): an object inside may still be whole
+            pos = start + 1
+            continue
+        if any(a <= start < b for a, b in drafts):
+            pos = end
+            continue
+        fence = fences.get((start, end))
+        decoded, item = _untagged_item(text[start:end], fence or (start, end), fence is not None, cfg, fmt)
+        # A JSON object is read once, its nested objects never on their own (the arguments of an object with
+        # another name are no call); text that is no JSON may hold an object further in.
+        pos = end if decoded else start + 1
+        if item is None:
+            continue
+        results.append(item)
+        if cfg.multi_call == "first":
+            break
+    return results
+
+
+def _untagged_item(
+    body: str, span: tuple[int, int], fenced: bool, cfg: ProtocolConfig, fmt: ToolCallFormat
+) -> tuple[bool, ToolCall | ToolCallError | None]:
+    """One object of an untagged turn as the format reads it between the tags.
+
+    Returns:
+        ``(decoded, item)``: ``decoded`` is False when ``body`` is not JSON even with the lenient repairs;
+        ``item`` is None when it is no call (not JSON, not an object, another name, no ``"arguments"``).
+    """
+    ok, obj, _ = _decode(body, lenient=True)
+    if not ok:
+        return False, None
+    if not isinstance(obj, dict) or "arguments" not in obj:
+        return True, None
+    name = obj.get("name")
+    if not isinstance(name, str) or name not in cfg.accepted_function_names:
+        return True, None
+    block = f"{cfg.tool_call_open}\n{body}\n{cfg.tool_call_close}"
+    try:
+        item, _ = fmt.parse_block(block, 0, cfg, True)
+    except Exception as exc:  # noqa: BLE001 - a format promises not to raise; if one does, this is no call
+        import logging
+
+        logging.getLogger("tirl.protocol").error(
+            "tool-call parser %r raised %s on an untagged call: %s", cfg.tool_call_format, type(exc).__name__, exc
+        )
+        return True, None
+    added = ["untagged"] + (["code_fence"] if fenced else [])
+    if isinstance(item, ToolCall):
+        return True, dataclasses.replace(item, raw=body, span=span, repaired=True, repairs=added + list(item.repairs))
+    return True, dataclasses.replace(item, raw=body, span=span)
 
 
 #: The kind of :class:`ToolCallError` the turn scan gives a block on which the format's parser raised (a tirl

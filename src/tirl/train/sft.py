@@ -167,6 +167,7 @@ def build_sft_trainer(
             limit=config.data.limit,
             config=protocol,
             max_per_problem=config.data.max_per_problem,
+            trajectory_tokens=config.data.trajectory_tokens,
         )
     rows, stats = sft_rows(tokenizer, examples, config.data.max_length, protocol)
     if not rows:

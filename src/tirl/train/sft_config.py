@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tirl.config import load_dataclass_config, plain_dict
 from tirl.protocol.config import ProtocolConfig
@@ -38,6 +38,11 @@ class SFTDataConfig:
             the model not to stop).
         max_per_problem: for ``trajectories:PATH`` sources (the model's own correct trajectories from a
             ``tirl eval`` run, rejection sampling), the most kept per problem; None = every distinct one.
+        trajectory_tokens: what a ``trajectories:PATH`` example trains on: ``exact``, the sampled token ids and
+            loss mask unchanged (the evaluation's prompt and call format); ``rerender``, the turns rebuilt in
+            this recipe's ``protocol`` (its prompt, so a sampling instruction is dropped; every call, tagged or
+            untagged, rewritten as the format's canonical call; the recorded tool responses), a trajectory
+            skipped when its calls or answer would change (:func:`tirl.data.sft.rerendered_example`).
     """
 
     sources: list[str] = field(default_factory=lambda: ["gsm8k_tir", "oasst"])
@@ -45,6 +50,7 @@ class SFTDataConfig:
     seed: int = 0
     max_length: int = 4096
     max_per_problem: int | None = None
+    trajectory_tokens: Literal["exact", "rerender"] = "exact"
 
 
 @dataclass

@@ -48,10 +48,14 @@ class ToolCallFormat(ABC):
     Attributes:
         name: the registry name (the value of ``ProtocolConfig.tool_call_format``).
         error_kinds: every ``ToolCallError.kind`` the format returns, with a one-line meaning each.
+        untagged_json: lenient parsing reads the format's call object written without the tags (JSON formats).
     """
 
     name: str = ""
     error_kinds: Mapping[str, str] = {}
+    #: Whether a call of this format is a JSON object ``{"name": ..., "arguments": {...}}``, so that lenient
+    #: parsing may read such an object written without the tags (``untagged``; :mod:`tirl.protocol.parse`).
+    untagged_json: bool = False
 
     @abstractmethod
     def parse_block(

@@ -26,6 +26,7 @@ class HermesFormat(ToolCallFormat):
     """JSON ``{"name": ..., "arguments": {...}}`` inside the tags; see :mod:`tirl.protocol.parse`."""
 
     name = "hermes"
+    untagged_json = True  # a call is one JSON object: lenient parsing reads it without the tags too
 
     @property
     def error_kinds(self) -> Mapping[str, str]:  # type: ignore[override]

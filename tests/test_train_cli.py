@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 from tirl.cli.main import app
 from tirl.data.problem import Problem
 from tirl.data.training import load_jsonl_problems
+from tirl.runs.metrics import MetricsLog, read_metrics
 from tirl.train.hard_subset import HardSubsetConfig, filter_hard
-from tirl.train.metrics import MetricsLog, percentile, read_metrics
+from tirl.train.metrics import percentile
 from tirl.train.plot import SMOOTH_WINDOW, load_runs, plot_runs, trailing_mean
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "rl"

@@ -20,7 +20,7 @@ pytest.importorskip(
 def test_the_runners_tirl_draws_a_seed_banded_comparison(tmp_path):
     from PIL import Image
 
-    from tirl.train.metrics import MetricsLog
+    from tirl.runs.metrics import MetricsLog
 
     runs = []
     for seed in (0, 1):

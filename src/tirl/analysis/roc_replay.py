@@ -29,11 +29,10 @@ Not covered: training, or any effect of the selection on learning (that takes th
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,9 @@ from typing import Any
 from tirl.algo.roc import NO_CALL_ERROR_PENALTY, RocConfig, class_quotas, is_scored
 from tirl.algo.selection import apply_rule
 from tirl.protocol.answer import format_penalty
+from tirl.runs.evals import read_samples
+from tirl.runs.layout import EVAL_TRAJECTORIES, TRAJECTORY_DIR, is_eval_run
+from tirl.runs.trajectories import step_groups
 
 UNSCORED_VERDICTS = frozenset({"unparsable_gold", "verifier_error"})
 """Evaluation verdict statuses that mean "could not judge" (as :data:`tirl.train.rollout_func.UNSCORED_STATUSES`)."""
@@ -129,18 +131,6 @@ def _member(
     return Member(reward, penalty, p_err, p_fmt, calls, failing, int(tokens or 0), kept)
 
 
-def _rows(path: Path) -> Iterable[dict[str, Any]]:
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a torn last line of a killed run
-                if isinstance(row, dict):
-                    yield row
-
-
 def load_run(run_dir: str | Path, config: RocConfig | None = None) -> ReplayInput:
     """Read the groups of an RL run (``trajectories/step_*.jsonl``) or an evaluation run (``trajectories.jsonl``).
 
@@ -150,13 +140,12 @@ def load_run(run_dir: str | Path, config: RocConfig | None = None) -> ReplayInpu
     """
     run = Path(run_dir)
     cfg = config or RocConfig()
-    step_files = sorted((run / "trajectories").glob("step_*_rank*.jsonl")) if (run / "trajectories").is_dir() else []
     grouped: dict[tuple[Any, ...], list[tuple[int, Member]]] = {}
-    if step_files:
+    rl_groups = step_groups(run)
+    if rl_groups:
         kind = "rl"
-        for path in step_files:
-            for row in _rows(path):
-                key = (int(row["step"]), int(row.get("rank", 0)), int(row["group"]))
+        for key, rows in rl_groups.items():
+            for row in rows:
                 reward = row.get("reward")
                 m = _member(
                     row.get("tool_calls") or [],
@@ -167,9 +156,9 @@ def load_run(run_dir: str | Path, config: RocConfig | None = None) -> ReplayInpu
                     bool(row.get("kept", False)),
                 )
                 grouped.setdefault(key, []).append((int(row.get("sample", 0)), m))
-    elif (run / "trajectories.jsonl").is_file():
+    elif is_eval_run(run):
         kind = "eval"
-        for row in _rows(run / "trajectories.jsonl"):
+        for row in read_samples(run)[0]:
             key = (str(row.get("benchmark", "")), str(row["problem_id"]))
             status = str((row.get("verdict") or {}).get("status", "ok"))
             reward = None if status in UNSCORED_VERDICTS else (1.0 if row.get("correct") else 0.0)
@@ -179,8 +168,8 @@ def load_run(run_dir: str | Path, config: RocConfig | None = None) -> ReplayInpu
             grouped.setdefault(key, []).append((int(row.get("sample_index", 0)), m))
     else:
         raise FileNotFoundError(
-            f"{run} holds neither trajectories/step_*_rank*.jsonl (an RL run with logging.log_trajectories: true) "
-            "nor trajectories.jsonl (a tirl eval run)"
+            f"{run} holds neither {TRAJECTORY_DIR}/step_*_rank*.jsonl (an RL run with logging.log_trajectories: "
+            f"true) nor {EVAL_TRAJECTORIES} (a tirl eval run)"
         )
     if not grouped:
         raise ValueError(f"{run}: no trajectories in the run's files")

@@ -67,6 +67,7 @@ from tirl.protocol.config import resolve_config
 from tirl.protocol.parse import render_tool_call
 from tirl.protocol.response import render_tool_response
 from tirl.protocol.types import ToolCall
+from tirl.runs.layout import EVAL_TRAJECTORIES, eval_trajectories
 from tirl.sandbox.types import ExecutionResult
 
 SFT_DATA_DIR = Path(__file__).resolve().parent / "sft_files"
@@ -296,9 +297,9 @@ def trajectory_examples(path: str | Path, max_per_problem: int | None = None) ->
     """
     file = Path(path)
     if file.is_dir():
-        file = file / "trajectories.jsonl"
+        file = eval_trajectories(file)
     if not file.is_file():
-        raise ValueError(f"SFT source {TRAJECTORIES}:{path}: no trajectories.jsonl there (a tirl eval output)")
+        raise ValueError(f"SFT source {TRAJECTORIES}:{path}: no {EVAL_TRAJECTORIES} there (a tirl eval output)")
     kept: dict[str, list[tuple[int, SFTExample]]] = {}
     seen: set[tuple[str, int]] = set()
     for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):

@@ -43,6 +43,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tirl.runs.layout import (
+    CONFIG_FILE,
+    EVAL_SETTINGS,
+    EVAL_SUMMARY,
+    METRICS_FILE,
+    TRAJECTORY_DIR,
+    checkpoint_dir,
+)
+
 ARMS: dict[str, str] = {
     "grpo": "configs/rl/cpu-toolfix-grpo.yaml",
     "roc": "configs/rl/cpu-toolfix-roc.yaml",
@@ -141,7 +150,7 @@ def plan(
                             "--config",
                             eval_config,
                             "--model",
-                            str(out / run / f"checkpoint-{step}"),
+                            str(checkpoint_dir(out / run, step)),
                             "--out-dir",
                             str(out / f"eval-{run}-{step}"),
                             "--quiet",
@@ -178,12 +187,12 @@ def _log(out: Path, text: str) -> None:
 
 
 ARCHIVED = (
-    "metrics.jsonl",
-    "config.yaml",
-    "summary.json",
-    "run.json",
+    METRICS_FILE,
+    CONFIG_FILE,
+    EVAL_SUMMARY,
+    EVAL_SETTINGS,
     "machine.json",
-    "trajectories/step_*.jsonl",
+    f"{TRAJECTORY_DIR}/step_*.jsonl",
 )
 """What :func:`archive_ready` keeps of a job's output folder: a training run's metrics, recipe and logged groups
 (``tirl plot``, ``tirl analyze roc``), an evaluation's summary, the machine record (:func:`machine_record`); not

@@ -41,7 +41,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tirl.train.metrics import read_metrics
+from tirl.runs.evals import read_summary
+from tirl.runs.layout import eval_summary, has_metrics
+from tirl.runs.metrics import read_metrics
 
 RUN_DIR = re.compile(r"^(?P<arm>[A-Za-z0-9_]+)-s(?P<seed>\d+)$")
 """A training run's folder name in an ablation (``grpo-s0``)."""
@@ -133,10 +135,11 @@ def read_eval(folder: Path, benchmark: str | None = None) -> dict[str, float] | 
 
     Raises:
         ValueError: the summary is not valid JSON, or lacks ``benchmark``."""
-    file = folder / "summary.json"
-    if not file.is_file():
+    summary = read_summary(folder, strict=True)
+    if summary is None:
         return None
-    benches = _json(file).get("benchmarks", {})
+    file = eval_summary(folder)
+    benches = summary.get("benchmarks", {})
     if not benches:
         return None
     bench = benches.get(benchmark) if benchmark else next(iter(benches.values()))
@@ -279,7 +282,7 @@ def load_ablation(root: str | Path, benchmark: str | None = None) -> dict[str, A
     arms: dict[str, dict[int, dict[str, Any]]] = {}
     for d in sorted(p for p in root.iterdir() if p.is_dir()):
         if m := RUN_DIR.match(d.name):
-            if not any((d / n).is_file() for n in ("metrics.jsonl", "metrics.jsonl.gz")):
+            if not has_metrics(d):
                 continue  # started, no step logged yet
             slot = arms.setdefault(m["arm"], {}).setdefault(int(m["seed"]), {"run": None, "evals": {}})
             slot["run"] = read_run(d)

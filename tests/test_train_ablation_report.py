@@ -220,9 +220,9 @@ def test_cli_prints_table_and_writes_json_and_markdown(ablation, tmp_path):
 
 
 def test_the_committed_archive_reads_as_its_done_markers_say():
-    """The archive kept in git (docs/results/ablation-toolfix) stays readable by the report as it grows: every
+    """The archive kept in git (experiments/roc-ablation/results) stays readable by the report as it grows: every
     archived run and evaluation shows up in its arm's cells, and nothing else does."""
-    archive = Path(__file__).resolve().parents[1] / "docs" / "results" / "ablation-toolfix"
+    archive = Path(__file__).resolve().parents[1] / "experiments" / "roc-ablation" / "results"
     if not (archive / "done").is_dir():
         pytest.skip("no ablation archived yet")
     markers = {p.name for p in (archive / "done").iterdir()}

@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tirl.analysis.ablation import ARM_LABELS
 from tirl.runs.layout import (
     CONFIG_FILE,
     EVAL_SETTINGS,
@@ -57,7 +58,6 @@ from tirl.runs.layout import (
     TRAJECTORY_DIR,
     checkpoint_dir,
 )
-from tirl.train.ablation_report import ARM_LABELS
 
 HERE = Path(__file__).resolve().parent
 """This experiment's folder (``experiments/roc-ablation``)."""

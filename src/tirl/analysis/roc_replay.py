@@ -11,8 +11,10 @@ differ, many times over (the stochastic rules are re-drawn in every replay):
   (``trajectories.jsonl`` of ``tirl eval --samples K``; one group = the K samples of one problem, reward 1 when
   correct, None for a verdict that could not judge). An evaluation run lets a task be judged from its starting
   model's samples before any training.
-* **columns**: ``sampled`` (every trajectory, no selection), ``logged`` (RL runs: what the run kept),
-  ``random`` (uniform down-sampling), ``roc_paper`` and ``roc_release``, each keeping ``keep`` of a group.
+* **columns**: ``sampled`` (every trajectory, no selection), ``logged`` (RL runs: what the run kept), then one
+  per rule of the selection-rule registry that down-samples (:func:`replay_rules`: ``random``, uniform
+  down-sampling, ``roc_paper``, ``roc_release`` and any rule registered with ``register_rule``), each keeping
+  ``keep`` of a group.
 * **metrics** of a kept set (:data:`METRICS`): the share of kept positives with at least one failing call (the
   report's premise: 10-15 % of correct trajectories), failing calls among the calls of kept positives (the
   report's Figure 4 quantity, ``tool_error_in_correct`` in the training metrics), tool calls per trajectory,
@@ -38,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.algo.roc import NO_CALL_ERROR_PENALTY, RocConfig, class_quotas, is_scored
-from tirl.algo.selection import apply_rule
+from tirl.algo.selection import RULES, apply_rule, get_rule
 from tirl.protocol.answer import format_penalty
 from tirl.runs.evals import read_samples
 from tirl.runs.layout import EVAL_TRAJECTORIES, TRAJECTORY_DIR, is_eval_run
@@ -47,8 +49,16 @@ from tirl.runs.trajectories import step_groups
 UNSCORED_VERDICTS = frozenset({"unparsable_gold", "verifier_error"})
 """Evaluation verdict statuses that mean "could not judge" (as :data:`tirl.train.rollout_func.UNSCORED_STATUSES`)."""
 
-REPLAY_RULES: tuple[str, ...] = ("random", "roc_paper", "roc_release")
-"""The rules replayed, in column order after ``sampled`` and ``logged``."""
+
+def replay_rules() -> tuple[str, ...]:
+    """The rules replayed by default, in column order after ``sampled`` and ``logged``: every rule registered in
+    :data:`tirl.algo.selection.RULES` that down-samples (``oversamples``; one that keeps every trajectory would
+    repeat ``sampled``), ``random`` first (the others are compared with it), then in registration order
+    (built-ins: ``random``, ``roc_paper``, ``roc_release``). A rule registered with ``register_rule`` is replayed
+    without further code."""
+    names = [name for name, rule in RULES.items() if rule.oversamples]
+    return tuple(sorted(names, key=lambda name: name != "random"))  # stable: registration order after random
+
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("pos_with_failing_call", "kept positives with >= 1 failing call"),
@@ -257,7 +267,12 @@ def _stats(values: Sequence[float]) -> dict[str, float | None]:
 
 
 def replay(
-    data: ReplayInput, keep: int | None = None, replays: int = 200, seed: int = 0, config: RocConfig | None = None
+    data: ReplayInput,
+    keep: int | None = None,
+    replays: int = 200,
+    seed: int = 0,
+    config: RocConfig | None = None,
+    rules: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Replay the selection rules ``replays`` times on the run's groups.
 
@@ -268,15 +283,22 @@ def replay(
         replays: repetitions of the stochastic rules (``random``, ``roc_paper``); each replay draws all groups.
         seed: base seed (replay ``r`` uses ``random.Random(f"roc-replay/{seed}/{r}")``).
         config: ``min_per_class`` and the penalty switches (default :class:`RocConfig`).
+        rules: the rules replayed, one column each, in this order (names of :data:`tirl.algo.selection.RULES`);
+            default :func:`replay_rules`. The draws of a replay are shared in this order, so another order gives
+            other (equally distributed) numbers.
 
     Returns:
         The JSON-serialisable report: ``run``, ``kind``, ``keep``, ``replays``, ``seed``, ``min_per_class``,
         ``summary`` (:func:`group_summary`) and ``columns``: column -> metric -> ``{mean, std, min, max, n}``.
 
     Raises:
-        ValueError: ``replays < 1``, ``keep < 1``, or no group larger than ``keep`` (nothing to down-sample).
+        ValueError: ``replays < 1``, ``keep < 1``, no group larger than ``keep`` (nothing to down-sample), or an
+            unknown rule name.
     """
     cfg = config or RocConfig()
+    chosen = tuple(rules) if rules is not None else replay_rules()
+    for name in chosen:
+        get_rule(name)  # an unknown name fails before any replay
     if replays < 1:
         raise ValueError(f"replays must be >= 1, got {replays}")
     largest = max(len(g) for g in data.groups)
@@ -296,12 +318,12 @@ def replay(
     columns["sampled"] = {k: [v] for k, v in kept_metrics([m for g in groups for m in g]).items()}
     if data.kind == "rl":
         columns["logged"] = {k: [v] for k, v in kept_metrics([m for g in groups for m in g if m.logged_kept]).items()}
-    for rule in REPLAY_RULES:
+    for rule in chosen:
         columns[rule] = {k: [] for k, _ in METRICS}
     for r in range(replays):
         rng = random.Random(f"roc-replay/{seed}/{r}")
         reference = [apply_rule("random", g, keep, rng, cfg).indices for g in groups]
-        for rule in REPLAY_RULES:
+        for rule in chosen:
             picks = [apply_rule(rule, g, keep, rng, cfg).indices for g in groups]
             for k, v in kept_metrics([g[i] for g, p in zip(groups, picks) for i in p]).items():
                 columns[rule][k].append(v)
@@ -334,7 +356,6 @@ def format_cell(stat: dict[str, float | None], key: str) -> str:
 __all__ = [
     "METRICS",
     "Member",
-    "REPLAY_RULES",
     "ReplayInput",
     "UNSCORED_VERDICTS",
     "format_cell",
@@ -342,4 +363,5 @@ __all__ = [
     "kept_metrics",
     "load_run",
     "replay",
+    "replay_rules",
 ]

@@ -245,8 +245,8 @@ def ablation_command(
     from rich.console import Console
     from rich.table import Table
 
-    from tirl.train.ablation_report import ARM_LABELS as LABELS
-    from tirl.train.ablation_report import load_ablation, markdown, report, table_rows
+    from tirl.analysis.ablation import ARM_LABELS as LABELS
+    from tirl.analysis.ablation import load_ablation, markdown, report, table_rows
 
     console = Console(stderr=True)
     try:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tirl.analysis import ablation as ablation_report
+from tirl.analysis.ablation import load_ablation, permutation_test, report, seeds_for_power, table_rows
 from tirl.cli.main import app
-from tirl.train import ablation_report
-from tirl.train.ablation_report import load_ablation, permutation_test, report, seeds_for_power, table_rows
 
 # arm -> seed -> (held-out avg pass@1 at step 10, at step 20, seconds a step, failing-call share sampled, after)
 FIXTURE = {

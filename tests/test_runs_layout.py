@@ -180,3 +180,20 @@ def test_checkpoints_final_and_resume_folder(tmp_path):
     assert layout.checkpoint_step(final) == 0 and layout.checkpoint_step("incomplete-checkpoint-3") == 0
     assert layout.is_model_folder_name("final") and layout.is_model_folder_name("checkpoint-7")
     assert not layout.is_model_folder_name("checkpoint-x")
+
+
+def test_archived_step_logs_read_like_live_ones(tmp_path):
+    """An experiment's archive keeps trajectory logs gzipped (``step_NNNNN_rankR.jsonl.gz``): the readers take them
+    (``tirl analyze roc`` and ``tirl view`` on an archived run), and a plain log of the same step wins."""
+    live = write_step_log(tmp_path, 1, 0, [{"group": 0, "sample": 0, "reward": 1.0}])
+    archived = live.with_name(live.name + ".gz")
+    archived.write_bytes(gzip.compress(b'{"group": 0, "sample": 0, "reward": 0.0}\n'))
+    gz_only = layout.trajectory_file(tmp_path, 2, 0).with_suffix(".jsonl.gz")
+    gz_only.write_bytes(gzip.compress(b'{"group": 3, "sample": 1}\n{"torn'))
+    assert [(s, r, p.name) for s, r, p in layout.step_files(layout.trajectory_dir(tmp_path))] == [
+        (1, 0, live.name),
+        (2, 0, gz_only.name),
+    ]
+    groups = step_groups(tmp_path)
+    assert groups[(1, 0, 0)][0]["reward"] == 1.0 and list(groups) == [(1, 0, 0), (2, 0, 3)]
+    assert training_records(tmp_path).skipped_lines == 1

@@ -1,9 +1,10 @@
 """An evaluation run's folder: its crash-safe, resumable writer and its readers.
 
-Covers the output folder of ``tirl eval`` (names: :mod:`tirl.runs.layout`): ``trajectories.jsonl`` (one JSON object per finished trajectory,
-appended, flushed and fsynced one at a time, so a crash loses at most the trajectories in flight), ``run.json``
-(the settings that must match for a resume), and ``summary.json`` (written by the runner); and the readers of a
-finished run: :func:`read_samples` and :func:`read_summary`. It does not compute metrics or run anything.
+Covers the output folder of ``tirl eval`` (names: :mod:`tirl.runs.layout`): ``trajectories.jsonl`` (one JSON
+object per finished trajectory, appended, flushed and fsynced one at a time, so a crash loses at most the
+trajectories in flight), ``run.json`` (the settings that must match for a resume), and ``summary.json`` (written
+by the runner); and the readers of a finished run: :func:`read_samples` and :func:`read_summary`. It does not
+compute metrics or run anything.
 
 Resume policy:
 

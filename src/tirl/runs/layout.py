@@ -47,7 +47,8 @@ EVAL_SETTINGS = "run.json"
 EVAL_SUMMARY = "summary.json"
 ENTROPY_DIR = "entropy"
 
-_STEP_FILE = re.compile(r"step_(\d+)_rank(\d+)\.jsonl$")
+_STEP_FILE = re.compile(r"step_(\d+)_rank(\d+)\.jsonl(\.gz)?$")
+"""A trajectory log's name; ``.gz``: as an experiment's archive keeps it."""
 
 PathLike = str | Path
 
@@ -103,12 +104,16 @@ def trajectory_file(run_dir: PathLike, step: int, rank: int = 0) -> Path:
 
 def step_files(folder: PathLike) -> list[tuple[int, int, Path]]:
     """``(step, rank, path)`` of every trajectory log in ``folder`` (a ``trajectories/`` folder), by step, then
-    rank; empty for a missing folder."""
+    rank; empty for a missing folder. A log archived as ``.jsonl.gz`` counts too; where a step and rank have both,
+    the plain file is taken (a restored archive beside a live run)."""
     root = Path(folder)
     if not root.is_dir():
         return []
-    found = [(int(m.group(1)), int(m.group(2)), p) for p in root.iterdir() if (m := _STEP_FILE.search(p.name))]
-    return sorted(found, key=lambda t: (t[0], t[1]))
+    found: dict[tuple[int, int], Path] = {}
+    for p in sorted(root.iterdir(), key=lambda p: p.name.endswith(".gz")):  # plain files first
+        if m := _STEP_FILE.search(p.name):
+            found.setdefault((int(m.group(1)), int(m.group(2))), p)
+    return [(step, rank, found[(step, rank)]) for step, rank in sorted(found)]
 
 
 def eval_trajectories(run_dir: PathLike) -> Path:

@@ -10,6 +10,7 @@ sampled trajectory with at least ``step``, ``rank``, ``group`` and ``sample`` (t
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -23,14 +24,16 @@ GroupKey = tuple[int, int, int]
 
 
 def read_jsonl(path: str | Path) -> tuple[list[dict[str, Any]], int]:
-    """The JSON objects of a JSONL file in file order, and how many non-empty lines were not JSON objects.
+    """The JSON objects of a JSONL file in file order (a ``.gz`` file read unpacked), and how many non-empty lines
+    were not JSON objects.
 
     Raises:
-        OSError: the file cannot be read.
+        OSError: the file cannot be read (or a ``.gz`` file is not gzip).
     """
     rows: list[dict[str, Any]] = []
     skipped = 0
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
         for line in fh:
             if not line.strip():
                 continue

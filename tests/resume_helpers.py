@@ -147,7 +147,7 @@ def run_life(cfg: Any, log: Path, life: int, fault: Fault | None = None, pause: 
     if fault is not None and fault.point.startswith("checkpoint:"):
         method = fault.point.split(":", 1)[1]
         if method == "_save_checkpoint_tail":  # after transformers' whole checkpoint, before tirl's marker
-            import tirl.train.common as common
+            import tirl.runs.checkpoints as common
 
             marker = common.write_checkpoint_marker
 
@@ -172,7 +172,7 @@ def run_life(cfg: Any, log: Path, life: int, fault: Fault | None = None, pause: 
         trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
     finally:
         if fault is not None and fault.point == "checkpoint:_save_checkpoint_tail":
-            import tirl.train.common as common
+            import tirl.runs.checkpoints as common
 
             common.write_checkpoint_marker = marker
         run.close()

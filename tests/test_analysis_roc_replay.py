@@ -193,3 +193,31 @@ def test_cli_says_what_to_do_when_there_is_nothing_to_down_sample(tmp_path):
     assert res.exit_code == 2 and "nothing to down-sample" in res.output
     missing = CliRunner().invoke(app, ["analyze", "roc", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "logging.log_trajectories" in missing.output
+
+
+def test_the_replayed_rules_come_from_the_registry(tmp_path):
+    """A rule registered with register_rule is a column of the replay without further code; a rule that keeps
+    every trajectory (plain GRPO's ``all``) is not (it would repeat ``sampled``); an unknown name is refused."""
+    from tirl.algo.roc import Selection
+    from tirl.algo.selection import RULES, register_rule
+    from tirl.analysis.roc_replay import replay_rules
+
+    assert replay_rules() == ("random", "roc_paper", "roc_release")
+
+    @register_rule("first_k_test", oversamples=True, description="the first K scored samples (test only)")
+    def first_k(group, target_size, rng, config):
+        kept = [i for i, c in enumerate(group) if c.reward is not None][:target_size]
+        return Selection(indices=kept, status="selected")
+
+    try:
+        assert replay_rules() == ("random", "roc_paper", "roc_release", "first_k_test")
+        rep = replay(load_run(_eval_run(tmp_path / "ev")), replays=3, config=RocConfig(min_per_class=1))
+        assert list(rep["columns"]) == ["sampled", "random", "roc_paper", "roc_release", "first_k_test"]
+        # the first 4 of the group are the 4 positives (2 of them with a failing call)
+        assert rep["columns"]["first_k_test"]["pos_with_failing_call"]["mean"] == pytest.approx(0.5)
+        only = replay(load_run(_eval_run(tmp_path / "ev")), replays=2, rules=["roc_paper"])
+        assert list(only["columns"]) == ["sampled", "roc_paper"]
+        with pytest.raises(ValueError, match="unknown selection rule"):
+            replay(load_run(_eval_run(tmp_path / "ev")), replays=1, rules=["nope"])
+    finally:
+        del RULES["first_k_test"]

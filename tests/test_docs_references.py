@@ -17,7 +17,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "experiments").glob("*/README.md")),  # the experiments' write-ups
+]
 
 _CODE = re.compile(r"`([^`\n]+)`")
 _NAME = re.compile(r"\btirl(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
@@ -72,14 +76,14 @@ def _names() -> list[tuple[str, str]]:
         for span in _CODE.findall(doc.read_text(encoding="utf-8")):
             for name in _NAME.findall(span):
                 if name.split(".")[-1] not in _PLACEHOLDERS:
-                    found.add((doc.name, name.rstrip(".")))
+                    found.add((str(doc.relative_to(ROOT)), name.rstrip(".")))
             for short in _SHORT.findall(span):
                 head, last = short.split(".")[0], short.split(".")[-1]
                 if last in _PLACEHOLDERS or head not in modules or head == "tirl":
                     continue
                 if last.startswith("_") or last[:1].isupper():
                     rest = short.split(".", 1)[1]
-                    found.add((doc.name, "|".join(f"{m}.{rest}" for m in modules[head])))
+                    found.add((str(doc.relative_to(ROOT)), "|".join(f"{m}.{rest}" for m in modules[head])))
     return sorted(found)
 
 
@@ -91,14 +95,14 @@ def _paths() -> list[tuple[str, str]]:
             for token in span.split():
                 token = token.strip("(),;:'\"")
                 if token.startswith(_PATH_ROOTS) and not _PATTERN_PATH.search(token):
-                    found.add((doc.name, token))
+                    found.add((str(doc.relative_to(ROOT)), token))
         for link in _LINK.findall(text):
             if not re.match(r"[a-z]+:", link):  # not a URL
                 rel = (doc.parent / link).resolve()
                 try:
-                    found.add((doc.name, str(rel.relative_to(ROOT))))
+                    found.add((str(doc.relative_to(ROOT)), str(rel.relative_to(ROOT))))
                 except ValueError:
-                    found.add((doc.name, link))  # a link outside the checkout: reported as missing
+                    found.add((str(doc.relative_to(ROOT)), link))  # a link outside the checkout: reported as missing
     return sorted(found)
 
 

@@ -43,7 +43,7 @@ def _run_folder(tmp_path: Path, model_dir: Path | None = None, recipe: Path = RE
     ckpt = run / "checkpoint-2"
     if model_dir is not None:
         shutil.copytree(model_dir, ckpt)
-        from tirl.train.common import write_checkpoint_marker
+        from tirl.runs.checkpoints import write_checkpoint_marker
 
         write_checkpoint_marker(ckpt, 2)
     else:

@@ -7,10 +7,11 @@ import json
 import pytest
 
 from tirl.eval.runner import EvalComponents, EvalConfig, run_eval
-from tirl.eval.store import TRAJECTORIES_FILE, ResumeMismatch
 from tirl.protocol.parse import render_tool_call
 from tirl.rollout.agent_loop import AgentLoopSettings
 from tirl.rollout.engine import GenerationOutput, SingleEngineRouter
+from tirl.runs.evals import ResumeMismatch
+from tirl.runs.layout import EVAL_TRAJECTORIES as TRAJECTORIES_FILE
 from tirl.sandbox.types import ExecutionResult
 
 PROBLEMS = {

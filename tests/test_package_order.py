@@ -28,7 +28,7 @@ LEAVES = frozenset({"tirl", "tirl._lazy", "tirl._loop"})
 """Modules every package may import; they import nothing of tirl's."""
 
 _LOWER = frozenset(
-    {"algo", "config", "data", "models", "protocol", "reward", "rollout", "runtime", "sandbox", "service"}
+    {"algo", "config", "data", "models", "protocol", "reward", "rollout", "runs", "runtime", "sandbox", "service"}
 )
 ORDER: dict[str, frozenset[str]] = {
     "sandbox": frozenset(),
@@ -37,13 +37,14 @@ ORDER: dict[str, frozenset[str]] = {
     "reward": frozenset({"protocol", "sandbox", "service"}),
     "models": frozenset(),
     "config": frozenset(),
+    "runs": frozenset(),
     "algo": frozenset({"protocol"}),
     "rollout": frozenset({"protocol", "sandbox", "models"}),
-    "data": frozenset({"protocol", "reward", "sandbox"}),
+    "data": frozenset({"protocol", "reward", "runs", "sandbox"}),
     "runtime": frozenset({"sandbox", "service", "reward", "rollout", "models"}),
     "sim": frozenset({"rollout"}),
-    "view": frozenset({"protocol"}),
-    "analysis": frozenset({"algo", "data", "protocol", "view"}),
+    "view": frozenset({"protocol", "runs"}),
+    "analysis": frozenset({"algo", "data", "protocol", "runs", "view"}),
     "train": _LOWER - {"train"},
     "eval": _LOWER - {"eval"},
 }

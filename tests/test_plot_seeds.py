@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tirl.analysis.plot import aggregate_series, plot_compare
 from tirl.cli.main import app
-from tirl.train.metrics import MetricsLog
-from tirl.train.plot import aggregate_series, plot_compare
+from tirl.runs.metrics import MetricsLog
 
 runner = CliRunner()
 
@@ -124,7 +124,7 @@ def test_cli_groups_runs_by_label_and_aggregates_heldout(tmp_path):
 def test_an_archived_run_with_only_metrics_jsonl_gz_is_read_like_the_run(tmp_path):
     import gzip
 
-    from tirl.train.plot import load_runs
+    from tirl.analysis.plot import load_runs
 
     live = _run(tmp_path / "live", 0.1)
     archived = tmp_path / "archived"
@@ -140,7 +140,7 @@ def test_an_archived_run_with_only_metrics_jsonl_gz_is_read_like_the_run(tmp_pat
 def test_a_folder_with_both_files_reads_the_live_metrics_jsonl_and_a_missing_file_is_named(tmp_path):
     import gzip
 
-    from tirl.train.metrics import metrics_file, read_metrics
+    from tirl.runs.metrics import metrics_file, read_metrics
 
     run = _run(tmp_path / "run", 0.1)
     (run / "metrics.jsonl.gz").write_bytes(gzip.compress(b'{"step": 99}\n'))

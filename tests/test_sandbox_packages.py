@@ -321,6 +321,8 @@ def test_importable_packages_reads_a_comma_separated_string():
 def test_a_recipe_sets_importable_packages_in_its_sandbox_section():
     from tirl.train.config import load_config
 
-    config = load_config("configs/rl/cpu-toolfix-roc.yaml", ["sandbox.importable_packages=numpy,networkx"])
+    config = load_config(
+        "experiments/roc-ablation/recipes/cpu-toolfix-roc.yaml", ["sandbox.importable_packages=numpy,networkx"]
+    )
     assert config.sandbox.importable_packages == ("numpy", "networkx")
     assert config.sandbox.local_config().importable_packages == ("numpy", "networkx")

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tirl.analysis.plot import SMOOTH_WINDOW, load_runs, plot_runs, trailing_mean
 from tirl.cli.main import app
 from tirl.data.problem import Problem
 from tirl.data.training import load_jsonl_problems
+from tirl.runs.metrics import MetricsLog, read_metrics
 from tirl.train.hard_subset import HardSubsetConfig, filter_hard
-from tirl.train.metrics import MetricsLog, percentile, read_metrics
-from tirl.train.plot import SMOOTH_WINDOW, load_runs, plot_runs, trailing_mean
+from tirl.train.metrics import percentile
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "rl"
 runner = CliRunner()
@@ -108,7 +109,7 @@ def test_heldout_curve_reads_checkpoint_steps_from_eval_summaries(tmp_path):
 
     import matplotlib.image
 
-    from tirl.train.plot import heldout_points
+    from tirl.analysis.plot import heldout_points
 
     def write_eval(name: str, model: str, pass1: float) -> Path:
         d = tmp_path / name
@@ -526,7 +527,7 @@ def test_filter_hard_cli_end_to_end_on_tiny_model(tmp_path, tiny_smollm2_model_d
 def test_compare_overlays_runs_at_equal_steps_and_equal_wall_time(tmp_path):
     import matplotlib.image
 
-    from tirl.train.plot import _wall_hours, plot_compare
+    from tirl.analysis.plot import _wall_hours, plot_compare
 
     for name, step_s in (("roc", 7200.0), ("grpo", 3600.0)):
         log = MetricsLog(tmp_path / name / "metrics.jsonl")
@@ -566,7 +567,7 @@ def _pixels_near(path, rgb, tol=0.03) -> int:
 def test_compare_draws_faint_steps_under_a_trend_once_a_run_is_long_enough(tmp_path):
     from matplotlib.colors import to_rgb
 
-    from tirl.train.plot import plot_compare
+    from tirl.analysis.plot import plot_compare
 
     _write_run(tmp_path / "short", "s", SMOOTH_WINDOW - 1, 0.1)
     _write_run(tmp_path / "long", "s", SMOOTH_WINDOW, 0.1)

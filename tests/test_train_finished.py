@@ -11,14 +11,14 @@ import typer
 from typer.testing import CliRunner
 
 from tirl.cli.main import app
-from tirl.train.common import (
-    CHECKPOINT_MARKER,
+from tirl.runs.checkpoints import (
     checkpoint_problem,
     last_checkpoint,
     set_aside_incomplete,
     write_checkpoint_marker,
 )
-from tirl.train.metrics import MetricsLog, read_metrics
+from tirl.runs.layout import CHECKPOINT_MARKER
+from tirl.runs.metrics import MetricsLog, read_metrics
 
 SMOKE = Path(__file__).resolve().parents[1] / "configs" / "rl" / "cpu-tiny-smoke.yaml"
 
@@ -96,7 +96,7 @@ def test_rerunning_a_finished_run_says_so_and_trains_nothing(tmp_path):
 
 
 def test_a_finished_run_without_final_gets_it_from_its_last_checkpoint(tmp_path):
-    from tirl.train.rl import final_step
+    from tirl.runs.checkpoints import final_step
 
     run = _finished_run(tmp_path / "run", final=False)
     result = CliRunner().invoke(app, ["train", "rl", "--config", str(SMOKE), f"output_dir={run}"])

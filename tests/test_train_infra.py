@@ -267,7 +267,7 @@ def test_internal_calls_and_verifier_crashes_give_no_gradient(tmp_path, tiny_smo
     # what reached the loss came from unmasked trajectories only
     trained = {tuple(c[m.bool()].tolist()) for b in captured for c, m in zip(b["completion_ids"], b["completion_mask"])}
     assert not (trained & masked_ids)
-    from tirl.train.metrics import read_metrics
+    from tirl.runs.metrics import read_metrics
 
     (record,) = [r for r in read_metrics(tmp_path) if "tirl/reward/mean" in r]
     assert record["tirl/infra/masked"] == sum(c is not None for c in causes)

@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 
 import resume_helpers as h
 from tirl.cli.main import app
-from tirl.train.replay import ReplayError, check_replayable, replay_step, trajectory_file
+from tirl.runs.layout import trajectory_file
+from tirl.train.replay import ReplayError, check_replayable, replay_step
 
 SMOKE = Path(__file__).resolve().parents[1] / "configs" / "rl" / "cpu-tiny-smoke.yaml"
 

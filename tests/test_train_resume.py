@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 import resume_helpers as h
-from tirl.train.common import checkpoint_step, last_checkpoint
-from tirl.train.metrics import read_metrics
+from tirl.runs.checkpoints import checkpoint_step, last_checkpoint
+from tirl.runs.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 

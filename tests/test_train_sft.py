@@ -227,8 +227,8 @@ def test_lora_final_folder_is_merged_loads_runs_in_the_agent_loop_and_resumes(tm
     from tirl.rollout.agent_loop import AgentLoop, AgentLoopConfig, RolloutRequest
     from tirl.rollout.engine import SingleEngineRouter
     from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
+    from tirl.runs.metrics import read_metrics
     from tirl.sandbox.types import ExecutionResult
-    from tirl.train.metrics import read_metrics
     from tirl.train.sft import build_sft_trainer, train_sft
 
     examples = load_sft_set("gsm8k_tir", slice(0, 4), SHORT)

@@ -1,1 +1,4 @@
-"""Analyses of saved trajectories (``tirl analyze``): token entropy (:mod:`tirl.analysis.entropy`)."""
+"""Reading finished runs (``tirl plot``, ``tirl analyze``), each module on :mod:`tirl.runs`: training and held-out
+curves (:mod:`tirl.analysis.plot`), the per-step table (:mod:`tirl.analysis.step_table`), an ablation's report over
+seeds (:mod:`tirl.analysis.ablation`), token entropy (:mod:`tirl.analysis.entropy`), the offline RoC replay
+(:mod:`tirl.analysis.roc_replay`) and reference solutions written as a run (:mod:`tirl.analysis.reference`)."""

@@ -21,6 +21,7 @@ from typing import Any
 from tirl.data.sft import load_sft_examples, render_sft_example
 from tirl.protocol import parse_tool_calls
 from tirl.protocol.types import ToolCall
+from tirl.runs.layout import eval_trajectories
 
 
 def write_reference_run(out_dir: str | Path, source: str, tokenizer: Any, *, config: Any = None) -> Path:
@@ -35,7 +36,7 @@ def write_reference_run(out_dir: str | Path, source: str, tokenizer: Any, *, con
     examples = load_sft_examples([source], shuffle=False, config=config)
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "trajectories.jsonl"
+    path = eval_trajectories(folder)
     tmp = path.with_suffix(".jsonl.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         for ex in examples:

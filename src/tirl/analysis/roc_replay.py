@@ -11,8 +11,10 @@ differ, many times over (the stochastic rules are re-drawn in every replay):
   (``trajectories.jsonl`` of ``tirl eval --samples K``; one group = the K samples of one problem, reward 1 when
   correct, None for a verdict that could not judge). An evaluation run lets a task be judged from its starting
   model's samples before any training.
-* **columns**: ``sampled`` (every trajectory, no selection), ``logged`` (RL runs: what the run kept),
-  ``random`` (uniform down-sampling), ``roc_paper`` and ``roc_release``, each keeping ``keep`` of a group.
+* **columns**: ``sampled`` (every trajectory, no selection), ``logged`` (RL runs: what the run kept), then one
+  per rule of the selection-rule registry that down-samples (:func:`replay_rules`: ``random``, uniform
+  down-sampling, ``roc_paper``, ``roc_release`` and any rule registered with ``register_rule``), each keeping
+  ``keep`` of a group.
 * **metrics** of a kept set (:data:`METRICS`): the share of kept positives with at least one failing call (the
   report's premise: 10-15 % of correct trajectories), failing calls among the calls of kept positives (the
   report's Figure 4 quantity, ``tool_error_in_correct`` in the training metrics), tool calls per trajectory,
@@ -29,24 +31,34 @@ Not covered: training, or any effect of the selection on learning (that takes th
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tirl.algo.roc import NO_CALL_ERROR_PENALTY, RocConfig, class_quotas, is_scored
-from tirl.algo.selection import apply_rule
+from tirl.algo.selection import RULES, apply_rule, get_rule
 from tirl.protocol.answer import format_penalty
+from tirl.runs.evals import read_samples
+from tirl.runs.layout import EVAL_TRAJECTORIES, TRAJECTORY_DIR, is_eval_run
+from tirl.runs.trajectories import step_groups
 
 UNSCORED_VERDICTS = frozenset({"unparsable_gold", "verifier_error"})
 """Evaluation verdict statuses that mean "could not judge" (as :data:`tirl.train.rollout_func.UNSCORED_STATUSES`)."""
 
-REPLAY_RULES: tuple[str, ...] = ("random", "roc_paper", "roc_release")
-"""The rules replayed, in column order after ``sampled`` and ``logged``."""
+
+def replay_rules() -> tuple[str, ...]:
+    """The rules replayed by default, in column order after ``sampled`` and ``logged``: every rule registered in
+    :data:`tirl.algo.selection.RULES` that down-samples (``oversamples``; one that keeps every trajectory would
+    repeat ``sampled``), ``random`` first (the others are compared with it), then in registration order
+    (built-ins: ``random``, ``roc_paper``, ``roc_release``). A rule registered with ``register_rule`` is replayed
+    without further code."""
+    names = [name for name, rule in RULES.items() if rule.oversamples]
+    return tuple(sorted(names, key=lambda name: name != "random"))  # stable: registration order after random
+
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("pos_with_failing_call", "kept positives with >= 1 failing call"),
@@ -129,18 +141,6 @@ def _member(
     return Member(reward, penalty, p_err, p_fmt, calls, failing, int(tokens or 0), kept)
 
 
-def _rows(path: Path) -> Iterable[dict[str, Any]]:
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a torn last line of a killed run
-                if isinstance(row, dict):
-                    yield row
-
-
 def load_run(run_dir: str | Path, config: RocConfig | None = None) -> ReplayInput:
     """Read the groups of an RL run (``trajectories/step_*.jsonl``) or an evaluation run (``trajectories.jsonl``).
 
@@ -150,13 +150,12 @@ def load_run(run_dir: str | Path, config: RocConfig | None = None) -> ReplayInpu
     """
     run = Path(run_dir)
     cfg = config or RocConfig()
-    step_files = sorted((run / "trajectories").glob("step_*_rank*.jsonl")) if (run / "trajectories").is_dir() else []
     grouped: dict[tuple[Any, ...], list[tuple[int, Member]]] = {}
-    if step_files:
+    rl_groups = step_groups(run)
+    if rl_groups:
         kind = "rl"
-        for path in step_files:
-            for row in _rows(path):
-                key = (int(row["step"]), int(row.get("rank", 0)), int(row["group"]))
+        for key, rows in rl_groups.items():
+            for row in rows:
                 reward = row.get("reward")
                 m = _member(
                     row.get("tool_calls") or [],
@@ -167,9 +166,9 @@ def load_run(run_dir: str | Path, config: RocConfig | None = None) -> ReplayInpu
                     bool(row.get("kept", False)),
                 )
                 grouped.setdefault(key, []).append((int(row.get("sample", 0)), m))
-    elif (run / "trajectories.jsonl").is_file():
+    elif is_eval_run(run):
         kind = "eval"
-        for row in _rows(run / "trajectories.jsonl"):
+        for row in read_samples(run)[0]:
             key = (str(row.get("benchmark", "")), str(row["problem_id"]))
             status = str((row.get("verdict") or {}).get("status", "ok"))
             reward = None if status in UNSCORED_VERDICTS else (1.0 if row.get("correct") else 0.0)
@@ -179,8 +178,8 @@ def load_run(run_dir: str | Path, config: RocConfig | None = None) -> ReplayInpu
             grouped.setdefault(key, []).append((int(row.get("sample_index", 0)), m))
     else:
         raise FileNotFoundError(
-            f"{run} holds neither trajectories/step_*_rank*.jsonl (an RL run with logging.log_trajectories: true) "
-            "nor trajectories.jsonl (a tirl eval run)"
+            f"{run} holds neither {TRAJECTORY_DIR}/step_*_rank*.jsonl (an RL run with logging.log_trajectories: "
+            f"true) nor {EVAL_TRAJECTORIES} (a tirl eval run)"
         )
     if not grouped:
         raise ValueError(f"{run}: no trajectories in the run's files")
@@ -268,7 +267,12 @@ def _stats(values: Sequence[float]) -> dict[str, float | None]:
 
 
 def replay(
-    data: ReplayInput, keep: int | None = None, replays: int = 200, seed: int = 0, config: RocConfig | None = None
+    data: ReplayInput,
+    keep: int | None = None,
+    replays: int = 200,
+    seed: int = 0,
+    config: RocConfig | None = None,
+    rules: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Replay the selection rules ``replays`` times on the run's groups.
 
@@ -279,15 +283,22 @@ def replay(
         replays: repetitions of the stochastic rules (``random``, ``roc_paper``); each replay draws all groups.
         seed: base seed (replay ``r`` uses ``random.Random(f"roc-replay/{seed}/{r}")``).
         config: ``min_per_class`` and the penalty switches (default :class:`RocConfig`).
+        rules: the rules replayed, one column each, in this order (names of :data:`tirl.algo.selection.RULES`);
+            default :func:`replay_rules`. The draws of a replay are shared in this order, so another order gives
+            other (equally distributed) numbers.
 
     Returns:
         The JSON-serialisable report: ``run``, ``kind``, ``keep``, ``replays``, ``seed``, ``min_per_class``,
         ``summary`` (:func:`group_summary`) and ``columns``: column -> metric -> ``{mean, std, min, max, n}``.
 
     Raises:
-        ValueError: ``replays < 1``, ``keep < 1``, or no group larger than ``keep`` (nothing to down-sample).
+        ValueError: ``replays < 1``, ``keep < 1``, no group larger than ``keep`` (nothing to down-sample), or an
+            unknown rule name.
     """
     cfg = config or RocConfig()
+    chosen = tuple(rules) if rules is not None else replay_rules()
+    for name in chosen:
+        get_rule(name)  # an unknown name fails before any replay
     if replays < 1:
         raise ValueError(f"replays must be >= 1, got {replays}")
     largest = max(len(g) for g in data.groups)
@@ -307,12 +318,12 @@ def replay(
     columns["sampled"] = {k: [v] for k, v in kept_metrics([m for g in groups for m in g]).items()}
     if data.kind == "rl":
         columns["logged"] = {k: [v] for k, v in kept_metrics([m for g in groups for m in g if m.logged_kept]).items()}
-    for rule in REPLAY_RULES:
+    for rule in chosen:
         columns[rule] = {k: [] for k, _ in METRICS}
     for r in range(replays):
         rng = random.Random(f"roc-replay/{seed}/{r}")
         reference = [apply_rule("random", g, keep, rng, cfg).indices for g in groups]
-        for rule in REPLAY_RULES:
+        for rule in chosen:
             picks = [apply_rule(rule, g, keep, rng, cfg).indices for g in groups]
             for k, v in kept_metrics([g[i] for g, p in zip(groups, picks) for i in p]).items():
                 columns[rule][k].append(v)
@@ -345,7 +356,6 @@ def format_cell(stat: dict[str, float | None], key: str) -> str:
 __all__ = [
     "METRICS",
     "Member",
-    "REPLAY_RULES",
     "ReplayInput",
     "UNSCORED_VERDICTS",
     "format_cell",
@@ -353,4 +363,5 @@ __all__ = [
     "kept_metrics",
     "load_run",
     "replay",
+    "replay_rules",
 ]

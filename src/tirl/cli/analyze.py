@@ -219,8 +219,8 @@ def roc_command(
 def ablation_command(
     ablation_dir: Path = typer.Argument(
         ...,
-        help="An ablation folder: python -m tirl.train.ablation's --out (runs/ablation-toolfix) or its "
-        "--archive (docs/results/ablation-toolfix).",
+        help="An ablation folder: experiments/roc-ablation/run.py's --out (runs/ablation-toolfix) or its "
+        "--archive (experiments/roc-ablation/results).",
     ),
     baseline: str | None = typer.Option(
         None, "--baseline", help="Arm the held-out differences are taken against (default: grpo)."
@@ -229,7 +229,7 @@ def ablation_command(
         None, "--benchmark", help="Benchmark of the held-out summaries (default: the only or first one)."
     ),
     markdown_out: Path | None = typer.Option(
-        None, "--markdown", help="Also write the table as GitHub markdown to this file (for docs/training.md)."
+        None, "--markdown", help="Also write the table as GitHub markdown to this file (for an experiment's write-up)."
     ),
     out: Path | None = typer.Option(
         None, "--out", "-o", help="JSON report (default ABLATION_DIR/ablation_report.json)."
@@ -245,8 +245,8 @@ def ablation_command(
     from rich.console import Console
     from rich.table import Table
 
-    from tirl.train.ablation import LABELS
-    from tirl.train.ablation_report import load_ablation, markdown, report, table_rows
+    from tirl.analysis.ablation import ARM_LABELS as LABELS
+    from tirl.analysis.ablation import load_ablation, markdown, report, table_rows
 
     console = Console(stderr=True)
     try:

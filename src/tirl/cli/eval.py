@@ -127,10 +127,10 @@ seconds on a CPU) or a vLLM server shutting down (a minute), neither of which th
 
 def _stored_samples(out_dir: Path) -> int:
     """Samples stored in ``out_dir`` (complete lines of its trajectories file; 0 without one)."""
-    from tirl.eval.store import TRAJECTORIES_FILE
+    from tirl.runs.evals import sample_count
 
     try:
-        return (Path(out_dir) / TRAJECTORIES_FILE).read_bytes().count(b"\n")
+        return sample_count(out_dir)
     except OSError:
         return 0
 
@@ -144,7 +144,7 @@ def stop_promptly(say: Callable[[], None], grace_s: float = INTERRUPT_GRACE_S) -
     main thread, so the run's ``finally`` blocks close what they can (the sandbox's workers and folders; a
     launched server is sent SIGTERM, and the kernel sends it one too when this process ends:
     ``PR_SET_PDEATHSIG``); a timer ends the process after ``grace_s`` whatever they still wait for, and a second
-    signal ends it at once. Each sample is appended and fsynced as it finishes (:mod:`tirl.eval.store`), so
+    signal ends it at once. Each sample is appended and fsynced as it finishes (:mod:`tirl.runs.evals`), so
     nothing stored is lost. Only in the main thread (signal handlers live there); elsewhere the block runs as
     is.
     """
@@ -221,10 +221,10 @@ def _run(config: EvalConfig, console: Console, progress: bool = True) -> EvalRes
 def _run_served(config: EvalConfig, listener: EvalListener) -> EvalResult:
     from tirl.data.benchmarks import BenchmarkError
     from tirl.eval.runner import run_eval
-    from tirl.eval.store import ResumeMismatch
     from tirl.models import ModelNotFoundError
     from tirl.rollout.agent_loop import SandboxUnavailable
     from tirl.rollout.lora_server import ServerSyncError
+    from tirl.runs.evals import ResumeMismatch
 
     if config.engine == "openai":
         from tirl.rollout.capacity import probe_health
@@ -347,9 +347,9 @@ def run_demo(out: Path, fresh: bool = False, console: Console | None = None) -> 
     expected failures become a message and exit code 2. Returns the results (base model first)."""
     from tirl.data.benchmarks import BenchmarkError
     from tirl.eval import demo
-    from tirl.eval.store import ResumeMismatch
     from tirl.models import ModelNotFoundError
     from tirl.rollout.agent_loop import SandboxUnavailable
+    from tirl.runs.evals import ResumeMismatch
 
     console = console or Console()
     settings = demo.DemoSettings()

@@ -41,7 +41,7 @@ def plot_command(
     equal wall time, the runs that share a LABEL (seeds of one arm) as their mean with a band."""
     from rich.console import Console
 
-    from tirl.train.plot import plot_compare, plot_heldout, plot_runs
+    from tirl.analysis.plot import plot_compare, plot_heldout, plot_runs
 
     console = Console(stderr=True)
     try:
@@ -64,7 +64,7 @@ def plot_command(
         else:
             written = plot_runs(runs, out, title or None)
             if table is not None:
-                from tirl.train.step_table import step_table
+                from tirl.analysis.step_table import step_table
 
                 table.parent.mkdir(parents=True, exist_ok=True)
                 table.write_text(step_table(runs), encoding="utf-8")

@@ -214,7 +214,7 @@ def _sigterm_interrupts() -> None:
 
 def _resume_hint(output_dir: str) -> str:
     """Where a re-run of an interrupted run continues from."""
-    from tirl.train.common import last_checkpoint
+    from tirl.runs.checkpoints import last_checkpoint
 
     ckpt = last_checkpoint(output_dir)
     return (
@@ -251,6 +251,7 @@ def _run_stage(
     if print_config:
         typer.echo(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         return
+    from tirl.runs.layout import metrics_path
     from tirl.train.watchdog import RunStopped
 
     done = finished(cfg) if finished is not None else None
@@ -287,4 +288,4 @@ def _run_stage(
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
     if _is_main_process():
-        console.print(f"[green]done:[/] {what} in {final}; metrics in {Path(cfg.output_dir) / 'metrics.jsonl'}")
+        console.print(f"[green]done:[/] {what} in {final}; metrics in {metrics_path(cfg.output_dir)}")

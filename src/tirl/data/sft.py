@@ -78,6 +78,7 @@ from tirl.protocol.parse import render_tool_call
 from tirl.protocol.render import END_OF_TURN_CANDIDATES
 from tirl.protocol.response import render_tool_response
 from tirl.protocol.types import ToolCall
+from tirl.runs.layout import EVAL_TRAJECTORIES, eval_trajectories
 from tirl.sandbox.types import ExecutionResult
 
 logger = logging.getLogger(__name__)
@@ -423,9 +424,9 @@ def trajectory_examples(
         raise ValueError(f"data.trajectory_tokens must be one of {', '.join(TRAJECTORY_TOKENS)}, got {tokens!r}")
     file = Path(path)
     if file.is_dir():
-        file = file / "trajectories.jsonl"
+        file = eval_trajectories(file)
     if not file.is_file():
-        raise ValueError(f"SFT source {TRAJECTORIES}:{path}: no trajectories.jsonl there (a tirl eval output)")
+        raise ValueError(f"SFT source {TRAJECTORIES}:{path}: no {EVAL_TRAJECTORIES} there (a tirl eval output)")
     kept: dict[str, list[tuple[int, SFTExample]]] = {}
     seen: set[tuple[str, int]] = set()
     dropped: collections.Counter[str] = collections.Counter()

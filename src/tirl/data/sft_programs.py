@@ -2,7 +2,7 @@
 
 Why: the packaged GSM8K set teaches the call format with one arithmetic ``print(expr)`` per step, and a model
 SFT'd on it alone stopped writing programs: on the held-out ``toolmath`` problems it printed single
-expressions where a loop or ``math.gcd`` was needed (docs/training.md, "The toolmath runs"). The report's SFT
+expressions where a loop or ``math.gcd`` was needed (experiments/cpu-learning-curve/README.md). The report's SFT
 data has 165K real function calls; this set gives the small CPU recipe the same kind of example: a problem, one
 call with a complete program, its output fed back, and the answer boxed from that output.
 

@@ -1,5 +1,5 @@
 """Benchmark evaluation: runs (:mod:`tirl.eval.runner`), metrics (:mod:`tirl.eval.metrics`), resumable output
-(:mod:`tirl.eval.store`), tables (:mod:`tirl.eval.report`) and the demo (:mod:`tirl.eval.demo`).
+(:mod:`tirl.runs.evals`), tables (:mod:`tirl.eval.report`) and the demo (:mod:`tirl.eval.demo`).
 
 Entry points: :func:`run_eval` / :func:`run_eval_sync` with :class:`EvalConfig`, :class:`EvalListener` and
 :class:`EvalResult`; the metrics :func:`summarize`, :func:`pass_at_k`, :func:`majority_correct` with
@@ -24,8 +24,8 @@ _EXPORTS = {
     "majority_correct": "tirl.eval.metrics",
     "pass_at_k": "tirl.eval.metrics",
     "summarize": "tirl.eval.metrics",
-    "ResumeMismatch": "tirl.eval.store",
-    "RunStore": "tirl.eval.store",
+    "ResumeMismatch": "tirl.runs.evals",
+    "RunStore": "tirl.runs.evals",
 }
 
 __all__ = sorted(_EXPORTS)

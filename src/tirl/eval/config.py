@@ -24,6 +24,7 @@ from tirl.config import build_dataclass, merge, plain_dict, read_yaml_mapping, s
 from tirl.protocol.config import BASELINE_STYLES, ProtocolConfig
 from tirl.reward.types import VerifierConfig
 from tirl.rollout.agent_loop import AgentLoopConfig, AgentLoopSettings
+from tirl.runs.layout import config_file, is_model_folder_name
 from tirl.service.config import ExecutorConfig
 
 # Trajectories in flight when ``rollout.max_concurrency`` is None, per engine: the in-process engine batches what
@@ -38,7 +39,7 @@ class EvalConfig:
     Attributes:
         model: model reference (built-in name, HF folder or GGUF file; see ``tirl.models.resolve``).
         benchmarks: benchmark names or JSONL paths (see ``tirl.data.load_benchmark``).
-        out_dir: output folder (resumable; see ``tirl.eval.store``).
+        out_dir: output folder (resumable; see ``tirl.runs.evals``).
         subset: evaluate the first N problems of each benchmark; None for all.
         subsets: per-benchmark override of ``subset`` (``{"math500": 10}``).
         samples: samples per problem (K; report: 16).
@@ -249,9 +250,6 @@ def default_out_dir(model: str, use_tools: bool, prompt_style: str = "full") -> 
     return Path("runs") / "eval" / f"{stem}-{mode}"
 
 
-RECIPE_FILE = "config.yaml"
-"""The configuration a training run saves in its ``output_dir`` (``tirl train rl``/``sft``: the resolved recipe)."""
-
 RECIPE_EXCLUDED = frozenset({"rollout.max_concurrency"})
 """Recipe settings an evaluation does not take: how many trajectories are in flight is the machine's and the
 engine's business (it changes no sample), not the recipe's."""
@@ -262,11 +260,9 @@ def recipe_path(model: str | Path) -> Path | None:
     ``RUN/config.yaml`` for a folder ``RUN/checkpoint-N`` or ``RUN/final`` (what ``tirl train rl`` and
     ``tirl train sft`` write), else None (a built-in name, a model folder of another origin)."""
     folder = Path(str(model))
-    if not (folder.name == "final" or re.fullmatch(r"checkpoint-\d+", folder.name)):
+    if not is_model_folder_name(folder.name) or not folder.is_dir():
         return None
-    if not folder.is_dir():
-        return None
-    recipe = folder.parent / RECIPE_FILE
+    recipe = config_file(folder.parent)
     return recipe if recipe.is_file() else None
 
 
@@ -478,7 +474,6 @@ def load_eval_config(
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
-    "RECIPE_FILE",
     "EvalConfig",
     "RecipeUse",
     "default_out_dir",

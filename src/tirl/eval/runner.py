@@ -6,7 +6,7 @@ loop, verify each as it finishes, append it durably, then summarize; progress an
 :func:`build_components` (model, engine, sandbox and verifier from the config). It does not define the options
 (:class:`tirl.eval.config.EvalConfig`, re-exported here) or implement the agent loop
 (``tirl.rollout.agent_loop``), metrics (``tirl.eval.metrics``) or the output format's durability
-(``tirl.eval.store``).
+(``tirl.runs.evals``).
 
 Policies:
 
@@ -15,7 +15,7 @@ Policies:
   under a seed).
 - A trajectory whose engine failed (finish reason ``error``) is not stored: it is counted in the summary's
   ``engine_errors`` and re-tried by the next run with the same ``--out-dir``.
-- An output folder whose earlier run stored no sample is taken over (:class:`tirl.eval.store.RunStore`), with a
+- An output folder whose earlier run stored no sample is taken over (:class:`tirl.runs.evals.RunStore`), with a
   warning naming the settings that changed.
 - A verifier status other than ``ok`` / ``no_answer`` counts as incorrect and is reported in the table's JSON
   (``verdict_statuses``), never hidden.
@@ -35,11 +35,11 @@ from typing import Any
 from tirl.eval.components import EvalComponents, Grader, build_default_components
 from tirl.eval.config import EvalConfig
 from tirl.eval.metrics import BenchmarkSummary, SampleOutcome, summarize
-from tirl.eval.store import RunStore, describe_diff
 from tirl.protocol.audit import AUDIT_KEYS, audit_record, summarize_audits
 from tirl.protocol.types import Trajectory, token_fields
 from tirl.reward.types import bug_detail
 from tirl.rollout.agent_loop import AgentLoop, RolloutRequest, derive_seed
+from tirl.runs.evals import RunStore, describe_diff
 
 
 @dataclass
@@ -169,7 +169,7 @@ async def run_eval(
         listener: receives the run's progress and results (:class:`EvalListener`).
 
     Raises:
-        tirl.eval.store.ResumeMismatch: ``out_dir`` holds a run with different settings.
+        tirl.runs.evals.ResumeMismatch: ``out_dir`` holds a run with different settings.
         tirl.rollout.agent_loop.SandboxUnavailable: tools are enabled and the sandbox fails its health check.
         ValueError / FileNotFoundError: an unknown benchmark.
     """

@@ -14,7 +14,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from tirl.train.metrics import MetricsLog, log_value
+from tirl.runs.metrics import MetricsLog
+from tirl.train.metrics import log_value
 
 
 class StepTimer(TrainerCallback):

@@ -4,7 +4,8 @@ Covers the numbers one RL step reports (computed on one process from its groups;
 processes): reward and accuracy, the share of failing tool calls inside correct trajectories before and after
 RoC selection (the report's Figure 4), p_err and p_format, response length in model tokens (mean, p90),
 truncation rate, tool calls per trajectory, group outcomes (dropped, undersized, all correct, all wrong), and
-the time split. It also writes and reads ``metrics.jsonl``. It does not plot (:mod:`tirl.train.plot`).
+the time split. The log they are written to, ``metrics.jsonl``, is :mod:`tirl.runs.metrics`'s; it does not plot
+(:mod:`tirl.analysis.plot`).
 
 Metric names (all floats):
 
@@ -46,11 +47,8 @@ Metric names (all floats):
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 from tirl.algo.roc import Candidate, Selection, is_scored
@@ -151,89 +149,4 @@ def step_metrics(
     return out
 
 
-class MetricsLog:
-    """Append-only ``metrics.jsonl``: one JSON object per logged step.
-
-    A resumed run appends; records of steps at or after the resume point that a crashed run had written are
-    dropped on :meth:`truncate_after` so the file never holds a step twice.
-    """
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-
-    def write(self, record: dict[str, Any]) -> None:
-        """Append one record (non-finite floats become null)."""
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(clean) + "\n")
-
-    def truncate_after(self, step: int) -> int:
-        """Drop records whose ``step`` is greater than ``step`` (and any line a killed run left half-written, so
-        that the next append starts on a fresh line); returns how many records were dropped. The file is
-        rewritten to a temporary name and renamed, so a kill here loses nothing."""
-        if not self.path.exists():
-            return 0
-        lines = self.path.read_text(encoding="utf-8").split("\n")
-        kept, dropped, broken = [], 0, 0
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                broken += 1
-                continue
-            if isinstance(rec, dict) and isinstance(rec.get("step"), (int, float)) and rec["step"] > step:
-                dropped += 1
-            else:
-                kept.append(line)
-        if dropped or broken or (lines and lines[-1] != ""):
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-            os.replace(tmp, self.path)
-        return dropped
-
-
-def metrics_file(path: str | Path) -> Path:
-    """The metrics file of ``path``: a file is itself; a folder's is ``metrics.jsonl``, else its
-    ``metrics.jsonl.gz`` (a run as an ablation's archive keeps it, docs/results/...).
-
-    Raises:
-        FileNotFoundError: the file, or a folder's both files, do not exist.
-    """
-    path = Path(path)
-    if path.is_dir():
-        found = next((path / n for n in ("metrics.jsonl", "metrics.jsonl.gz") if (path / n).is_file()), None)
-        if found is None:
-            raise FileNotFoundError(f"no metrics.jsonl (or metrics.jsonl.gz) in {path}")
-        return found
-    if not path.is_file():
-        raise FileNotFoundError(f"no metrics file at {path}")
-    return path
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a ``metrics.jsonl`` (a folder is read through :func:`metrics_file`; a ``.gz`` file is read
-    unpacked); bad lines are skipped.
-
-    Raises:
-        FileNotFoundError: no metrics file (see :func:`metrics_file`).
-    """
-    import gzip
-
-    path = metrics_file(path)
-    text = gzip.decompress(path.read_bytes()).decode("utf-8") if path.name.endswith(".gz") else None
-    out = []
-    for line in (text if text is not None else path.read_text(encoding="utf-8")).split("\n"):
-        if line.strip():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
-    return out
-
-
-__all__ = ["MetricsLog", "metrics_file", "percentile", "read_metrics", "step_metrics", "tool_error_share"]
+__all__ = ["log_value", "percentile", "step_metrics", "tool_error_share"]

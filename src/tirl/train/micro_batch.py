@@ -7,7 +7,7 @@ the report's loss (``dapo``: token sum over the whole step's token count, ``beta
 group whose rewards are all equal (advantage 0, so its token losses and their gradients are 0). Dropping such rows
 and the columns no kept row reaches leaves the loss value and the gradient unchanged, because ``dapo`` divides
 by the token count of the whole step (``num_items_in_batch``), not of the micro-batch. With other loss types only
-what is exact for them is done (see :func:`row_policy`). Measured effect: docs/training.md ("The toolmath runs").
+what is exact for them is done (see :func:`row_policy`). Measured effect: experiments/cpu-learning-curve/README.md.
 """
 
 from __future__ import annotations

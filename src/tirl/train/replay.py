@@ -42,7 +42,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tirl.train.common import checkpoint_problem
+from tirl.runs.checkpoints import checkpoint_problem
+from tirl.runs.layout import checkpoint_dir, config_file, metrics_path, replay_report, trajectory_file
+from tirl.runs.trajectories import read_step_log
 
 REL_TOL = 1e-4
 """Relative tolerance on the step's ``loss`` and ``grad_norm`` (see the module docstring)."""
@@ -130,25 +132,16 @@ class ReplayReport:
         }
 
 
-def trajectory_file(run_dir: str | Path, step: int, rank: int = 0) -> Path:
-    """``RUN_DIR/trajectories/step_NNNNN_rankR.jsonl`` (the name :class:`~tirl.train.rollout_func.RocRolloutFunc`
-    writes)."""
-    return Path(run_dir) / "trajectories" / f"step_{step:05d}_rank{rank}.jsonl"
-
-
 def read_trajectories(path: str | Path) -> list[dict[str, Any]]:
     """The records of a trajectory log file, in file order.
 
     Raises:
         ReplayError: a record without ``response_ids`` (a log written before token ids were logged).
     """
-    out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            rec = json.loads(line)
-            if "response_ids" not in rec:
-                raise ReplayError(f"{path} has no response_ids (written by an older tirl): it cannot be replayed")
-            out.append(rec)
+    out = read_step_log(path)
+    for rec in out:
+        if "response_ids" not in rec:
+            raise ReplayError(f"{path} has no response_ids (written by an older tirl): it cannot be replayed")
     return out
 
 
@@ -163,9 +156,9 @@ def check_replayable(run_dir: str | Path, step: int) -> tuple[Path, Path | None]
     root = Path(run_dir)
     if step < 1:
         raise ReplayError(f"--step must be >= 1, got {step}")
-    cfg = root / "config.yaml"
+    cfg = config_file(root)
     if not cfg.is_file():
-        raise ReplayError(f"{root} has no config.yaml: not the output_dir of a tirl train rl run")
+        raise ReplayError(f"{root} has no {cfg.name}: not the output_dir of a tirl train rl run")
     if not trajectory_file(root, step).is_file():
         raise ReplayError(
             f"{trajectory_file(root, step)} is missing: the run did not log its trajectories; "
@@ -173,7 +166,7 @@ def check_replayable(run_dir: str | Path, step: int) -> tuple[Path, Path | None]
         )
     if step == 1:
         return cfg, None
-    ckpt = root / f"checkpoint-{step - 1}"
+    ckpt = checkpoint_dir(root, step - 1)
     if not ckpt.is_dir():
         raise ReplayError(
             f"no {ckpt.name} in {root} to replay step {step} from: keep a checkpoint of every step "
@@ -187,9 +180,9 @@ def check_replayable(run_dir: str | Path, step: int) -> tuple[Path, Path | None]
 
 def _metric_record(run_dir: Path, step: int) -> dict[str, Any] | None:
     """The last ``metrics.jsonl`` record of ``step`` carrying a ``loss`` (None if there is none)."""
-    from tirl.train.metrics import read_metrics
+    from tirl.runs.metrics import read_metrics
 
-    path = run_dir / "metrics.jsonl"
+    path = metrics_path(run_dir)
     if not path.is_file():
         return None
     found = None
@@ -364,7 +357,7 @@ def replay_step(
         replayed = read_trajectories(replayed_file) if replayed_file.is_file() else []
         compare(logged, replayed, _metric_record(root, step), _metric_record(tmp, step), report)
     if write:
-        (root / f"replay_step_{step}.json").write_text(json.dumps(report.to_dict(), indent=1), encoding="utf-8")
+        replay_report(root, step).write_text(json.dumps(report.to_dict(), indent=1), encoding="utf-8")
     return report
 
 

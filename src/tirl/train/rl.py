@@ -32,17 +32,19 @@ from typing import Any
 
 from tirl.data.problem import Problem
 from tirl.data.training import load_training_problems
-from tirl.train.common import (
+from tirl.runs.checkpoints import (
     checkpoint_step,
+    final_from_checkpoint,
+    final_step,
     last_checkpoint,
-    load_policy,
-    resolve_init_from,
+    publish_final,
     set_aside_incomplete,
-    trl_module,
 )
+from tirl.runs.layout import checkpoint_dir, config_file, final_dir, metrics_path, partial_final_dir
+from tirl.runs.metrics import MetricsLog
+from tirl.train.common import load_policy, resolve_init_from, trl_module
 from tirl.train.config import RLConfig, dump_config
 from tirl.train.cpu_sharding import enable_cpu_sharding
-from tirl.train.metrics import MetricsLog
 from tirl.train.rollout_func import (
     AgentLoopSource,
     RocRolloutFunc,
@@ -341,13 +343,13 @@ def build_trainer(
     rollout = RocRolloutFunc(rollout_config, problems, source, scorer, pad_token_id=pad_id)
 
     Path(config.output_dir).mkdir(parents=True, exist_ok=True)
-    metrics_log = MetricsLog(Path(config.output_dir) / "metrics.jsonl") if config.logging.jsonl else None
+    metrics_log = MetricsLog(metrics_path(config.output_dir)) if config.logging.jsonl else None
     if metrics_log is not None:
         done = checkpoint_step(resume_from) if resume_from is not None else 0
         dropped = metrics_log.truncate_after(done)
         if dropped:
             logger.info("dropped %d metric records logged after step %d by an interrupted run", dropped, done)
-    dump_config(config, Path(config.output_dir) / "config.yaml")
+    dump_config(config, config_file(config.output_dir))
 
     timing: dict[str, float] = {}
     from tirl.train.callbacks import JsonlMetrics, RLConsole, StepTimer, WatchdogStop
@@ -378,61 +380,6 @@ def build_trainer(
     return BuiltRun(trainer, rollout, problems, resume_from, metrics_log)
 
 
-FINAL_MARKER = "tirl_final.json"
-"""Written last into ``output_dir/final``: the step whose weights the folder holds."""
-
-# files of a checkpoint-N folder that are training state, not the model (left out of final/)
-_STATE_FILES = (
-    "optimizer.pt",
-    "scheduler.pt",
-    "scaler.pt",
-    "trainer_state.json",
-    "training_args.bin",
-    "tirl_checkpoint.json",
-)
-
-
-def final_step(output_dir: str | Path) -> int | None:
-    """The step whose weights ``output_dir/final`` holds, or None when there is no complete final folder."""
-    import json
-
-    marker = Path(output_dir) / "final" / FINAL_MARKER
-    try:
-        return int(json.loads(marker.read_text(encoding="utf-8"))["step"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _publish_final(tmp: Path, final: Path, step: int) -> Path:
-    """Mark ``tmp`` as holding step ``step`` and move it to ``final`` (replacing an older one)."""
-    import json
-    import shutil
-
-    (tmp / FINAL_MARKER).write_text(json.dumps({"step": int(step)}), encoding="utf-8")
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
-    return final
-
-
-def final_from_checkpoint(checkpoint: str | Path, output_dir: str | Path) -> Path:
-    """Write ``output_dir/final`` from ``checkpoint`` (a complete ``checkpoint-N``): its model files (weights or
-    LoRA adapter, configs, tokenizer), without optimiser, scheduler, RNG and trainer state. The last step's
-    checkpoint holds exactly the weights training ends with, so this is what an interrupted final save (or a
-    watch-dog stop on the last step) leaves to be done."""
-    import shutil
-
-    src, final = Path(checkpoint), Path(output_dir) / "final"
-    tmp = final.with_name("final.partial")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    for path in src.iterdir():
-        if path.is_file() and path.name not in _STATE_FILES and not path.name.startswith("rng_state"):
-            shutil.copy2(path, tmp / path.name)
-    return _publish_final(tmp, final, checkpoint_step(src))
-
-
 def finished_run(config: RLConfig) -> Path | None:
     """``output_dir/final`` when the run of ``config`` has already trained its ``max_steps`` (its newest complete
     checkpoint is at or past that step), else None. A finished run whose ``final`` folder is missing or
@@ -443,9 +390,9 @@ def finished_run(config: RLConfig) -> Path | None:
     if ckpt is None or checkpoint_step(ckpt) < config.max_steps:
         return None
     if final_step(config.output_dir) != checkpoint_step(ckpt) and _is_main_process():
-        logger.info("writing %s/final from %s (the run had trained all its steps)", config.output_dir, ckpt.name)
+        logger.info("writing %s from %s (the run had trained all its steps)", final_dir(config.output_dir), ckpt.name)
         final_from_checkpoint(ckpt, config.output_dir)
-    return Path(config.output_dir) / "final"
+    return final_dir(config.output_dir)
 
 
 def train(config: RLConfig, **kwargs: Any) -> Path:
@@ -456,7 +403,8 @@ def train(config: RLConfig, **kwargs: Any) -> Path:
     go to :func:`build_trainer`. With ``rollout.launch_server`` the run's vLLM server is started first
     (:func:`tirl.train.launch.launched_server`) and stopped when the run ends. The rollout's sandbox and event
     loop are released even when training fails.
-    ``final`` is written to a temporary folder and renamed, with :data:`FINAL_MARKER` naming its step.
+    ``final`` is written to a temporary folder and renamed, with :data:`tirl.runs.layout.FINAL_MARKER` naming its
+    step.
 
     Raises:
         tirl.train.watchdog.RunStopped: the watch-dog stopped the run; a checkpoint of its last step is saved,
@@ -488,7 +436,7 @@ def _world_size(config: RLConfig) -> int:
 
 def _train_built(config: RLConfig, run: BuiltRun) -> Path:
     """Train a built run to its end (see :func:`train`)."""
-    final = Path(config.output_dir) / "final"
+    final = final_dir(config.output_dir)
     interrupted = False
     try:
         if run.resume_from is not None:
@@ -499,15 +447,15 @@ def _train_built(config: RLConfig, run: BuiltRun) -> Path:
         step = int(run.trainer.state.global_step)
         if run.rollout.watchdog.stop_reason:
             stopped = RunStopped(run.rollout.watchdog.stop_reason)
-            stopped.checkpoint = Path(config.output_dir) / f"checkpoint-{step}"
+            stopped.checkpoint = checkpoint_dir(config.output_dir, step)
             if step >= config.max_steps and run.trainer.accelerator.is_main_process:
                 stopped.final = final_from_checkpoint(stopped.checkpoint, config.output_dir)
             raise stopped
-        tmp = final.with_name("final.partial")
+        tmp = partial_final_dir(config.output_dir)
         run.trainer.save_model(str(tmp))
         if run.trainer.accelerator.is_main_process:
             run.trainer.processing_class.save_pretrained(str(tmp))
-            _publish_final(tmp, final, step)
+            publish_final(tmp, config.output_dir, step)
         return final
     except KeyboardInterrupt:
         # the rollout's tasks are abandoned mid-flight: asyncio's "Task was destroyed but it is pending!"
@@ -521,13 +469,10 @@ def _train_built(config: RLConfig, run: BuiltRun) -> Path:
 
 __all__ = [
     "BuiltRun",
-    "FINAL_MARKER",
     "build_trainer",
     "colocated_vllm_dtype",
     "filter_prompt_length",
     "read_training_problems",
-    "final_from_checkpoint",
-    "final_step",
     "finished_run",
     "grpo_args",
     "preflight",

@@ -38,11 +38,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -55,6 +54,7 @@ from tirl.data.problem import Problem
 from tirl.protocol.audit import audit_metrics
 from tirl.protocol.types import FINISH_REASONS, Trajectory, token_fields
 from tirl.rollout.agent_loop import AgentLoopConfig
+from tirl.runs.trajectories import write_step_log
 from tirl.train.config import RLConfig
 from tirl.train.metrics import step_metrics
 from tirl.train.watchdog import RunWatchdog
@@ -395,45 +395,39 @@ class RocRolloutFunc:
         run's ``turns``), ``tool_calls`` (classes) and the exact ``prompt_ids``/``response_ids``/``loss_mask``
         (read by ``tirl view`` and ``tirl analyze entropy``).
         """
-        folder = Path(self.config.output_dir) / "trajectories"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"step_{step + 1:05d}_rank{process_index}.jsonl"
         mode = self.config.roc.mode if self.config.roc.enabled else "off"
-        with open(path, "w", encoding="utf-8") as fh:
+
+        def records() -> Iterator[dict[str, Any]]:
             for gi, problem in enumerate(problems):
                 kept = set(selections[gi].indices)
                 for j in range(n):
                     t, sc, c = trajectories[gi * n + j], scores[gi * n + j], candidates[gi * n + j]
-                    fh.write(
-                        json.dumps(
-                            {
-                                "step": step + 1,
-                                "rank": process_index,
-                                "group": gi,
-                                "problem_id": problem.id,
-                                "problem": problem.problem,
-                                "answer": problem.answer,
-                                "sample": j,
-                                "kept": j in kept,
-                                "selection": selections[gi].status,
-                                "roc_mode": mode,
-                                "rule": rule,
-                                "reward": sc.reward,
-                                "verify_status": sc.status,
-                                "final_answer": t.final_answer,
-                                "infra": causes[gi * n + j] if causes else None,
-                                "p_err": c.p_err,
-                                "p_format": c.p_format,
-                                "finish_reason": t.finish_reason,
-                                "model_tokens": t.num_model_tokens,
-                                "tool_calls": [rec.cls for rec in t.tool_call_records],
-                                "turns": [dataclasses.asdict(turn) for turn in t.turns],
-                                **token_fields(t),
-                            },
-                            ensure_ascii=False,
-                        )
-                        + "\n"
-                    )
+                    yield {
+                        "step": step + 1,
+                        "rank": process_index,
+                        "group": gi,
+                        "problem_id": problem.id,
+                        "problem": problem.problem,
+                        "answer": problem.answer,
+                        "sample": j,
+                        "kept": j in kept,
+                        "selection": selections[gi].status,
+                        "roc_mode": mode,
+                        "rule": rule,
+                        "reward": sc.reward,
+                        "verify_status": sc.status,
+                        "final_answer": t.final_answer,
+                        "infra": causes[gi * n + j] if causes else None,
+                        "p_err": c.p_err,
+                        "p_format": c.p_format,
+                        "finish_reason": t.finish_reason,
+                        "model_tokens": t.num_model_tokens,
+                        "tool_calls": [rec.cls for rec in t.tool_call_records],
+                        "turns": [dataclasses.asdict(turn) for turn in t.turns],
+                        **token_fields(t),
+                    }
+
+        write_step_log(self.config.output_dir, step + 1, process_index, records())
 
 
 def _empty(traj: Trajectory) -> bool:

@@ -33,8 +33,10 @@ from typing import Any
 
 from tirl.data.sft import SFTExample, load_sft_examples, render_sft_example
 from tirl.protocol import ProtocolConfig
-from tirl.train.common import checkpoint_step, last_checkpoint, load_policy, trl_module
-from tirl.train.metrics import MetricsLog
+from tirl.runs.checkpoints import checkpoint_step, last_checkpoint
+from tirl.runs.layout import config_file, final_dir, metrics_path
+from tirl.runs.metrics import MetricsLog
+from tirl.train.common import load_policy, trl_module
 from tirl.train.sft_config import SFTConfig
 
 logger = logging.getLogger(__name__)
@@ -179,14 +181,14 @@ def build_sft_trainer(
         logger.info("dropped %d conversations over %d tokens", stats.dropped_too_long, config.data.max_length)
 
     Path(config.output_dir).mkdir(parents=True, exist_ok=True)
-    metrics_log = MetricsLog(Path(config.output_dir) / "metrics.jsonl") if config.logging.jsonl else None
+    metrics_log = MetricsLog(metrics_path(config.output_dir)) if config.logging.jsonl else None
     if metrics_log is not None:
         dropped = metrics_log.truncate_after(checkpoint_step(resume_from) if resume_from is not None else 0)
         if dropped:
             logger.info("dropped %d metric records logged after the checkpoint by an interrupted run", dropped)
     from tirl.train.config import dump_config
 
-    dump_config(config, Path(config.output_dir) / "config.yaml")
+    dump_config(config, config_file(config.output_dir))
 
     from tirl.train.callbacks import JsonlMetrics, SFTProgress
 
@@ -253,7 +255,7 @@ def train_sft(config: SFTConfig, **kwargs: Any) -> Path:
     t0 = time.perf_counter()
     built.trainer.train(resume_from_checkpoint=str(built.resume_from) if built.resume_from else None)
     logger.info("SFT finished in %.0f s", time.perf_counter() - t0)
-    return save_final(built.trainer, built.tokenizer, Path(config.output_dir) / "final", merge_lora=config.merge_lora)
+    return save_final(built.trainer, built.tokenizer, final_dir(config.output_dir), merge_lora=config.merge_lora)
 
 
 __all__ = [

@@ -18,7 +18,6 @@ back when a checkpoint is merged (:mod:`tirl.models.trained`), and re-exported h
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from tirl.models.token_rows import ROWS_FILE, load_token_rows, row_weights, save_token_rows
@@ -65,7 +64,9 @@ def checkpoint_callback(ids: Sequence[int]) -> Any:
     class TokenRowsCheckpoint(TrainerCallback):
         def on_save(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
             if model is not None and state.is_world_process_zero:
-                folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                from tirl.runs.layout import checkpoint_dir
+
+                folder = checkpoint_dir(args.output_dir, state.global_step)
                 if folder.is_dir():
                     save_token_rows(model, ids, folder)
 

@@ -223,15 +223,14 @@ class RocGRPOTrainer(trl.GRPOTrainer):
         )
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        """transformers' checkpoint, then :func:`tirl.train.common.write_checkpoint_marker` (main process): a
+        """transformers' checkpoint, then :func:`tirl.runs.checkpoints.write_checkpoint_marker` (main process): a
         checkpoint without its marker or with a file of another size is half-written and never resumed from."""
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
-            from pathlib import Path
+            from tirl.runs.checkpoints import write_checkpoint_marker
+            from tirl.runs.layout import checkpoint_dir
 
-            from tirl.train.common import write_checkpoint_marker
-
-            folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+            folder = checkpoint_dir(self._get_output_dir(trial=trial), self.state.global_step)
             write_checkpoint_marker(folder, self.state.global_step)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:

@@ -18,17 +18,14 @@ logs with only ``tool_responses`` per turn) are read with what they have. It doe
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-EVAL_FILE = "trajectories.jsonl"
-TRAIN_DIR = "trajectories"
-ENTROPY_DIR = "entropy"
-_STEP_FILE = re.compile(r"step_(\d+)_rank(\d+)\.jsonl$")
+from tirl.runs.evals import read_samples, read_summary
+from tirl.runs.layout import ENTROPY_DIR, EVAL_TRAJECTORIES, TRAJECTORY_DIR, is_eval_run
+from tirl.runs.trajectories import read_jsonl, training_records
 
 
 @dataclass
@@ -50,62 +47,26 @@ class RunRecords:
     summary: dict[str, Any] | None = None
 
 
-def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
-    rows: list[dict[str, Any]] = []
-    skipped = 0
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                skipped += 1
-                continue
-            if isinstance(obj, dict):
-                rows.append(obj)
-            else:
-                skipped += 1
-    return rows, skipped
-
-
 def read_run(run_dir: str | Path) -> RunRecords:
-    """Read every trajectory record of an eval or training run folder.
+    """Read every trajectory record of an eval or training run folder (through :mod:`tirl.runs`).
 
     Raises:
         FileNotFoundError: the folder holds neither ``trajectories.jsonl`` nor ``trajectories/step_*.jsonl``.
     """
     root = Path(run_dir)
-    if (root / EVAL_FILE).is_file():
-        rows, skipped = _read_jsonl(root / EVAL_FILE)
-        summary = None
-        try:
-            summary = json.loads((root / "summary.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            pass
-        return RunRecords("eval", root, rows, skipped, summary if isinstance(summary, dict) else None)
-    folder = root / TRAIN_DIR if (root / TRAIN_DIR).is_dir() else root
-    files = sorted(
-        (m for m in (_STEP_FILE.search(p.name) for p in folder.glob("step_*_rank*.jsonl")) if m),
-        key=lambda m: (int(m.group(1)), int(m.group(2))),
-    )
-    if not files:
-        runs = sorted(p.parent.name for p in root.glob(f"*/{EVAL_FILE}")) if root.is_dir() else []
+    if is_eval_run(root):
+        rows, skipped = read_samples(root)
+        return RunRecords("eval", root, rows, skipped, read_summary(root))
+    found = training_records(root)
+    if found is None:
+        runs = sorted(p.parent.name for p in root.glob(f"*/{EVAL_TRAJECTORIES}")) if root.is_dir() else []
         hint = f"; it holds runs in {', '.join(runs)}: view one of them (e.g. {root / runs[0]})" if runs else ""
         raise FileNotFoundError(
-            f"{root} holds no trajectories: expected {EVAL_FILE} (tirl eval) or {TRAIN_DIR}/step_N_rankR.jsonl "
-            f"(tirl train rl with logging.log_trajectories=true){hint}"
+            f"{root} holds no trajectories: expected {EVAL_TRAJECTORIES} (tirl eval) or "
+            f"{TRAJECTORY_DIR}/step_N_rankR.jsonl (tirl train rl with logging.log_trajectories=true)"
+            f"{hint}"
         )
-    out = RunRecords("train", folder.parent if folder.name == TRAIN_DIR else folder)
-    for m in files:
-        rows, skipped = _read_jsonl(folder / m.string)
-        out.skipped_lines += skipped
-        for i, row in enumerate(rows):
-            row.setdefault("step", int(m.group(1)))
-            row.setdefault("rank", int(m.group(2)))
-            row.setdefault("_line", i)
-        out.records.extend(rows)
-    return out
+    return RunRecords("train", found.root, found.records, found.skipped_lines)
 
 
 def record_id(kind: str, record: dict[str, Any]) -> str:
@@ -148,7 +109,7 @@ def read_entropy(root: str | Path) -> dict[str, dict[str, dict[str, Any]]]:
     if not folder.is_dir():
         return out
     for path in sorted(folder.glob("*.jsonl")):
-        rows, _ = _read_jsonl(path)
+        rows, _ = read_jsonl(path)
         out[path.stem] = {str(r.get("id")): r for r in rows if "id" in r}
     return out
 

@@ -4,7 +4,9 @@ import json
 
 import pytest
 
-from tirl.eval.store import RUN_FILE, TRAJECTORIES_FILE, ResumeMismatch, RunStore, describe_diff, settings_diff
+from tirl.runs.evals import ResumeMismatch, RunStore, describe_diff, settings_diff
+from tirl.runs.layout import EVAL_SETTINGS as RUN_FILE
+from tirl.runs.layout import EVAL_TRAJECTORIES as TRAJECTORIES_FILE
 
 
 def rec(b="math500", p="1", j=0, **extra):

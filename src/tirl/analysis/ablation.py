@@ -1,10 +1,10 @@
 """The result table of an RL ablation (``tirl analyze ablation DIR``): arms x seeds, held-out and training.
 
-Reads the folder that ``python -m tirl.train.ablation`` writes (``--out``, e.g. ``runs/ablation-toolfix``) or its
-archive (``--archive``, e.g. ``docs/results/ablation-toolfix``, where ``.jsonl`` files are gzipped); the layout
-is the runner's (:func:`tirl.train.ablation.plan`):
+Reads the folder that an ablation runner (``experiments/roc-ablation/run.py``) writes (``--out``, e.g.
+``runs/ablation-toolfix``) or its archive (``--archive``, e.g. ``experiments/roc-ablation/results``, where
+``.jsonl`` files are gzipped); the layout is the runner's:
 
-* ``ARM-sSEED/metrics.jsonl[.gz]``: a training run's step records (:mod:`tirl.train.metrics`);
+* ``ARM-sSEED/metrics.jsonl[.gz]``: a training run's step records (:mod:`tirl.runs.metrics`);
 * ``eval-ARM-sSEED-STEP/summary.json``: the held-out evaluation of its ``checkpoint-STEP``;
 * ``eval-start/summary.json``: the starting model's (step 0 of every arm).
 
@@ -41,7 +41,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tirl.train.metrics import read_metrics
+from tirl.runs.evals import read_summary
+from tirl.runs.layout import eval_summary, has_metrics
+from tirl.runs.metrics import read_metrics
+
+ARM_LABELS = {"grpo": "GRPO (G of G)", "roc": "GRPO-RoC (G of 2G)", "grpo2g": "GRPO (2G of 2G)"}
+"""Arm -> label of the RoC ablation's arms (plain GRPO G of G, GRPO-RoC G of 2G, plain GRPO 2G of 2G), in the
+table and the runner's plots; an arm not named here is shown by its name."""
 
 RUN_DIR = re.compile(r"^(?P<arm>[A-Za-z0-9_]+)-s(?P<seed>\d+)$")
 """A training run's folder name in an ablation (``grpo-s0``)."""
@@ -113,9 +119,9 @@ def _json(file: Path) -> dict[str, Any]:
 
 
 def read_machine(folder: Path) -> str | None:
-    """The machine a job ran on, from the runner's ``machine.json`` (:func:`tirl.train.ablation.machine_record`),
-    as ``CPU, N cores, native bf16`` or ``..., no native bf16``; None without a record (runs made before the
-    runner wrote one).
+    """The machine a job ran on, from the runner's ``machine.json`` (``machine_record`` of
+    ``experiments/roc-ablation/run.py``), as ``CPU, N cores, native bf16`` or ``..., no native bf16``; None without a
+    record (runs made before the runner wrote one).
 
     Raises:
         ValueError: the record is not valid JSON."""
@@ -133,10 +139,11 @@ def read_eval(folder: Path, benchmark: str | None = None) -> dict[str, float] | 
 
     Raises:
         ValueError: the summary is not valid JSON, or lacks ``benchmark``."""
-    file = folder / "summary.json"
-    if not file.is_file():
+    summary = read_summary(folder, strict=True)
+    if summary is None:
         return None
-    benches = _json(file).get("benchmarks", {})
+    file = eval_summary(folder)
+    benches = summary.get("benchmarks", {})
     if not benches:
         return None
     bench = benches.get(benchmark) if benchmark else next(iter(benches.values()))
@@ -279,7 +286,7 @@ def load_ablation(root: str | Path, benchmark: str | None = None) -> dict[str, A
     arms: dict[str, dict[int, dict[str, Any]]] = {}
     for d in sorted(p for p in root.iterdir() if p.is_dir()):
         if m := RUN_DIR.match(d.name):
-            if not any((d / n).is_file() for n in ("metrics.jsonl", "metrics.jsonl.gz")):
+            if not has_metrics(d):
                 continue  # started, no step logged yet
             slot = arms.setdefault(m["arm"], {}).setdefault(int(m["seed"]), {"run": None, "evals": {}})
             slot["run"] = read_run(d)

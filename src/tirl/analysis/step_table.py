@@ -1,7 +1,7 @@
 """A run's steps as a Markdown table (``tirl plot --table FILE.md``): what docs and reviews show per step.
 
-One row per RL step of the runs read by :func:`tirl.train.plot.load_runs` (stages chained), one column per
-metric in :data:`COLUMNS`; a metric a run did not log is shown as ``-``. It does not draw (``tirl.train.plot``)
+One row per RL step of the runs read by :func:`tirl.analysis.plot.load_runs` (stages chained), one column per
+metric in :data:`COLUMNS`; a metric a run did not log is shown as ``-``. It does not draw (``tirl.analysis.plot``)
 and does not compute metrics (``tirl.train.metrics``).
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tirl.train.plot import PREFIX, load_runs
+from tirl.analysis.plot import PREFIX, load_runs
 
 # (metric key without the "tirl/" prefix, column heading, format)
 COLUMNS: list[tuple[str, str, str]] = [

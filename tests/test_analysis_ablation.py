@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tirl.analysis import ablation as ablation_report
+from tirl.analysis.ablation import load_ablation, permutation_test, report, seeds_for_power, table_rows
 from tirl.cli.main import app
-from tirl.train import ablation_report
-from tirl.train.ablation_report import load_ablation, permutation_test, report, seeds_for_power, table_rows
 
 # arm -> seed -> (held-out avg pass@1 at step 10, at step 20, seconds a step, failing-call share sampled, after)
 FIXTURE = {
@@ -220,9 +220,9 @@ def test_cli_prints_table_and_writes_json_and_markdown(ablation, tmp_path):
 
 
 def test_the_committed_archive_reads_as_its_done_markers_say():
-    """The archive kept in git (docs/results/ablation-toolfix) stays readable by the report as it grows: every
+    """The archive kept in git (experiments/roc-ablation/results) stays readable by the report as it grows: every
     archived run and evaluation shows up in its arm's cells, and nothing else does."""
-    archive = Path(__file__).resolve().parents[1] / "docs" / "results" / "ablation-toolfix"
+    archive = Path(__file__).resolve().parents[1] / "experiments" / "roc-ablation" / "results"
     if not (archive / "done").is_dir():
         pytest.skip("no ablation archived yet")
     markers = {p.name for p in (archive / "done").iterdir()}

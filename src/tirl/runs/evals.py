@@ -1,9 +1,10 @@
-"""Crash-safe, resumable JSONL output of an evaluation run.
+"""An evaluation run's folder: its crash-safe, resumable writer and its readers.
 
-Covers the output folder of ``tirl eval``: ``trajectories.jsonl`` (one JSON object per finished trajectory,
-appended, flushed and fsynced one at a time, so a crash loses at most the trajectories in flight), ``run.json``
-(the settings that must match for a resume), and ``summary.json`` (written by the runner). It does not compute
-metrics or run anything.
+Covers the output folder of ``tirl eval`` (names: :mod:`tirl.runs.layout`): ``trajectories.jsonl`` (one JSON
+object per finished trajectory, appended, flushed and fsynced one at a time, so a crash loses at most the
+trajectories in flight), ``run.json`` (the settings that must match for a resume), and ``summary.json`` (written
+by the runner); and the readers of a finished run: :func:`read_samples` and :func:`read_summary`. It does not
+compute metrics or run anything.
 
 Resume policy:
 
@@ -29,9 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-TRAJECTORIES_FILE = "trajectories.jsonl"
-RUN_FILE = "run.json"
-SUMMARY_FILE = "summary.json"
+from tirl.runs.layout import eval_settings, eval_summary, eval_trajectories
+from tirl.runs.trajectories import read_jsonl
 
 RecordKey = tuple[str, str, int]
 
@@ -91,7 +91,7 @@ class RunStore:
     def __init__(self, out_dir: str | os.PathLike[str], settings: dict[str, Any]) -> None:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.out_dir / TRAJECTORIES_FILE
+        self.path = eval_trajectories(self.out_dir)
         self.skipped_lines = 0
         self.records: dict[RecordKey, dict[str, Any]] = {}
         good_end = self._load()  # read only: nothing of the folder changes before its settings are checked
@@ -104,7 +104,7 @@ class RunStore:
 
     # -- settings -------------------------------------------------------------------------------------
     def _check_settings(self, settings: dict[str, Any]) -> None:
-        run_path = self.out_dir / RUN_FILE
+        run_path = eval_settings(self.out_dir)
         settings = json.loads(json.dumps(settings))  # normalise (tuples to lists, int keys to str)
         if run_path.exists():
             try:
@@ -188,7 +188,7 @@ class RunStore:
 
     def write_summary(self, summary: dict[str, Any]) -> Path:
         """Write ``summary.json`` atomically (temp file, then rename) and return its path."""
-        path = self.out_dir / SUMMARY_FILE
+        path = eval_summary(self.out_dir)
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         os.replace(tmp, path)
@@ -204,3 +204,46 @@ class RunStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_samples(run_dir: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], int]:
+    """The samples of an evaluation run (its ``trajectories.jsonl``, in file order; schema:
+    :func:`tirl.eval.runner.trajectory_record`) and how many lines were not JSON objects (a torn last line
+    included).
+
+    Raises:
+        FileNotFoundError: ``run_dir`` holds no ``trajectories.jsonl``.
+    """
+    path = eval_trajectories(run_dir)
+    if not path.is_file():
+        raise FileNotFoundError(f"no {path.name} in {run_dir} (not a tirl eval output)")
+    return read_jsonl(path)
+
+
+def read_summary(run_dir: str | os.PathLike[str], *, strict: bool = False) -> dict[str, Any] | None:
+    """An evaluation run's ``summary.json`` (:meth:`RunStore.write_summary`), or None when it is missing (a run
+    that has not finished), and, unless ``strict``, when it is unreadable or not a JSON object.
+
+    Raises:
+        ValueError: ``strict`` and the file is there but not a JSON object (its path named).
+    """
+    path = eval_summary(run_dir)
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        if strict:
+            raise ValueError(f"{path} is not valid JSON ({exc}); re-run the job that wrote it") from None
+        return None
+    if not isinstance(summary, dict):
+        if strict:
+            raise ValueError(f"{path} holds no JSON object")
+        return None
+    return summary
+
+
+def sample_count(run_dir: str | os.PathLike[str]) -> int:
+    """Lines in an evaluation run's ``trajectories.jsonl`` (0 without one): its stored samples, cheaply."""
+    path = eval_trajectories(run_dir)
+    return path.read_bytes().count(b"\n") if path.is_file() else 0

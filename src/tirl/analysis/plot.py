@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tirl.train.common import checkpoint_step
-from tirl.train.metrics import read_metrics
+from tirl.runs.evals import read_summary
+from tirl.runs.layout import EVAL_SUMMARY, checkpoint_step
+from tirl.runs.metrics import read_metrics
 
 PREFIX = "tirl/"
 
@@ -389,14 +390,11 @@ def heldout_points(eval_dirs: Sequence[str | Path]) -> dict[str, list[tuple[int,
     Raises:
         FileNotFoundError: a folder has no ``summary.json``.
     """
-    import json
-
     points: dict[str, list[tuple[int, float]]] = {}
     for d in eval_dirs:
-        file = Path(d) / "summary.json"
-        if not file.exists():
-            raise FileNotFoundError(f"no summary.json in {d} (an unfinished tirl eval run?)")
-        summary = json.loads(file.read_text())
+        summary = read_summary(d, strict=True)
+        if summary is None:
+            raise FileNotFoundError(f"no {EVAL_SUMMARY} in {d} (an unfinished tirl eval run?)")
         step = checkpoint_step(summary.get("settings", {}).get("model", ""))
         for name, bench in summary.get("benchmarks", {}).items():
             if isinstance(bench.get("avg_pass1"), (int, float)):

@@ -1,32 +1,38 @@
-"""The unattended, resumable runner of an RL ablation: arms x seeds trained one after another, checkpoints
-evaluated, the comparison drawn (``python -m tirl.train.ablation``).
+"""The unattended, resumable runner of the RoC ablation: arms x seeds trained one after another, checkpoints
+evaluated, the comparison drawn and the report written (``python experiments/roc-ablation/run.py``).
 
-Made for the RoC ablation of issue 26 (docs/training.md, "RoC on a task where correct answers follow failing
-calls"): three arms (plain GRPO sampling and keeping G; GRPO-RoC sampling 2G and keeping G; plain GRPO sampling
-and keeping 2G, :data:`ARMS`) x three seeds on the toolfix task, each run evaluated on the held-out split at a few
-steps. What it does, in order (seed-major, so that a stopped ablation has every arm at the same number of seeds):
+It works from a checkout (the recipes are beside it in ``recipes/``, the held-out evaluation is
+``configs/eval/toolfix-heldout.yaml``) on the installed ``tirl``: it runs the ``tirl`` command beside the Python
+that runs it, and imports only the run folder's names (:mod:`tirl.runs.layout`) and the arms' labels.
+
+Made for the RoC ablation of issue 26 (README.md beside this file): three arms (plain GRPO sampling and keeping G;
+GRPO-RoC sampling 2G and keeping G; plain GRPO sampling and keeping 2G, :data:`ARMS`) x three seeds on the toolfix
+task, each run evaluated on the held-out split at a few steps. What it does, in order (seed-major, so that a stopped
+ablation has every arm at the same number of seeds):
 
 1. the starting model's held-out evaluation (``OUT/eval-start``), once;
 2. for each seed, for each arm: ``tirl train rl --config ARM.yaml seed=S output_dir=OUT/ARM-sS`` (a re-run
    resumes from the newest checkpoint, which ``tirl train rl`` does by itself), then ``tirl eval`` of each
    ``checkpoint-N`` in ``--eval-steps`` (``OUT/eval-ARM-sS-N``; eval resumes by itself too);
 3. ``tirl plot --compare`` of all runs, the seeds of an arm under one label (mean and band), with their
-   held-out evaluations (``OUT/plots``).
+   held-out evaluations (``OUT/plots``);
+4. when every job is done, ``tirl analyze ablation OUT`` (``OUT/ablation_report.json`` and the table as
+   markdown, ``OUT/report.md``).
 
-Resumable: every finished job leaves ``OUT/done/JOB``; a re-run of the same command skips those and continues
-where it stopped (the plot, seconds of work, is drawn again by every invocation that gets to it). Across
-machines (``OUT`` lives in ``runs/``, which a fresh machine does not have): with ``--archive DIR``, a folder
-kept in git, each finished run and its evaluations leave their small results there (:func:`archive_ready`:
-metrics, recipe, logged groups, summaries; no checkpoints), and the next invocation on any machine restores
-them first (:func:`restore`) and runs only what is missing.
+Resumable: every finished job leaves ``OUT/done/JOB``; a re-run of the same command skips those and continues where it
+stopped (the plot and the report, seconds of work, are made again by every invocation that gets to them). Across
+machines (``OUT`` lives in ``runs/``, which a fresh machine does not have): with ``--archive DIR``, a folder kept in
+git, each finished run and its evaluations leave their small results there (:func:`archive_ready`: metrics, recipe,
+logged groups, summaries; no checkpoints), and the next invocation on any machine restores them first
+(:func:`restore`) and runs only what is missing.
 
 Unattended: a job that the kernel's out-of-memory killer ends (exit status 137, or -9 from a signal) is
 restarted, up to ``--retries`` times; any other failure (3 = the training watchdog's stop, 2 = a configuration
 error) is logged, its dependants are skipped, and the runner goes on with the next job and exits 1
 at the end. Each job's output goes to ``OUT/logs/JOB.log``; ``OUT/runner.log`` has one line per event.
 
-The training runs take the arms' recipes' generation path: ``rollout.launch_server: auto`` starts a vLLM server
-per run when the runner's ``tirl`` is the vLLM environment's (``.venv-vllm/bin/python -m tirl.train.ablation``),
+The training runs take the arms' recipes' generation path: ``rollout.launch_server: auto`` starts a vLLM server per
+run when the runner's ``tirl`` is the vLLM environment's (``.venv-vllm/bin/python experiments/roc-ablation/run.py``),
 in process otherwise; ``--set rollout.server_url=...`` uses a server of yours instead. Evaluation runs in process
 unless ``--eval-arg=--engine --eval-arg=openai ...`` names a server. It never starts by itself.
 """
@@ -43,14 +49,36 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tirl.analysis.ablation import ARM_LABELS
+from tirl.runs.layout import (
+    CONFIG_FILE,
+    EVAL_SETTINGS,
+    EVAL_SUMMARY,
+    METRICS_FILE,
+    TRAJECTORY_DIR,
+    checkpoint_dir,
+)
+
+HERE = Path(__file__).resolve().parent
+"""This experiment's folder (``experiments/roc-ablation``)."""
+REPO = HERE.parents[1]
+"""The checkout it lives in."""
+
 ARMS: dict[str, str] = {
-    "grpo": "configs/rl/cpu-toolfix-grpo.yaml",
-    "roc": "configs/rl/cpu-toolfix-roc.yaml",
-    "grpo2g": "configs/rl/cpu-toolfix-grpo2g.yaml",
+    "grpo": str(HERE / "recipes" / "cpu-toolfix-grpo.yaml"),
+    "roc": str(HERE / "recipes" / "cpu-toolfix-roc.yaml"),
+    "grpo2g": str(HERE / "recipes" / "cpu-toolfix-grpo2g.yaml"),
 }
 """Arm -> recipe: plain GRPO G of G, GRPO-RoC G of 2G, plain GRPO 2G of 2G."""
 
-LABELS = {"grpo": "GRPO (G of G)", "roc": "GRPO-RoC (G of 2G)", "grpo2g": "GRPO (2G of 2G)"}
+EVAL_CONFIG = str(REPO / "configs" / "eval" / "toolfix-heldout.yaml")
+"""The held-out evaluation of every evaluated checkpoint."""
+
+ARCHIVE = HERE / "results"
+"""The archive of this ablation's finished jobs, kept in git."""
+
+LABELS = ARM_LABELS
+"""Arm -> the label of its seeds in the plots and the report (the report's, so both say the same)."""
 
 KILLED = (137, -9)
 """Exit statuses of a process the kernel killed (out of memory): restarted."""
@@ -141,7 +169,7 @@ def plan(
                             "--config",
                             eval_config,
                             "--model",
-                            str(out / run / f"checkpoint-{step}"),
+                            str(checkpoint_dir(out / run, step)),
                             "--out-dir",
                             str(out / f"eval-{run}-{step}"),
                             "--quiet",
@@ -178,12 +206,12 @@ def _log(out: Path, text: str) -> None:
 
 
 ARCHIVED = (
-    "metrics.jsonl",
-    "config.yaml",
-    "summary.json",
-    "run.json",
+    METRICS_FILE,
+    CONFIG_FILE,
+    EVAL_SUMMARY,
+    EVAL_SETTINGS,
     "machine.json",
-    "trajectories/step_*.jsonl",
+    f"{TRAJECTORY_DIR}/step_*.jsonl",
 )
 """What :func:`archive_ready` keeps of a job's output folder: a training run's metrics, recipe and logged groups
 (``tirl plot``, ``tirl analyze roc``), an evaluation's summary, the machine record (:func:`machine_record`); not
@@ -427,14 +455,25 @@ def run_jobs(
     return 1 if failed else 0
 
 
+def write_report(out: Path, tirl: Sequence[str]) -> int:
+    """``tirl analyze ablation OUT --markdown OUT/report.md`` (also writes ``OUT/ablation_report.json``), its
+    output in ``OUT/logs/report.log``; returns its exit status."""
+    argv = [*tirl, "analyze", "ablation", str(out), "--markdown", str(out / "report.md")]
+    _log(out, f"start report: {shlex.join(argv)}")
+    with open(out / "logs" / "report.log", "a", encoding="utf-8") as fh:
+        rc = subprocess.call(argv, stdout=fh, stderr=subprocess.STDOUT)
+    _log(out, "done report" if rc == 0 else f"FAILED report (exit {rc}); see {out / 'logs' / 'report.log'}")
+    return rc
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m tirl.train.ablation [--out DIR] [--seeds 0 1 2] [--arms ...] [--dry-run]``."""
-    p = argparse.ArgumentParser(prog="python -m tirl.train.ablation", description=__doc__.split("\n\n")[0])
+    """Command line: ``python experiments/roc-ablation/run.py [--out DIR] [--seeds 0 1 2] [--arms ...] [--dry-run]``."""
+    p = argparse.ArgumentParser(prog="experiments/roc-ablation/run.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path("runs/ablation-toolfix"), help="folder of all runs")
     p.add_argument("--arms", nargs="+", default=list(ARMS), help=f"arms to run ({', '.join(ARMS)})")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--eval-steps", nargs="+", type=int, default=[10, 20], help="checkpoints evaluated")
-    p.add_argument("--eval-config", default="configs/eval/toolfix-heldout.yaml")
+    p.add_argument("--eval-config", default=EVAL_CONFIG)
     p.add_argument(
         "--start-model",
         default="qwen2.5-coder-0.5b-tirl-sft-recovery",
@@ -462,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         default=None,
         help="folder (kept in git) of the finished jobs' small results: restored into --out first, added to "
-        "after each job, so a fresh machine continues the ablation",
+        f"after each job, so a fresh machine continues the ablation (this ablation's: {ARCHIVE.relative_to(REPO)})",
     )
     p.add_argument("--dry-run", action="store_true", help="print the commands still to run and exit")
     args = p.parse_args(argv)
@@ -482,7 +521,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as exc:
         p.error(str(exc))
-    return run_jobs(jobs, args.out, retries=args.retries, dry_run=args.dry_run, archive=args.archive)
+    rc = run_jobs(jobs, args.out, retries=args.retries, dry_run=args.dry_run, archive=args.archive)
+    if rc == 0 and not args.dry_run:
+        rc = 1 if write_report(args.out, tirl) else 0
+    return rc
 
 
 if __name__ == "__main__":

@@ -1,14 +1,30 @@
-"""The ablation runner (tirl.train.ablation): order, resume after a stop, restarts after an OOM kill (exit 137),
-and the archive that carries finished jobs to a fresh machine."""
+"""The RoC ablation's runner (experiments/roc-ablation/run.py): order, resume after a stop, restarts after an OOM
+kill (exit 137), the archive that carries finished jobs to a fresh machine, the report at the end, and the one
+command that rebuilds the report and plots from the archive kept in git."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
 
-from tirl.train.ablation import ARMS, main, plan
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENT = ROOT / "experiments" / "roc-ablation"
+
+
+def _load_runner():
+    """The runner as a module (it is a script of the checkout, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("roc_ablation_run", EXPERIMENT / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+runner = _load_runner()
+ARMS, main, plan = runner.ARMS, runner.main, runner.plan
 
 FAKE = r"""
 import json, pathlib, sys
@@ -138,9 +154,9 @@ def test_dry_run_prints_the_remaining_commands(tmp_path, capsys):
         == 0
     )
     printed = capsys.readouterr().out.splitlines()
-    assert printed[1].startswith("tirl train rl --config configs/rl/cpu-toolfix-roc.yaml seed=0")
+    assert printed[1].startswith(f"tirl train rl --config {EXPERIMENT / 'recipes' / 'cpu-toolfix-roc.yaml'} seed=0")
     assert printed[1].endswith("rollout.server_url=http://127.0.0.1:1")
-    assert printed[2].startswith("tirl eval --config configs/eval/toolfix-heldout.yaml --model ")
+    assert printed[2].startswith(f"tirl eval --config {ROOT / 'configs' / 'eval' / 'toolfix-heldout.yaml'} --model ")
     assert (
         printed[-1].startswith("tirl plot --compare") and len(printed) == 1 + 1 + 2 + 1
     )  # eval-start, the run, its evaluations at steps 10 and 20, the plot
@@ -188,7 +204,7 @@ def test_the_archive_carries_finished_jobs_to_a_fresh_machine(tmp_path):
 
 
 def test_a_run_is_archived_only_after_its_evaluations(tmp_path):
-    from tirl.train.ablation import archive_ready
+    archive_ready = runner.archive_ready
 
     out, archive = tmp_path / "abl", tmp_path / "arch"
     jobs = plan(out, arms=["roc"], seeds=[0], eval_steps=[10, 20], eval_config="e", start_model="m", tirl=["t"])
@@ -205,7 +221,7 @@ def test_a_run_is_archived_only_after_its_evaluations(tmp_path):
 
 
 def test_served_weights_are_removed_once_a_run_and_its_evaluations_are_done(tmp_path):
-    from tirl.train.ablation import prune_finished
+    prune_finished = runner.prune_finished
 
     out = tmp_path / "abl"
     jobs = plan(out, arms=["roc"], seeds=[0], eval_steps=[10, 20], eval_config="e", start_model="m", tirl=["t"])
@@ -222,3 +238,35 @@ def test_served_weights_are_removed_once_a_run_and_its_evaluations_are_done(tmp_
     assert prune_finished(jobs, out) == [weights]
     assert not weights.exists() and (out / "roc-s0" / "checkpoint-10").is_dir()
     assert prune_finished(jobs, out) == []
+
+
+def test_the_documented_command_rebuilds_the_report_and_plots_from_the_archive(tmp_path):
+    """experiments/roc-ablation/README.md's one command: every job restored from the archive kept in git, nothing
+    trained, the plots drawn and the report written, equal to the archived one."""
+    out = tmp_path / "roc-ablation"
+    tirl = f"{sys.executable} -m tirl.cli.main"  # this checkout's tirl, as the installed command would be
+    assert main(["--archive", str(EXPERIMENT / "results"), "--out", str(out), "--tirl", tirl]) == 0
+    log = (out / "runner.log").read_text()
+    assert "restored 28 finished jobs" in log and "start train-" not in log and "start eval-" not in log
+    assert sorted(p.name for p in (out / "plots").glob("*.png")) == sorted(
+        p.name for p in (EXPERIMENT / "plots").glob("*.png")
+    )
+    archived = json.loads((EXPERIMENT / "results" / "ablation_report.json").read_text())
+    assert json.loads((out / "ablation_report.json").read_text()) == archived
+    table = (out / "report.md").read_text()
+    assert "37.9 % ± 2.9 [34.6, 39.6] (n=3)" in table  # GRPO-RoC at step 20, as the write-up states
+
+
+def test_the_arms_recipes_load_from_the_experiment_folder():
+    """The recipes moved out of configs/ with their runner: each loads (its base: chain reaches
+    configs/rl/cpu-toolmath-roc.yaml), validates, and the arms differ only where the write-up says."""
+    from tirl.train.config import load_config
+
+    arms = {arm: load_config(path) for arm, path in ARMS.items()}
+    for config in arms.values():
+        config.validate(1)
+        assert config.max_steps == 20 and config.model.name_or_path == "qwen2.5-coder-0.5b-tirl-sft-recovery"
+    g = arms["roc"].rollout.group_size
+    assert (arms["roc"].rollout.oversample, arms["roc"].roc.rule) == (2, "roc_paper")
+    assert (arms["grpo"].rollout.oversample, arms["grpo"].rollout.group_size, arms["grpo"].roc.rule) == (1, g, "all")
+    assert (arms["grpo2g"].rollout.oversample, arms["grpo2g"].rollout.group_size) == (1, 2 * g)

@@ -510,7 +510,7 @@ def _documented_invocations(command: str = "tirl eval") -> list[tuple[str, str]]
 def test_every_documented_tirl_eval_flag_exists():
     from tirl.cli.eval import EVAL_FLAGS
 
-    known = {"--config", "-c", "--no-recipe", "--quiet", "-q", "--print-config", "--help"}
+    known = {"--config", "-c", "--compare", "--no-recipe", "--quiet", "-q", "--print-config", "--help"}
     for fl in EVAL_FLAGS:
         for decl in fl.decls:
             known.update(decl.split("/"))

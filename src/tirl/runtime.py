@@ -338,11 +338,13 @@ class AgentRuntime:
         *,
         seed: int,
         check_sandbox: bool = False,
+        on_trajectory: Any = None,
     ) -> list[Any]:
         """``samples_per_problem`` trajectories per row (problem-major) from the agent loop with ``engine`` (an
         ``Engine``, or an ``EngineRouter`` such as the rollout scheduler) and the run's executor
         (:func:`tirl.rollout.agent_loop.run_trajectories`; a row is a :class:`tirl.data.Problem`, a problem text
-        or a ``{"problem", "id"}`` dict)."""
+        or a ``{"problem", "id"}`` dict). ``on_trajectory(request, trajectory)`` is called on the loop's thread as
+        each trajectory finishes (progress)."""
         from tirl.rollout.agent_loop import run_trajectories
         from tirl.rollout.engine import SingleEngineRouter
 
@@ -358,6 +360,7 @@ class AgentRuntime:
                 config,
                 seed=seed,
                 check_sandbox=check_sandbox,
+                on_trajectory=on_trajectory,
             )
         )
 

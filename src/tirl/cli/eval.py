@@ -13,8 +13,14 @@ The flags of ``tirl eval`` are not declared here: :mod:`tirl.cli.config_flags` g
 common ones, of ``protocol`` (:class:`ProtocolConfig`), named after the setting (``rollout.max_turns`` is
 ``--max-turns``, ``use_tools`` is ``--use-tools/--no-use-tools``), with the help of the field's docstring and
 the dataclass's default. Every other setting (the rest of ``protocol``, sections added later) is a
-``KEY=VALUE`` argument with its dotted key, as in ``tirl train rl``. Only ``--config``, ``--no-recipe``,
-``--quiet`` and ``--print-config``, which are about the command rather than the run, are written by hand.
+``KEY=VALUE`` argument with its dotted key, as in ``tirl train rl``. Only ``--config``, ``--compare``,
+``--no-recipe``, ``--quiet`` and ``--print-config``, which are about the command rather than the run, are written
+by hand.
+
+``--compare A,B`` evaluates several models with the same settings (the file, ``KEY=VALUE`` and flags; no model's
+recipe), one folder per model under ``--out-dir``, and prints one side-by-side table (:func:`compare_configs`).
+An in-process evaluation whose sample budget per problem is the report's size warns in one line on a machine
+without a GPU (:func:`hours_on_cpu_warning`).
 
 Both commands set ``OMP_WAIT_POLICY=PASSIVE`` (unless the environment sets it) before torch is loaded: on a
 shared CPU machine, spinning OpenMP threads make in-process generation many times slower (see
@@ -263,8 +269,13 @@ def _eval_command(ctx: typer.Context, **values: Any) -> None:
 
     console = Console()
     config_file, quiet, print_config = values["config_file"], values["quiet"], values["print_config"]
+    given = given_on_command_line(ctx)
+    models = compare_models(values.get("compare"))
+    if models and given("model"):
+        typer.secho("tirl eval: give --model or --compare, not both", fg="red", err=True)
+        raise typer.Exit(2)
     try:
-        overrides = merge(parse_overrides(values["settings"] or []), flag_overrides(values, given_on_command_line(ctx)))
+        overrides = merge(parse_overrides(values["settings"] or []), flag_overrides(values, given))
         file_data = read_yaml_mapping(config_file) if config_file is not None else {}
         if overrides.get("kv_capacities") is not None:
             servers = overrides.get("servers", file_data.get("servers") or [])
@@ -272,20 +283,142 @@ def _eval_command(ctx: typer.Context, **values: Any) -> None:
             overrides["kv_capacities"] = parse_kv_capacities(
                 [raw] if isinstance(raw, (str, int)) else raw, len(servers)
             )
-        config, recipe = resolve_eval_config(config_file, overrides, recipe=not values["no_recipe"])
+        if models:
+            configs, labels = compare_configs(models, config_file, overrides)
+        else:
+            config, recipe = resolve_eval_config(config_file, overrides, recipe=not values["no_recipe"])
     except (ValueError, FileNotFoundError) as exc:
         typer.secho(f"tirl eval: {exc}", fg="red", err=True)
         raise typer.Exit(2) from None
+    if models:
+        if print_config:  # the settings every model gets (model and out_dir are the first's)
+            typer.echo(yaml.safe_dump(configs[0].to_dict(), sort_keys=False), nl=False)
+            return
+        _compare(configs, labels, console, progress=not quiet)
+        return
     if recipe is not None:
         typer.echo(f"tirl eval: {recipe.summary()}", err=True)
     if print_config:
         typer.echo(yaml.safe_dump(config.to_dict(), sort_keys=False), nl=False)
         return
+    _warn_if_hours_on_cpu(config)
     result = _run(config, console, progress=not quiet)
     console.print(
         f"wrote {config.out_dir}/ (trajectories.jsonl, summary.json); {result.new_samples} new, "
         f"{result.resumed_samples} resumed samples in {result.elapsed_s:.0f} s"
     )
+
+
+COMPARE_OUT_DIR = Path("runs/eval/compare")
+"""Where ``tirl eval --compare`` writes without ``--out-dir`` (one folder per model inside)."""
+
+
+def compare_models(values: list[str] | None) -> list[str]:
+    """The models of ``--compare`` (repeated, or comma-separated), in order, without repeats."""
+    models = [m.strip() for value in values or [] for m in value.split(",") if m.strip()]
+    return list(dict.fromkeys(models))
+
+
+def compare_labels(models: list[str]) -> list[str]:
+    """A short folder name and column label per model: a name as it is, a path or Hub id by its last two parts
+    (``runs/mine/rl/final`` -> ``rl-final``, ``Qwen/Qwen2.5-0.5B-Instruct`` -> ``Qwen-Qwen2.5-0.5B-Instruct``);
+    other characters than letters, digits, ``.``, ``_`` and ``-`` become ``-``; repeats get ``-2``, ``-3``."""
+    import re
+
+    labels: list[str] = []
+    for model in models:
+        parts = [p for p in model.rstrip("/").split("/") if p and p != "."]
+        label = re.sub(r"[^A-Za-z0-9._-]+", "-", "-".join(parts[-2:]) if parts else model) or "model"
+        base, n = label, 1
+        while label in labels:
+            n += 1
+            label = f"{base}-{n}"
+        labels.append(label)
+    return labels
+
+
+def compare_configs(
+    models: list[str], config_file: Path | None, overrides: dict[str, Any]
+) -> tuple[list[EvalConfig], list[str]]:
+    """One :class:`EvalConfig` per model of ``--compare``: the file, ``KEY=VALUE`` and flags, and no recipe (a
+    checkpoint's ``RUN/config.yaml`` or a packaged model's manifest), so that every model runs with the same
+    settings; ``out_dir`` is ``OUT/<label>`` (:func:`compare_labels`). Prints one line per model whose recipe
+    would have set something else, naming it (``--prompt-style`` etc. set it for all).
+
+    Raises:
+        ValueError: as :func:`tirl.eval.config.resolve_eval_config` (no benchmarks, a bad value).
+    """
+    labels = compare_labels(models)
+    file_out = read_yaml_mapping(config_file).get("out_dir") if config_file is not None else None
+    out = Path(overrides.get("out_dir") or file_out or COMPARE_OUT_DIR)
+    configs = []
+    for model, label in zip(models, labels):
+        over = {**overrides, "model": model, "out_dir": str(out / label)}
+        config, _ = resolve_eval_config(config_file, over, recipe=False)
+        _, recipe = resolve_eval_config(config_file, over, recipe=True)
+        if recipe is not None:
+            ignored = []
+            for key, value in recipe.taken.items():
+                section, _, leaf = key.partition(".")
+                if getattr(getattr(config, section), leaf, value) != value:
+                    ignored.append(f"{key}={value}")
+            if ignored:
+                typer.echo(
+                    f"tirl eval: --compare uses the same settings for every model; not taken from the recipe "
+                    f"{recipe.path}: {', '.join(ignored)}",
+                    err=True,
+                )
+        configs.append(config)
+    return configs, labels
+
+
+def _compare(configs: list[EvalConfig], labels: list[str], console: Console, progress: bool = True) -> list:
+    """Run each configuration of ``--compare`` in turn (each prints its own table), then the side-by-side
+    table of :func:`tirl.eval.demo.comparison_table`."""
+    from tirl.eval.demo import comparison_table
+
+    _warn_if_hours_on_cpu(configs[0])
+    results = [_run(config, console, progress=progress) for config in configs]
+    first = configs[0]
+    title = (
+        f"{' vs '.join(f'{label} = {c.model}' for label, c in zip(labels, configs))}; the same settings: "
+        f"{first.samples} samples, T={first.rollout.temperature}, {first.rollout.max_turns} turns, "
+        f"{first.rollout.max_response_tokens} tokens, prompt {first.protocol.prompt_style}"
+    )
+    width = 38 + 20 * len(labels) * max(1, len(first.benchmarks))
+    if not console.is_terminal and console.width < width:
+        console = Console(width=width)
+    console.print(comparison_table(results, labels, title=title))
+    console.print(f"wrote {', '.join(str(c.out_dir) for c in configs)}")
+    return results
+
+
+CPU_TOKENS_PER_PROBLEM = 16384
+"""Sample budget per problem (samples x ``rollout.max_response_tokens``) above which an in-process evaluation
+on a machine without a GPU gets a one-line warning: the report's defaults (16 x 30,720) take hours per
+benchmark on a CPU; the CPU evaluations of ``configs/eval/`` stay well under it (cpu-compare: 4 x 384)."""
+
+
+def hours_on_cpu_warning(config: EvalConfig, cuda: bool) -> str | None:
+    """The warning line for ``config`` on a machine with (``cuda``) or without a GPU, or None."""
+    budget = config.samples * config.rollout.max_response_tokens
+    if cuda or config.engine != "hf" or config.launch_server is True or budget <= CPU_TOKENS_PER_PROBLEM:
+        return None
+    return (
+        f"{config.samples} samples x up to {config.rollout.max_response_tokens:,} tokens per problem, generated in "
+        "process without a GPU, can take hours per benchmark; configs/eval/cpu-compare.yaml is sized for a CPU "
+        "(4 samples, 384 tokens), or set --samples and --max-response-tokens"
+    )
+
+
+def _warn_if_hours_on_cpu(config: EvalConfig) -> None:
+    if config.engine != "hf" or config.samples * config.rollout.max_response_tokens <= CPU_TOKENS_PER_PROBLEM:
+        return  # before importing torch
+    import torch
+
+    line = hours_on_cpu_warning(config, bool(torch.cuda.is_available()))
+    if line:
+        typer.secho(f"tirl eval: {line}", fg="yellow", err=True)
 
 
 def _param(name: str, default: Any, annotation: Any) -> inspect.Parameter:
@@ -307,6 +440,17 @@ eval_command = with_flags(
                 "(configs/eval/*.yaml). KEY=VALUE and flags override it.",
             ),
             Path | None,
+        ),
+        _param(
+            "compare",
+            typer.Option(
+                None,
+                "--compare",
+                help="Evaluate several models with the same settings, side by side (instead of --model): "
+                "repeat, or separate with commas. No model's recipe is read; each run goes to "
+                "--out-dir/<model> (default runs/eval/compare) and one table compares them.",
+            ),
+            list[str] | None,
         ),
         _param(
             "no_recipe",

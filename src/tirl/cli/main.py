@@ -32,6 +32,9 @@ def _root(
     ),
 ) -> None:
     """Tool-integrated reasoning with RL."""
+    from tirl.cli.quiet import filter_known_warnings
+
+    filter_known_warnings()  # third-party warnings tirl knows harmless (tirl.cli.quiet); TIRL_ALL_WARNINGS=1 shows them
 
 
 from tirl.cli.eval import EvalCommand as _EvalCommand  # noqa: E402

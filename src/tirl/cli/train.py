@@ -59,6 +59,12 @@ def rl_command(
         None, help="Overrides such as rollout.group_size=8 optim.learning_rate=2e-5 (dotted keys of the recipe)."
     ),
     print_config: bool = typer.Option(False, "--print-config", help="Print the resolved configuration and exit."),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Check the recipe on this machine up to where the GPU is needed (data, tokenizer, sandbox, "
+        "servers, output folder) without loading the weights, and exit.",
+    ),
 ) -> None:
     """Run (or resume) one RL stage: sample 2G trajectories per problem with the Python tool, keep G with RoC,
     update the policy with TRL; checkpoints, metrics.jsonl and the final model go to the recipe's output_dir."""
@@ -82,7 +88,33 @@ def rl_command(
         _check_recipe(cfg)
         return cfg
 
+    if dry_run:
+        _dry_run(load)
+        return
     _run_stage(load, run, print_config, "final weights", finished)
+
+
+def _dry_run(load: Callable[[], RLConfig]) -> None:
+    """``tirl train rl --dry-run``: :func:`tirl.train.dry_run.dry_run` of the loaded recipe, one line per check;
+    the first failure is one line and exit code 2."""
+    import logging
+
+    from rich.console import Console
+
+    from tirl.rollout.agent_loop import SandboxUnavailable
+
+    console = Console(stderr=True, soft_wrap=True)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    try:
+        from tirl.train.dry_run import dry_run
+
+        lines = dry_run(load())
+    except (ValueError, FileNotFoundError, SandboxUnavailable) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    for line in lines:
+        typer.echo(f"dry run: {line}")
+    typer.echo("dry run: passed")
 
 
 @app.command("sft", cls=keys_help_command(_sft_config_class))
@@ -150,10 +182,20 @@ def _check_recipe(cfg: RLConfig | SFTConfig) -> None:
         ValueError: an invalid setting, named.
         FileNotFoundError: (:class:`tirl.models.ModelNotFoundError`) no such model.
     """
-    from tirl.models import check_reference
+    from tirl.models import ModelNotFoundError, check_reference
 
     cfg.validate(int(os.environ.get("WORLD_SIZE", "1") or 1))
-    check_reference(cfg.model.name_or_path)
+    try:
+        check_reference(cfg.model.name_or_path)
+    except ModelNotFoundError as exc:
+        name = str(cfg.model.name_or_path)
+        if Path(name).name == "final" or Path(name).name.startswith("checkpoint-"):
+            # a run's output that does not exist yet: the recipe's comments name the stage that writes it
+            raise ModelNotFoundError(
+                f"model {name} does not exist yet: it is the output of an earlier stage (the recipe's "
+                "comments name it): train that first, or set model.name_or_path"
+            ) from exc
+        raise
 
 
 def _is_main_process() -> bool:

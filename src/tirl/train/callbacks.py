@@ -70,9 +70,26 @@ class RLConsole(TrainerCallback):
             f"{g('tirl/tool_error_in_correct/after'):.3f}  len {g('tirl/length/mean'):.0f} "
             f"(p90 {g('tirl/length/p90'):.0f})  trunc {g('tirl/truncation_rate'):.2f}  "
             f"calls/traj {g('tirl/tool_calls/per_traj'):.2f}  step {g('tirl/time/step_s'):.1f}s "
-            f"(rollout {g('tirl/time/rollout_s'):.1f}s)"
-            + (f"  [yellow]audit: {g('tirl/audit/flagged'):.0f} flagged[/]" if g("tirl/audit/flagged") > 0 else "")
+            f"(rollout {g('tirl/time/rollout_s'):.1f}s)" + audit_note(g)
         )
+
+
+AUDIT_SIGNS = {
+    "tirl/audit/tool_output_tags": "tool outputs with protocol tags",
+    "tirl/audit/hedged_answers": "hedged answers",
+    "tirl/audit/probe_calls": "memory/socket probes",
+}
+"""The audit counts that the step's console line reports (:mod:`tirl.protocol.audit`): signs that the policy
+forges structure, hedges or probes. ``answer_in_tool_output`` is left out of the line (and so is ``flagged``,
+which counts it): a final answer the tool printed first is ordinary tool use, which every step of a tool-using
+policy has; it stays in metrics.jsonl and the viewer."""
+
+
+def audit_note(value: Any) -> str:
+    """The console line's audit note, ``  audit: 2 hedged answers, 1 memory/socket probes`` (yellow), or ``""``
+    when none of :data:`AUDIT_SIGNS` is above 0; ``value(key)`` reads one logged value."""
+    parts = [f"{value(key):.0f} {what}" for key, what in AUDIT_SIGNS.items() if value(key) > 0]
+    return f"  [yellow]audit: {', '.join(parts)}[/]" if parts else ""
 
 
 class WatchdogStop(TrainerCallback):

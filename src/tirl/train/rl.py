@@ -329,6 +329,8 @@ def build_trainer(
 
     if source is None:
         source = AgentLoopSource(rollout_config, tokenizer)
+        if config.logging.console:
+            source.progress_label = config.stage  # progress lines during a slow rollout (tirl.train.progress)
         if source.context_window is None:
             source.context_window = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     if scorer is None:  # verification on the run's executor (a sandbox service URL included), not a second pool
@@ -373,6 +375,7 @@ def build_trainer(
             ],
         )
     trainer.tirl_timing = timing
+    trainer.tirl_base_model = str(config.init_from or config.model.name_or_path)  # for its README.md
     trainer.tirl_entropy_mask_scope = config.optim.entropy_mask_scope
     from transformers.trainer_callback import PrinterCallback
 

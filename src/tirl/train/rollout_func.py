@@ -550,6 +550,8 @@ class AgentLoopSource:
         self.last_sandbox_stats: dict[str, float] = {}
         self.last_scheduler_stats: dict[str, float] = {}
         self._sync: Any = None
+        # the run's name for the rollout's progress lines (tirl.train.progress); None: no lines
+        self.progress_label: str | None = None
 
     def _agent_config(self) -> AgentLoopConfig:
         """The recipe's ``rollout`` agent-loop settings and ``protocol``, with the resolved context window."""
@@ -620,15 +622,17 @@ class AgentLoopSource:
             stats = getattr(self._engine, "stats", None)
             before = stats.snapshot() if stats is not None else None
             sandbox_before = self._sandbox_counts()
-            trajectories = self.runtime.rollouts(
-                rows,
-                samples_per_problem,
-                self._engine,
-                self.tokenizer,
-                self._agent_config(),
-                seed=seed,
-                check_sandbox=not self._checked,
-            )
+            with self._progress(trainer, len(rows) * samples_per_problem) as progress:
+                trajectories = self.runtime.rollouts(
+                    rows,
+                    samples_per_problem,
+                    self._engine,
+                    self.tokenizer,
+                    self._agent_config(),
+                    seed=seed,
+                    check_sandbox=not self._checked,
+                    on_trajectory=None if progress is None else (lambda request, traj: progress.advance(traj)),
+                )
             self._checked = True
         sandbox_after = self._sandbox_counts()
         if sandbox_after is not None:  # the client is built during the first rollout: it counted from 0
@@ -647,6 +651,18 @@ class AgentLoopSource:
                 self.last_scheduler_stats["sched/synced"] = float(len(self._sync.last_loaded))
                 self.last_scheduler_stats["sched/sync_failed"] = float(len(self._sync.last_failed))
         return trajectories
+
+    def _progress(self, trainer: Any, total: int) -> Any:
+        """The step's :class:`tirl.train.progress.RolloutProgress` as a context (its heartbeat runs inside), or a
+        context yielding None without a label or off the main process (each rank would print its own)."""
+        state = getattr(trainer, "state", None)
+        if self.progress_label is None or not getattr(state, "is_world_process_zero", True):
+            return contextlib.nullcontext(None)
+        from tirl.train.progress import RolloutProgress
+
+        step = int(getattr(state, "global_step", 0) or 0) + 1
+        steps = getattr(state, "max_steps", None) or self.config.max_steps
+        return RolloutProgress(f"{self.progress_label} step {step}/{steps} rollout", total)
 
     def _route_synced(self, scheduler: Any) -> None:
         """Servers that did not take this step's policy leave the rotation; ones that did (again) rejoin it:

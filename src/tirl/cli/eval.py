@@ -190,9 +190,10 @@ def stop_promptly(say: Callable[[], None], grace_s: float = INTERRUPT_GRACE_S) -
             signal.signal(sig, handler)
 
 
-def _run(config: EvalConfig, console: Console, progress: bool = True) -> EvalResult:
+def _run(config: EvalConfig, console: Console, progress: bool = True, warn: bool = True) -> EvalResult:
     """Run one evaluation (with its own vLLM server under ``launch_server``); expected failures become a message
-    and exit code 2; Ctrl-C ends it promptly with one line saying how to resume (:func:`stop_promptly`)."""
+    and exit code 2; Ctrl-C ends it promptly with one line saying how to resume (:func:`stop_promptly`). ``warn``:
+    print the hours-on-a-CPU line when it applies (after the model name is checked, so a refusal stays one line)."""
     from tirl.cli.eval_display import ConsoleListener
     from tirl.eval.launch import launched_eval_server
     from tirl.models import ModelNotFoundError, check_reference
@@ -202,6 +203,8 @@ def _run(config: EvalConfig, console: Console, progress: bool = True) -> EvalRes
     except ModelNotFoundError as exc:
         typer.secho(f"tirl eval: {exc}", fg="red", err=True)
         raise typer.Exit(2) from None
+    if warn:
+        _warn_if_hours_on_cpu(config)
     listener = ConsoleListener(console, progress=progress)
 
     def say() -> None:
@@ -301,7 +304,6 @@ def _eval_command(ctx: typer.Context, **values: Any) -> None:
     if print_config:
         typer.echo(yaml.safe_dump(config.to_dict(), sort_keys=False), nl=False)
         return
-    _warn_if_hours_on_cpu(config)
     result = _run(config, console, progress=not quiet)
     console.print(
         f"wrote {config.out_dir}/ (trajectories.jsonl, summary.json); {result.new_samples} new, "
@@ -377,8 +379,7 @@ def _compare(configs: list[EvalConfig], labels: list[str], console: Console, pro
     table of :func:`tirl.eval.demo.comparison_table`."""
     from tirl.eval.demo import comparison_table
 
-    _warn_if_hours_on_cpu(configs[0])
-    results = [_run(config, console, progress=progress) for config in configs]
+    results = [_run(config, console, progress=progress, warn=i == 0) for i, config in enumerate(configs)]
     first = configs[0]
     title = (
         f"{' vs '.join(f'{label} = {c.model}' for label, c in zip(labels, configs))}; the same settings: "

@@ -183,13 +183,14 @@ def _check_recipe(cfg: RLConfig | SFTConfig) -> None:
         FileNotFoundError: (:class:`tirl.models.ModelNotFoundError`) no such model.
     """
     from tirl.models import ModelNotFoundError, check_reference
+    from tirl.runs.layout import is_model_folder_name
 
     cfg.validate(int(os.environ.get("WORLD_SIZE", "1") or 1))
     try:
         check_reference(cfg.model.name_or_path)
     except ModelNotFoundError as exc:
         name = str(cfg.model.name_or_path)
-        if Path(name).name == "final" or Path(name).name.startswith("checkpoint-"):
+        if is_model_folder_name(Path(name).name):
             # a run's output that does not exist yet: the recipe's comments name the stage that writes it
             raise ModelNotFoundError(
                 f"model {name} does not exist yet: it is the output of an earlier stage (the recipe's "

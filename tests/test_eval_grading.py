@@ -192,3 +192,30 @@ def test_the_cli_flag_turns_the_fallback_on_and_it_is_off_without_it(tmp_path, m
         )
         assert res.exit_code == 0, res.output
     assert [c.answer_fallback for c in seen] == [False, True]
+
+
+async def test_one_verifier_grades_and_checks_the_references_of_a_run(tmp_path, tiny_model_dir, monkeypatch):
+    """Issue 44: an evaluation builds one Verifier (one set of counters, one configuration) for grading and for the
+    reference check, not one each."""
+    import tirl.runtime
+    from tirl.eval.components import build_default_components
+    from tirl.eval.config import EvalConfig
+
+    built = []
+    original = tirl.runtime.build_verifier
+
+    def counting(*args, **kwargs):
+        built.append(original(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(tirl.runtime, "build_verifier", counting)
+    config = EvalConfig(model=str(tiny_model_dir), benchmarks=["gsm8k"], out_dir=tmp_path, use_tools=False)
+    components = await build_default_components(config)
+    try:
+        assert len(built) == 1
+        assert components.grader.verifier is components.check_golds.verifier is built[0]
+    finally:
+        for close in components.closers:
+            result = close()
+            if hasattr(result, "__await__"):
+                await result

@@ -74,6 +74,7 @@ def make_grader(
     answer_fallback: bool = False,
     protocol: Any = None,
     verifier: VerifierConfig | None = None,
+    checker: Any = None,
 ) -> Grader:
     """The runner's grader over ``tirl.reward``: the trajectory's final answer against the gold answer, symbolic
     checks on ``executor``, with the run's ``verifier:`` settings (None: the defaults); returns
@@ -93,7 +94,8 @@ def make_grader(
     from tirl.reward import VerifyItem
     from tirl.runtime import build_verifier
 
-    checker = build_verifier(executor, protocol, verifier)
+    if checker is None:  # the run's one Verifier when the caller has it (build_default_components does)
+        checker = build_verifier(executor, protocol, verifier)
 
     async def grade(traj: Trajectory, response_text: str, gold: str) -> dict[str, Any]:
         question = traj.metadata.get("problem")
@@ -112,18 +114,26 @@ def make_grader(
 
 
 def make_gold_checker(
-    executor: CodeExecutor | None, protocol: Any = None, verifier: VerifierConfig | None = None
+    executor: CodeExecutor | None,
+    protocol: Any = None,
+    verifier: VerifierConfig | None = None,
+    *,
+    checker: Any = None,
 ) -> Any:
     """``references -> why each cannot be parsed (None when it can)`` over ``tirl.reward``
     (:meth:`tirl.reward.Verifier.acheck_references`), symbolic checks on ``executor``, the run's ``protocol``
-    and ``verifier:`` settings."""
+    and ``verifier:`` settings; ``checker``: the run's :class:`tirl.reward.Verifier` when the caller has one
+    (the grader's, so that one run has one verifier and one set of counters). Its ``verifier`` attribute is the
+    Verifier used."""
     from tirl.runtime import build_verifier
 
-    checker = build_verifier(executor, protocol, verifier)
+    if checker is None:
+        checker = build_verifier(executor, protocol, verifier)
 
     async def check_golds(golds: list[str]) -> list[str | None]:
         return await checker.acheck_references(golds)
 
+    check_golds.verifier = checker  # type: ignore[attr-defined]  # what a test or a caller inspects
     return check_golds
 
 
@@ -210,14 +220,15 @@ async def build_default_components(config: EvalConfig) -> EvalComponents:
     except BaseException:
         await close_executor()
         raise
+    from tirl.runtime import build_verifier
+
+    checker = build_verifier(executor, config.protocol, config.verifier)  # one per run: grading and gold checks
     return EvalComponents(
         router=router,
         tokenizer=tokenizer,
         executor=executor if config.use_tools else None,
-        grader=make_grader(
-            executor, answer_fallback=config.answer_fallback, protocol=config.protocol, verifier=config.verifier
-        ),
-        check_golds=make_gold_checker(executor, config.protocol, config.verifier),
+        grader=make_grader(executor, answer_fallback=config.answer_fallback, protocol=config.protocol, checker=checker),
+        check_golds=make_gold_checker(executor, checker=checker),
         context_window=context,
         closers=closers,
     )

@@ -53,7 +53,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 logger = logging.getLogger("tirl.reward")
 
@@ -68,17 +68,7 @@ VerifyStatus = Literal[
     "answer_error",
     "verifier_bug",
 ]
-VERIFY_STATUSES: tuple[str, ...] = (
-    "ok",
-    "no_answer",
-    "hedged",
-    "unparsable_gold",
-    "timeout",
-    "answer_timeout",
-    "verifier_error",
-    "answer_error",
-    "verifier_bug",
-)
+VERIFY_STATUSES: tuple[str, ...] = get_args(VerifyStatus)  # the same names, in the same order, written once
 
 VerifyPath = Literal["none", "string", "integer", "symbolic"]
 VERIFY_PATHS: tuple[str, ...] = ("none", "string", "integer", "symbolic")

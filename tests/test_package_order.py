@@ -45,7 +45,7 @@ ORDER: dict[str, frozenset[str]] = {
     "sim": frozenset({"rollout"}),
     "view": frozenset({"protocol", "runs"}),
     "analysis": frozenset({"algo", "data", "protocol", "runs", "view"}),
-    "train": _LOWER - {"train"},
+    "train": (_LOWER - {"train"}) | {"analysis"},
     "eval": _LOWER - {"eval"},
 }
 ORDER["cli"] = frozenset(ORDER)  # every package; no package imports cli

@@ -17,9 +17,10 @@ import pytest
 from typer.testing import CliRunner
 
 import resume_helpers as h
+from tirl.analysis.step_replay import ReplayError, check_replayable
 from tirl.cli.main import app
 from tirl.runs.layout import trajectory_file
-from tirl.train.replay import ReplayError, check_replayable, replay_step
+from tirl.train.replay import replay_step
 
 SMOKE = Path(__file__).resolve().parents[1] / "configs" / "rl" / "cpu-tiny-smoke.yaml"
 

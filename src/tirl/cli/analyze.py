@@ -47,8 +47,7 @@ def entropy_command(
 
     from tirl.analysis.entropy import entropy_report, label_for, score_run
     from tirl.analysis.entropy_plot import plot_entropy
-    from tirl.models import load
-    from tirl.train.common import model_reference
+    from tirl.models import load, model_reference
 
     console = Console(stderr=True)
     if labels and len(labels) != len(models):
@@ -131,8 +130,7 @@ def reference_run_command(
     from rich.console import Console
 
     from tirl.analysis.reference import write_reference_run
-    from tirl.models import load_tokenizer
-    from tirl.train.common import model_reference
+    from tirl.models import load_tokenizer, model_reference
 
     console = Console(stderr=True)
     try:

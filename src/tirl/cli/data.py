@@ -20,10 +20,10 @@ import typer
 
 from tirl.cli import sampler_options as opts
 from tirl.cli.config_flags import given_on_command_line, renamed_flags_command, with_flags
+from tirl.data.hard_subset import HardSubsetConfig as _H
 
 # Defaults come from the library's dataclasses (one setting, one place); they import no heavy module.
 from tirl.train.config import DataConfig as _D
-from tirl.train.hard_subset import HardSubsetConfig as _H
 
 _DEFAULT_SOURCES = _D().sources
 _SOURCE_HELP = (
@@ -60,9 +60,9 @@ def _filter_hard(ctx: typer.Context, **values: Any) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from tirl.data.hard_subset import filter_hard
     from tirl.data.training import load_training_problems
     from tirl.runtime import load_sampling_policy
-    from tirl.train.hard_subset import filter_hard
     from tirl.train.sampler import policy_sampler
 
     console = Console(stderr=True)

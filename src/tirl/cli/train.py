@@ -159,7 +159,8 @@ def replay_command(
     os.environ.setdefault(*PASSIVE_OMP)
     from rich.console import Console
 
-    from tirl.train.replay import ReplayError, print_report, replay_step
+    from tirl.analysis.step_replay import ReplayError, print_report
+    from tirl.train.replay import replay_step
 
     console = Console(stderr=True, soft_wrap=True)
     _configure_logging("tirl.train.replay")

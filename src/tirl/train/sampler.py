@@ -1,5 +1,5 @@
 """A policy sampler for data curation: ``(generate, score)`` callables over a model, the agent loop (tool on)
-and the verifier, as :func:`tirl.train.hard_subset.count_correct` and the label-consistency step of
+and the verifier, as :func:`tirl.data.hard_subset.count_correct` and the label-consistency step of
 ``tirl data curate`` (:mod:`tirl.data.curation.consistency`) take them.
 
 The pieces come from :mod:`tirl.runtime`, as in RL training: generation is an in-process engine

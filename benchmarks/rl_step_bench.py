@@ -83,11 +83,10 @@ TRL_SYSTEM = (
 
 def make_spec(tiny: bool, dtype: str, eager: bool, problems: int, samples: int, workdir: Path) -> dict[str, Any]:
     """What every path runs: model folder, dtype, problems and the recipe's overrides (plain JSON)."""
-    from tirl.data.training import load_training_problems
+    from tirl.data.training import filter_prompt_length, load_training_problems
     from tirl.models import load_tokenizer, resolve
     from tirl.models.loading import resolve_dtype
     from tirl.train.config import load_config
-    from tirl.train.rl import filter_prompt_length
 
     if tiny:
         from tirl.models import cached_tiny_model

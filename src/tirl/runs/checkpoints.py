@@ -182,6 +182,23 @@ def final_from_checkpoint(checkpoint: str | Path, run_dir: str | Path) -> Path:
     return publish_final(tmp, run_dir, checkpoint_step(src))
 
 
+def finished_final(
+    run_dir: str | Path, max_steps: int, *, write: bool = True, log: logging.Logger | None = None
+) -> Path | None:
+    """``RUN/final`` when the run has trained its ``max_steps`` (its newest complete checkpoint is at or past that
+    step), else None. A finished run whose ``final`` is missing, half-written or of another step gets it written
+    from that checkpoint first (:func:`final_from_checkpoint`) when ``write`` (False in the processes of a
+    multi-process launch other than the main one: one process writes), said in one INFO line on ``log``
+    (default this module's logger; the trainer passes its own, whose INFO lines the command prints)."""
+    ckpt = last_checkpoint(run_dir)
+    if ckpt is None or checkpoint_step(ckpt) < max_steps:
+        return None
+    if write and final_step(run_dir) != checkpoint_step(ckpt):
+        (log or logger).info("writing %s from %s (the run had trained all its steps)", final_dir(run_dir), ckpt.name)
+        final_from_checkpoint(ckpt, run_dir)
+    return final_dir(run_dir)
+
+
 def resume_folder(run_dir: str | Path) -> Path | None:
     """The model folder that continues ``run_dir``: its newest complete checkpoint, else its ``final``, else
     None (what ``init_from: auto:DIR`` takes)."""
@@ -197,6 +214,7 @@ __all__ = [
     "checkpoint_problem",
     "checkpoint_step",
     "final_from_checkpoint",
+    "finished_final",
     "final_step",
     "incomplete_checkpoints",
     "last_checkpoint",

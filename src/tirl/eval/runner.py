@@ -153,6 +153,162 @@ class EvalListener:
         """The run is over, successful or not (stop any display)."""
 
 
+Sample = tuple[str, dict[str, Any], int]
+"""One sample of a run: ``(benchmark, problem row, sample index)``; the row has ``id``, ``problem``, ``answer``."""
+
+
+def _load_problems(config: EvalConfig, components: EvalComponents | None) -> dict[str, list[dict[str, Any]]]:
+    """Benchmark name -> its problem rows, cut to ``config.subsets``/``subset``, read with the components'
+    ``load_problems`` when they have one, else :func:`default_load_problems`.
+
+    Raises:
+        ValueError / FileNotFoundError: an unknown benchmark.
+    """
+    load = (components.load_problems if components is not None else None) or default_load_problems
+    return {name: load(name)[: config.subsets.get(name, config.subset)] for name in config.benchmarks}
+
+
+async def _unparsable_golds(
+    config: EvalConfig,
+    components: EvalComponents,
+    problems: dict[str, list[dict[str, Any]]],
+    listener: EvalListener,
+) -> dict[str, list[str]]:
+    """Benchmark name -> the ids of its problems whose reference answer the components' ``check_golds`` cannot
+    parse (their samples all score 0); each benchmark with any is one warning to ``listener``. Empty without
+    ``check_golds``."""
+    bad_gold: dict[str, list[str]] = {}
+    if components.check_golds is None:
+        return bad_gold
+    for name in config.benchmarks:
+        reasons = await components.check_golds([row["answer"] for row in problems[name]])
+        bad_gold[name] = [row["id"] for row, why in zip(problems[name], reasons) if why is not None]
+        if bad_gold[name]:
+            listener.warning(
+                f"{name}: {len(bad_gold[name])} reference answer(s) cannot be parsed "
+                f"(their samples all score 0): {', '.join(map(str, bad_gold[name][:10]))}"
+            )
+    return bad_gold
+
+
+def _requests(config: EvalConfig, todo: Sequence[Sample]) -> list[RolloutRequest]:
+    """One agent-loop request per sample of ``todo``, seeded with ``derive_seed(seed, benchmark, problem id,
+    sample index)`` (a resumed run draws what an uninterrupted one would have); the metadata carries the
+    benchmark, the problem id and text and the reference answer, for grading and the record."""
+    return [
+        RolloutRequest(
+            problem=row["problem"],
+            group_id=f"{b}/{row['id']}",
+            sample_index=j,
+            seed=derive_seed(config.seed, b, row["id"], j),
+            metadata={"benchmark": b, "problem_id": row["id"], "gold": row["answer"], "problem": row["problem"]},
+        )
+        for b, row, j in todo
+    ]
+
+
+class _Recorder:
+    """The agent loop's ``on_trajectory`` of a run: grades each finished trajectory, appends its record to the
+    store (durably, so a re-run resumes) and tells ``listener``; counts ``new`` stored samples and engine
+    ``errors`` (a failed trajectory is not stored: the next run retries it)."""
+
+    def __init__(self, loop: AgentLoop, components: EvalComponents, store: RunStore, listener: EvalListener):
+        self.loop, self.components, self.store, self.listener = loop, components, store, listener
+        self.new = 0
+        self.errors = 0
+
+    async def __call__(self, request: RolloutRequest, traj: Trajectory) -> None:
+        meta = request.metadata
+        if traj.finish_reason == "error":
+            self.errors += 1
+            self.listener.warning(
+                f"engine error on {request.group_id}#{request.sample_index}: "
+                f"{traj.metadata.get('error')} (not stored; re-run to retry)"
+            )
+            self.listener.sample_done(None)
+            return
+        response_text = self.loop.response_text(traj.response_ids)
+        try:
+            verdict = await self.components.grader(traj, response_text, meta["gold"])
+        except Exception as exc:  # noqa: BLE001 - a verifier bug must not stop the run; it is reported
+            # The answer made grading raise: reward 0, the model's (issue 41), not an infrastructure failure.
+            verdict = {"correct": False, "status": "verifier_bug", "detail": bug_detail("the grader", exc)}
+        record = trajectory_record(
+            traj,
+            self.components.tokenizer,
+            verdict,
+            response_text,
+            benchmark=meta["benchmark"],
+            problem_id=meta["problem_id"],
+            sample_index=request.sample_index,
+            seed=request.seed,
+            problem=request.problem,
+            gold=meta["gold"],
+        )
+        self.store.append(record)
+        self.new += 1
+        self.listener.sample_done(bool(record["correct"]))
+
+
+def _summaries(
+    config: EvalConfig, problems: dict[str, list[dict[str, Any]]], store: RunStore, bad_gold: dict[str, list[str]]
+) -> list[BenchmarkSummary]:
+    """One summary per benchmark with stored samples, over exactly the samples this run asked for (benchmarks x
+    subset x samples, also when the store holds more from an earlier, larger run), with its audit."""
+    summaries = []
+    for name in config.benchmarks:
+        keys = [(name, row["id"], j) for row in problems[name] for j in range(config.samples)]
+        outcomes = [outcome_from_record(store.records[k]) for k in keys if k in store]
+        if outcomes:
+            audit = summarize_audits(audit_record(store.records[k], config.protocol) for k in keys if k in store)
+            summaries.append(
+                summarize(
+                    name,
+                    outcomes,
+                    unparsable_gold=bad_gold.get(name, ()),
+                    answer_fallback=config.answer_fallback,
+                    audit=audit.to_dict(),
+                )
+            )
+    return summaries
+
+
+def _summary_json(
+    config: EvalConfig,
+    summaries: list[BenchmarkSummary],
+    recorder: _Recorder,
+    resumed: int,
+    wanted: int,
+    elapsed: float,
+) -> dict[str, Any]:
+    """What ``summary.json`` holds: the settings, each benchmark's metrics, the sample counts (new, resumed,
+    engine errors, missing of the ``wanted`` samples), the audit's counts over all benchmarks, seconds."""
+    return {
+        "settings": config.resume_settings(),
+        "benchmarks": {s.benchmark: s.to_dict() for s in summaries},
+        "new_samples": recorder.new,
+        "resumed_samples": resumed,
+        "engine_errors": recorder.errors,
+        "missing_samples": wanted - sum(s.num_samples for s in summaries),
+        "audit": {key: sum((s.audit or {}).get(key, 0) for s in summaries) for key in (*AUDIT_KEYS, "trajectories")},
+        "elapsed_s": elapsed,
+    }
+
+
+def _report_end(config: EvalConfig, summaries: list[BenchmarkSummary], errors: int, listener: EvalListener) -> None:
+    """Give ``listener`` the table (when a benchmark has samples) under a title of the run's settings, then a
+    warning when ``errors`` trajectories failed in the engine."""
+    if summaries:
+        title = (
+            f"{config.model}, {config.mode_label()}, "
+            f"T={config.rollout.temperature}, {config.rollout.max_turns} turns, "
+            f"{config.rollout.max_response_tokens} tokens"
+        )
+        listener.finished(summaries, title)
+    if errors:
+        listener.warning(f"{errors} trajectories failed in the engine; re-run the same command to retry them")
+
+
 async def run_eval(
     config: EvalConfig,
     components: EvalComponents | None = None,
@@ -161,6 +317,12 @@ async def run_eval(
 ) -> EvalResult:
     """Run (or resume) one evaluation and return its summaries; progress, warnings and the final table go to
     ``listener`` (silent by default; ``tirl eval`` passes its console display).
+
+    The steps: open the store (resume), read the problems (:func:`_load_problems`; before the model, so that a
+    bad benchmark fails first), build the components, check the tools when samples are missing and the
+    reference answers (:func:`_unparsable_golds`), sample what is missing (:func:`_requests`), grading and
+    storing each as it finishes (:class:`_Recorder`), then summarize (:func:`_summaries`, :func:`_summary_json`)
+    and report (:func:`_report_end`).
 
     Args:
         config: the run's options.
@@ -183,11 +345,10 @@ async def run_eval(
                 f"{config.out_dir}: its earlier run stored no sample, so this run's settings replace its run.json "
                 f"({describe_diff(store.replaced)})"
             )
-        load = (components.load_problems if components is not None else None) or default_load_problems
-        problems = {name: load(name)[: config.subsets.get(name, config.subset)] for name in config.benchmarks}
+        problems = _load_problems(config, components)
         if components is None:  # after the problems, so that a bad benchmark fails before the model loads
             components = await build_components(config)
-        wanted: list[tuple[str, dict[str, Any], int]] = [
+        wanted: list[Sample] = [
             (name, row, j) for name in config.benchmarks for row in problems[name] for j in range(config.samples)
         ]
         todo = [(b, row, j) for b, row, j in wanted if (b, row["id"], j) not in store]
@@ -197,112 +358,19 @@ async def run_eval(
         )
         if todo:
             await loop.check_tools()
-        bad_gold: dict[str, list[str]] = {}
-        if components.check_golds is not None:
-            for name in config.benchmarks:
-                reasons = await components.check_golds([row["answer"] for row in problems[name]])
-                bad_gold[name] = [row["id"] for row, why in zip(problems[name], reasons) if why is not None]
-                if bad_gold[name]:
-                    listener.warning(
-                        f"{name}: {len(bad_gold[name])} reference answer(s) cannot be parsed "
-                        f"(their samples all score 0): {', '.join(map(str, bad_gold[name][:10]))}"
-                    )
-        counters = {"new": 0, "errors": 0, "correct": 0, "done": 0}
-        for b, row, j in wanted:
-            rec = store.records.get((b, row["id"], j))
-            if rec is not None:
-                counters["done"] += 1
-                counters["correct"] += bool(rec.get("correct"))
-        requests = [
-            RolloutRequest(
-                problem=row["problem"],
-                group_id=f"{b}/{row['id']}",
-                sample_index=j,
-                seed=derive_seed(config.seed, b, row["id"], j),
-                metadata={"benchmark": b, "problem_id": row["id"], "gold": row["answer"], "problem": row["problem"]},
-            )
-            for b, row, j in todo
-        ]
+        bad_gold = await _unparsable_golds(config, components, problems, listener)
+        stored = [store.records.get((b, row["id"], j)) for b, row, j in wanted]
+        resumed_correct = sum(bool(rec.get("correct")) for rec in stored if rec is not None)
         label = "eval" + ("" if config.use_tools else " (no tools)")
-        listener.started(label, config.model, len(wanted), resumed, counters["correct"])
-
-        async def on_trajectory(request: RolloutRequest, traj: Trajectory) -> None:
-            meta = request.metadata
-            if traj.finish_reason == "error":
-                counters["errors"] += 1
-                listener.warning(
-                    f"engine error on {request.group_id}#{request.sample_index}: "
-                    f"{traj.metadata.get('error')} (not stored; re-run to retry)"
-                )
-                listener.sample_done(None)
-                return
-            response_text = loop.response_text(traj.response_ids)
-            try:
-                verdict = await components.grader(traj, response_text, meta["gold"])
-            except Exception as exc:  # noqa: BLE001 - a verifier bug must not stop the run; it is reported
-                # The answer made grading raise: reward 0, the model's (issue 41), not an infrastructure failure.
-                verdict = {"correct": False, "status": "verifier_bug", "detail": bug_detail("the grader", exc)}
-            record = trajectory_record(
-                traj,
-                components.tokenizer,
-                verdict,
-                response_text,
-                benchmark=meta["benchmark"],
-                problem_id=meta["problem_id"],
-                sample_index=request.sample_index,
-                seed=request.seed,
-                problem=request.problem,
-                gold=meta["gold"],
-            )
-            store.append(record)
-            counters["new"] += 1
-            counters["done"] += 1
-            counters["correct"] += record["correct"]
-            listener.sample_done(bool(record["correct"]))
-
-        await loop.run_many(requests, on_trajectory)
-
-        summaries = []
-        for name in config.benchmarks:
-            keys = [(name, row["id"], j) for row in problems[name] for j in range(config.samples)]
-            outcomes = [outcome_from_record(store.records[k]) for k in keys if k in store]
-            if outcomes:
-                audit = summarize_audits(audit_record(store.records[k], config.protocol) for k in keys if k in store)
-                summaries.append(
-                    summarize(
-                        name,
-                        outcomes,
-                        unparsable_gold=bad_gold.get(name, ()),
-                        answer_fallback=config.answer_fallback,
-                        audit=audit.to_dict(),
-                    )
-                )
+        listener.started(label, config.model, len(wanted), resumed, resumed_correct)
+        recorder = _Recorder(loop, components, store, listener)
+        await loop.run_many(_requests(config, todo), recorder)
+        summaries = _summaries(config, problems, store, bad_gold)
         elapsed = time.perf_counter() - started
-        summary = {
-            "settings": config.resume_settings(),
-            "benchmarks": {s.benchmark: s.to_dict() for s in summaries},
-            "new_samples": counters["new"],
-            "resumed_samples": resumed,
-            "engine_errors": counters["errors"],
-            "missing_samples": len(wanted) - sum(s.num_samples for s in summaries),
-            "audit": {
-                key: sum((s.audit or {}).get(key, 0) for s in summaries) for key in (*AUDIT_KEYS, "trajectories")
-            },
-            "elapsed_s": elapsed,
-        }
+        summary = _summary_json(config, summaries, recorder, resumed, len(wanted), elapsed)
         store.write_summary(summary)
-        if summaries:
-            title = (
-                f"{config.model}, {config.mode_label()}, "
-                f"T={config.rollout.temperature}, {config.rollout.max_turns} turns, "
-                f"{config.rollout.max_response_tokens} tokens"
-            )
-            listener.finished(summaries, title)
-        if counters["errors"]:
-            listener.warning(
-                f"{counters['errors']} trajectories failed in the engine; re-run the same command to retry them"
-            )
-        return EvalResult(summaries, summary, counters["new"], resumed, counters["errors"], elapsed)
+        _report_end(config, summaries, recorder.errors, listener)
+        return EvalResult(summaries, summary, recorder.new, resumed, recorder.errors, elapsed)
     finally:
         listener.close()
         store.close()

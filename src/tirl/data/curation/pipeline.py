@@ -116,6 +116,156 @@ class CurationResult:
 Sampler = tuple[Generate, ScoreFn]
 
 
+def _drop(drops: list[Drop], item: SourceProblem, step: str, reason: str, **detail: Any) -> None:
+    """Record that ``step`` dropped ``item`` for ``reason``, with ``detail`` as the evidence."""
+    p = item.problem
+    drops.append(Drop(p.id, item.source, step, reason, p.problem, p.answer, detail))
+
+
+def _normalise(problems: Sequence[SourceProblem], cfg: CurationConfig, drops: list[Drop]) -> list[SourceProblem]:
+    """Step 1: the problems with normalised text and answer; drops ``malformed`` (a repeated id, an empty
+    problem) and, with ``cfg.drop_attachments``, ``needs_attachment``."""
+    current: list[SourceProblem] = []
+    seen_ids: set[str] = set()
+    for item in problems:
+        p = item.problem
+        text, answer = normalize_problem(p.problem), normalize_answer(p.answer)
+        if p.id in seen_ids:
+            _drop(drops, item, "normalise", "malformed", why=f"duplicate id {p.id!r}")
+            continue
+        seen_ids.add(p.id)
+        if not text:
+            _drop(drops, item, "normalise", "malformed", why="empty problem after normalisation")
+            continue
+        if cfg.drop_attachments and (p.meta.get("has_image") or p.meta.get("resource_files")):
+            _drop(
+                drops,
+                item,
+                "normalise",
+                "needs_attachment",
+                has_image=bool(p.meta.get("has_image")),
+                resource_files=list(p.meta.get("resource_files") or []),
+            )
+            continue
+        current.append(SourceProblem(item.source, replace(p, problem=text, answer=answer)))
+    return current
+
+
+def _answers(
+    current: list[SourceProblem],
+    cfg: CurationConfig,
+    drops: list[Drop],
+    executor: CodeExecutor | None,
+    verify: VerifyData | None,
+) -> list[SourceProblem]:
+    """Step 2: the problems whose answer passes :func:`~tirl.data.curation.answers.check_answers` under
+    ``cfg.answers``; the others are dropped with the check's reason."""
+    checks = check_answers([item.problem.answer for item in current], cfg.answers, executor, verify=verify)
+    survivors = []
+    for item, check in zip(current, checks):
+        if check.reason is None:
+            survivors.append(item)
+        else:
+            _drop(drops, item, "answer", check.reason, kind=check.kind, why=check.detail)
+    return survivors
+
+
+def _dedup(
+    current: list[SourceProblem], cfg: CurationConfig, drops: list[Drop]
+) -> tuple[list[SourceProblem], list[list[str]]]:
+    """Step 3: the problems that duplicate no earlier one (exactly, or word n-gram Jaccard at least
+    ``cfg.dedup_threshold``), and the word tokens of each survivor (for step 4)."""
+    tokens = [word_tokens(item.problem.problem) for item in current]
+    grams = [ngram_hashes(t, cfg.dedup_n) for t in tokens]
+    dups = find_duplicates(tokens, grams, cfg.dedup_threshold, [item.problem.answer for item in current])
+    survivors, survivor_tokens = [], []
+    for item, toks, dup in zip(current, tokens, dups):
+        if dup is None:
+            survivors.append(item)
+            survivor_tokens.append(toks)
+            continue
+        kept = current[dup.index].problem
+        _drop(
+            drops,
+            item,
+            "dedup",
+            "exact_duplicate" if dup.exact else "near_duplicate",
+            duplicate_of=kept.id,
+            similarity=round(dup.similarity, 4),
+            same_answer=kept.answer == item.problem.answer,
+        )
+    return survivors, survivor_tokens
+
+
+def _decontam(
+    current: list[SourceProblem],
+    tokens: list[list[str]],
+    cfg: CurationConfig,
+    drops: list[Drop],
+    references: Sequence[tuple[str, str]] | None,
+) -> list[SourceProblem]:
+    """Step 4: the problems (``tokens``: their word tokens, in order) that share no ``cfg.decontam_n``-word
+    n-gram with an evaluation problem (``references``, or ``cfg.benchmarks`` loaded); the others are dropped as
+    ``contaminated`` with the shared n-gram and the benchmark ids."""
+    refs = references if references is not None else benchmark_references(cfg.benchmarks)
+    index = ContaminationIndex(refs, cfg.decontam_n, cfg.decontam_common_refs)
+    survivors = []
+    for item, toks in zip(current, tokens):
+        hit = index.check(toks)
+        if hit is None:
+            survivors.append(item)
+        else:
+            _drop(
+                drops,
+                item,
+                "decontam",
+                "contaminated",
+                benchmark_ids=list(hit.reference_ids),
+                ngram=hit.ngram,
+                shared_ngrams=hit.shared,
+            )
+    return survivors
+
+
+def _consistency(
+    current: list[SourceProblem],
+    cfg: CurationConfig,
+    drops: list[Drop],
+    sampler: Sampler,
+    progress_path: str | Path,
+    progress: Callable[[str, int, int], None] | None,
+) -> list[SourceProblem]:
+    """Step 5: the problems of which at least ``cfg.consistency.min_correct`` of ``samples`` sampled solutions
+    match the label (:func:`~tirl.data.curation.consistency.label_consistency`, resumable from
+    ``progress_path``); the others are dropped as ``label_inconsistent``."""
+    generate, score = sampler
+    ccfg = cfg.consistency
+    counts = label_consistency(
+        [item.problem for item in current],
+        generate,
+        score,
+        progress_path,
+        ccfg,
+        progress=(lambda d, t: progress("consistency", d, t)) if progress else None,
+    )
+    survivors = []
+    for item in current:
+        correct = counts[item.problem.id]
+        if correct >= ccfg.min_correct:
+            survivors.append(item)
+        else:
+            _drop(
+                drops,
+                item,
+                "consistency",
+                "label_inconsistent",
+                correct=correct,
+                samples=ccfg.samples,
+                min_correct=ccfg.min_correct,
+            )
+    return survivors
+
+
 def curate_problems(
     problems: Sequence[SourceProblem],
     config: CurationConfig | None = None,
@@ -127,7 +277,8 @@ def curate_problems(
     progress_path: str | Path | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> tuple[list[SourceProblem], list[Drop], dict[str, float]]:
-    """Run the steps on loaded problems (no files written).
+    """Run the steps on loaded problems (no files written): :func:`_normalise`, :func:`_answers`,
+    :func:`_dedup`, :func:`_decontam`, and :func:`_consistency` with a sampler, each timed.
 
     Args:
         problems: the problems with their source labels, preferred sources first.
@@ -145,130 +296,26 @@ def curate_problems(
         ``(kept problems with normalised text and answers, drops, seconds per step)``.
 
     Raises:
-        ValueError: a sampler without ``progress_path``.
+        ValueError: a sampler without ``progress_path`` (after steps 1-4).
     """
     cfg = config or CurationConfig()
     drops: list[Drop] = []
     seconds: dict[str, float] = {}
 
-    def drop(item: SourceProblem, step: str, reason: str, **detail: Any) -> None:
-        drops.append(
-            Drop(item.problem.id, item.source, step, reason, item.problem.problem, item.problem.answer, detail)
-        )
+    def timed(step: str, fn: Callable[..., Any], *args: Any) -> Any:
+        start = time.perf_counter()
+        out = fn(*args)
+        seconds[step] = time.perf_counter() - start
+        return out
 
-    # 1. normalise
-    start = time.perf_counter()
-    current: list[SourceProblem] = []
-    seen_ids: set[str] = set()
-    for item in problems:
-        p = item.problem
-        text, answer = normalize_problem(p.problem), normalize_answer(p.answer)
-        if p.id in seen_ids:
-            drop(item, "normalise", "malformed", why=f"duplicate id {p.id!r}")
-            continue
-        seen_ids.add(p.id)
-        if not text:
-            drop(item, "normalise", "malformed", why="empty problem after normalisation")
-            continue
-        if cfg.drop_attachments and (p.meta.get("has_image") or p.meta.get("resource_files")):
-            drop(
-                item,
-                "normalise",
-                "needs_attachment",
-                has_image=bool(p.meta.get("has_image")),
-                resource_files=list(p.meta.get("resource_files") or []),
-            )
-            continue
-        current.append(SourceProblem(item.source, replace(p, problem=text, answer=answer)))
-    seconds["normalise"] = time.perf_counter() - start
-
-    # 2. answer
-    start = time.perf_counter()
-    checks = check_answers([item.problem.answer for item in current], cfg.answers, executor, verify=verify)
-    survivors = []
-    for item, check in zip(current, checks):
-        if check.reason is None:
-            survivors.append(item)
-        else:
-            drop(item, "answer", check.reason, kind=check.kind, why=check.detail)
-    current = survivors
-    seconds["answer"] = time.perf_counter() - start
-
-    # 3. dedup
-    start = time.perf_counter()
-    tokens = [word_tokens(item.problem.problem) for item in current]
-    grams = [ngram_hashes(t, cfg.dedup_n) for t in tokens]
-    dups = find_duplicates(tokens, grams, cfg.dedup_threshold, [item.problem.answer for item in current])
-    survivors, survivor_tokens = [], []
-    for item, toks, dup in zip(current, tokens, dups):
-        if dup is None:
-            survivors.append(item)
-            survivor_tokens.append(toks)
-            continue
-        kept = current[dup.index].problem
-        drop(
-            item,
-            "dedup",
-            "exact_duplicate" if dup.exact else "near_duplicate",
-            duplicate_of=kept.id,
-            similarity=round(dup.similarity, 4),
-            same_answer=kept.answer == item.problem.answer,
-        )
-    current, tokens = survivors, survivor_tokens
-    seconds["dedup"] = time.perf_counter() - start
-
-    # 4. decontam
-    start = time.perf_counter()
-    refs = references if references is not None else benchmark_references(cfg.benchmarks)
-    index = ContaminationIndex(refs, cfg.decontam_n, cfg.decontam_common_refs)
-    survivors = []
-    for item, toks in zip(current, tokens):
-        hit = index.check(toks)
-        if hit is None:
-            survivors.append(item)
-        else:
-            drop(
-                item,
-                "decontam",
-                "contaminated",
-                benchmark_ids=list(hit.reference_ids),
-                ngram=hit.ngram,
-                shared_ngrams=hit.shared,
-            )
-    current = survivors
-    seconds["decontam"] = time.perf_counter() - start
-
-    # 5. consistency
+    current = timed("normalise", _normalise, problems, cfg, drops)
+    current = timed("answer", _answers, current, cfg, drops, executor, verify)
+    current, tokens = timed("dedup", _dedup, current, cfg, drops)
+    current = timed("decontam", _decontam, current, tokens, cfg, drops, references)
     if sampler is not None:
         if progress_path is None:
             raise ValueError("the consistency step needs a progress_path")
-        start = time.perf_counter()
-        generate, score = sampler
-        ccfg = cfg.consistency
-        counts = label_consistency(
-            [item.problem for item in current],
-            generate,
-            score,
-            progress_path,
-            ccfg,
-            progress=(lambda d, t: progress("consistency", d, t)) if progress else None,
-        )
-        survivors = []
-        for item in current:
-            correct = counts[item.problem.id]
-            if correct >= ccfg.min_correct:
-                survivors.append(item)
-            else:
-                drop(
-                    item,
-                    "consistency",
-                    "label_inconsistent",
-                    correct=correct,
-                    samples=ccfg.samples,
-                    min_correct=ccfg.min_correct,
-                )
-        current = survivors
-        seconds["consistency"] = time.perf_counter() - start
+        current = timed("consistency", _consistency, current, cfg, drops, sampler, progress_path, progress)
     return current, drops, seconds
 
 

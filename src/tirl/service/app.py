@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
@@ -329,63 +329,96 @@ def get_service(request: Request) -> ExecutionService:
     return request.app.state.service
 
 
-def create_app(
-    executor: CodeExecutor,
-    config: ServiceConfig | None = None,
-    *,
-    routers: Sequence[APIRouter] = (),
-    close_executor: bool = False,
-    check_executor: CodeExecutor | None = None,
-) -> FastAPI:
-    """Build the service app over ``executor``.
-
-    Args:
-        executor: runs the code (``LocalSandbox``, or a test double).
-        config: limits and policies; ``ServiceConfig()`` when None.
-        routers: extra routers to include (for example ``POST /v1/verify/batch`` of the reward part).
-        close_executor: await ``executor.aclose()`` when the app shuts down (set when the app owns it).
-        check_executor: runs the answer checks of ``/v1/verify/batch`` (a pool of their own, so that reference
-            answers never reach the workers of ``/v1/execute``); None checks on ``executor``. Closed with
-            ``executor`` when ``close_executor``.
-
-    Returns:
-        The FastAPI app; ``app.state.service`` holds the :class:`ExecutionService`, ``app.state.check_service``
-        the one over ``check_executor`` (None without it).
-    """
-    config = config or ServiceConfig()
-    service = ExecutionService(executor, config)
-    memory_limit = (
+def _memory_limit(config: ServiceConfig, executor: CodeExecutor) -> int | None:
+    """The largest ``memory_mb`` a request may ask for, in MB: ``config.max_memory_mb``, else the executor's own
+    ``config.max_memory_mb``; None (the executor decides) when neither is an integer."""
+    limit = (
         config.max_memory_mb
         if config.max_memory_mb is not None
         else getattr(getattr(executor, "config", None), "max_memory_mb", None)
     )
-    if not isinstance(memory_limit, int) or isinstance(memory_limit, bool):
-        memory_limit = None  # an executor without a known limit: it decides
-    check_service = ExecutionService(check_executor, config) if check_executor is not None else None
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        return None  # an executor without a known limit: it decides
+    return limit
+
+
+def _offenders(
+    items: Sequence[ExecuteRequest], message: Callable[[ExecuteRequest], str | None]
+) -> list[dict[str, Any]]:
+    """``{"index", "request_id", "message"}`` of each item for which ``message(item)`` is not None."""
+    out = []
+    for i, it in enumerate(items):
+        why = message(it)
+        if why is not None:
+            out.append({"index": i, "request_id": it.request_id, "message": why})
+    return out
+
+
+def _summary(offenders: list[dict[str, Any]]) -> str:
+    """The first ten offenders as one line: ``item 3: ...; item 7: ...``."""
+    return "; ".join(f"item {d['index']}: {d['message']}" for d in offenders[:10])
+
+
+def check_requests(items: Sequence[ExecuteRequest], config: ServiceConfig, memory_limit: int | None) -> None:
+    """Refuse a request the service's limits do not allow, before anything runs (one answer for the batch).
+
+    Raises:
+        InvalidField: (422) an item's ``timeout_s`` over ``config.max_timeout_s`` or ``memory_mb`` over
+            ``memory_limit`` (MB; None: no limit here).
+        RequestTooLarge: (413) an item's code or stdin over the configured sizes
+            (:meth:`ServiceConfig.oversize_reason`).
+    """
+    too_slow = _offenders(
+        items,
+        lambda it: (
+            f"timeout_s {it.timeout_s} is over the limit of {config.max_timeout_s}"
+            if it.timeout_s > config.max_timeout_s
+            else None
+        ),
+    )
+    if too_slow:
+        raise InvalidField(_summary(too_slow), too_slow)
+    too_much = _offenders(
+        items,
+        lambda it: (
+            f"memory_mb {it.memory_mb} is over the limit of {memory_limit}"
+            if memory_limit is not None and it.memory_mb > memory_limit
+            else None
+        ),
+    )
+    if too_much:
+        raise InvalidField(_summary(too_much), too_much)
+    too_big = _offenders(items, lambda it: config.oversize_reason(it.code, it.stdin))
+    if too_big:
+        raise RequestTooLarge(_summary(too_big), too_big)
+
+
+def _lifespan(
+    service: ExecutionService, executors: Sequence[CodeExecutor]
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: at shutdown, drain the service (new requests get 503, the cache's in-flight work
+    finishes), then close ``executors`` (those the app owns; empty when it owns none)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         service.draining = True
         await service.cache.drain()
-        if close_executor:
+        for executor in executors:
             await executor.aclose()
-            if check_executor is not None:
-                await check_executor.aclose()
 
-    app = FastAPI(
-        title="tirl code-execution service",
-        version=__version__,
-        description="Runs untrusted Python for tool-integrated reasoning; idempotent by request_id.",
-        lifespan=lifespan,
-    )
-    app.state.service = service
-    app.state.check_service = check_service
-    app.state.executor = executor
-    app.state.config = config
+    return lifespan
 
-    def count_reject(code: int) -> None:
-        service.metrics.rejected.labels(code=str(code)).inc()
+
+def _fast_handler(
+    service: ExecutionService,
+    config: ServiceConfig,
+    check: Callable[[Sequence[ExecuteRequest]], None],
+    count_reject: Callable[[int], None],
+) -> Callable[[str, bytes], Awaitable[Response | None]]:
+    """The handler of :class:`FastExecutePath`: answers a well-formed request to one of the three execute paths
+    (``path``, the raw ``body``) as the routes would; None for anything else (malformed, over a limit), which
+    the routes then answer with their messages. An unexpected error is a 500, never a second run."""
 
     async def fast_handler(path: str, body: bytes) -> Response | None:
         try:
@@ -412,9 +445,13 @@ def create_app(
             count_reject(500)
             return _error(500, "server_error", f"unexpected server error: {type(exc).__name__}: {exc}")
 
-    if config.fast_path:
-        app.add_middleware(FastExecutePath, handler=fast_handler)
-    app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes, on_reject=count_reject)
+    return fast_handler
+
+
+def _add_error_handlers(app: FastAPI, count_reject: Callable[[int], None]) -> None:
+    """Every error as a JSON body ``{"error", "message", "detail"}``, counted by status code: malformed JSON or
+    fields 422 (one readable line per field), over a limit 413 or 422, other HTTP errors as they are, anything
+    unexpected 500."""
 
     @app.exception_handler(RequestValidationError)
     async def _on_validation(request: Request, exc: RequestValidationError) -> Response:
@@ -455,37 +492,15 @@ def create_app(
         count_reject(500)
         return _error(500, "server_error", f"unexpected server error: {type(exc).__name__}: {exc}")
 
-    def check(items: Sequence[ExecuteRequest]) -> None:
-        too_slow = [
-            {
-                "index": i,
-                "request_id": it.request_id,
-                "message": f"timeout_s {it.timeout_s} is over the limit of {config.max_timeout_s}",
-            }
-            for i, it in enumerate(items)
-            if it.timeout_s > config.max_timeout_s
-        ]
-        if too_slow:
-            raise InvalidField("; ".join(f"item {d['index']}: {d['message']}" for d in too_slow[:10]), too_slow)
-        too_much = [
-            {
-                "index": i,
-                "request_id": it.request_id,
-                "message": f"memory_mb {it.memory_mb} is over the limit of {memory_limit}",
-            }
-            for i, it in enumerate(items)
-            if memory_limit is not None and it.memory_mb > memory_limit
-        ]
-        if too_much:
-            raise InvalidField("; ".join(f"item {d['index']}: {d['message']}" for d in too_much[:10]), too_much)
-        too_big = []
-        for i, it in enumerate(items):
-            reason = config.oversize_reason(it.code, it.stdin)
-            if reason is not None:
-                too_big.append({"index": i, "request_id": it.request_id, "message": reason})
-        if too_big:
-            raise RequestTooLarge("; ".join(f"item {d['index']}: {d['message']}" for d in too_big[:10]), too_big)
 
+def _add_execute_routes(
+    app: FastAPI,
+    service: ExecutionService,
+    config: ServiceConfig,
+    check: Callable[[Sequence[ExecuteRequest]], None],
+) -> None:
+    """``POST /v1/execute``, ``/v1/execute/batch`` and ``/v1/execute/stream`` (see the module docstring), each
+    request checked by ``check`` and a batch's size by ``config.max_batch_size`` before anything runs."""
     responses: dict[int | str, dict[str, Any]] = {
         413: {"model": ErrorResponse, "description": "code, stdin, batch or body over the configured size"},
         422: {"model": ErrorResponse, "description": "malformed JSON or fields"},
@@ -530,6 +545,10 @@ def create_app(
         and 413/422 answers as ``/v1/execute/batch``, decided before the stream starts."""
         return NdjsonStream(service.execute_each(checked_batch(body)))
 
+
+def _add_ops_routes(app: FastAPI, service: ExecutionService, config: ServiceConfig) -> None:
+    """``GET /healthz`` (liveness, load and limits; 503 while draining) and ``GET /metrics`` (Prometheus)."""
+
     @app.get("/healthz", response_model=HealthResponse, responses={503: {"model": HealthResponse}}, tags=["ops"])
     async def healthz() -> Response:
         """Liveness and load; 503 while the server is draining for shutdown."""
@@ -557,6 +576,61 @@ def create_app(
         service.metrics.cache_entries.set(len(service.cache))
         return Response(service.metrics.render(), media_type=PROMETHEUS_CONTENT_TYPE)
 
+
+def create_app(
+    executor: CodeExecutor,
+    config: ServiceConfig | None = None,
+    *,
+    routers: Sequence[APIRouter] = (),
+    close_executor: bool = False,
+    check_executor: CodeExecutor | None = None,
+) -> FastAPI:
+    """Build the service app over ``executor``: the services, the lifespan (:func:`_lifespan`), the fast path
+    (:func:`_fast_handler`) and the body-size limit, the error handlers (:func:`_add_error_handlers`), the
+    routes (:func:`_add_execute_routes`, :func:`_add_ops_routes`) and ``routers``.
+
+    Args:
+        executor: runs the code (``LocalSandbox``, or a test double).
+        config: limits and policies; ``ServiceConfig()`` when None.
+        routers: extra routers to include (for example ``POST /v1/verify/batch`` of the reward part).
+        close_executor: await ``executor.aclose()`` when the app shuts down (set when the app owns it).
+        check_executor: runs the answer checks of ``/v1/verify/batch`` (a pool of their own, so that reference
+            answers never reach the workers of ``/v1/execute``); None checks on ``executor``. Closed with
+            ``executor`` when ``close_executor``.
+
+    Returns:
+        The FastAPI app; ``app.state.service`` holds the :class:`ExecutionService`, ``app.state.check_service``
+        the one over ``check_executor`` (None without it).
+    """
+    config = config or ServiceConfig()
+    service = ExecutionService(executor, config)
+    check_service = ExecutionService(check_executor, config) if check_executor is not None else None
+    owned = [e for e in (executor, check_executor) if e is not None] if close_executor else []
+    app = FastAPI(
+        title="tirl code-execution service",
+        version=__version__,
+        description="Runs untrusted Python for tool-integrated reasoning; idempotent by request_id.",
+        lifespan=_lifespan(service, owned),
+    )
+    app.state.service = service
+    app.state.check_service = check_service
+    app.state.executor = executor
+    app.state.config = config
+
+    def count_reject(code: int) -> None:
+        service.metrics.rejected.labels(code=str(code)).inc()
+
+    memory_limit = _memory_limit(config, executor)
+
+    def check(items: Sequence[ExecuteRequest]) -> None:
+        check_requests(items, config, memory_limit)
+
+    if config.fast_path:
+        app.add_middleware(FastExecutePath, handler=_fast_handler(service, config, check, count_reject))
+    app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes, on_reject=count_reject)
+    _add_error_handlers(app, count_reject)
+    _add_execute_routes(app, service, config, check)
+    _add_ops_routes(app, service, config)
     for router in routers:
         app.include_router(router)
     return app

@@ -142,6 +142,28 @@ def test_ipc_namespace_probe_degrades_with_the_reason(tmp_path, monkeypatch, ref
     assert iso.layers["rlimits"].active  # the other layers are unaffected
 
 
+def test_a_worker_in_a_user_namespace_names_the_uid_it_was_started_as(tmp_path):
+    """A worker started as a user (uid 1000 here, faked) that enters a user namespace is uid 0 inside it; who
+    a call runs as, and the layer report's line, are decided by the uid it was started as."""
+    from tirl.sandbox.config import SandboxConfig
+
+    def body() -> dict:
+        euid = {"now": 1000}
+
+        def enter_user_namespace() -> None:
+            euid["now"] = 0  # what geteuid answers inside the namespace (uid_map "0 <uid> 1")
+
+        os.geteuid = lambda: euid["now"]  # in this forked child only
+        isolation._enter_user_namespace = enter_user_namespace
+        cfg = SandboxConfig(workers=1, preload=(), cgroup=False).to_worker_dict()
+        iso = isolation.setup_worker(cfg, str(tmp_path / "scratch"))
+        return {"mode": iso.plan.uid_mode, "detail": iso.layers["unprivileged_user"].detail}
+
+    out = run_in_child(body)
+    assert out.get("mode") == "capless", out
+    assert "calls run as the invoking user (uid 1000)" in out["detail"], out
+
+
 async def test_layer_report_names_every_layer_with_a_reason():
     async with LocalSandbox(workers=1, preload=()) as sb:
         layers = await sb.layer_report()

@@ -204,40 +204,50 @@ def _enter_user_namespace() -> str | None:
     return None
 
 
-def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
-    """Apply the worker-wide layers to the calling (worker) process and plan the per-call ones.
+OFF = "switched off in the configuration"
+"""The reason of a layer the configuration turns off."""
 
-    Args:
-        cfg: :meth:`SandboxConfig.to_worker_dict` output.
-        scratch_dir: an empty directory for this worker's call scratch directories (created if missing).
 
-    Returns:
-        The statuses of worker-wide layers and an unprobed :class:`CallPlan`.
-    """
-    layers: dict[str, LayerStatus] = {}
-    _linux.set_parent_death_signal(signal.SIGKILL)
-    _linux.set_child_subreaper()
-    os.makedirs(scratch_dir, mode=0o711, exist_ok=True)
+def _off(layers: dict[str, LayerStatus], name: str, detail: str = OFF) -> None:
+    """Record layer ``name`` as inactive, for ``detail`` (default: turned off by the configuration)."""
+    layers[name] = LayerStatus(name, False, detail)
 
-    host_uid = os.geteuid()
-    is_root = host_uid == 0
+
+@dataclass
+class _Namespaces:
+    """What :func:`_enter_worker_namespaces` made of the worker: whether it runs in a user namespace of its own
+    (``note``: said after each namespace layer's detail), whether its mounts are private (its scratch a tmpfs),
+    and the descriptor of its own PID namespace (None: no PID namespace per call)."""
+
+    in_userns: bool
+    note: str
+    mounts_private: bool
+    pid_ns_fd: int | None
+
+
+def _enter_worker_namespaces(cfg: dict, scratch_dir: str, layers: dict[str, LayerStatus]) -> _Namespaces:
+    """Move the worker into its namespaces, in this order: a user namespace (only when not root and some
+    namespace is wanted), a network namespace (no interfaces, loopback down), a mount namespace with private
+    mounts and a 16 MiB tmpfs on ``scratch_dir``, and the PID namespace its calls are forked into (the worker
+    ``setns`` back to its own). Each layer's status goes into ``layers``; a refused one is switched off."""
+    is_root = os.geteuid() == 0
     in_userns = False
     want_ns = cfg["network_namespace"] or cfg["mount_namespace"] or cfg["pid_namespace"]
-    userns_note = ""
+    note = ""
     if not is_root and want_ns and cfg["user_namespace"]:
         err = _enter_user_namespace()
         in_userns = err is None
-        userns_note = " (in an unprivileged user namespace)" if in_userns else f" (user namespace refused: {err})"
+        note = " (in an unprivileged user namespace)" if in_userns else f" (user namespace refused: {err})"
 
     def ns_layer(name: str, enabled: bool, fn, what: str) -> bool:
         if not enabled:
-            layers[name] = LayerStatus(name, False, "switched off in the configuration")
+            _off(layers, name)
             return False
         err = _try(fn)
         if err is None:
-            layers[name] = LayerStatus(name, True, what + userns_note)
+            layers[name] = LayerStatus(name, True, what + note)
             return True
-        layers[name] = LayerStatus(name, False, f"unshare refused: {err}{userns_note}")
+        _off(layers, name, f"unshare refused: {err}{note}")
         return False
 
     ns_layer(
@@ -256,105 +266,116 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
         _linux.mount("tmpfs", scratch_dir, "tmpfs", _linux.MS_NOSUID | _linux.MS_NODEV, "size=16m,mode=0711")
 
     scratch_mb, scratch_inodes = int(cfg["scratch_mb"]), int(cfg.get("scratch_inodes", 65536))
-    worker_mounts_private = ns_layer(
+    mounts_private = ns_layer(
         "mount_namespace",
         cfg["mount_namespace"],
         mount_private,
         f"private mounts; each call's scratch on a tmpfs of its own ({scratch_mb} MiB, {scratch_inodes} files at "
         "most), unmounted after the call",
     )
+    return _Namespaces(in_userns, note, mounts_private, _pid_namespace(cfg, layers, note))
 
-    self_ns_fd = None
+
+def _pid_namespace(cfg: dict, layers: dict[str, LayerStatus], note: str) -> int | None:
+    """Prepare a fresh PID namespace for the calls the worker forks (each call its init); returns the
+    descriptor of the worker's own PID namespace, or None when the layer is off or refused (recorded in
+    ``layers``; ``note`` says whether a user namespace was entered)."""
     if not cfg["pid_namespace"]:
-        layers["pid_namespace"] = LayerStatus("pid_namespace", False, "switched off in the configuration")
-    else:
-        try:
-            self_ns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-            new_pid_namespace_for_children(self_ns_fd)
-            _linux.setns(self_ns_fd, _linux.CLONE_NEWPID)  # back: the next fork must not be an init
-            layers["pid_namespace"] = LayerStatus(
-                "pid_namespace",
-                True,
-                "fresh PID namespace per call with the call as its init: when it ends, every process it started dies",
-            )
-        except OSError as exc:
-            if self_ns_fd is not None:
-                os.close(self_ns_fd)
-                self_ns_fd = None
-            layers["pid_namespace"] = LayerStatus(
-                "pid_namespace",
-                False,
-                f"{exc.strerror}{userns_note}; calls are killed by process group and orphans by the subreaper worker",
-            )
-
-    plan = CallPlan(
-        pid_namespace=self_ns_fd is not None,
-        uid=int(cfg["sandbox_uid"]),
-        gid=int(cfg["sandbox_gid"]),
-        nproc=int(cfg["nproc_limit"]),
-        nofile=int(cfg["nofile_limit"]),
-        fsize_mb=int(cfg["fsize_mb"]),
+        _off(layers, "pid_namespace")
+        return None
+    self_ns_fd = None
+    try:
+        self_ns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        new_pid_namespace_for_children(self_ns_fd)
+        _linux.setns(self_ns_fd, _linux.CLONE_NEWPID)  # back: the next fork must not be an init
+    except OSError as exc:
+        if self_ns_fd is not None:
+            os.close(self_ns_fd)
+        _off(
+            layers,
+            "pid_namespace",
+            f"{exc.strerror}{note}; calls are killed by process group and orphans by the subreaper worker",
+        )
+        return None
+    layers["pid_namespace"] = LayerStatus(
+        "pid_namespace",
+        True,
+        "fresh PID namespace per call with the call as its init: when it ends, every process it started dies",
     )
+    return self_ns_fd
+
+
+def _plan_identity(
+    cfg: dict, plan: CallPlan, layers: dict[str, LayerStatus], host_uid: int, in_userns: bool
+) -> uids.UidAllocator | None:
+    """Decide who a call runs as: an IPC namespace per call (``plan.ipc_namespace``, probed later),
+    ``plan.uid_mode`` (``drop``: root drops to the sandbox uid; ``capless``: in a user namespace, capabilities
+    dropped; ``none``: the invoking user) and, as root, a uid of its own per call (the returned allocator; None
+    when that layer is off, needs root, or its uid range or lock folder is unusable, the reason in ``layers``).
+    ``host_uid`` is the worker's uid read before it entered a user namespace (inside one it is 0).
+    """
+    is_root = host_uid == 0
     # Per call, applied by the call process itself (unshare(CLONE_NEWIPC) takes effect at once, unlike
     # CLONE_NEWPID); whether the kernel allows it is decided by the probe (see probe_plan).
     plan.ipc_namespace = bool(cfg.get("ipc_namespace", False))
     if not plan.ipc_namespace:
-        layers["ipc_namespace"] = LayerStatus("ipc_namespace", False, "switched off in the configuration")
+        _off(layers, "ipc_namespace")
+    not_root = f"not started as root: calls run as the invoking user (uid {host_uid})"
     if not cfg["unprivileged_user"]:
-        layers["unprivileged_user"] = LayerStatus("unprivileged_user", False, "switched off in the configuration")
+        _off(layers, "unprivileged_user")
         plan.uid_mode = "capless" if (is_root or in_userns) else "none"
     elif is_root and not in_userns:
         plan.uid_mode = "drop"
-    elif in_userns:
-        plan.uid_mode = "capless"
-        layers["unprivileged_user"] = LayerStatus(
-            "unprivileged_user", False, f"not started as root: calls run as the invoking user (uid {host_uid})"
-        )
     else:
-        plan.uid_mode = "none"
-        layers["unprivileged_user"] = LayerStatus(
-            "unprivileged_user", False, f"not started as root: calls run as the invoking user (uid {host_uid})"
-        )
+        plan.uid_mode = "capless" if in_userns else "none"
+        _off(layers, "unprivileged_user", not_root)
 
-    allocator = None
     if not cfg.get("uid_per_call", False):
-        layers["uid_per_call"] = LayerStatus("uid_per_call", False, "switched off in the configuration")
-    elif plan.uid_mode != "drop":
-        layers["uid_per_call"] = LayerStatus(
+        _off(layers, "uid_per_call")
+        return None
+    if plan.uid_mode != "drop":
+        _off(
+            layers,
             "uid_per_call",
-            False,
             "needs root (calls do not change user id); RLIMIT_NPROC, signals and files are shared by concurrent calls",
         )
-    else:
-        try:
-            uids.prepare_lock_dir(cfg["uid_lock_dir"])
-            allocator = uids.UidAllocator(int(cfg["call_uid_first"]), int(cfg["call_uid_count"]), cfg["uid_lock_dir"])
-            plan.uid_per_call = True
-            plan.uid = plan.gid = int(cfg["call_uid_first"])  # what the probe checks (readability of Python)
-        except (uids.UidRangeError, ValueError) as exc:
-            layers["uid_per_call"] = LayerStatus(
-                "uid_per_call", False, f"{exc}; calls share uid {plan.uid} (RLIMIT_NPROC, signals, files)"
-            )
+        return None
+    try:
+        uids.prepare_lock_dir(cfg["uid_lock_dir"])
+        allocator = uids.UidAllocator(int(cfg["call_uid_first"]), int(cfg["call_uid_count"]), cfg["uid_lock_dir"])
+    except (uids.UidRangeError, ValueError) as exc:
+        _off(layers, "uid_per_call", f"{exc}; calls share uid {plan.uid} (RLIMIT_NPROC, signals, files)")
+        return None
+    plan.uid_per_call = True
+    plan.uid = plan.gid = int(cfg["call_uid_first"])  # what the probe checks (readability of Python)
+    return allocator
 
-    # Per-call mounts need a mount namespace per call (CAP_SYS_ADMIN, checked by the probe); a private /proc
-    # also needs the call to be the init of its own PID namespace.
+
+def _plan_mounts(cfg: dict, plan: CallPlan, layers: dict[str, LayerStatus], mounts_private: bool) -> None:
+    """Decide the per-call mounts: a private ``/proc`` (needs the PID namespace layer) and a private
+    ``/dev/shm`` of ``shm_mb`` MiB (needs root or a user namespace). Per-call mounts need a mount namespace per
+    call (CAP_SYS_ADMIN), which the probe checks."""
     plan.shm_mb, plan.shm_inodes = int(cfg.get("shm_mb", 64)), int(cfg.get("shm_inodes", 4096))
-    plan.inherit_private_mounts = worker_mounts_private
+    plan.inherit_private_mounts = mounts_private
     if not cfg.get("private_proc", False):
-        layers["private_proc"] = LayerStatus("private_proc", False, "switched off in the configuration")
-    elif self_ns_fd is None:
-        layers["private_proc"] = LayerStatus(
-            "private_proc", False, "needs the pid_namespace layer; calls see the host's /proc"
-        )
+        _off(layers, "private_proc")
+    elif not plan.pid_namespace:
+        _off(layers, "private_proc", "needs the pid_namespace layer; calls see the host's /proc")
     else:
         plan.private_proc = True
     if not cfg.get("private_shm", False):
-        layers["private_shm"] = LayerStatus("private_shm", False, "switched off in the configuration")
+        _off(layers, "private_shm")
     elif plan.uid_mode == "none":
-        layers["private_shm"] = LayerStatus("private_shm", False, "needs root or a user namespace")
+        _off(layers, "private_shm", "needs root or a user namespace")
     else:
         plan.private_shm = True
 
+
+def _plan_read_grants(cfg: dict, plan: CallPlan, scratch_dir: str, in_userns: bool) -> None:
+    """Decide what a call may read (Landlock's trees, ``plan.read_roots``/``list_roots``) and import
+    (``plan.site_dirs``): the installation and system trees minus their package directories, the allowed
+    packages' files, ``extra_read_paths``, ``readable_packages``, and the import guard a Python the call starts
+    gets (``plan.child_site_dir``, written into ``scratch_dir``)."""
     # A call that runs as the host's own (non-root) user could read /proc/<pid>/environ of that user's
     # processes, the pool's included; Landlock then keeps the host's /proc out of its readable trees (a
     # private /proc is granted by the call itself, see enter_call).
@@ -380,60 +401,109 @@ def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
         plan.child_site_dir = packages.write_child_site(scratch_dir, plan.site_dirs, plan.read_roots)
         plan.read_roots.append(plan.child_site_dir)
 
-    seccomp_filter = None
-    if cfg["seccomp"]:
-        try:
-            seccomp_filter = seccomp.PreparedFilter(seccomp.build_filter())
-            plan.seccomp = True
-        except NotImplementedError as exc:
-            layers["seccomp"] = LayerStatus("seccomp", False, str(exc))
-    else:
-        layers["seccomp"] = LayerStatus("seccomp", False, "switched off in the configuration")
 
-    rules = None
-    if cfg["landlock"]:
-        try:
-            plan.landlock_abi = landlock.abi_version()
-            # one O_PATH descriptor per granted path, held for the worker's life: room for them under a low
-            # soft limit (1024 on many systems; the hard limit is usually far above)
-            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-            want = landlock.PREPARED_FD_BASE + len(plan.read_roots) + len(plan.list_roots) + 64
-            if soft != resource.RLIM_INFINITY and soft < want:
-                resource.setrlimit(
-                    resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard)
-                )
-            rules = landlock.PreparedRules(plan.read_roots, abi=plan.landlock_abi, list_roots=plan.list_roots)
-        except OSError as exc:
-            plan.landlock_abi = 0
-            layers["landlock"] = LayerStatus("landlock", False, f"kernel refused: {exc.strerror}")
-    else:
-        layers["landlock"] = LayerStatus("landlock", False, "switched off in the configuration")
+def _prepare_seccomp(cfg: dict, plan: CallPlan, layers: dict[str, LayerStatus]) -> seccomp.PreparedFilter | None:
+    """The seccomp filter the calls install (built once per worker); None when off or not available here."""
+    if not cfg["seccomp"]:
+        _off(layers, "seccomp")
+        return None
+    try:
+        seccomp_filter = seccomp.PreparedFilter(seccomp.build_filter())
+    except NotImplementedError as exc:
+        _off(layers, "seccomp", str(exc))
+        return None
+    plan.seccomp = True
+    return seccomp_filter
 
-    cgroups = None
+
+def _prepare_landlock(cfg: dict, plan: CallPlan, layers: dict[str, LayerStatus]) -> landlock.PreparedRules | None:
+    """The Landlock rules over ``plan.read_roots``/``list_roots`` the calls restrict themselves to (one
+    ``O_PATH`` descriptor per path, held for the worker's life; the soft ``RLIMIT_NOFILE`` is raised to make room
+    for them); None when off or refused by the kernel (``plan.landlock_abi`` 0)."""
+    if not cfg["landlock"]:
+        _off(layers, "landlock")
+        return None
+    try:
+        plan.landlock_abi = landlock.abi_version()
+        # one O_PATH descriptor per granted path, held for the worker's life: room for them under a low
+        # soft limit (1024 on many systems; the hard limit is usually far above)
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = landlock.PREPARED_FD_BASE + len(plan.read_roots) + len(plan.list_roots) + 64
+        if soft != resource.RLIM_INFINITY and soft < want:
+            raised = want if hard == resource.RLIM_INFINITY else min(want, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        return landlock.PreparedRules(plan.read_roots, abi=plan.landlock_abi, list_roots=plan.list_roots)
+    except OSError as exc:
+        plan.landlock_abi = 0
+        _off(layers, "landlock", f"kernel refused: {exc.strerror}")
+        return None
+
+
+def _prepare_cgroup(cfg: dict, plan: CallPlan, layers: dict[str, LayerStatus], note: str) -> cgroup.CgroupLayer | None:
+    """The cgroup layer (a cgroup per call under ``cgroup_parent``, ``slots_per_worker`` kept ready); None when
+    off or when cgroups are absent or read-only here (the reason in ``layers``)."""
     if not cfg.get("cgroup", False):
-        layers["cgroup"] = LayerStatus("cgroup", False, "switched off in the configuration")
-    else:
-        try:
-            cgroups = cgroup.CgroupLayer.setup(cfg.get("cgroup_parent"), max_free=int(cfg["slots_per_worker"]))
-            plan.cgroup = True
-        except cgroup.CgroupError as exc:
-            layers["cgroup"] = LayerStatus("cgroup", False, f"{exc}{userns_note}")
-        except OSError as exc:  # pragma: no cover - /proc unreadable
-            layers["cgroup"] = LayerStatus("cgroup", False, f"cannot read the cgroup mounts: {exc}")
+        _off(layers, "cgroup")
+        return None
+    try:
+        cgroups = cgroup.CgroupLayer.setup(cfg.get("cgroup_parent"), max_free=int(cfg["slots_per_worker"]))
+    except cgroup.CgroupError as exc:
+        _off(layers, "cgroup", f"{exc}{note}")
+        return None
+    except OSError as exc:  # pragma: no cover - /proc unreadable
+        _off(layers, "cgroup", f"cannot read the cgroup mounts: {exc}")
+        return None
+    plan.cgroup = True
+    return cgroups
 
+
+def setup_worker(cfg: dict, scratch_dir: str) -> WorkerIsolation:
+    """Apply the worker-wide layers to the calling (worker) process and plan the per-call ones.
+
+    The steps, in this order (each records its layers' statuses): parent-death signal and child subreaper,
+    the namespaces (:func:`_enter_worker_namespaces`), who a call runs as (:func:`_plan_identity`), its mounts
+    (:func:`_plan_mounts`), what it may read and import (:func:`_plan_read_grants`), then the seccomp filter,
+    the Landlock rules and the cgroup layer prepared once for every call.
+
+    Args:
+        cfg: :meth:`SandboxConfig.to_worker_dict` output.
+        scratch_dir: an empty directory for this worker's call scratch directories (created if missing).
+
+    Returns:
+        The statuses of worker-wide layers and an unprobed :class:`CallPlan`.
+    """
+    layers: dict[str, LayerStatus] = {}
+    _linux.set_parent_death_signal(signal.SIGKILL)
+    _linux.set_child_subreaper()
+    os.makedirs(scratch_dir, mode=0o711, exist_ok=True)
+    host_uid = os.geteuid()  # before the user namespace: inside it the worker is uid 0
+    ns = _enter_worker_namespaces(cfg, scratch_dir, layers)
+    plan = CallPlan(
+        pid_namespace=ns.pid_ns_fd is not None,
+        uid=int(cfg["sandbox_uid"]),
+        gid=int(cfg["sandbox_gid"]),
+        nproc=int(cfg["nproc_limit"]),
+        nofile=int(cfg["nofile_limit"]),
+        fsize_mb=int(cfg["fsize_mb"]),
+    )
+    allocator = _plan_identity(cfg, plan, layers, host_uid, ns.in_userns)
+    _plan_mounts(cfg, plan, layers, ns.mounts_private)
+    _plan_read_grants(cfg, plan, scratch_dir, ns.in_userns)
+    seccomp_filter = _prepare_seccomp(cfg, plan, layers)
+    rules = _prepare_landlock(cfg, plan, layers)
+    cgroups = _prepare_cgroup(cfg, plan, layers, ns.note)
+    scratch_mb, scratch_inodes = int(cfg["scratch_mb"]), int(cfg.get("scratch_inodes", 65536))
     return WorkerIsolation(
         layers=layers,
         plan=plan,
         scratch_dir=scratch_dir,
-        self_pid_ns_fd=self_ns_fd,
+        self_pid_ns_fd=ns.pid_ns_fd,
         seccomp_filter=seccomp_filter,
         landlock_rules=rules,
         cgroups=cgroups,
         uid_allocator=allocator,
         shared_uid=(int(cfg["sandbox_uid"]), int(cfg["sandbox_gid"])),
-        call_scratch_tmpfs=(
-            f"size={scratch_mb}m,nr_inodes={scratch_inodes},mode=0700" if worker_mounts_private else None
-        ),
+        call_scratch_tmpfs=(f"size={scratch_mb}m,nr_inodes={scratch_inodes},mode=0700" if ns.mounts_private else None),
     )
 
 

@@ -26,6 +26,16 @@ import yaml
 logger = logging.getLogger(__name__)
 
 
+def check_choice(key: str, value: Any, choices: Sequence[str]) -> None:
+    """Refuse a setting that is not one of ``choices`` (at least two), naming them.
+
+    Raises:
+        ValueError: ``{key} must be a, b or c, got 'x'``.
+    """
+    if value not in choices:
+        raise ValueError(f"{key} must be {', '.join(choices[:-1])} or {choices[-1]}, got {value!r}")
+
+
 def plain_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:
     """``dataclasses.asdict`` factory that writes tuples as lists (``yaml.safe_dump`` refuses tuples)."""
     return {k: list(v) if isinstance(v, tuple) else v for k, v in items}
@@ -305,6 +315,7 @@ __all__ = [
     "section_types",
     "BASE_KEY",
     "build_dataclass",
+    "check_choice",
     "dump_config",
     "load_dataclass_config",
     "merge",

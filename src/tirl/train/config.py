@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from tirl.algo.roc import RocConfig
-from tirl.config import dump_config, load_dataclass_config, parse_overrides, plain_dict
+from tirl.config import check_choice, dump_config, load_dataclass_config, parse_overrides, plain_dict
 from tirl.protocol.config import ProtocolConfig
 from tirl.reward.types import VerifierConfig
 from tirl.rollout.agent_loop import AgentLoopSettings
@@ -50,6 +50,10 @@ class LoraSettings:
     target_modules: list[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
+
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""The values of ``model.dtype`` (RL and SFT recipes)."""
 
 
 @dataclass
@@ -324,11 +328,9 @@ class RLConfig:
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
 
     def validate(self, num_processes: int = 1) -> None:
-        """Check the configuration and the batch arithmetic for ``num_processes`` training processes.
-
-        Groups must never span processes: RoC and the group advantage need all of a problem's trajectories
-        in one process (see :mod:`tirl.train.rollout_func`), so ``problems_per_step`` must be a multiple of the
-        number of processes, and each process's trajectories a multiple of the micro-batch size.
+        """Check the configuration and the batch arithmetic for ``num_processes`` training processes: the
+        group and the selection rule, the batches (:meth:`_check_batches`), the optimiser's choices, and the
+        inference servers (:meth:`_check_servers`).
 
         Raises:
             ValueError: with the offending field(s) named.
@@ -352,31 +354,47 @@ class RLConfig:
         self.watchdog.validate()
         if r.context_window is not None and r.context_window < 2:
             raise ValueError("rollout.context_window must be >= 2 or null")
+        self._check_batches(num_processes)
+        if o.loss_type not in ("dapo", "grpo", "dr_grpo", "bnpo"):
+            raise ValueError(f"optim.loss_type {o.loss_type!r} is not supported (dapo, grpo, dr_grpo, bnpo)")
+        if not 0.0 < o.retain_high_entropy_token_ratio <= 1.0:
+            raise ValueError("optim.retain_high_entropy_token_ratio must be in (0, 1] (1.0 = all tokens)")
+        check_choice("optim.entropy_mask_scope", o.entropy_mask_scope, ("sequence", "batch"))
+        check_choice("model.dtype", self.model.dtype, DTYPES)
+        self._check_servers(num_processes)
+
+    def _check_batches(self, num_processes: int) -> None:
+        """Groups must never span processes: RoC and the group advantage need all of a problem's trajectories
+        in one process (see :mod:`tirl.train.rollout_func`), so ``problems_per_step`` must be a multiple of the
+        number of processes, and each process's trajectories a multiple of the micro-batch size.
+
+        Raises:
+            ValueError: a count below 1 or a batch that does not divide.
+        """
         if self.max_steps < 1 or self.problems_per_step < 1 or self.save_steps < 1:
             raise ValueError("max_steps, problems_per_step and save_steps must be >= 1")
         if self.problems_per_step % num_processes:
             raise ValueError(
                 f"problems_per_step={self.problems_per_step} must be a multiple of the {num_processes} processes"
             )
-        per_process = self.problems_per_step // num_processes * r.group_size
-        if per_process % o.per_device_train_batch_size:
+        per_process = self.problems_per_step // num_processes * self.rollout.group_size
+        if per_process % self.optim.per_device_train_batch_size:
             raise ValueError(
                 f"each process trains on {per_process} trajectories per step (problems_per_step / processes * "
                 f"group_size), which must be a multiple of optim.per_device_train_batch_size="
-                f"{o.per_device_train_batch_size}"
+                f"{self.optim.per_device_train_batch_size}"
             )
-        if o.loss_type not in ("dapo", "grpo", "dr_grpo", "bnpo"):
-            raise ValueError(f"optim.loss_type {o.loss_type!r} is not supported (dapo, grpo, dr_grpo, bnpo)")
-        if not 0.0 < o.retain_high_entropy_token_ratio <= 1.0:
-            raise ValueError("optim.retain_high_entropy_token_ratio must be in (0, 1] (1.0 = all tokens)")
-        if o.entropy_mask_scope not in ("sequence", "batch"):
-            raise ValueError(f"optim.entropy_mask_scope must be sequence or batch, got {o.entropy_mask_scope!r}")
-        if self.model.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"model.dtype must be auto, float32, bfloat16 or float16, got {self.model.dtype!r}")
-        if r.server_api not in ("openai", "sglang"):
-            raise ValueError(f"rollout.server_api must be openai or sglang, got {r.server_api!r}")
-        if r.server_sync not in ("auto", "adapter", "weights"):
-            raise ValueError(f"rollout.server_sync must be auto, adapter or weights, got {r.server_sync!r}")
+
+    def _check_servers(self, num_processes: int) -> None:
+        """The inference-server settings of ``rollout``: the API, what is sent, the launched server, the list
+        of servers and their scheduler, TRL's vLLM mode.
+
+        Raises:
+            ValueError: an unknown choice or a combination that cannot work, naming the keys.
+        """
+        r = self.rollout
+        check_choice("rollout.server_api", r.server_api, ("openai", "sglang"))
+        check_choice("rollout.server_sync", r.server_sync, ("auto", "adapter", "weights"))
         if r.server_url and r.use_vllm:
             raise ValueError("rollout.server_url cannot be combined with rollout.use_vllm")
         if r.launch_server is True and (r.server_url or r.use_vllm):
@@ -401,14 +419,10 @@ class RLConfig:
         urls = r.server_urls
         if len(set(urls)) != len(urls):
             raise ValueError(f"rollout.server_url names a server twice: {', '.join(urls)}")
-        if r.server_scheduler not in ("kv_aware", "static", "round_robin"):
-            raise ValueError(
-                f"rollout.server_scheduler must be kv_aware, static or round_robin, got {r.server_scheduler!r}"
-            )
+        check_choice("rollout.server_scheduler", r.server_scheduler, ("kv_aware", "static", "round_robin"))
         if r.server_kv_capacity is not None and r.server_kv_capacity <= 0:
             raise ValueError("rollout.server_kv_capacity must be a positive number of tokens")
-        if r.vllm_mode not in ("colocate", "server"):
-            raise ValueError(f"rollout.vllm_mode must be colocate or server, got {r.vllm_mode!r}")
+        check_choice("rollout.vllm_mode", r.vllm_mode, ("colocate", "server"))
 
     def server_sync_mode(self) -> str:
         """``adapter`` or ``weights``: what :class:`tirl.train.server_policy.ServerPolicySync` sends."""
@@ -446,6 +460,7 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
 
 
 __all__ = [
+    "DTYPES",
     "DataConfig",
     "LoggingConfig",
     "LoraSettings",

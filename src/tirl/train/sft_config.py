@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tirl.config import load_dataclass_config, plain_dict
+from tirl.config import check_choice, load_dataclass_config, plain_dict
 from tirl.protocol.config import ProtocolConfig
-from tirl.train.config import ModelConfig
+from tirl.train.config import DTYPES, ModelConfig
 
 
 @dataclass
@@ -157,10 +157,8 @@ class SFTConfig:
             raise ValueError("save_steps and logging.logging_steps must be >= 1")
         if self.data.max_length < 16:
             raise ValueError("data.max_length must be >= 16 tokens")
-        if o.loss_type not in ("nll", "dft"):
-            raise ValueError(f"optim.loss_type must be nll or dft, got {o.loss_type!r}")
-        if self.model.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"model.dtype must be auto, float32, bfloat16 or float16, got {self.model.dtype!r}")
+        check_choice("optim.loss_type", o.loss_type, ("nll", "dft"))
+        check_choice("model.dtype", self.model.dtype, DTYPES)
 
     def gradient_accumulation_steps(self, num_processes: int = 1) -> int:
         """Micro-batches per optimiser step on each process."""

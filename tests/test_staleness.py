@@ -26,7 +26,7 @@ def test_default_is_synchronous():
         (["rollout.temperature=0.7"], "rollout.temperature=1"),
         (["rollout.top_p=0.95"], "rollout.top_p=1"),
         (["rollout.server_url=null"], "rollout.server_url"),
-        (["rollout.server_url=null", "rollout.use_vllm=true"], "rollout.server_url"),
+        (["rollout.server_url=null", "rollout.use_vllm=true", "rollout.vllm_mode=server"], "vllm_mode=colocate"),
         (["rollout.max_staleness=-1"], ">= 0"),
         (["rollout.staleness_is_cap=1.0"], "> 1"),
         (["rollout.staleness_correction=sequence"], "token_truncate or sequence_mask"),
@@ -43,6 +43,7 @@ def test_k_over_0_refuses_what_breaks_the_correction_in_one_line_naming_the_fix(
 @pytest.mark.parametrize("extra", [[], ["rollout.staleness_correction=sequence_mask", "rollout.staleness_is_cap=5"]])
 def test_k_over_0_on_a_server_at_temperature_1_is_accepted(extra):
     _config(*SERVER, "rollout.max_staleness=2", *extra).validate()
+    _config(*SERVER, "rollout.server_url=null", "rollout.use_vllm=true", "rollout.max_staleness=1", *extra).validate()
     _config(
         "rollout.launch_server=true", "rollout.temperature=1.0", "problems_per_step=2", "rollout.max_staleness=1"
     ).validate()

@@ -91,3 +91,57 @@ def test_k_1_trains_step_n_plus_1_on_version_n_with_the_correction_and_its_metri
         assert math.isfinite(float(r.get("grad_norm", r.get("train/grad_norm", 0.0))))
     # what the loss saw: TRL's old log-probs are the trainer's pre-update policy (computed for the correction)
     assert all(t.finish_reason != "error" for t in out["run"].rollout.last.trajectories)
+
+
+def test_k_1_over_two_servers_one_killed_mid_rollout_loses_nothing(tmp_path, tiny_model_dir):
+    """Two testing servers behind the rollout scheduler, server B killed during the rollout of step 3 (generated on
+    version 1's adapter while step 2 updates, on a background thread): failed over to A, every requested
+    trajectory comes back once, and the run trains all three steps with lag 0, 1, 1."""
+    from test_train_multi_server import PER_STEP, PROBLEMS, STEPS, RecordingSource, _check_counts, _server
+    from tirl.models import load_tokenizer
+    from tirl.rollout.scheduler import endpoint_key
+    from tirl.runs.metrics import read_metrics
+    from tirl.sandbox import LocalSandbox
+    from tirl.train.rl import build_trainer
+
+    class ServedRecording(RecordingSource):
+        def generate_served(self, problems: Any, n: int, *, seed: int) -> Any:
+            trajectories = super().generate_served(problems, n, seed=seed)
+            self.steps.append(
+                {
+                    "trajectories": list(trajectories),
+                    "sched": dict(self.last_scheduler_stats),
+                    "expected": len(problems) * n,
+                }
+            )
+            return trajectories
+
+    server_a, pushes_a, _ = _server(tiny_model_dir, kill_switch=False)
+    server_b, pushes_b, switch = _server(tiny_model_dir, kill_switch=True)
+    with server_a, server_b:
+        overrides = tiny_run_overrides(tmp_path, tiny_model_dir, max_steps=STEPS) + [
+            "model.lora.enabled=true",
+            "model.lora.r=4",
+            f"rollout.server_url={server_a.url},{server_b.url}",
+            "optim.learning_rate=5e-2",
+            "rollout.temperature=1.0",
+            "rollout.max_staleness=1",
+        ]
+        config = load_config(None, overrides)
+        source = ServedRecording(config, load_tokenizer(str(tiny_model_dir)), executor_factory=lambda: LocalSandbox())
+        run = build_trainer(config, problems=PROBLEMS, source=source, scorer=AlternatingScorer(), num_processes=1)
+        try:
+            run.trainer.train()
+        finally:
+            run.close()
+    steps = source.steps
+    assert switch.fired and server_b.killed and len(steps) == STEPS
+    for step in steps:
+        _check_counts(step)
+        assert all(t.finish_reason != "error" for t in step["trajectories"])  # failed over, not lost
+    assert len(pushes_a) == len(pushes_b) == 2  # version 0 before step 1, version 1 after it; B dies in step 3's
+    key_b = endpoint_key(server_b.url)
+    assert steps[2]["sched"][f"sched/alive/{key_b}"] == 0 and steps[2]["sched"]["sched/failovers"] >= 1
+    assert sum(len(s["trajectories"]) for s in steps) == STEPS * PER_STEP
+    rows = [r for r in read_metrics(tmp_path) if "loss" in r]
+    assert [r["tirl/stale/lag_1"] for r in rows] == [0.0, 1.0, 1.0]

@@ -157,13 +157,14 @@ class RolloutConfig(AgentLoopSettings):
             which denies a policy the escape of answers too large to compare.
         max_staleness: k, the most optimizer steps by which the policy that samples a trajectory may lag the
             policy that trains on it (issue 42; :mod:`tirl.train.staleness`). 0 (the default): synchronous, every
-            step samples from the weights it updates. k > 0: the groups of steps n+1..n+k are generated on the
-            inference server(s) (``server_url``, ``launch_server``) while step n updates; a group is never started
-            when it would be trained more than k steps after its admission, groups are trained oldest first and
-            nothing finished is dropped; each stale token is weighted by ``staleness_correction``. Needs
-            ``temperature: 1`` and ``top_p: 1`` (the generator's log-probs are the behaviour policy's only then)
-            and a server; the in-process engine and TRL's colocated vLLM are refused (they share the trainer's
-            weights or device and cannot overlap with the update).
+            step samples from the weights it updates. k > 0: the groups of steps n+1..n+k are generated while
+            step n updates; a group is never started when it would be trained more than k steps after its
+            admission, groups are trained oldest first and nothing finished is dropped; each stale token is
+            weighted by ``staleness_correction``. Needs ``temperature: 1`` and ``top_p: 1`` (the generator's
+            log-probs are the behaviour policy's only then) and a generator with its own weights: inference
+            server(s) (``server_url``, ``launch_server``) or TRL's colocated vLLM (``use_vllm``); the in-process
+            engine is refused (it samples the trainer's own weight tensors, which the update changes in place,
+            on the same cores: it cannot overlap).
         staleness_correction: how a token sampled by an older policy is weighted when ``max_staleness > 0``:
             ``token_truncate`` (the default: each token's loss times min(pi_trainer / pi_behaviour,
             ``staleness_is_cap``), truncated importance sampling per token) or ``sequence_mask`` (a whole
@@ -457,11 +458,17 @@ class RLConfig:
                 f"which needs rollout.temperature=1 and rollout.top_p=1 (got {r.temperature:g} and {r.top_p:g}): "
                 "set both to 1, or rollout.max_staleness=0"
             )
-        if r.use_vllm or not (r.server_url or r.launch_server):
+        if r.use_vllm and r.vllm_mode != "colocate":
             raise ValueError(
-                f"rollout.max_staleness={r.max_staleness} overlaps generation with the update on an inference "
-                "server: set rollout.server_url or rollout.launch_server=true (the in-process engine and TRL's "
-                "colocated vLLM share the trainer's weights and device), or rollout.max_staleness=0"
+                f"rollout.max_staleness={r.max_staleness} with use_vllm needs rollout.vllm_mode=colocate (tirl's agent "
+                "loop does not run on TRL's vLLM server mode), or rollout.server_url"
+            )
+        if not (r.use_vllm or r.server_url or r.launch_server):
+            raise ValueError(
+                f"rollout.max_staleness={r.max_staleness} overlaps generation with the update on a generator that "
+                "holds its own weights: set rollout.server_url, rollout.launch_server=true or rollout.use_vllm=true "
+                "(the in-process engine samples the trainer's own weight tensors, which the update changes in "
+                "place), or rollout.max_staleness=0"
             )
 
     def server_sync_mode(self) -> str:

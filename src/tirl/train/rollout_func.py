@@ -31,6 +31,13 @@ Outputs per slot: ``prompt_ids``, ``completion_ids`` (model and tool tokens, nev
 ``logprobs`` (sampling log-probs, 0.0 on tool tokens), ``env_mask`` (1 = model token, 0 = tool/injected),
 ``tirl_reward`` (passed through to :func:`passthrough_reward`), ``tirl_advantage``, and ``tirl_metrics``.
 
+With ``rollout.max_staleness: k > 0`` (issue 42) the step's batch comes from a
+:class:`tirl.train.staleness.StalenessProducer` instead: generated and scored on a background thread by a
+:class:`ServedSource` (inference servers, colocated vLLM) up to k optimizer steps earlier, for the problems of
+:func:`tirl.train.staleness.planned_problems` (TRL's prompts give only their count); selection, advantages, slots,
+masking, the audit, the watchdog and the trajectory log below are the same code on it. k = 0 is the synchronous
+path, unchanged.
+
 This module does not build the trainer or the dataset (:mod:`tirl.train.rl`).
 """
 
@@ -431,7 +438,11 @@ class RocRolloutFunc:
 
             max_steps = int(getattr(getattr(trainer, "state", None), "max_steps", 0) or self.config.max_steps)
             self.producer = StalenessProducer(
-                generate, lambda: source.push_policy(trainer), self.config.rollout.max_staleness, max_steps
+                generate,
+                lambda: source.push_policy(trainer),
+                self.config.rollout.max_staleness,
+                max_steps,
+                agree=bool if world == 1 else (lambda flag: _on_every_rank(flag, accelerator)),
             )
         return self.producer
 
@@ -504,6 +515,14 @@ class RocRolloutFunc:
                     }
 
         write_step_log(self.config.output_dir, step + 1, process_index, records())
+
+
+def _on_every_rank(flag: bool, accelerator: Any) -> bool:
+    """Whether ``flag`` holds on every training process (a gather: every process must call it)."""
+    import torch
+
+    gathered = accelerator.gather(torch.tensor([1.0 if flag else 0.0], device=accelerator.device))
+    return bool(gathered.min().item() > 0.5)
 
 
 def _empty(traj: Trajectory) -> bool:
@@ -682,12 +701,17 @@ class AgentLoopSource:
     def serves_own_weights(self) -> bool:
         """Whether the generator holds its own copy of the policy (inference servers), so that generation can
         overlap the update (``rollout.max_staleness > 0``)."""
-        return bool(self.config.rollout.server_urls)
+        r = self.config.rollout
+        return bool(r.server_urls) or (self._engine_factory is None and r.use_vllm)
 
     def push_policy(self, trainer: Any) -> None:
         """Send the trainer's current weights (or adapter) to the servers (``max_staleness > 0``: on the trainer's
-        thread, between steps, when no batch is generating; :class:`tirl.train.staleness.StalenessProducer`)."""
-        with _policy_for_generation(trainer) as model:
+        thread, between steps, when no batch is generating; :class:`tirl.train.staleness.StalenessProducer`).
+        Colocated vLLM: TRL has pushed them already at the start of the step (after
+        :meth:`tirl.train.trainer.RocGRPOTrainer` waited for the batches generating), so this only builds the
+        engine."""
+        uses_vllm = self._engine_factory is None and getattr(getattr(trainer, "args", None), "use_vllm", False)
+        with contextlib.nullcontext(None) if uses_vllm else _policy_for_generation(trainer) as model:
             self._push(model, trainer)
 
     def generate_served(self, problems: Sequence[Problem], samples_per_problem: int, *, seed: int) -> list[Trajectory]:

@@ -244,6 +244,9 @@ class RocGRPOTrainer(trl.GRPOTrainer):
             def timed_sync() -> None:
                 import time
 
+                producer = getattr(getattr(self, "rollout_func", None), "producer", None)
+                if producer is not None:  # max_staleness > 0: batches in flight finish on their version first
+                    producer.wait_idle()
                 t0 = time.perf_counter()
                 push()
                 self._metrics["train"]["tirl/time/sync_s"].append(time.perf_counter() - t0)

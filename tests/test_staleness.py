@@ -333,3 +333,18 @@ def test_sequence_mask_drops_whole_rows_outside_the_cap_and_nan_log_probs_count_
     assert m["stale/is_clipped"] == pytest.approx(3 / 5)
     with pytest.raises(ValueError, match="token_truncate or sequence_mask"):
         staleness_weights(pi, mu, mask, mode="token", cap=2.0)
+
+
+def test_a_run_that_ends_up_generating_in_process_is_refused_at_k_over_0(tmp_path):
+    """``launch_server: auto`` falls back to the in-process engine when vLLM is missing: the rollout function
+    refuses k > 0 then, in one line naming the fix, rather than overlapping generation with the update of the same
+    weight tensors."""
+    config = load_config(
+        None,
+        [f"output_dir={tmp_path}", "rollout.group_size=2", "roc.min_per_class=1", "rollout.max_staleness=1"],
+    )
+    in_process = SimpleNamespace(generate=None, generate_served=None, serves_own_weights=False)
+    with pytest.raises(ValueError) as info:
+        RocRolloutFunc(config, HARD, in_process, ParityScorer(), pad_token_id=0)
+    assert "\n" not in str(info.value) and "rollout.server_url" in str(info.value)
+    RocRolloutFunc(config, HARD, SlowMultiTurnServer(), ParityScorer(), pad_token_id=0)  # a served source is taken

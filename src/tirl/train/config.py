@@ -159,6 +159,29 @@ class RolloutConfig(AgentLoopSettings):
         mask_verifier_timeouts: a verifier that misses its deadline on an answer masks that trajectory like
             any other infrastructure failure (:mod:`tirl.algo.infra`); false grades it as wrong (reward 0),
             which denies a policy the escape of answers too large to compare.
+        max_staleness: k, the most optimizer steps by which the policy that samples a trajectory may lag the
+            policy that trains on it (issue 42; :mod:`tirl.train.staleness`). 0 (the default): synchronous, every
+            step samples from the weights it updates. k > 0: the groups of steps n+1..n+k are generated while
+            step n updates; a group is never started when it would be trained more than k steps after its
+            admission, groups are trained oldest first and nothing finished is dropped; each stale token is
+            weighted by ``staleness_correction``. Needs ``temperature: 1`` and ``top_p: 1`` (the generator's
+            log-probs are the behaviour policy's only then) and a generator with its own weights: inference
+            server(s) (``server_url``, ``launch_server``) or TRL's colocated vLLM (``use_vllm``); the in-process
+            engine is refused (it samples the trainer's own weight tensors, which the update changes in place,
+            on the same cores: it cannot overlap).
+        staleness_correction: how a token sampled by an older policy is weighted when ``max_staleness > 0``:
+            ``token_truncate`` (the default: each token's loss times min(pi_trainer / pi_behaviour,
+            ``staleness_is_cap``), truncated importance sampling per token) or ``sequence_mask`` (a whole
+            trajectory is left out of the loss when its product of token ratios is outside [1 / cap, cap]).
+            pi_trainer is the trainer's policy before the step's update, pi_behaviour the generator's per-token
+            log-prob. Token-level truncation was the most robust choice on long horizons in the published
+            comparisons (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
+            training", the TIS of verl/TRL; sequence ratios grow with length and collapse the effective sample
+            size on multi-turn trajectories).
+        staleness_is_cap: C, the truncation cap of the importance ratio (> 1). 2.0 is the TIS paper's value and
+            TRL's ``vllm_importance_sampling_cap`` default: it bounds a token's weight (and so the variance an
+            off-policy token adds) to twice its on-policy weight while leaving the ratios of a one- or two-step lag
+            (measured near 1) untouched. The share of tokens it clips is logged (``stale/is_clipped``).
     """
 
     max_turns: int = 10
@@ -186,6 +209,9 @@ class RolloutConfig(AgentLoopSettings):
     vllm_tensor_parallel_size: int = 1
     vllm_importance_sampling_correction: bool = True
     mask_verifier_timeouts: bool = True
+    max_staleness: int = 0
+    staleness_correction: str = "token_truncate"
+    staleness_is_cap: float = 2.0
 
     @property
     def server_urls(self) -> list[str]:
@@ -330,7 +356,7 @@ class RLConfig:
     def validate(self, num_processes: int = 1) -> None:
         """Check the configuration and the batch arithmetic for ``num_processes`` training processes: the
         group and the selection rule, the batches (:meth:`_check_batches`), the optimiser's choices, and the
-        inference servers (:meth:`_check_servers`).
+        inference servers (:meth:`_check_servers`), the staleness bound (:meth:`_validate_staleness`).
 
         Raises:
             ValueError: with the offending field(s) named.
@@ -362,6 +388,7 @@ class RLConfig:
         check_choice("optim.entropy_mask_scope", o.entropy_mask_scope, ("sequence", "batch"))
         check_choice("model.dtype", self.model.dtype, DTYPES)
         self._check_servers(num_processes)
+        self._validate_staleness()
 
     def _check_batches(self, num_processes: int) -> None:
         """Groups must never span processes: RoC and the group advantage need all of a problem's trajectories
@@ -423,6 +450,37 @@ class RLConfig:
         if r.server_kv_capacity is not None and r.server_kv_capacity <= 0:
             raise ValueError("rollout.server_kv_capacity must be a positive number of tokens")
         check_choice("rollout.vllm_mode", r.vllm_mode, ("colocate", "server"))
+
+    def _validate_staleness(self) -> None:
+        """The checks of ``rollout.max_staleness`` and its correction (one line each, naming the fix)."""
+        r = self.rollout
+        if r.max_staleness < 0:
+            raise ValueError(f"rollout.max_staleness must be >= 0 (0 = synchronous), got {r.max_staleness}")
+        check_choice("rollout.staleness_correction", r.staleness_correction, ("token_truncate", "sequence_mask"))
+        if not r.staleness_is_cap > 1.0:
+            raise ValueError(f"rollout.staleness_is_cap must be > 1, got {r.staleness_is_cap}")
+        if r.max_staleness == 0:
+            return
+        if r.temperature != 1.0 or r.top_p != 1.0:
+            # the generator's log-probs are of the tempered / nucleus-renormalised distribution, not of the policy
+            # the trainer scores: an unchanged policy would read ratios far from 1 (trl PR #7269)
+            raise ValueError(
+                f"rollout.max_staleness={r.max_staleness} reuses the generator's log-probs as the behaviour policy, "
+                f"which needs rollout.temperature=1 and rollout.top_p=1 (got {r.temperature:g} and {r.top_p:g}): "
+                "set both to 1, or rollout.max_staleness=0"
+            )
+        if r.use_vllm and r.vllm_mode != "colocate":
+            raise ValueError(
+                f"rollout.max_staleness={r.max_staleness} with use_vllm needs rollout.vllm_mode=colocate (tirl's agent "
+                "loop does not run on TRL's vLLM server mode), or rollout.server_url"
+            )
+        if not (r.use_vllm or r.server_url or r.launch_server):
+            raise ValueError(
+                f"rollout.max_staleness={r.max_staleness} overlaps generation with the update on a generator that "
+                "holds its own weights: set rollout.server_url, rollout.launch_server=true or rollout.use_vllm=true "
+                "(the in-process engine samples the trainer's own weight tensors, which the update changes in "
+                "place), or rollout.max_staleness=0"
+            )
 
     def server_sync_mode(self) -> str:
         """``adapter`` or ``weights``: what :class:`tirl.train.server_policy.ServerPolicySync` sends."""

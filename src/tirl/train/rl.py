@@ -75,6 +75,8 @@ class BuiltRun:
     def close(self, interrupted: bool = False) -> None:
         """Release the rollout's sandbox, engine and event loop; ``interrupted``: the sandbox and the loop only
         (the engine may be inside a generation call that cannot be cut short; the process is about to end)."""
+        if not interrupted:
+            self.rollout.close()  # max_staleness > 0: batches still generating finish before the engine closes
         closer = getattr(self.rollout.source, "close_sandbox" if interrupted else "close", None)
         if closer is None and interrupted:
             closer = getattr(self.rollout.source, "close", None)

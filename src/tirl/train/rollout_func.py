@@ -31,6 +31,13 @@ Outputs per slot: ``prompt_ids``, ``completion_ids`` (model and tool tokens, nev
 ``logprobs`` (sampling log-probs, 0.0 on tool tokens), ``env_mask`` (1 = model token, 0 = tool/injected),
 ``tirl_reward`` (passed through to :func:`passthrough_reward`), ``tirl_advantage``, and ``tirl_metrics``.
 
+With ``rollout.max_staleness: k > 0`` (issue 42) the step's batch comes from a
+:class:`tirl.train.staleness.StalenessProducer` instead: generated and scored on a background thread by a
+:class:`ServedSource` (inference servers, colocated vLLM) up to k optimizer steps earlier, for the problems of
+:func:`tirl.train.staleness.planned_problems` (TRL's prompts give only their count); selection, advantages, slots,
+masking, the audit, the watchdog and the trajectory log below are the same code on it. k = 0 is the synchronous
+path, unchanged.
+
 This module does not build the trainer or the dataset (:mod:`tirl.train.rl`).
 """
 
@@ -57,6 +64,7 @@ from tirl.rollout.agent_loop import AgentLoopConfig
 from tirl.runs.trajectories import write_step_log
 from tirl.train.config import RLConfig
 from tirl.train.metrics import step_metrics
+from tirl.train.staleness import StalenessProducer, Taken, lag_metrics, planned_problems
 from tirl.train.watchdog import RunWatchdog
 
 logger = logging.getLogger(__name__)
@@ -77,6 +85,21 @@ class TrajectorySource(Protocol):
         self, problems: Sequence[Problem], samples_per_problem: int, *, seed: int, trainer: Any
     ) -> list[Trajectory]:
         """``samples_per_problem`` trajectories per problem, flat and problem-major (group g first)."""
+        ...
+
+
+class ServedSource(TrajectorySource, Protocol):
+    """A :class:`TrajectorySource` whose generator holds its own copy of the policy (an inference server), so that
+    generation can overlap the update (``rollout.max_staleness > 0``; :mod:`tirl.train.staleness`)."""
+
+    def push_policy(self, trainer: Any) -> None:
+        """Send the trainer's current weights (or adapter) to the generator; on the trainer's thread, between
+        steps."""
+        ...
+
+    def generate_served(self, problems: Sequence[Problem], samples_per_problem: int, *, seed: int) -> list[Trajectory]:
+        """As :meth:`TrajectorySource.generate`, on the weights last pushed, never touching the trainer's model
+        (it runs on a background thread while the trainer updates)."""
         ...
 
 
@@ -215,6 +238,16 @@ class RocRolloutFunc:
         self.by_prompt: dict[str, Problem] = {}
         for p in problems:
             self.by_prompt.setdefault(p.problem, p)
+        self.problems = list(self.by_prompt.values())  # the order max_staleness > 0 plans steps from
+        self.producer: StalenessProducer[Any] | None = None
+        if config.rollout.max_staleness > 0 and not (
+            hasattr(source, "generate_served") and getattr(source, "serves_own_weights", True)
+        ):
+            raise ValueError(
+                f"rollout.max_staleness={config.rollout.max_staleness} needs an inference server to generate on "
+                "while the trainer updates, and this run generates in process (rollout.launch_server=auto found no "
+                "vLLM?): set rollout.server_url or rollout.launch_server=true, or rollout.max_staleness=0"
+            )
         self.last = RolloutStats()
         self.calls = 0
         self.watchdog = RunWatchdog(config.watchdog)
@@ -256,25 +289,15 @@ class RocRolloutFunc:
         step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
         problems = self._groups(prompts)
 
-        t0 = time.perf_counter()
-        trajectories = self.source.generate(
-            # one seed per step on every rank: the agent loop derives each trajectory's seed from it, the problem id
-            # and the sample index, so a trajectory does not depend on the rank that samples it
-            problems,
-            n,
-            seed=random.Random(f"rollout/{cfg.seed}/{step}").getrandbits(31),
-            trainer=trainer,
-        )
-        t_rollout = time.perf_counter() - t0
-        if len(trajectories) != len(problems) * n:
-            raise RuntimeError(
-                f"trajectory source returned {len(trajectories)} trajectories, expected {len(problems) * n}"
-            )
-
-        t0 = time.perf_counter()
-        repeated = [p for p in problems for _ in range(n)]
-        scores = self.scorer.score(trajectories, repeated)
-        t_verify = time.perf_counter() - t0
+        async_metrics: dict[str, float] = {}
+        if cfg.rollout.max_staleness == 0:
+            problems, trajectories, scores, t_rollout, t_verify = self._sample(problems, n, step, trainer)
+        else:
+            # bounded staleness (tirl.train.staleness): this step's batch was admitted up to k versions ago; the
+            # problems are the planned ones (TRL's prompts give their count only)
+            taken = self._producer(trainer, len(problems), n).take(step, step)
+            problems, trajectories, scores, t_rollout, t_verify = taken.result
+            async_metrics = self._async_metrics(taken, trajectories)
         # infrastructure failures (not the model's) are masked: no reward, never kept, out of the group stats
         causes = [
             infra_cause(t, s.status, mask_verifier_timeouts=cfg.rollout.mask_verifier_timeouts)
@@ -357,6 +380,7 @@ class RocRolloutFunc:
                 "verify/no_answer": float(status_counts.get("no_answer", 0)),
             }
         )
+        metrics.update(async_metrics)
         metrics.update(audit_metrics(trajectories, cfg.protocol))  # counted, never rewarded (issue 23)
         for reason in FINISH_REASONS:
             finished = sum(t.finish_reason == reason for t in trajectories)
@@ -372,6 +396,69 @@ class RocRolloutFunc:
         result: dict[str, Any] = dict(out)
         result[METRICS_KEY] = metrics  # a non-list extra field: TRL copies it into every input row
         return result
+
+    def _sample(
+        self, problems: list[Problem], n: int, step: int, trainer: Any, *, generate: Callable[..., Any] | None = None
+    ) -> tuple[list[Problem], list[Trajectory], list[Score], float, float]:
+        """Generate ``n`` trajectories per problem and score them: ``(problems, trajectories, scores, rollout
+        seconds, verification seconds)``. ``generate``: the source's ``generate_served`` (background thread,
+        max_staleness > 0); None: its ``generate`` on the trainer's current weights (synchronous path)."""
+        # one seed per step on every rank: the agent loop derives each trajectory's seed from it, the problem id
+        # and the sample index, so a trajectory does not depend on the rank that samples it
+        seed = random.Random(f"rollout/{self.config.seed}/{step}").getrandbits(31)
+        t0 = time.perf_counter()
+        if generate is None:
+            trajectories = self.source.generate(problems, n, seed=seed, trainer=trainer)
+        else:
+            trajectories = generate(problems, n, seed=seed)
+        t_rollout = time.perf_counter() - t0
+        if len(trajectories) != len(problems) * n:
+            raise RuntimeError(
+                f"trajectory source returned {len(trajectories)} trajectories, expected {len(problems) * n}"
+            )
+
+        t0 = time.perf_counter()
+        repeated = [p for p in problems for _ in range(n)]
+        scores = self.scorer.score(trajectories, repeated)
+        return problems, trajectories, scores, t_rollout, time.perf_counter() - t0
+
+    def _producer(self, trainer: Any, groups: int, n: int) -> StalenessProducer[Any]:
+        """The run's :class:`~tirl.train.staleness.StalenessProducer` (built on the first step): each batch is the
+        planned problems of its step (:func:`~tirl.train.staleness.planned_problems`, this process's share),
+        generated on the served weights and scored on a background thread."""
+        if self.producer is None:
+            accelerator = getattr(trainer, "accelerator", None)
+            rank = int(getattr(accelerator, "process_index", 0) or 0)
+            world = int(getattr(accelerator, "num_processes", 1) or 1)
+            source: Any = self.source
+
+            def generate(step: int) -> tuple[list[Problem], list[Trajectory], list[Score], float, float]:
+                planned = planned_problems(self.problems, step, groups, rank=rank, world=world, seed=self.config.seed)
+                return self._sample(planned, n, step, None, generate=source.generate_served)
+
+            max_steps = int(getattr(getattr(trainer, "state", None), "max_steps", 0) or self.config.max_steps)
+            self.producer = StalenessProducer(
+                generate,
+                lambda: source.push_policy(trainer),
+                self.config.rollout.max_staleness,
+                max_steps,
+                agree=bool if world == 1 else (lambda flag: _on_every_rank(flag, accelerator)),
+            )
+        return self.producer
+
+    def _async_metrics(self, taken: Taken[Any], trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        """``stale/lag_*`` (token-weighted staleness histogram, optimizer steps), the time the trainer waited
+        for the batch and the generation time the overlap hid (``time/overlap_saved_s``)."""
+        tokens = sum(t.num_model_tokens for t in trajectories)
+        out = lag_metrics(taken.staleness, tokens, self.config.rollout.max_staleness)
+        out["time/rollout_wait_s"] = taken.waited_s
+        out["time/overlap_saved_s"] = taken.saved_s
+        return out
+
+    def close(self) -> None:
+        """Wait for the batches still generating and stop the producer's threads (max_staleness > 0). Idempotent."""
+        if self.producer is not None:
+            self.producer.close()
 
     def _log_trajectories(
         self,
@@ -428,6 +515,14 @@ class RocRolloutFunc:
                     }
 
         write_step_log(self.config.output_dir, step + 1, process_index, records())
+
+
+def _on_every_rank(flag: bool, accelerator: Any) -> bool:
+    """Whether ``flag`` holds on every training process (a gather: every process must call it)."""
+    import torch
+
+    gathered = accelerator.gather(torch.tensor([1.0 if flag else 0.0], device=accelerator.device))
+    return bool(gathered.min().item() > 0.5)
 
 
 def _empty(traj: Trajectory) -> bool:
@@ -598,42 +693,74 @@ class AgentLoopSource:
         # particular no ZeRO-3 parameter gather of the training model
         context = contextlib.nullcontext(None) if uses_vllm else _policy_for_generation(trainer)
         with context as model:
-            if self._engine is None:
-                self._engine = self._make_engine(model, trainer)
-            elif model is not None and hasattr(self._engine, "set_model"):
-                self._engine.set_model(model)
-            scheduler = self._engine if hasattr(self._engine, "step_stats") else None
-            if self.config.rollout.server_urls:
-                if self._sync is None:
-                    from tirl.train.server_policy import ServerPolicySync
-
-                    self._sync = ServerPolicySync(
-                        self.config.rollout.server_urls,
-                        Path(self.config.output_dir) / "served_adapter",
-                        self.config.rollout.server_lora_name,
-                        mode=self.config.server_sync_mode(),
-                        api=self.config.rollout.server_api,
-                    )
-                self._sync.push(model)
-                if scheduler is not None:
-                    self._route_synced(scheduler)
-            if scheduler is not None:
-                scheduler.step_stats()  # start this step's counters now
-            stats = getattr(self._engine, "stats", None)
-            before = stats.snapshot() if stats is not None else None
-            sandbox_before = self._sandbox_counts()
+            self._push(model, trainer)
             with self._progress(trainer, len(rows) * samples_per_problem) as progress:
-                trajectories = self.runtime.rollouts(
-                    rows,
-                    samples_per_problem,
-                    self._engine,
-                    self.tokenizer,
-                    self._agent_config(),
-                    seed=seed,
-                    check_sandbox=not self._checked,
-                    on_trajectory=None if progress is None else (lambda request, traj: progress.advance(traj)),
+                return self._run(rows, samples_per_problem, seed, progress)
+
+    @property
+    def serves_own_weights(self) -> bool:
+        """Whether the generator holds its own copy of the policy (inference servers), so that generation can
+        overlap the update (``rollout.max_staleness > 0``)."""
+        r = self.config.rollout
+        return bool(r.server_urls) or (self._engine_factory is None and r.use_vllm)
+
+    def push_policy(self, trainer: Any) -> None:
+        """Send the trainer's current weights (or adapter) to the servers (``max_staleness > 0``: on the trainer's
+        thread, between steps, when no batch is generating; :class:`tirl.train.staleness.StalenessProducer`).
+        Colocated vLLM: TRL has pushed them already at the start of the step (after
+        :meth:`tirl.train.trainer.RocGRPOTrainer` waited for the batches generating), so this only builds the
+        engine."""
+        uses_vllm = self._engine_factory is None and getattr(getattr(trainer, "args", None), "use_vllm", False)
+        with contextlib.nullcontext(None) if uses_vllm else _policy_for_generation(trainer) as model:
+            self._push(model, trainer)
+
+    def generate_served(self, problems: Sequence[Problem], samples_per_problem: int, *, seed: int) -> list[Trajectory]:
+        """:meth:`generate` on the weights the servers hold (last :meth:`push_policy`), on a background thread:
+        never touches the trainer's model. The ``last_*_stats`` are this call's."""
+        return self._run(list(problems), samples_per_problem, seed, None)
+
+    def _push(self, model: Any, trainer: Any) -> None:
+        """Build the engine on first use (or hand it the current model) and send the servers the policy."""
+        if self._engine is None:
+            self._engine = self._make_engine(model, trainer)
+        elif model is not None and hasattr(self._engine, "set_model"):
+            self._engine.set_model(model)
+        scheduler = self._engine if hasattr(self._engine, "step_stats") else None
+        if self.config.rollout.server_urls:
+            if self._sync is None:
+                from tirl.train.server_policy import ServerPolicySync
+
+                self._sync = ServerPolicySync(
+                    self.config.rollout.server_urls,
+                    Path(self.config.output_dir) / "served_adapter",
+                    self.config.rollout.server_lora_name,
+                    mode=self.config.server_sync_mode(),
+                    api=self.config.rollout.server_api,
                 )
-            self._checked = True
+            self._sync.push(model)
+            if scheduler is not None:
+                self._route_synced(scheduler)
+
+    def _run(self, rows: list[Problem], samples_per_problem: int, seed: int, progress: Any) -> list[Trajectory]:
+        """The agent loop over ``rows`` on the engine as it is, with the step's engine, sandbox and scheduler
+        counters (``last_*_stats``)."""
+        scheduler = self._engine if hasattr(self._engine, "step_stats") else None
+        if scheduler is not None:
+            scheduler.step_stats()  # start this step's counters now
+        stats = getattr(self._engine, "stats", None)
+        before = stats.snapshot() if stats is not None else None
+        sandbox_before = self._sandbox_counts()
+        trajectories = self.runtime.rollouts(
+            rows,
+            samples_per_problem,
+            self._engine,
+            self.tokenizer,
+            self._agent_config(),
+            seed=seed,
+            check_sandbox=not self._checked,
+            on_trajectory=None if progress is None else (lambda request, traj: progress.advance(traj)),
+        )
+        self._checked = True
         sandbox_after = self._sandbox_counts()
         if sandbox_after is not None:  # the client is built during the first rollout: it counted from 0
             sandbox_before = sandbox_before or dict.fromkeys(sandbox_after, 0)

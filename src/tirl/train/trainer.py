@@ -244,6 +244,9 @@ class RocGRPOTrainer(trl.GRPOTrainer):
             def timed_sync() -> None:
                 import time
 
+                producer = getattr(getattr(self, "rollout_func", None), "producer", None)
+                if producer is not None:  # max_staleness > 0: batches in flight finish on their version first
+                    producer.wait_idle()
                 t0 = time.perf_counter()
                 push()
                 self._metrics["train"]["tirl/time/sync_s"].append(time.perf_counter() - t0)
@@ -262,7 +265,60 @@ class RocGRPOTrainer(trl.GRPOTrainer):
             mode = "train" if self.model.training else "eval"
             self._metrics[mode]["check/adv_diff_vs_trl"].append(float((mine - trl_adv).abs().max().item()))
             output["advantages"] = mine
+        staleness = self._tirl_staleness()
+        if staleness is not None:
+            self._correct_staleness(output, *staleness)
         return output
+
+    def _tirl_staleness(self) -> tuple[str, float] | None:
+        """``(staleness_correction, staleness_is_cap)`` when the run's ``rollout.max_staleness`` is over 0, else
+        None (the synchronous path: nothing changes)."""
+        rollout = getattr(getattr(getattr(self, "rollout_func", None), "config", None), "rollout", None)
+        if rollout is None or int(getattr(rollout, "max_staleness", 0) or 0) == 0:
+            return None
+        return str(rollout.staleness_correction), float(rollout.staleness_is_cap)
+
+    def _correct_staleness(self, output: dict[str, Any], mode: str, cap: float) -> None:
+        """Weight each model token by the truncated ratio of the trainer's policy to the generator's
+        (:func:`tirl.train.staleness.staleness_weights`), in place in ``output``.
+
+        The trainer's policy is its pre-update one: one no-grad forward pass over the generation batch (TRL's own
+        ``old_per_token_logps``, computed here because TRL computes it for its vLLM correction only); it becomes
+        the PPO ratio's denominator, so the clipped ratio measures the update and the importance weight the lag
+        (decoupled PPO). The weight (>= 0, detached) is folded into the per-token advantage, (B,) -> (B, T): for
+        the ``grpo``/``bnpo``/``dr_grpo``/``dapo`` losses ``-min(r A w, clip(r) A w) = w * -min(r A, clip(r) A)``,
+        exactly TRL's ``per_token_loss * importance_sampling_ratio``. Logs ``tirl/stale/*``.
+        """
+        from trl.models.utils import disable_gradient_checkpointing
+
+        from tirl.train.staleness import staleness_weights
+
+        sampled = output.get("sampling_per_token_logps")
+        if sampled is None:
+            raise RuntimeError("rollout.max_staleness > 0 needs the generator's log-probs (the rollout's logprobs)")
+        prompt_ids, completion_ids = output["prompt_ids"], output["completion_ids"]
+        old = output.get("old_per_token_logps")
+        if old is None:
+            with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+                old, _, _ = self._get_per_token_logps_and_entropies(
+                    self.model,
+                    torch.cat([prompt_ids, completion_ids], dim=1),
+                    torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
+                    completion_ids.size(1),
+                    batch_size=self.args.per_device_train_batch_size,
+                )
+            output["old_per_token_logps"] = old
+        mask = output["completion_mask"]
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"]
+        weights, metrics = staleness_weights(old, sampled, mask, mode=mode, cap=cap)
+        advantages = output["advantages"]
+        if advantages.dim() == 1:
+            advantages = advantages.unsqueeze(1)
+        output["advantages"] = advantages * weights.to(advantages.dtype)
+        mode_name = "train" if self.model.training else "eval"
+        for name, value in metrics.items():
+            self._metrics[mode_name][f"tirl/{name}"].append(value)
 
     def _get_train_sampler(self, dataset: Any = None) -> Any:
         """TRL's ``RepeatSampler`` whose shuffle is a function of ``(seed, epoch)`` (:class:`EpochRepeatSampler`),
@@ -380,6 +436,8 @@ class RocGRPOTrainer(trl.GRPOTrainer):
             warning = mismatch_warning(
                 logs["logprob_mismatch/mean"], logs["logprob_mismatch/max"], getattr(self.model, "dtype", None)
             )
+            if self._tirl_staleness() is not None:
+                warning = None  # max_staleness > 0 samples from older weights on purpose: tirl/stale/* measure it
             if warning and not getattr(self, "_tirl_mismatch_warned", False) and self.accelerator.is_main_process:
                 self._tirl_mismatch_warned = True  # once per run: the value is in the metrics every step
                 logging.getLogger("tirl.train.rl").warning("step %d: %s", self.state.global_step, warning)
@@ -387,7 +445,10 @@ class RocGRPOTrainer(trl.GRPOTrainer):
             logs["tirl/time/step_s"] = timing["step_s"]
             rollout = self._metrics["train"].get("tirl/time/rollout_s")
             verify = self._metrics["train"].get("tirl/time/verify_s")
-            if rollout and verify:
+            waited = self._metrics["train"].get("tirl/time/rollout_wait_s")
+            if waited:  # max_staleness > 0: the rollout ran beside the update; only the wait for it was spent
+                logs["tirl/time/update_s"] = max(0.0, timing["step_s"] - sum(waited) / len(waited))
+            elif rollout and verify:
                 spent = sum(rollout) / len(rollout) + sum(verify) / len(verify)
                 logs["tirl/time/update_s"] = max(0.0, timing["step_s"] - spent)
         super().log(logs, start_time)

@@ -15,6 +15,13 @@ import pytest
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache per engine: the tiny model needs little
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# vLLM's engine core in the API server's process (no EngineCore and Worker processes, each of which imports vLLM
+# again: a server's start-up went from 175-270 s to 45-55 s on the busy 2-core machine). The colocated engine of
+# test_colocate.py sets this in os.environ anyway (vLLM does for TRL's external launcher), so before it was set here
+# every server started after that module was already single-process and one started before it was not: a test's
+# server depended on the order the files ran in. VLLM_ENABLE_V1_MULTIPROCESSING=1 in the environment runs vLLM's
+# default three-process layout (the process-group stop of a server with children is tests/test_train_launch.py's).
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 
 @pytest.fixture(scope="session")

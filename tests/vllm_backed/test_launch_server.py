@@ -2,8 +2,9 @@
 
 Two GRPO steps of a LoRA policy on the tiny model: the run's server (eager, 1 GiB of KV) is sent the merged
 weights before each rollout, the generator/trainer log-prob gap stays inside the stated tolerance at step 2 (after
-an update with a large learning rate, so stale weights would show), and when ``train`` returns the server and its
-engine process are gone. The stand-in of ``tests/test_train_launch.py`` checks the command and ``config.yaml``.
+an update with a large learning rate, so stale weights would show), and when ``train`` returns the server's
+processes are gone (one process here: conftest.py runs vLLM's engine core in the API server's process). The
+stand-in of ``tests/test_train_launch.py`` checks the command and ``config.yaml``.
 """
 
 from __future__ import annotations

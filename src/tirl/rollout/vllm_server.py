@@ -176,10 +176,10 @@ def launch_vllm_server(
     *,
     env: Mapping[str, str] | None = None,
     timeout_s: float = 1800.0,
-    poll_s: float = 2.0,
+    poll_s: float = 0.5,
 ) -> Iterator[tuple[str, float]]:
     """Start a vLLM server with ``cmd`` (:func:`server_command`), yield ``(url, startup_s)`` once ``GET /health``
-    answers 200, and stop it on exit, whatever ends the block.
+    answers 200 (asked every ``poll_s`` seconds), and stop it on exit, whatever ends the block.
 
     The server runs in its own process group (so that its engine processes are stopped with it, and a Ctrl-C
     meant for the trainer does not reach it first); its stdout and stderr go to ``log_path``. On Linux it also

@@ -19,6 +19,7 @@ the restart step report the calls that met the restart (``sandbox/failovers``, `
 ``internal``, the sandbox's failure, never the model's); the other steps report none.
 
 Usage: python benchmarks/sandbox_restart_run.py --out DIR [--steps 10] [--restart-step 5] [--json FILE]
+[--prompt-style compact]
 """
 
 from __future__ import annotations
@@ -235,6 +236,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "logging.console=false",
             "logging.log_trajectories=true",
             "watchdog.enabled=false",
+            f"protocol.prompt_style={args.prompt_style}",
         ],
     )
     tokenizer = load_tokenizer(str(model_dir))
@@ -364,6 +366,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-after-s", type=float, default=0.5)
     parser.add_argument("--down-s", type=float, default=1.0)
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--prompt-style",
+        default="full",
+        choices=["full", "compact"],
+        help="the system prompt (protocol.prompt_style); compact: about a quarter of the prompt tokens (the test)",
+    )
     args = parser.parse_args(argv)
     return 1 if run(args)["failed_checks"] else 0
 

@@ -10,6 +10,14 @@ Model fixtures (session-scoped, built once per machine and cached under ``$TIRL_
   tokenizer and chat template (``generation_config.eos_token_id`` = [``<|im_end|>``, ``<|endoftext|>``]).
 - ``tiny_smollm2_model_dir``: the same on the SmolLM2 tokenizer (~3.2M parameters; cheaper logits).
 
+Training runs several test files read (session-scoped, trained once per session; tests/equal_steps_runs.py):
+
+- ``equal_steps_reference``: tests/equal_steps_script.py in 1 process, 3 steps of the tiny SmolLM2 model: the
+  reference of the DDP and FSDP2 tests.
+- ``ddp_two_process_run``: the same script in 2 CPU processes (``accelerate launch`` with
+  configs/accelerate/ddp-2cpu.yaml), 3 steps; read by tests/test_train_distributed.py and
+  tests/test_train_equal_steps.py.
+
 These need the packaged models (``requirements-models.txt``) but not the Qwen weight conversion.
 """
 
@@ -51,3 +59,25 @@ def tiny_smollm2_model_dir() -> Path:
     from tirl.models import cached_tiny_model
 
     return cached_tiny_model("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def equal_steps_reference(tmp_path_factory, tiny_smollm2_model_dir) -> dict:
+    """Rank 0's record of 3 steps of tests/equal_steps_script.py in 1 process (its run folder is not shared)."""
+    from equal_steps_runs import one_process, ranks, run_ok
+
+    out = tmp_path_factory.mktemp("equal-steps-one")
+    run_ok(one_process(tiny_smollm2_model_dir, out, 3))
+    return ranks(out, 1)[0]
+
+
+@pytest.fixture(scope="session")
+def ddp_two_process_run(tmp_path_factory, tiny_smollm2_model_dir) -> tuple[Path, list[dict]]:
+    """3 steps of tests/equal_steps_script.py in 2 data-parallel CPU ranks: (its output folder, whose ``run``
+    holds ``checkpoint-3``, never to be written into: copy it; the two ranks' records)."""
+    from equal_steps_runs import ranks, run_ok, script_env, two_processes
+
+    out = tmp_path_factory.mktemp("equal-steps-ddp")
+    env = script_env(ACCELERATE_USE_CPU="1")
+    run_ok(two_processes("ddp-2cpu.yaml", tiny_smollm2_model_dir, out, 3, env))
+    return out, ranks(out, 2)

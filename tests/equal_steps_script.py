@@ -1,12 +1,13 @@
-"""Run by tests/test_train_equal_steps.py, alone or under ``accelerate launch`` with configs/accelerate/ddp-2cpu.yaml
-(not a test module).
+"""Run by the DDP, FSDP2 and ZeRO-3 tests on CPU (through tests/equal_steps_runs.py), alone or under ``accelerate
+launch`` with a config of configs/accelerate/ (not a test module).
 
 Trains GRPO-RoC steps of a model with the scripted trajectory source of mp_train_script.py (fixed token sequences,
 rewards from the problem and sample index: the same batch whatever the number of processes) and writes, per rank,
 the loss and gradient norm of each step, the problems each rank received, and whether the step resumed.
 Generation is exercised too: before each rollout the source asks for the policy the agent loop would generate with
 (unwrapped from DDP) and runs one forward pass on it, recording its logits' checksum (equal on all ranks: the same
-weights).
+weights). Each step's advantage check (``check/adv_diff_vs_trl``: tirl's group advantages against TRL's own on the
+rows TRL grouped) is recorded too.
 Usage: equal_steps_script.py MODEL_DIR OUT_DIR MAX_STEPS [PER_DEVICE_BATCH]
 """
 
@@ -75,6 +76,15 @@ def main() -> None:
     source = CheckedSource(tok, stop_token_ids(tok)[0])
     run = build_trainer(config, problems=problems, source=source, scorer=ModScorer())
     trainer = run.trainer
+    diffs: list[float] = []
+    original = trainer._generate_and_score_completions
+
+    def spy(inputs: Any) -> Any:
+        output = original(inputs)
+        diffs.append(float(trainer._metrics["train"]["check/adv_diff_vs_trl"][-1]))
+        return output
+
+    trainer._generate_and_score_completions = spy
     trainer.train(resume_from_checkpoint=run.resume_from)
     from tirl.train.rollout_func import shard_numels
 
@@ -91,6 +101,7 @@ def main() -> None:
         "seen": source.seen,
         "steps": steps,
         "checksums": source.checksums,
+        "adv_diffs": diffs,
         "global_step": trainer.state.global_step,
         "resumed_from": str(run.resume_from) if run.resume_from else None,
         "distributed_type": str(trainer.accelerator.distributed_type),

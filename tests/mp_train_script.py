@@ -1,22 +1,14 @@
-"""Run by tests/test_train_distributed.py under ``accelerate launch --num_processes 2`` (not a test module).
+"""The scripted trajectory source and scorer of tests/equal_steps_script.py (not a test module).
 
-Trains 2 GRPO-RoC steps of the tiny random model with a scripted trajectory source (no generation: fixed token
-sequences whose rewards depend on the problem and the sample index), and writes, per rank, which problems the
-rollout function received in each step, the slot layout it returned, and TRL's advantage check.
-Usage: mp_train_script.py MODEL_DIR OUT_DIR
+No generation: fixed token sequences whose rewards depend on the problem and the sample index, so a batch is the
+same whatever the number of processes.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
-from tirl.data.problem import Problem
 from tirl.protocol.types import Trajectory, TurnRecord
-from tirl.train.config import load_config
-from tirl.train.rl import build_trainer
 from tirl.train.rollout_func import Score
 
 
@@ -56,64 +48,3 @@ class ModScorer:
         return [
             Score(1.0 if (t.metadata["j"] + int(p.id[1:])) % 3 == 0 else 0.0) for t, p in zip(trajectories, problems)
         ]
-
-
-def main() -> None:
-    model_dir, out_dir = sys.argv[1], Path(sys.argv[2])
-    from accelerate import PartialState
-
-    state = PartialState()
-    config = load_config(
-        None,
-        [
-            f"output_dir={out_dir / 'run'}",
-            f"model.name_or_path={model_dir}",
-            "model.dtype=float32",
-            "max_steps=2",
-            "problems_per_step=4",
-            "save_steps=100",
-            "rollout.group_size=2",
-            "rollout.oversample=2",
-            "roc.min_per_class=1",
-            "optim.per_device_train_batch_size=2",
-            "optim.warmup_steps=0",
-            "optim.learning_rate=1e-3",
-            "logging.console=false",
-        ],
-    )
-    problems = [Problem(id=f"k{i}", problem=f"scripted problem number {i}", answer="0") for i in range(8)]
-    from tirl.models import load_tokenizer
-    from tirl.protocol import stop_token_ids
-
-    tok = load_tokenizer(model_dir)
-    source = ScriptedSource(tok, stop_token_ids(tok)[0])
-    run = build_trainer(config, problems=problems, source=source, scorer=ModScorer())
-    trainer = run.trainer
-    diffs: list[float] = []
-    original = trainer._generate_and_score_completions
-
-    def spy(inputs: Any) -> Any:
-        output = original(inputs)
-        diffs.append(float(trainer._metrics["train"]["check/adv_diff_vs_trl"][-1]))
-        return output
-
-    trainer._generate_and_score_completions = spy
-    trainer.train()
-    record = {
-        "rank": state.process_index,
-        "world": state.num_processes,
-        "seen": source.seen,
-        "adv_diffs": diffs,
-        "global_step": trainer.state.global_step,
-    }
-    (out_dir / f"rank{state.process_index}.json").write_text(json.dumps(record))
-    run.close()
-    import torch.distributed as dist
-
-    if dist.is_initialized():  # tear the gloo group down before interpreter exit (an abort there failed a run)
-        dist.barrier()
-        dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()

@@ -55,3 +55,18 @@ def test_accelerate_configs_are_readable():
         assert int(data["num_processes"]) >= 2 and int(data["num_machines"]) >= 1
         if data["distributed_type"] == "FSDP":
             assert data["fsdp_config"]["fsdp_version"] == 2 and data["fsdp_config"]["fsdp_reshard_after_forward"]
+
+
+def test_the_cpu_launch_line_of_training_md_states_what_ddp_2cpu_yaml_states():
+    """docs/training.md shows the 2-process CPU launch with flags; tests/test_train_distributed.py runs it with
+    configs/accelerate/ddp-2cpu.yaml: both must give the same launch."""
+    line = next(text for f, text in launch_lines() if f.name == "training.md" and "--multi_gpu" in text)
+    flags = line.split("accelerate launch", 1)[1].split()
+    data = yaml.safe_load((ROOT / "configs" / "accelerate" / "ddp-2cpu.yaml").read_text())
+    assert line.lstrip().startswith("ACCELERATE_USE_CPU=1")  # torchrun's ranks become CPU ranks on gloo
+    assert data["distributed_type"] == "MULTI_GPU"  # what --multi_gpu selects
+    assert int(flags[flags.index("--num_processes") + 1]) == int(data["num_processes"]) == 2
+    assert "--cpu" not in flags and data["use_cpu"] is False  # --cpu / use_cpu select the 1-process launcher
+    # the settings the flags leave to accelerate's defaults
+    assert int(data["num_machines"]) == 1 and data["mixed_precision"] == "no"
+    assert "--mixed_precision" not in flags and "--num_machines" not in flags

@@ -22,7 +22,7 @@ def test_the_warning_is_silent_within_the_tolerance_and_names_both_causes_over_i
 
 
 @pytest.mark.slow
-def test_a_generator_that_keeps_stale_weights_is_warned_about_once(tmp_path, tiny_model_dir, caplog):
+def test_a_generator_that_keeps_stale_weights_is_warned_about_once(tmp_path, tiny_smollm2_model_dir, caplog):
     """A server that acknowledges the weight reload but keeps its old weights: after step 1's large update the
     gap at step 2 is over the tolerance, and the run warns (once)."""
     import torch
@@ -34,12 +34,13 @@ def test_a_generator_that_keeps_stale_weights_is_warned_about_once(tmp_path, tin
     from tirl.sandbox import LocalSandbox
     from tirl.train.rl import build_trainer
 
-    served = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    served = AutoModelForCausalLM.from_pretrained(str(tiny_smollm2_model_dir), dtype=torch.float32)
     engine = HFEngine(served, HFEngineConfig(max_batch_size=16))
-    tokenizer = load_tokenizer(str(tiny_model_dir))
-    overrides = tiny_run_overrides(tmp_path, tiny_model_dir) + [
+    tokenizer = load_tokenizer(str(tiny_smollm2_model_dir))
+    overrides = tiny_run_overrides(tmp_path, tiny_smollm2_model_dir) + [
         "optim.learning_rate=5e-1",
         "rollout.server_sync=weights",
+        "protocol.prompt_style=compact",  # ~110 prompt tokens instead of ~450: each step scores a third
     ]
     caplog.set_level(logging.WARNING, logger="tirl.train.rl")
     with TestingServer(engine, tokenizer=tokenizer, model_name="base", on_reload_weights=lambda path: None) as srv:

@@ -30,8 +30,9 @@ def _bench():
     return module
 
 
-def run_tiny(tmp_path: Path, paths: str, python: str) -> tuple[object, dict]:
-    """Run the benchmark's ``--tiny`` mode for ``paths`` with ``python``; (the module, its JSON)."""
+def run_tiny(tmp_path: Path, paths: str, python: str, problems: int = 4, samples: int = 8) -> tuple[object, dict]:
+    """Run the benchmark's ``--tiny`` mode for ``paths`` with ``python`` on ``problems`` x ``samples`` (sampled per
+    problem; RoC keeps half); (the module, its JSON)."""
     bench = _bench()
     out = tmp_path / "rl_step_bench.json"
     bench.main(
@@ -48,12 +49,17 @@ def run_tiny(tmp_path: Path, paths: str, python: str) -> tuple[object, dict]:
             str(out),
             "--timeout",
             "1500",
+            "--problems",
+            str(problems),
+            "--samples",
+            str(samples),
         ]
     )
     return bench, json.loads(out.read_text())
 
 
-def _check_phases(name, res):
+def _check_phases(name, res, trajectories=32):
+    """``res``'s phases are all there, non-negative and add up to the step; ``trajectories`` were sampled."""
     assert "phases" in res, f"{name}: {res.get('error')} {res.get('log_tail', '')[-1500:]}"
     ph = res["phases"]
     for key in ("sync", "rollout", "tools", "verify", "prepare", "update", "step", "other"):
@@ -64,17 +70,18 @@ def _check_phases(name, res):
     assert ph["tools"] <= ph["rollout"] + 1e-6 or name != "trl", ph  # TRL's tool calls are inside its rollout
     parts = sum(ph[k] for k in ("sync", "rollout", "verify", "prepare", "update"))
     assert abs(parts - ph["step"]) <= 0.1 * ph["step"], (name, parts, ph["step"])  # "other" is a small remainder
-    assert res["trajectories"] == 32, (name, res["trajectories"])  # 4 problems x 8 samples
+    assert res["trajectories"] == trajectories, (name, res["trajectories"])  # problems x samples
     assert res["model_tokens"] > 0 and res["step_x_baseline"] > 0
 
 
 def test_in_process_and_trl_paths_are_measured(tmp_path):
-    _, out = run_tiny(tmp_path, "hf,trl", sys.executable)
+    # 2 problems x 4 samples (the benchmark's default is 4 x 8): the bookkeeping is the same with fewer rows
+    _, out = run_tiny(tmp_path, "hf,trl", sys.executable, problems=2, samples=4)
     assert out["tiny"] and out["baseline"] == "hf"
     assert {"hf", "trl"} <= set(out["paths"])
     for name in ("hf", "trl"):
-        _check_phases(name, out["paths"][name])
+        _check_phases(name, out["paths"][name], trajectories=8)
     assert out["paths"]["hf"]["step_x_baseline"] == pytest.approx(1.0)
     assert out["paths"]["hf"]["phases"]["sync"] == 0.0  # the in-process engine reads the trainer's weights
-    assert out["paths"]["trl"]["trained_rows"] == 32 and out["paths"]["hf"]["trained_rows"] == 16  # RoC keeps half
-    assert out["problems"] and len(out["problems"]) == 4
+    assert out["paths"]["trl"]["trained_rows"] == 8 and out["paths"]["hf"]["trained_rows"] == 4  # RoC keeps half
+    assert out["problems"] and len(out["problems"]) == 2 and out["samples_per_problem"] == 4

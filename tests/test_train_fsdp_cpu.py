@@ -7,86 +7,37 @@ tirl.train.trainer.load_fsdp_checkpoint_weights/_optimizer) and in 2, and both c
 more steps (the second one depends on the restored optimiser state).
 
 Tolerance: relative 1e-4 on loss and gradient norm (float32; FSDP reduce-scatters the gradients and sums the
-sharded norm in another order than one process; measured below 1e-6 relative, docs/scale.md)."""
+sharded norm in another order than one process; measured below 1e-6 relative, docs/scale.md).
+
+The 1-process reference of steps 1-3 is the session's ``equal_steps_reference`` (tests/conftest.py), which the
+DDP test reads too."""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from equal_steps_runs import one_process, ranks, run_ok, script_env, two_processes
+
 pytestmark = pytest.mark.slow
-TESTS = Path(__file__).resolve().parent
-ROOT = TESTS.parent
-SCRIPT = TESTS / "equal_steps_script.py"
-CONFIG = ROOT / "configs" / "accelerate" / "fsdp2-2cpu.yaml"
 RTOL = 1e-4
 
 
-def _env() -> dict[str, str]:
-    return dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT / "src"))
-
-
-def _one_process_cmd(model_dir: Path, out: Path, steps: int) -> tuple[list[str], dict[str, str]]:
-    return [sys.executable, str(SCRIPT), str(model_dir), str(out), str(steps)], _env()
-
-
-def _two_fsdp_processes_cmd(model_dir: Path, out: Path, steps: int) -> tuple[list[str], dict[str, str]]:
-    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
-    assert accelerate, "accelerate's launcher is part of the train extra"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return (
-        [
-            accelerate,
-            "launch",
-            "--config_file",
-            str(CONFIG),
-            "--main_process_port",
-            str(port),
-            str(SCRIPT),
-            str(model_dir),
-            str(out),
-            str(steps),
-        ],
-        dict(_env(), ACCELERATE_USE_CPU="1"),
-    )
-
-
-def _run_together(*jobs: tuple[list[str], dict[str, str]]) -> None:
-    """Run the commands side by side (most of each is start-up and waiting on the other rank)."""
-    procs = [
-        subprocess.Popen(cmd, cwd=TESTS, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for cmd, env in jobs
-    ]
-    outputs = [p.communicate(timeout=900)[0] for p in procs]
-    for proc, output in zip(procs, outputs):
-        assert proc.returncode == 0, output[-6000:]
-
-
-def _ranks(out: Path, n: int) -> list[dict]:
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(n)]
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny_smollm2_model_dir):
-    base, model = tmp_path_factory.mktemp("fsdp"), tiny_smollm2_model_dir
-    _run_together(_two_fsdp_processes_cmd(model, base / "two", 3), _one_process_cmd(model, base / "one", 3))
+def runs(tmp_path_factory, tiny_smollm2_model_dir, equal_steps_reference):
+    """3 FSDP2 steps in 2 processes, and their checkpoint-3 continued for steps 4 and 5 in 1 and in 2 processes;
+    the 1-process reference of steps 1-3 is the session's (tests/conftest.py)."""
+    base, model, env = tmp_path_factory.mktemp("fsdp"), tiny_smollm2_model_dir, script_env(ACCELERATE_USE_CPU="1")
+    run_ok(two_processes("fsdp2-2cpu.yaml", model, base / "two", 3, env))
     for name in ("in-one", "in-two"):  # the 2-process checkpoint-3, continued for steps 4 and 5
         shutil.copytree(base / "two" / "run", base / name / "run")
-    _run_together(_two_fsdp_processes_cmd(model, base / "in-two", 5), _one_process_cmd(model, base / "in-one", 5))
+    run_ok(two_processes("fsdp2-2cpu.yaml", model, base / "in-two", 5, env), one_process(model, base / "in-one", 5))
     return {
-        "one": _ranks(base / "one", 1)[0],
-        "two": _ranks(base / "two", 2),
-        "in_one": _ranks(base / "in-one", 1)[0],
-        "in_two": _ranks(base / "in-two", 2),
+        "one": equal_steps_reference,
+        "two": ranks(base / "two", 2),
+        "in_one": ranks(base / "in-one", 1)[0],
+        "in_two": ranks(base / "in-two", 2),
     }
 
 

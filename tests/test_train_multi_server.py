@@ -73,7 +73,7 @@ class RecordingSource(AgentLoopSource):
         return trajectories
 
 
-def _server(tiny_model_dir: Path, kill_switch: bool) -> tuple[Any, list[str], Any]:
+def _server(tiny_smollm2_model_dir: Path, kill_switch: bool) -> tuple[Any, list[str], Any]:
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -82,7 +82,7 @@ def _server(tiny_model_dir: Path, kill_switch: bool) -> tuple[Any, list[str], An
     from tirl.models import load_tokenizer
     from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
 
-    base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_smollm2_model_dir), dtype=torch.float32)
     hf = HFEngine(copy.deepcopy(base), HFEngineConfig(max_batch_size=16))
     engine = KillSwitch(hf) if kill_switch else hf
     pushes: list[str] = []
@@ -93,25 +93,25 @@ def _server(tiny_model_dir: Path, kill_switch: bool) -> tuple[Any, list[str], An
         if kill_switch and len(pushes) == 2:  # step 2's policy arrived: die during step 2's rollout
             engine.armed = True
 
-    server = TestingServer(engine, tokenizer=load_tokenizer(str(tiny_model_dir)), on_load_lora=on_load_lora)
+    server = TestingServer(engine, tokenizer=load_tokenizer(str(tiny_smollm2_model_dir)), on_load_lora=on_load_lora)
     if kill_switch:
         engine.server = server
     return server, pushes, engine
 
 
-def _run(tmp_path: Path, tiny_model_dir: Path, failover: bool) -> dict[str, Any]:
+def _run(tmp_path: Path, tiny_smollm2_model_dir: Path, failover: bool) -> dict[str, Any]:
     from tirl.models import load_tokenizer
     from tirl.sandbox import LocalSandbox
     from tirl.train.rl import build_trainer
 
-    server_a, pushes_a, _ = _server(tiny_model_dir, kill_switch=False)
-    server_b, pushes_b, switch = _server(tiny_model_dir, kill_switch=True)
+    server_a, pushes_a, _ = _server(tiny_smollm2_model_dir, kill_switch=False)
+    server_b, pushes_b, switch = _server(tiny_smollm2_model_dir, kill_switch=True)
     with server_a, server_b:
         config = load_config(
             None,
             [
                 f"output_dir={tmp_path}",
-                f"model.name_or_path={tiny_model_dir}",
+                f"model.name_or_path={tiny_smollm2_model_dir}",
                 "model.dtype=float32",
                 "model.lora.enabled=true",
                 "model.lora.r=4",
@@ -130,12 +130,13 @@ def _run(tmp_path: Path, tiny_model_dir: Path, failover: bool) -> dict[str, Any]
                 "roc.min_per_class=1",
                 "logging.console=false",
                 "watchdog.enabled=false",
+                "protocol.prompt_style=compact",  # ~110 prompt tokens instead of ~450
                 "logging.log_trajectories=true",
             ],
         )
         config.validate(1)
         source = RecordingSource(
-            config, load_tokenizer(str(tiny_model_dir)), executor_factory=lambda: LocalSandbox(workers=1)
+            config, load_tokenizer(str(tiny_smollm2_model_dir)), executor_factory=lambda: LocalSandbox(workers=1)
         )
         run = build_trainer(config, problems=PROBLEMS, source=source, scorer=AlternatingScorer(), num_processes=1)
         try:
@@ -166,9 +167,9 @@ def _check_counts(step: dict[str, Any]) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("failover", [True, False], ids=["failover", "masked"])
 def test_a_server_killed_mid_step_is_failed_over_and_no_trajectory_is_lost_or_duplicated(
-    tmp_path, tiny_model_dir, failover
+    tmp_path, tiny_smollm2_model_dir, failover
 ):
-    out = _run(tmp_path, tiny_model_dir, failover)
+    out = _run(tmp_path, tiny_smollm2_model_dir, failover)
     source, steps = out["source"], out["source"].steps
     key_a, key_b = endpoint_key(out["a"].url), endpoint_key(out["b"].url)
     assert out["switch"].fired and out["b"].killed

@@ -47,6 +47,8 @@ def test_a_restarted_service_loses_no_trajectory_and_is_counted(tmp_path):
             "2",
             "--json",
             str(tmp_path / "r.json"),
+            "--prompt-style",
+            "compact",  # the same tool calls and restart; a quarter of the prompt tokens to generate and train on
         ],
         capture_output=True,
         text=True,

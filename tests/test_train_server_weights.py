@@ -35,7 +35,7 @@ def _merged_state(model: Any) -> dict[str, Any]:
         return {k: v.detach().clone() for k, v in merged.state_dict().items()}
 
 
-def _run(tmp_path: Path, tiny_model_dir: Path, lora: bool) -> dict[str, Any]:
+def _run(tmp_path: Path, tiny_smollm2_model_dir: Path, lora: bool) -> dict[str, Any]:
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
@@ -46,7 +46,7 @@ def _run(tmp_path: Path, tiny_model_dir: Path, lora: bool) -> dict[str, Any]:
     from tirl.sandbox import LocalSandbox
     from tirl.train.rl import build_trainer
 
-    served = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    served = AutoModelForCausalLM.from_pretrained(str(tiny_smollm2_model_dir), dtype=torch.float32)
     engine = HFEngine(served, HFEngineConfig(max_batch_size=16))
     holder: dict[str, Any] = {}
     reloads: list[dict[str, Any]] = []
@@ -61,7 +61,7 @@ def _run(tmp_path: Path, tiny_model_dir: Path, lora: bool) -> dict[str, Any]:
 
     overrides = [
         f"output_dir={tmp_path}",
-        f"model.name_or_path={tiny_model_dir}",
+        f"model.name_or_path={tiny_smollm2_model_dir}",
         "model.dtype=float32",
         "max_steps=2",
         "problems_per_step=2",
@@ -77,14 +77,18 @@ def _run(tmp_path: Path, tiny_model_dir: Path, lora: bool) -> dict[str, Any]:
         "logging.console=false",
         "watchdog.enabled=false",
         "rollout.server_sync=weights",
+        "protocol.prompt_style=compact",  # ~110 prompt tokens instead of ~450: each step scores a third
     ]
     if lora:
         overrides += ["model.lora.enabled=true", "model.lora.r=4"]
     with TestingServer(
-        engine, tokenizer=load_tokenizer(str(tiny_model_dir)), model_name="base", on_reload_weights=on_reload_weights
+        engine,
+        tokenizer=load_tokenizer(str(tiny_smollm2_model_dir)),
+        model_name="base",
+        on_reload_weights=on_reload_weights,
     ) as server:
         config = load_config(None, overrides + [f"rollout.server_url={server.url}"])
-        tokenizer = load_tokenizer(str(tiny_model_dir))
+        tokenizer = load_tokenizer(str(tiny_smollm2_model_dir))
         source = AgentLoopSource(config, tokenizer, executor_factory=lambda: LocalSandbox(workers=1))
         run = build_trainer(config, problems=PROBLEMS, source=source, scorer=AlternatingScorer(), num_processes=1)
         holder["run"] = run
@@ -96,10 +100,10 @@ def _run(tmp_path: Path, tiny_model_dir: Path, lora: bool) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full-parameter", "lora-merged"])
-def test_every_rollout_is_generated_from_the_trainers_current_weights(tmp_path, tiny_model_dir, lora):
+def test_every_rollout_is_generated_from_the_trainers_current_weights(tmp_path, tiny_smollm2_model_dir, lora):
     import torch
 
-    out = _run(tmp_path, tiny_model_dir, lora)
+    out = _run(tmp_path, tiny_smollm2_model_dir, lora)
     reloads, server, run = out["reloads"], out["server"], out["run"]
     assert len(reloads) == 2 and all(r["equal"] for r in reloads)  # one reload per rollout, the current weights
     first, second = (r["weights"] for r in reloads)

@@ -24,6 +24,9 @@ RUNS = ROOT / "runs" / "real-math"
 RESULTS = HERE / "results"
 COPIED = ("run.json", "summary.json")
 STORE = "trajectories.jsonl"
+# files that are not evaluation stores but took generation to make (build_tool_sft.py's plans: the programs the
+# model wrote); saved gzipped beside the stores, restored where the machine has fewer lines
+FILES = ("tool-sft/plans.jsonl",)
 
 
 def _lines(path: Path) -> int:
@@ -47,6 +50,12 @@ def save() -> None:
         ):
             shutil.copyfileobj(src, gz)
         print(f"saved {job.name}: {_lines(job / STORE)} samples")
+    for name in FILES:
+        if (RUNS / name).exists():
+            (RESULTS / name).parent.mkdir(parents=True, exist_ok=True)
+            with open(RUNS / name, "rb") as src, gzip.GzipFile(RESULTS / f"{name}.gz", "wb", mtime=0) as gz:
+                shutil.copyfileobj(src, gz)
+            print(f"saved {name}: {_lines(RUNS / name)} lines")
 
 
 def restore() -> None:
@@ -63,6 +72,13 @@ def restore() -> None:
         with gzip.open(archived / (STORE + ".gz"), "rb") as gz, open(job / STORE, "wb") as out:
             shutil.copyfileobj(gz, out)
         print(f"restored {archived.name}: {kept} samples")
+    for name in FILES:
+        archived = RESULTS / f"{name}.gz"
+        if archived.exists() and _lines(RUNS / name) < _lines(archived):
+            (RUNS / name).parent.mkdir(parents=True, exist_ok=True)
+            with gzip.open(archived, "rb") as gz, open(RUNS / name, "wb") as out:
+                shutil.copyfileobj(gz, out)
+            print(f"restored {name}: {_lines(RUNS / name)} lines")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -160,7 +160,7 @@ class RolloutConfig(AgentLoopSettings):
             any other infrastructure failure (:mod:`tirl.algo.infra`); false grades it as wrong (reward 0),
             which denies a policy the escape of answers too large to compare.
         max_staleness: k, the most optimizer steps by which the policy that samples a trajectory may lag the
-            policy that trains on it (issue 42; :mod:`tirl.train.staleness`). 0 (the default): synchronous, every
+            policy that trains on it (issue 42; :mod:`tirl.rollout.staleness`). 0 (the default): synchronous, every
             step samples from the weights it updates. k > 0: the groups of steps n+1..n+k are generated while
             step n updates; a group is never started when it would be trained more than k steps after its
             admission, groups are trained oldest first and nothing finished is dropped; each stale token is

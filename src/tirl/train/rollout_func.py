@@ -32,9 +32,9 @@ Outputs per slot: ``prompt_ids``, ``completion_ids`` (model and tool tokens, nev
 ``tirl_reward`` (passed through to :func:`passthrough_reward`), ``tirl_advantage``, and ``tirl_metrics``.
 
 With ``rollout.max_staleness: k > 0`` (issue 42) the step's batch comes from a
-:class:`tirl.train.staleness.StalenessProducer` instead: generated and scored on a background thread by a
+:class:`tirl.rollout.staleness.StalenessProducer` instead: generated and scored on a background thread by a
 :class:`ServedSource` (inference servers, colocated vLLM) up to k optimizer steps earlier, for the problems of
-:func:`tirl.train.staleness.planned_problems` (TRL's prompts give only their count); selection, advantages, slots,
+:func:`tirl.rollout.staleness.planned_problems` (TRL's prompts give only their count); selection, advantages, slots,
 masking, the audit, the watchdog and the trajectory log below are the same code on it. k = 0 is the synchronous
 path, unchanged.
 
@@ -57,14 +57,15 @@ from tirl.algo.advantages import group_advantages
 from tirl.algo.infra import control_metrics, infra_cause, masked_metrics
 from tirl.algo.roc import Candidate, Selection, candidate
 from tirl.algo.selection import get_rule, rule_name
+from tirl.algo.staleness import lag_metrics
 from tirl.data.problem import Problem
 from tirl.protocol.audit import audit_metrics
 from tirl.protocol.types import FINISH_REASONS, Trajectory, token_fields
 from tirl.rollout.agent_loop import AgentLoopConfig
+from tirl.rollout.staleness import StalenessProducer, Taken, planned_problems
 from tirl.runs.trajectories import write_step_log
 from tirl.train.config import RLConfig
 from tirl.train.metrics import step_metrics
-from tirl.train.staleness import StalenessProducer, Taken, lag_metrics, planned_problems
 from tirl.train.watchdog import RunWatchdog
 
 logger = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class TrajectorySource(Protocol):
 
 class ServedSource(TrajectorySource, Protocol):
     """A :class:`TrajectorySource` whose generator holds its own copy of the policy (an inference server), so that
-    generation can overlap the update (``rollout.max_staleness > 0``; :mod:`tirl.train.staleness`)."""
+    generation can overlap the update (``rollout.max_staleness > 0``; :mod:`tirl.rollout.staleness`)."""
 
     def push_policy(self, trainer: Any) -> None:
         """Send the trainer's current weights (or adapter) to the generator; on the trainer's thread, between
@@ -293,7 +294,7 @@ class RocRolloutFunc:
         if cfg.rollout.max_staleness == 0:
             problems, trajectories, scores, t_rollout, t_verify = self._sample(problems, n, step, trainer)
         else:
-            # bounded staleness (tirl.train.staleness): this step's batch was admitted up to k versions ago; the
+            # bounded staleness (tirl.rollout.staleness): this step's batch was admitted up to k versions ago; the
             # problems are the planned ones (TRL's prompts give their count only)
             taken = self._producer(trainer, len(problems), n).take(step, step)
             problems, trajectories, scores, t_rollout, t_verify = taken.result
@@ -423,8 +424,8 @@ class RocRolloutFunc:
         return problems, trajectories, scores, t_rollout, time.perf_counter() - t0
 
     def _producer(self, trainer: Any, groups: int, n: int) -> StalenessProducer[Any]:
-        """The run's :class:`~tirl.train.staleness.StalenessProducer` (built on the first step): each batch is the
-        planned problems of its step (:func:`~tirl.train.staleness.planned_problems`, this process's share),
+        """The run's :class:`~tirl.rollout.staleness.StalenessProducer` (built on the first step): each batch is the
+        planned problems of its step (:func:`~tirl.rollout.staleness.planned_problems`, this process's share),
         generated on the served weights and scored on a background thread."""
         if self.producer is None:
             accelerator = getattr(trainer, "accelerator", None)
@@ -706,7 +707,7 @@ class AgentLoopSource:
 
     def push_policy(self, trainer: Any) -> None:
         """Send the trainer's current weights (or adapter) to the servers (``max_staleness > 0``: on the trainer's
-        thread, between steps, when no batch is generating; :class:`tirl.train.staleness.StalenessProducer`).
+        thread, between steps, when no batch is generating; :class:`tirl.rollout.staleness.StalenessProducer`).
         Colocated vLLM: TRL has pushed them already at the start of the step (after
         :meth:`tirl.train.trainer.RocGRPOTrainer` waited for the batches generating), so this only builds the
         engine."""

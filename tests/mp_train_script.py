@@ -15,9 +15,9 @@ from typing import Any
 
 from tirl.data.problem import Problem
 from tirl.protocol.types import Trajectory, TurnRecord
+from tirl.reward.scorer import Score
 from tirl.train.config import load_config
 from tirl.train.rl import build_trainer
-from tirl.train.rollout_func import Score
 
 
 class ScriptedSource:

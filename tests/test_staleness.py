@@ -181,8 +181,9 @@ from typing import Any  # noqa: E402
 
 from tirl.data.problem import Problem  # noqa: E402
 from tirl.protocol import ToolCall, ToolCallRecord, Trajectory, TurnRecord  # noqa: E402
+from tirl.reward.scorer import Score  # noqa: E402
 from tirl.sandbox import ExecutionResult  # noqa: E402
-from tirl.train.rollout_func import METRICS_KEY, RocRolloutFunc, Score  # noqa: E402
+from tirl.train.rollout_func import METRICS_KEY, RocRolloutFunc  # noqa: E402
 
 HARD = [Problem(id=f"d{d}", problem=f"problem of difficulty {d}", answer="1") for d in range(1, 13)]
 """Twelve problems; difficulty d takes d tool-calling turns and 8 d tokens."""

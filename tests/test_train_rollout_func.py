@@ -12,17 +12,10 @@ import pytest
 from tirl.algo.advantages import group_advantages
 from tirl.data.problem import Problem
 from tirl.protocol import ToolCall, ToolCallRecord, Trajectory, TurnRecord
+from tirl.reward.scorer import Score, outcome_reward
 from tirl.sandbox import ExecutionResult
 from tirl.train.config import load_config
-from tirl.train.rollout_func import (
-    ADVANTAGE_KEY,
-    METRICS_KEY,
-    REWARD_KEY,
-    RocRolloutFunc,
-    Score,
-    outcome_reward,
-    passthrough_reward,
-)
+from tirl.train.rollout_func import ADVANTAGE_KEY, METRICS_KEY, REWARD_KEY, RocRolloutFunc, passthrough_reward
 
 PAD = 2
 PROBLEMS = [Problem(id=f"q{i}", problem=f"problem {i}", answer=str(i)) for i in range(3)]
@@ -312,8 +305,9 @@ def test_the_rl_scorer_verifies_on_the_runs_executor_not_a_second_pool(qwen_toke
     import asyncio
 
     import tirl.reward.verifier as reward_verifier
+    from tirl.reward.scorer import VerifierScorer
     from tirl.sandbox import LocalSandbox
-    from tirl.train.rollout_func import AgentLoopSource, VerifierScorer
+    from tirl.train.rollout_func import AgentLoopSource
 
     class CountingExecutor:
         def __init__(self) -> None:

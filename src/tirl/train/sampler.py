@@ -6,7 +6,7 @@ The pieces come from :mod:`tirl.runtime`, as in RL training: generation is an in
 (:func:`tirl.runtime.build_hf_engine`) under the agent loop, code runs in the configured executor (``local``
 sandbox pool or service URLs: the ``sandbox`` section, :func:`tirl.runtime.build_executor`) on an
 :class:`tirl.runtime.AgentRuntime` (:func:`sampler_runtime`), and scoring is
-:class:`tirl.train.rollout_func.VerifierScorer` on that runtime's verifier. Heavy imports happen on call.
+:class:`tirl.reward.scorer.VerifierScorer` on that runtime's verifier. Heavy imports happen on call.
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def policy_sampler(
     Both run on one :class:`tirl.runtime.AgentRuntime` (its executor serves the tool calls, its verifier the
     scores): ``runtime``, owned by the caller, or one of :func:`sampler_runtime`.
     """
+    from tirl.reward.scorer import VerifierScorer
     from tirl.runtime import build_hf_engine
-    from tirl.train.rollout_func import VerifierScorer
 
     cfg = config or SamplerConfig()
     owned = runtime is None

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tirl.algo.metrics import percentile
 from tirl.analysis.plot import SMOOTH_WINDOW, load_runs, plot_runs, trailing_mean
 from tirl.cli.main import app
 from tirl.data.hard_subset import HardSubsetConfig, filter_hard
 from tirl.data.problem import Problem
 from tirl.data.training import load_jsonl_problems
 from tirl.runs.metrics import MetricsLog, read_metrics
-from tirl.train.metrics import percentile
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "rl"
 runner = CliRunner()

@@ -373,3 +373,16 @@ def test_rule_all_samples_g_and_keeps_them():
     )
     fn(["problem 0"] * 4, _trainer())
     assert fn.source.asked == [(["q0"], 4)] and fn.last.slot_sources == [0, 1, 2, 3]
+
+
+def test_outcome_metrics_count_statuses_finish_reasons_and_tool_seconds():
+    from tirl.algo.metrics import COUNTED_STATUSES, outcome_metrics
+
+    trajs = [_traj([1], True, calls=2), _traj([1], False, calls=1, finish="max_turns"), _traj([1], False, calls=0)]
+    m = outcome_metrics(trajs, ["ok", "timeout", "timeout"])
+    assert m["time/tool_exec_s"] == 1.5  # 3 calls of 0.5 s
+    assert m["verify/timeout"] == 2.0
+    assert all(m[f"verify/{s}"] == 0.0 for s in COUNTED_STATUSES if s != "timeout")
+    assert "verify/ok" not in m  # a plain verdict is not counted
+    assert m["finish/answer"] == 2 / 3 and m["finish/max_turns"] == 1 / 3
+    assert outcome_metrics([], [])["finish/answer"] == 0.0  # no trajectory: no division by zero

@@ -55,18 +55,18 @@ from typing import Any, Protocol
 
 from tirl.algo.advantages import group_advantages
 from tirl.algo.infra import control_metrics, infra_cause, masked_metrics
+from tirl.algo.metrics import outcome_metrics, step_metrics
 from tirl.algo.roc import Candidate, Selection, candidate
 from tirl.algo.selection import get_rule, rule_name
 from tirl.algo.staleness import lag_metrics
 from tirl.data.problem import Problem
 from tirl.protocol.audit import audit_metrics
-from tirl.protocol.types import FINISH_REASONS, Trajectory, token_fields
+from tirl.protocol.types import Trajectory, token_fields
 from tirl.reward.scorer import Score, Scorer
 from tirl.rollout.agent_loop import AgentLoopConfig
 from tirl.rollout.staleness import StalenessProducer, Taken, planned_problems
 from tirl.runs.trajectories import write_step_log
 from tirl.train.config import RLConfig
-from tirl.train.metrics import step_metrics
 from tirl.train.watchdog import RunWatchdog
 
 logger = logging.getLogger(__name__)
@@ -197,22 +197,21 @@ class RocRolloutFunc:
 
     # -- the call ----------------------------------------------------------------------------------------------
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
-        cfg = self.config
-        g = cfg.rollout.group_size
-        rule = get_rule(rule_name(cfg.roc))  # tirl.algo.selection: roc_paper, roc_release, random, all
-        n = cfg.rollout.samples_per_problem if rule.oversamples else g
-        step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
-        problems = self._groups(prompts)
+        """One RL step's rollout: the step's problems from TRL's prompts, ``n`` trajectories per problem (2G with
+        an oversampling rule, else G), scored; infrastructure failures masked; G kept per problem by the rule,
+        with their advantages, in TRL's slots; the step's metrics, the watchdog and the trajectory log.
 
-        async_metrics: dict[str, float] = {}
-        if cfg.rollout.max_staleness == 0:
-            problems, trajectories, scores, t_rollout, t_verify = self._sample(problems, n, step, trainer)
-        else:
-            # bounded staleness (tirl.rollout.staleness): this step's batch was admitted up to k versions ago; the
-            # problems are the planned ones (TRL's prompts give their count only)
-            taken = self._producer(trainer, len(problems), n).take(step, step)
-            problems, trajectories, scores, t_rollout, t_verify = taken.result
-            async_metrics = self._async_metrics(taken, trajectories)
+        Returns:
+            ``prompt_ids``, ``completion_ids``, ``logprobs``, ``env_mask``, :data:`REWARD_KEY`,
+            :data:`ADVANTAGE_KEY` (one entry per prompt, in order) and :data:`METRICS_KEY` (a dict).
+        """
+        cfg = self.config
+        rule = get_rule(rule_name(cfg.roc))  # tirl.algo.selection: roc_paper, roc_release, random, all
+        n = cfg.rollout.samples_per_problem if rule.oversamples else cfg.rollout.group_size
+        step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
+        (problems, trajectories, scores, t_rollout, t_verify), async_metrics = self._step_batch(
+            self._groups(prompts), n, step, trainer
+        )
         # infrastructure failures (not the model's) are masked: no reward, never kept, out of the group stats
         causes = [
             infra_cause(t, s.status, mask_verifier_timeouts=cfg.rollout.mask_verifier_timeouts)
@@ -220,86 +219,16 @@ class RocRolloutFunc:
         ]
         rewards = [None if c else s.reward for s, c in zip(scores, causes)]
         candidates: list[Candidate] = [candidate(t, r, cfg.roc) for t, r in zip(trajectories, rewards)]
+        out, selections, slot_sources = self._fill_slots(problems, n, step, rule, trajectories, rewards, candidates)
 
-        out: dict[str, list[Any]] = {
-            k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask", REWARD_KEY, ADVANTAGE_KEY)
-        }
-        selections: list[Selection] = []
-        slot_sources: list[int | None] = []
-        for gi in range(len(problems)):
-            base = gi * n
-            group = candidates[base : base + n]
-            rng = self._rng(step, problems[gi].id)
-            sel = rule.select(group, g, rng, cfg.roc)
-            selections.append(sel)
-            kept = [base + i for i in sel.indices]
-            # an empty response (no model token) carries no loss and must not move the group's mean and spread
-            adv = group_advantages(
-                [None if _empty(trajectories[i]) else rewards[i] for i in kept],
-                eps=cfg.optim.adv_eps,
-                std_floor=cfg.optim.std_floor,
-            )
-            prompt_ids = list(trajectories[base].prompt_ids)
-            for slot in range(g):
-                idx = kept[slot] if slot < len(kept) else None
-                traj = trajectories[idx] if idx is not None else None
-                if traj is None or _empty(traj):
-                    # placeholder: one masked token, no reward, no advantage (F80: nothing is placed on it)
-                    out["prompt_ids"].append(traj.prompt_ids if traj is not None else prompt_ids)
-                    out["completion_ids"].append([self.pad_token_id])
-                    out["logprobs"].append([0.0])
-                    out["env_mask"].append([0])
-                    out[REWARD_KEY].append(None if idx is None else rewards[idx])
-                    out[ADVANTAGE_KEY].append(0.0)
-                    slot_sources.append(None)
-                    continue
-                ids, mask = list(traj.response_ids), list(traj.loss_mask)
-                logps = list(traj.logprobs) if traj.logprobs else [0.0] * len(ids)
-                assert len(mask) == len(ids) == len(logps), (  # F86
-                    f"trajectory {idx}: {len(ids)} completion ids, {len(mask)} mask entries, {len(logps)} log-probs"
-                )
-                out["prompt_ids"].append(list(traj.prompt_ids))
-                out["completion_ids"].append(ids)
-                out["logprobs"].append([float(x) for x in logps])
-                out["env_mask"].append([int(m) for m in mask])
-                out[REWARD_KEY].append(rewards[idx])
-                out[ADVANTAGE_KEY].append(adv[slot])
-                slot_sources.append(idx)
-
-        metrics = step_metrics(trajectories, rewards, candidates, g, selections)
-        tool_time = sum(
-            rec.result.duration_s for t in trajectories for rec in t.tool_call_records if rec.result is not None
-        )
-        status_counts: dict[str, int] = {}
-        for s in scores:
-            status_counts[s.status] = status_counts.get(s.status, 0) + 1
-        metrics.update(getattr(self.source, "last_sandbox_stats", None) or {})
-        metrics.update(getattr(self.source, "last_scheduler_stats", None) or {})
-        engine_stats = getattr(self.source, "last_engine_stats", None) or {}
-        for key in ("prefill_s", "decode_s", "sync_s", "prefill_tokens", "decode_tokens"):
-            if key in engine_stats:
-                metrics[f"time/{key}" if key.endswith("_s") else f"engine/{key}"] = engine_stats[key]
+        metrics = step_metrics(trajectories, rewards, candidates, cfg.rollout.group_size, selections)
+        metrics.update(self._source_metrics())
         metrics.update(masked_metrics(causes))
         metrics.update(control_metrics(trajectories, [s.status for s in scores]))
-        metrics.update(
-            {
-                "time/rollout_s": t_rollout,
-                "time/tool_exec_s": float(tool_time),
-                "time/verify_s": t_verify,
-                "verify/timeout": float(status_counts.get("timeout", 0)),
-                "verify/answer_timeout": float(status_counts.get("answer_timeout", 0)),
-                "verify/verifier_error": float(status_counts.get("verifier_error", 0)),
-                "verify/answer_error": float(status_counts.get("answer_error", 0)),
-                "verify/verifier_bug": float(status_counts.get("verifier_bug", 0)),
-                "verify/unparsable_gold": float(status_counts.get("unparsable_gold", 0)),
-                "verify/no_answer": float(status_counts.get("no_answer", 0)),
-            }
-        )
+        metrics.update({"time/rollout_s": t_rollout, "time/verify_s": t_verify})
+        metrics.update(outcome_metrics(trajectories, [s.status for s in scores]))
         metrics.update(async_metrics)
         metrics.update(audit_metrics(trajectories, cfg.protocol))  # counted, never rewarded (issue 23)
-        for reason in FINISH_REASONS:
-            finished = sum(t.finish_reason == reason for t in trajectories)
-            metrics[f"finish/{reason}"] = finished / max(1, len(trajectories))
         self.last = RolloutStats(trajectories, selections, metrics, slot_sources, causes)
         self.calls += 1
         self.watchdog.observe(step + 1, metrics)
@@ -311,6 +240,87 @@ class RocRolloutFunc:
         result: dict[str, Any] = dict(out)
         result[METRICS_KEY] = metrics  # a non-list extra field: TRL copies it into every input row
         return result
+
+    def _step_batch(
+        self, problems: list[Problem], n: int, step: int, trainer: Any
+    ) -> tuple[tuple[list[Problem], list[Trajectory], list[Score], float, float], dict[str, float]]:
+        """The step's sampled and scored batch (:meth:`_sample`'s tuple) and its ``stale/``/overlap metrics.
+
+        ``max_staleness`` 0: generated now on the trainer's weights for ``problems``, no metrics. Otherwise the
+        batch the producer admitted up to k versions ago (:mod:`tirl.rollout.staleness`), for the planned
+        problems (TRL's prompts give only their count)."""
+        if self.config.rollout.max_staleness == 0:
+            return self._sample(problems, n, step, trainer), {}
+        taken = self._producer(trainer, len(problems), n).take(step, step)
+        return taken.result, self._async_metrics(taken, taken.result[1])
+
+    def _fill_slots(
+        self,
+        problems: Sequence[Problem],
+        n: int,
+        step: int,
+        rule: Any,
+        trajectories: Sequence[Trajectory],
+        rewards: Sequence[float | None],
+        candidates: Sequence[Candidate],
+    ) -> tuple[dict[str, list[Any]], list[Selection], list[int | None]]:
+        """Select G of each problem's ``n`` with ``rule`` and fill TRL's G slots per problem.
+
+        Returns:
+            ``(columns, selections, slot_sources)``: the slot columns (``prompt_ids``, ``completion_ids``,
+            ``logprobs``, ``env_mask``, rewards, advantages; G entries per problem), one selection per problem,
+            and per slot the trajectory index it holds (None: a placeholder, see the module docstring).
+        """
+        cfg, g = self.config, self.config.rollout.group_size
+        out: dict[str, list[Any]] = {
+            k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask", REWARD_KEY, ADVANTAGE_KEY)
+        }
+        selections: list[Selection] = []
+        slot_sources: list[int | None] = []
+        for gi in range(len(problems)):
+            base = gi * n
+            sel = rule.select(candidates[base : base + n], g, self._rng(step, problems[gi].id), cfg.roc)
+            selections.append(sel)
+            kept = [base + i for i in sel.indices]
+            # an empty response (no model token) carries no loss and must not move the group's mean and spread
+            adv = group_advantages(
+                [None if _empty(trajectories[i]) else rewards[i] for i in kept],
+                eps=cfg.optim.adv_eps,
+                std_floor=cfg.optim.std_floor,
+            )
+            for slot in range(g):
+                idx = kept[slot] if slot < len(kept) else None
+                traj = trajectories[idx] if idx is not None else None
+                if traj is None or _empty(traj):
+                    # placeholder: one masked token, no reward, no advantage (F80: nothing is placed on it)
+                    prompt = traj.prompt_ids if traj is not None else list(trajectories[base].prompt_ids)
+                    row = (prompt, [self.pad_token_id], [0.0], [0], None if idx is None else rewards[idx], 0.0)
+                    idx = None
+                else:
+                    ids, mask = list(traj.response_ids), list(traj.loss_mask)
+                    logps = list(traj.logprobs) if traj.logprobs else [0.0] * len(ids)
+                    assert len(mask) == len(ids) == len(logps), (  # F86
+                        f"trajectory {idx}: {len(ids)} completion ids, {len(mask)} mask entries, {len(logps)} log-probs"
+                    )
+                    floats, ints = [float(x) for x in logps], [int(m) for m in mask]
+                    row = (list(traj.prompt_ids), ids, floats, ints, rewards[idx], adv[slot])
+                for column, value in zip(out.values(), row, strict=True):
+                    column.append(value)
+                slot_sources.append(idx)
+        return out, selections, slot_sources
+
+    def _source_metrics(self) -> dict[str, float]:
+        """The source's counters of the last rollout: ``sandbox/*`` (a sandbox service's failovers),
+        ``sched/*`` (several servers), and the engine's ``time/{prefill,decode,sync}_s`` and
+        ``engine/{prefill,decode}_tokens`` when it keeps them."""
+        out: dict[str, float] = {}
+        out.update(getattr(self.source, "last_sandbox_stats", None) or {})
+        out.update(getattr(self.source, "last_scheduler_stats", None) or {})
+        engine_stats = getattr(self.source, "last_engine_stats", None) or {}
+        for key in ("prefill_s", "decode_s", "sync_s", "prefill_tokens", "decode_tokens"):
+            if key in engine_stats:
+                out[f"time/{key}" if key.endswith("_s") else f"engine/{key}"] = engine_stats[key]
+        return out
 
     def _sample(
         self, problems: list[Problem], n: int, step: int, trainer: Any, *, generate: Callable[..., Any] | None = None

@@ -613,11 +613,7 @@ class AgentLoopSource:
         self, problems: Sequence[Problem], samples_per_problem: int, *, seed: int, trainer: Any
     ) -> list[Trajectory]:
         rows = list(problems)  # the agent loop takes Problems (group id: the problem id)
-        uses_vllm = self._engine_factory is None and getattr(getattr(trainer, "args", None), "use_vllm", False)
-        # vLLM already holds the current weights (TRL syncs them before the rollout): no unwrapping, in
-        # particular no ZeRO-3 parameter gather of the training model
-        context = contextlib.nullcontext(None) if uses_vllm else _policy_for_generation(trainer)
-        with context as model:
+        with self._generation_model(trainer) as model:
             self._push(model, trainer)
             with self._progress(trainer, len(rows) * samples_per_problem) as progress:
                 return self._run(rows, samples_per_problem, seed, progress)
@@ -635,9 +631,15 @@ class AgentLoopSource:
         Colocated vLLM: TRL has pushed them already at the start of the step (after
         :meth:`tirl.train.trainer.RocGRPOTrainer` waited for the batches generating), so this only builds the
         engine."""
-        uses_vllm = self._engine_factory is None and getattr(getattr(trainer, "args", None), "use_vllm", False)
-        with contextlib.nullcontext(None) if uses_vllm else _policy_for_generation(trainer) as model:
+        with self._generation_model(trainer) as model:
             self._push(model, trainer)
+
+    def _generation_model(self, trainer: Any) -> Any:
+        """A context yielding the trainer's model ready for generation (:class:`_policy_for_generation`), or None
+        with TRL's colocated vLLM: it already holds the current weights (TRL syncs them before the rollout), so
+        no unwrapping, in particular no ZeRO-3 parameter gather of the training model."""
+        uses_vllm = self._engine_factory is None and getattr(getattr(trainer, "args", None), "use_vllm", False)
+        return contextlib.nullcontext(None) if uses_vllm else _policy_for_generation(trainer)
 
     def generate_served(self, problems: Sequence[Problem], samples_per_problem: int, *, seed: int) -> list[Trajectory]:
         """:meth:`generate` on the weights the servers hold (last :meth:`push_policy`), on a background thread:

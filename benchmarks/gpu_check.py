@@ -159,10 +159,11 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
 
     from tirl.data.problem import Problem
     from tirl.models import load_tokenizer
+    from tirl.reward.scorer import VerifierScorer
     from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
     from tirl.train.config import load_config
     from tirl.train.rl import build_trainer
-    from tirl.train.rollout_func import AgentLoopSource, VerifierScorer
+    from tirl.train.rollout_func import AgentLoopSource
 
     t_start = time.perf_counter()
     out = Path(args.out)

@@ -199,10 +199,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from tirl.data.training import load_training_problems
     from tirl.models import cached_tiny_model, load_tokenizer
+    from tirl.reward.scorer import VerifierScorer
     from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
     from tirl.train.config import load_config
     from tirl.train.rl import build_trainer
-    from tirl.train.rollout_func import AgentLoopSource, VerifierScorer
+    from tirl.train.rollout_func import AgentLoopSource
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tirl.protocol.types import Trajectory, TurnRecord
-from tirl.train.rollout_func import Score
+from tirl.reward.scorer import Score
 
 
 class ScriptedSource:

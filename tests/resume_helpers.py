@@ -26,8 +26,8 @@ from typing import Any
 
 from tirl.data.problem import Problem
 from tirl.protocol.types import Trajectory, TurnRecord
+from tirl.reward.scorer import Score
 from tirl.train.config import load_config
-from tirl.train.rollout_func import Score
 
 PROBLEMS = [Problem(id=f"k{i}", problem=f"scripted problem number {i}", answer="0") for i in range(4)]
 

@@ -14,9 +14,10 @@ from tirl.cli.main import app
 from tirl.data.problem import Problem
 from tirl.eval.runner import trajectory_record
 from tirl.protocol import ToolCall, ToolCallRecord, Trajectory, TurnRecord
+from tirl.reward.scorer import Score
 from tirl.sandbox import ExecutionResult
 from tirl.train.config import load_config
-from tirl.train.rollout_func import RocRolloutFunc, Score
+from tirl.train.rollout_func import RocRolloutFunc
 
 
 class _Tok:

@@ -17,10 +17,10 @@ from tirl.protocol import ProtocolConfig
 from tirl.protocol.render import render_prompt_ids
 from tirl.rollout.agent_loop import AgentLoopConfig, AgentLoopSettings
 from tirl.rollout.engine import GenerationOutput, SamplingParams
+from tirl.runtime.sampler import SamplerConfig
 from tirl.sandbox.types import ExecutionResult
 from tirl.train.config import RolloutConfig, load_config
 from tirl.train.rollout_func import AgentLoopSource
-from tirl.train.sampler import SamplerConfig
 
 TOOL_CODE = "print(40 + 2)"
 TOOL_TURN = (

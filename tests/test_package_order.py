@@ -41,7 +41,7 @@ ORDER: dict[str, frozenset[str]] = {
     "algo": frozenset({"protocol"}),
     "rollout": frozenset({"protocol", "sandbox", "models"}),
     "data": frozenset({"protocol", "reward", "runs", "sandbox"}),
-    "runtime": frozenset({"sandbox", "service", "reward", "rollout", "models"}),
+    "runtime": frozenset({"protocol", "sandbox", "service", "reward", "rollout", "models"}),
     "sim": frozenset({"rollout"}),
     "view": frozenset({"protocol", "runs"}),
     "analysis": frozenset({"algo", "data", "protocol", "runs", "view"}),

@@ -133,7 +133,8 @@ async def test_a_clean_trajectory_is_not_flagged(qwen_tokenizer):
 
 def test_rl_step_metrics_carry_the_audit():
     from test_train_rollout_func import ListSource, _cfg, _trainer
-    from tirl.train.rollout_func import METRICS_KEY, RocRolloutFunc, Score
+    from tirl.reward.scorer import Score
+    from tirl.train.rollout_func import METRICS_KEY, RocRolloutFunc
 
     def traj(answer, code="print(1)", out="1\n"):
         rec = ToolCallRecord(

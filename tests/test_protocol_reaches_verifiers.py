@@ -17,11 +17,12 @@ from tirl.eval.components import make_grader
 from tirl.eval.runner import EvalComponents, EvalConfig, run_eval
 from tirl.protocol.config import ProtocolConfig
 from tirl.reward import VerifyItem
+from tirl.reward.scorer import VerifierScorer
 from tirl.rollout.agent_loop import AgentLoopSettings
 from tirl.rollout.engine import SingleEngineRouter
 from tirl.runtime import AgentRuntime, build_verifier
 from tirl.train.config import load_config
-from tirl.train.rollout_func import REWARD_KEY, AgentLoopSource, RocRolloutFunc, VerifierScorer
+from tirl.train.rollout_func import REWARD_KEY, AgentLoopSource, RocRolloutFunc
 
 BARE = "so it is \\boxed{5}"  # no <answer> block
 BLOCK = "so it is</reason><answer>\\boxed{5}</answer>"

@@ -33,12 +33,12 @@ from tirl.reward import verifier as verifier_module
 from tirl.reward.forms import commitment_problem, hedge_words, is_list, question_base, read_answer, value_key
 from tirl.reward.normalize import canonical_integer, normalize_text, strip_math_delimiters
 from tirl.reward.routes import create_verify_router
+from tirl.reward.scorer import VerifierScorer, outcome_reward
 from tirl.reward.types import Verdict
 from tirl.reward.worker import run_item
 from tirl.rollout.agent_loop import RolloutRequest
 from tirl.sandbox.types import ExecutionResult
 from tirl.service.app import create_app
-from tirl.train.rollout_func import VerifierScorer, outcome_reward
 
 ISSUE_ANSWER = "1" * 5000 + " 1/2"
 

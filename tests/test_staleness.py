@@ -50,7 +50,7 @@ def test_k_over_0_on_a_server_at_temperature_1_is_accepted(extra):
 
 
 # --------------------------------------------------------------------------------------------------------------
-# admission control (tirl.train.staleness.StalenessProducer)
+# admission control (tirl.rollout.staleness.StalenessProducer)
 
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -58,7 +58,7 @@ import time  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from tirl.train.staleness import StalenessProducer, planned_problems  # noqa: E402
+from tirl.rollout.staleness import StalenessProducer, planned_problems  # noqa: E402
 
 
 class FakeServer:
@@ -181,8 +181,9 @@ from typing import Any  # noqa: E402
 
 from tirl.data.problem import Problem  # noqa: E402
 from tirl.protocol import ToolCall, ToolCallRecord, Trajectory, TurnRecord  # noqa: E402
+from tirl.reward.scorer import Score  # noqa: E402
 from tirl.sandbox import ExecutionResult  # noqa: E402
-from tirl.train.rollout_func import METRICS_KEY, RocRolloutFunc, Score  # noqa: E402
+from tirl.train.rollout_func import METRICS_KEY, RocRolloutFunc  # noqa: E402
 
 HARD = [Problem(id=f"d{d}", problem=f"problem of difficulty {d}", answer="1") for d in range(1, 13)]
 """Twelve problems; difficulty d takes d tool-calling turns and 8 d tokens."""
@@ -296,13 +297,13 @@ def test_slow_multi_turn_rollouts_leave_no_length_or_difficulty_skew(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------------------
-# the correction (tirl.train.staleness.staleness_weights)
+# the correction (tirl.algo.staleness.staleness_weights)
 
 
 def test_token_truncate_caps_each_ratio_and_measures_kl_ess_and_the_clipped_share():
     import torch
 
-    from tirl.train.staleness import staleness_weights
+    from tirl.algo.staleness import staleness_weights
 
     mu = torch.log(torch.tensor([[0.5, 0.5, 0.1, 0.2], [0.4, 0.4, 0.4, 0.4]]))
     pi = torch.log(torch.tensor([[0.5, 0.75, 0.5, 0.9], [0.4, 0.4, 0.4, 0.4]]))
@@ -321,7 +322,7 @@ def test_token_truncate_caps_each_ratio_and_measures_kl_ess_and_the_clipped_shar
 def test_sequence_mask_drops_whole_rows_outside_the_cap_and_nan_log_probs_count_as_on_policy():
     import torch
 
-    from tirl.train.staleness import staleness_weights
+    from tirl.algo.staleness import staleness_weights
 
     mu = torch.log(torch.tensor([[0.5, 0.1, 0.5], [0.5, 0.5, 0.5]]))
     mu[1, 2] = float("nan")  # a server that gave no log-prob for one token

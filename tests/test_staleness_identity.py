@@ -36,7 +36,7 @@ class ParityScorer:
     """Every other sampled trajectory correct: the random model never is, and a loss of 0 would check nothing."""
 
     def score(self, trajectories: Any, problems: Any) -> list[Any]:
-        from tirl.train.rollout_func import Score
+        from tirl.reward.scorer import Score
 
         return [Score(float(i % 2)) for i in range(len(trajectories))]
 

@@ -388,9 +388,10 @@ def test_the_rl_rollout_function_runs_with_python_session(smollm2_tokenizer):
     """``protocol.tool=python_session`` in an RL recipe reaches the RL rollout (AgentLoopSource on the runtime's
     own sandbox pool): the second call reads the first call's variable, so every trajectory is rewarded."""
     from tirl.data.problem import Problem
+    from tirl.reward.scorer import Score
     from tirl.sandbox import LocalSandbox
     from tirl.train.config import load_config
-    from tirl.train.rollout_func import METRICS_KEY, REWARD_KEY, AgentLoopSource, RocRolloutFunc, Score
+    from tirl.train.rollout_func import METRICS_KEY, REWARD_KEY, AgentLoopSource, RocRolloutFunc
 
     problems = [Problem(id=p["id"], problem=p["problem"], answer=p["answer"]) for p in EVAL_PROBLEMS]
     overrides = {
@@ -485,11 +486,12 @@ def test_one_rl_step_on_the_tiny_model_with_python_session(tmp_path, tiny_smollm
     it and the rest are sampled from the tiny policy; the step trains on tool-masked rows with mixed rewards."""
     from tirl.data.problem import Problem
     from tirl.models import load_tokenizer
+    from tirl.reward.scorer import VerifierScorer
     from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
     from tirl.sandbox import LocalSandbox
     from tirl.train.config import load_config
     from tirl.train.rl import build_trainer
-    from tirl.train.rollout_func import AgentLoopSource, VerifierScorer
+    from tirl.train.rollout_func import AgentLoopSource
 
     overrides = {
         "output_dir": tmp_path,

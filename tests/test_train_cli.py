@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tirl.algo.metrics import percentile
 from tirl.analysis.plot import SMOOTH_WINDOW, load_runs, plot_runs, trailing_mean
 from tirl.cli.main import app
 from tirl.data.hard_subset import HardSubsetConfig, filter_hard
 from tirl.data.problem import Problem
 from tirl.data.training import load_jsonl_problems
 from tirl.runs.metrics import MetricsLog, read_metrics
-from tirl.train.metrics import percentile
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "rl"
 runner = CliRunner()
@@ -312,7 +312,7 @@ def test_data_help_lists_the_sampler_flags_generated_from_its_fields(command):
 
     from tirl.cli.sampler_options import RENAMED_FLAGS, SAMPLER_FLAGS
     from tirl.rollout.agent_loop import AgentLoopSettings
-    from tirl.train.sampler import SamplerConfig
+    from tirl.runtime.sampler import SamplerConfig
 
     text = _data_help(command)
     shown = set(re.findall(r"--[a-z][a-z0-9.-]*", text))
@@ -402,7 +402,7 @@ _FLAG_ARGS = [
 
 
 def _check_sampler_config(config):
-    from tirl.train.sampler import SamplerConfig
+    from tirl.runtime.sampler import SamplerConfig
 
     assert isinstance(config, SamplerConfig)
     assert (config.max_turns, config.max_response_tokens, config.temperature, config.tool_timeout_s) == (
@@ -424,7 +424,7 @@ def _check_sampler_config(config):
 
 def test_filter_hard_flag_values_reach_the_sampler_config(monkeypatch, tmp_path):
     import tirl.runtime
-    import tirl.train.sampler
+    import tirl.runtime.sampler
 
     seen = []
 
@@ -433,7 +433,7 @@ def test_filter_hard_flag_values_reach_the_sampler_config(monkeypatch, tmp_path)
         raise _Stop
 
     monkeypatch.setattr(tirl.runtime, "load_sampling_policy", lambda model, base, dtype: (None, None))
-    monkeypatch.setattr(tirl.train.sampler, "policy_sampler", fake_sampler)
+    monkeypatch.setattr(tirl.runtime.sampler, "policy_sampler", fake_sampler)
     res = CliRunner().invoke(
         app,
         [
@@ -453,7 +453,7 @@ def test_filter_hard_flag_values_reach_the_sampler_config(monkeypatch, tmp_path)
 
 
 def test_curate_flag_values_reach_the_sampler_config(monkeypatch, tmp_path):
-    import tirl.train.sampler
+    import tirl.runtime.sampler
 
     seen = []
 
@@ -461,7 +461,7 @@ def test_curate_flag_values_reach_the_sampler_config(monkeypatch, tmp_path):
         seen.append(config)
         raise _Stop
 
-    monkeypatch.setattr(tirl.train.sampler, "sampler_runtime", fake_runtime)
+    monkeypatch.setattr(tirl.runtime.sampler, "sampler_runtime", fake_runtime)
     src = tmp_path / "p.jsonl"
     src.write_text(json.dumps({"id": "a", "problem": "What is 2+2?", "answer": "4"}) + "\n")
     res = CliRunner().invoke(app, ["data", "curate", str(src), "--out-dir", str(tmp_path / "o"), *_FLAG_ARGS])

@@ -12,10 +12,11 @@ from tirl.algo.infra import infra_cause, masked_metrics
 from tirl.algo.roc import p_err
 from tirl.data.problem import Problem
 from tirl.protocol import ToolCall, ToolCallRecord, Trajectory, TurnRecord
+from tirl.reward.scorer import Score
 from tirl.rollout.engine import GenerationOutput, SamplingParams
 from tirl.sandbox import ExecutionResult
 from tirl.train.config import load_config
-from tirl.train.rollout_func import ADVANTAGE_KEY, METRICS_KEY, REWARD_KEY, RocRolloutFunc, Score
+from tirl.train.rollout_func import ADVANTAGE_KEY, METRICS_KEY, REWARD_KEY, RocRolloutFunc
 
 PAD = 2
 
@@ -188,9 +189,10 @@ class FlakySandbox:
 @pytest.mark.slow
 def test_internal_calls_and_verifier_crashes_give_no_gradient(tmp_path, tiny_smollm2_model_dir):
     from tirl.models import load_tokenizer
+    from tirl.reward.scorer import VerifierScorer
     from tirl.reward.types import Verdict
     from tirl.train.rl import build_trainer
-    from tirl.train.rollout_func import AgentLoopSource, VerifierScorer
+    from tirl.train.rollout_func import AgentLoopSource
 
     config = load_config(
         None,

@@ -106,8 +106,8 @@ def _build(config: Any):
         return holder["engine"]
 
     from tirl.models import load_tokenizer
+    from tirl.reward.scorer import VerifierScorer
     from tirl.sandbox import LocalSandbox
-    from tirl.train.rollout_func import VerifierScorer
 
     tokenizer = load_tokenizer(config.model.name_or_path)
     source = AgentLoopSource(

@@ -12,17 +12,10 @@ import pytest
 from tirl.algo.advantages import group_advantages
 from tirl.data.problem import Problem
 from tirl.protocol import ToolCall, ToolCallRecord, Trajectory, TurnRecord
+from tirl.reward.scorer import Score, outcome_reward
 from tirl.sandbox import ExecutionResult
 from tirl.train.config import load_config
-from tirl.train.rollout_func import (
-    ADVANTAGE_KEY,
-    METRICS_KEY,
-    REWARD_KEY,
-    RocRolloutFunc,
-    Score,
-    outcome_reward,
-    passthrough_reward,
-)
+from tirl.train.rollout_func import ADVANTAGE_KEY, METRICS_KEY, REWARD_KEY, RocRolloutFunc, passthrough_reward
 
 PAD = 2
 PROBLEMS = [Problem(id=f"q{i}", problem=f"problem {i}", answer=str(i)) for i in range(3)]
@@ -312,8 +305,9 @@ def test_the_rl_scorer_verifies_on_the_runs_executor_not_a_second_pool(qwen_toke
     import asyncio
 
     import tirl.reward.verifier as reward_verifier
+    from tirl.reward.scorer import VerifierScorer
     from tirl.sandbox import LocalSandbox
-    from tirl.train.rollout_func import AgentLoopSource, VerifierScorer
+    from tirl.train.rollout_func import AgentLoopSource
 
     class CountingExecutor:
         def __init__(self) -> None:
@@ -379,3 +373,16 @@ def test_rule_all_samples_g_and_keeps_them():
     )
     fn(["problem 0"] * 4, _trainer())
     assert fn.source.asked == [(["q0"], 4)] and fn.last.slot_sources == [0, 1, 2, 3]
+
+
+def test_outcome_metrics_count_statuses_finish_reasons_and_tool_seconds():
+    from tirl.algo.metrics import COUNTED_STATUSES, outcome_metrics
+
+    trajs = [_traj([1], True, calls=2), _traj([1], False, calls=1, finish="max_turns"), _traj([1], False, calls=0)]
+    m = outcome_metrics(trajs, ["ok", "timeout", "timeout"])
+    assert m["time/tool_exec_s"] == 1.5  # 3 calls of 0.5 s
+    assert m["verify/timeout"] == 2.0
+    assert all(m[f"verify/{s}"] == 0.0 for s in COUNTED_STATUSES if s != "timeout")
+    assert "verify/ok" not in m  # a plain verdict is not counted
+    assert m["finish/answer"] == 2 / 3 and m["finish/max_turns"] == 1 / 3
+    assert outcome_metrics([], [])["finish/answer"] == 0.0  # no trajectory: no division by zero

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tirl.algo.metrics import step_metrics
 from tirl.protocol.types import Trajectory
-from tirl.train.metrics import step_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -211,8 +211,8 @@ class FailingSandbox:
 
 def _run(tmp: Path, model_dir: Path, *, call_tools: bool, sandbox_factory: Any, extra: list[str] = ()):
     from tirl.models import load_tokenizer
+    from tirl.reward.scorer import VerifierScorer
     from tirl.train.rl import train
-    from tirl.train.rollout_func import VerifierScorer
 
     config = load_config(
         None,

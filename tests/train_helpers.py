@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.data.problem import Problem
-from tirl.train.rollout_func import Score
+from tirl.reward.scorer import Score
 
 SIX_TIMES_SEVEN = [Problem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42") for i in range(4)]
 """Four problems with one answer (a tiny random model never solves them; the scorer decides the rewards)."""

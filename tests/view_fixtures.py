@@ -16,9 +16,10 @@ from tirl.data.problem import Problem
 from tirl.eval.runner import trajectory_record
 from tirl.protocol import ToolCall, ToolCallRecord, Trajectory, TurnRecord
 from tirl.protocol.types import ToolCallError
+from tirl.reward.scorer import Score
 from tirl.sandbox import ExecutionResult
 from tirl.train.config import load_config
-from tirl.train.rollout_func import RocRolloutFunc, Score
+from tirl.train.rollout_func import RocRolloutFunc
 
 HOSTILE = '</script><img src=x onerror="window.__pwned=1"><b>bold?</b>'
 CLASSES = ("ok", "error", "timeout", "parse_error")

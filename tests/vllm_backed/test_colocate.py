@@ -24,8 +24,9 @@ pytest.importorskip(
 import torch  # noqa: E402
 
 from tirl.data.problem import Problem  # noqa: E402
+from tirl.reward.scorer import Score
 from tirl.train.config import load_config  # noqa: E402
-from tirl.train.rollout_func import AgentLoopSource, Score  # noqa: E402
+from tirl.train.rollout_func import AgentLoopSource  # noqa: E402
 from tirl.train.trainer import LOGPROB_MISMATCH_TOLERANCE  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -22,8 +22,8 @@ pytest.importorskip(
 )
 
 from tirl.data.problem import Problem  # noqa: E402
+from tirl.reward.scorer import Score  # noqa: E402
 from tirl.train.config import load_config  # noqa: E402
-from tirl.train.rollout_func import Score  # noqa: E402
 from tirl.train.trainer import LOGPROB_MISMATCH_TOLERANCE  # noqa: E402
 
 pytestmark = pytest.mark.slow

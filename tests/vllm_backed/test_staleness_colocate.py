@@ -17,8 +17,9 @@ pytest.importorskip(
 )
 
 from tirl.data.problem import Problem  # noqa: E402
+from tirl.reward.scorer import Score
 from tirl.train.config import load_config  # noqa: E402
-from tirl.train.rollout_func import AgentLoopSource, Score  # noqa: E402
+from tirl.train.rollout_func import AgentLoopSource  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ Covers reading one or several runs (stages are drawn one after another on a comm
 the report's curves: reward and accuracy, the share of failing tool calls inside correct trajectories before
 and after RoC selection (Figure 4), response length (mean and p90, model tokens), and an overview panel with
 format penalty, truncation rate, tool calls per trajectory and the time split. It does not compute metrics
-(:mod:`tirl.train.metrics`).
+(:mod:`tirl.algo.metrics`).
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ from tirl.runs.layout import EVAL_TRAJECTORIES, TRAJECTORY_DIR, is_eval_run
 from tirl.runs.trajectories import step_groups
 
 UNSCORED_VERDICTS = frozenset({"unparsable_gold", "verifier_error"})
-"""Evaluation verdict statuses that mean "could not judge" (as :data:`tirl.train.rollout_func.UNSCORED_STATUSES`)."""
+"""Evaluation verdict statuses that mean "could not judge" (as :data:`tirl.reward.scorer.UNSCORED_STATUSES`)."""
 
 
 def replay_rules() -> tuple[str, ...]:

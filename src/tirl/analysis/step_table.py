@@ -2,7 +2,7 @@
 
 One row per RL step of the runs read by :func:`tirl.analysis.plot.load_runs` (stages chained), one column per
 metric in :data:`COLUMNS`; a metric a run did not log is shown as ``-``. It does not draw (``tirl.analysis.plot``)
-and does not compute metrics (``tirl.train.metrics``).
+and does not compute metrics (``tirl.algo.metrics``).
 """
 
 from __future__ import annotations

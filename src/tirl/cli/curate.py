@@ -1,8 +1,8 @@
 """``tirl data curate SOURCES... --out-dir DIR``: the RL data curation of the report (thin: parse, call
 :func:`tirl.data.curation.curate`, print the per-step table). Registered on ``tirl data`` by
 :mod:`tirl.cli.data`. The answer probe and the consistency step share one runtime and its executor, the one
-``--sandbox`` names (:func:`tirl.train.sampler.sampler_runtime`). The sampling flags are generated from
-:class:`tirl.train.sampler.SamplerConfig` (:mod:`tirl.cli.sampler_options`); the curation options are written
+``--sandbox`` names (:func:`tirl.runtime.sampler.sampler_runtime`). The sampling flags are generated from
+:class:`tirl.runtime.sampler.SamplerConfig` (:mod:`tirl.cli.sampler_options`); the curation options are written
 here, under ``tirl eval``'s name where they mean the same (``--out-dir``, ``--benchmarks``, ``--dtype``).
 """
 
@@ -69,7 +69,7 @@ def _curate(ctx: typer.Context, **values: Any) -> None:
     except ValueError as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
-    from tirl.train.sampler import sampler_runtime
+    from tirl.runtime.sampler import sampler_runtime
 
     try:
         sampler_config = opts.sampler_config(values, given_on_command_line(ctx))
@@ -85,7 +85,7 @@ def _curate(ctx: typer.Context, **values: Any) -> None:
         try:
             if model is not None:
                 from tirl.runtime import load_sampling_policy
-                from tirl.train.sampler import policy_sampler
+                from tirl.runtime.sampler import policy_sampler
 
                 policy, tokenizer = load_sampling_policy(model, None, dtype)
                 sampler = stack.enter_context(policy_sampler(policy, tokenizer, sampler_config, runtime))

@@ -3,8 +3,8 @@
 ``tirl data filter-hard --model CKPT --samples 8`` writes the problems the policy does not solve 8 out of 8
 times (the report's stage-3 set); re-running with the same ``--out`` resumes. ``tirl data curate SOURCES
 --out-dir DIR`` curates problem collections (:mod:`tirl.cli.curate`, docs/data.md). Both sample through
-:func:`tirl.train.sampler.policy_sampler`; their sampling flags are generated from
-:class:`tirl.train.sampler.SamplerConfig`'s fields (:mod:`tirl.cli.sampler_options`) under the names ``tirl eval``
+:func:`tirl.runtime.sampler.policy_sampler`; their sampling flags are generated from
+:class:`tirl.runtime.sampler.SamplerConfig`'s fields (:mod:`tirl.cli.sampler_options`) under the names ``tirl eval``
 gives the same settings, and a flag of an earlier version whose name was not its setting's (``--max-tokens``,
 ``--tool-timeout``) is refused with the new name.
 """
@@ -63,7 +63,7 @@ def _filter_hard(ctx: typer.Context, **values: Any) -> None:
     from tirl.data.hard_subset import filter_hard
     from tirl.data.training import load_training_problems
     from tirl.runtime import load_sampling_policy
-    from tirl.train.sampler import policy_sampler
+    from tirl.runtime.sampler import policy_sampler
 
     console = Console(stderr=True)
     try:

@@ -1,6 +1,6 @@
 """The policy-sampling flags that ``tirl data filter-hard`` and ``tirl data curate`` share, generated once.
 
-:data:`SAMPLER_FLAGS` is one flag per setting of :class:`tirl.train.sampler.SamplerConfig` (its
+:data:`SAMPLER_FLAGS` is one flag per setting of :class:`tirl.runtime.sampler.SamplerConfig` (its
 :class:`AgentLoopSettings` fields, ``batch_size``, ``seed``) and of the common fields of its ``sandbox`` and
 ``protocol`` sections, made by :func:`tirl.cli.config_flags.config_flags` with the names ``tirl eval`` gives the
 same settings (``--max-response-tokens``, ``--tool-timeout-s``, ``--sandbox``, ``--workers``, ``--prompt-style``),
@@ -19,7 +19,7 @@ from typing import Any
 import typer
 
 from tirl.cli.config_flags import FLAG_NAMES, PROTOCOL_FLAG_FIELDS, config_flags, flag_values, with_values
-from tirl.train.sampler import SamplerConfig
+from tirl.runtime.sampler import SamplerConfig
 
 SAMPLER_SECTIONS: dict[str, tuple[str, ...] | None] = {
     "sandbox": ("backend", "workers"),
@@ -32,7 +32,7 @@ SAMPLER_FLAGS = config_flags(
     SAMPLER_SECTIONS,
     names=FLAG_NAMES,
     panels={
-        "": "Sampling settings (tirl.train.sampler.SamplerConfig)",
+        "": "Sampling settings (tirl.runtime.sampler.SamplerConfig)",
         "sandbox": "Where the code runs (sandbox section)",
         "protocol": "Conversation format (protocol section): the policy's, as in its RL recipe",
     },

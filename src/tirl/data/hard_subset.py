@@ -24,7 +24,7 @@ from tirl.data.training import write_problems
 @dataclass
 class HardSubsetConfig:
     """Settings of :func:`filter_hard` (how the trajectories are sampled is the ``generate`` callable's business,
-    :class:`tirl.train.sampler.SamplerConfig` for ``tirl data filter-hard``).
+    :class:`tirl.runtime.sampler.SamplerConfig` for ``tirl data filter-hard``).
 
     Attributes:
         samples: trajectories per problem (8 in the report); a problem is hard when fewer are correct.

@@ -112,11 +112,11 @@ class SandboxUnavailable(RuntimeError):
 class AgentLoopSettings:
     """Limits and sampling of the agent loop: the settings every run configuration shares, defined once here.
 
-    The RL recipe's ``rollout`` section (:class:`tirl.train.config.RolloutConfig`, a subclass with the training
-    defaults), the ``rollout`` section of ``tirl eval`` (:class:`tirl.eval.config.EvalConfig`) and the policy
-    sampler of ``tirl data`` (:class:`tirl.train.sampler.SamplerConfig`) are these fields under these names; the
-    defaults here are the report's evaluation protocol. :meth:`agent_loop_config` turns them into the loop's
-    :class:`AgentLoopConfig`.
+    The RL recipe's ``rollout`` section (:class:`tirl.train.config.RolloutConfig`, with the training defaults of
+    :class:`TrainingLoopSettings`), the ``rollout`` section of ``tirl eval`` (:class:`tirl.eval.config.EvalConfig`)
+    and the policy sampler of ``tirl data`` (:class:`tirl.runtime.sampler.SamplerConfig`) are these fields under
+    these names; the defaults here are the report's evaluation protocol. :meth:`agent_loop_config` turns them into
+    the loop's :class:`AgentLoopConfig`.
 
     Attributes:
         max_turns: most assistant turns per trajectory (report: 10/15 in training, 30 in evaluation).
@@ -183,6 +183,18 @@ class AgentLoopSettings:
         return AgentLoopConfig(
             **values, use_tools=use_tools, protocol=protocol if protocol is not None else ProtocolConfig()
         )
+
+
+@dataclass
+class TrainingLoopSettings(AgentLoopSettings):
+    """:class:`AgentLoopSettings` with the report's training defaults (10 turns, 8K tokens, temperature 1.0):
+    how RL samples its policy (:class:`tirl.train.config.RolloutConfig`) and how ``tirl data`` samples one as
+    in training (:class:`tirl.runtime.sampler.SamplerConfig`). The fields are described in
+    :class:`AgentLoopSettings`."""
+
+    max_turns: int = 10
+    max_response_tokens: int = 8192
+    temperature: float = 1.0
 
 
 @dataclass

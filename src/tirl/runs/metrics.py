@@ -2,7 +2,7 @@
 
 The writer (:class:`MetricsLog`) appends one JSON object per logged step and cuts back the steps a crashed run
 wrote past its resume point; the one reader (:func:`read_metrics`) reads a file or a run folder, ``.gz``
-included, skipping bad lines. What the records mean is :mod:`tirl.train.metrics`'s business.
+included, skipping bad lines. What the records mean is :mod:`tirl.algo.metrics`'s business.
 """
 
 from __future__ import annotations

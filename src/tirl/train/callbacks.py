@@ -9,13 +9,19 @@ trainer.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
 from transformers import TrainerCallback
 
 from tirl.runs.metrics import MetricsLog
-from tirl.train.metrics import log_value
+
+
+def log_value(logs: dict[str, Any], key: str) -> float:
+    """``logs[key]`` as a float for console lines; NaN when it is missing, not a number, or not finite."""
+    value = logs.get(key)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else float("nan")
 
 
 class StepTimer(TrainerCallback):

@@ -26,7 +26,8 @@ from tirl.algo.roc import RocConfig
 from tirl.config import check_choice, dump_config, load_dataclass_config, parse_overrides, plain_dict
 from tirl.protocol.config import ProtocolConfig
 from tirl.reward.types import VerifierConfig
-from tirl.rollout.agent_loop import AgentLoopSettings
+from tirl.rollout.agent_loop import TrainingLoopSettings
+from tirl.runtime import ENGINE_BATCH_SIZE
 from tirl.service.config import ExecutorConfig
 from tirl.train.watchdog import WatchdogConfig
 
@@ -99,9 +100,10 @@ class DataConfig:
 
 
 @dataclass
-class RolloutConfig(AgentLoopSettings):
+class RolloutConfig(TrainingLoopSettings):
     """Multi-turn rollout during training: the agent-loop settings (:class:`AgentLoopSettings`, the same fields
-    under the same names as everywhere else) with the report's training defaults, and the RL-only settings.
+    under the same names as everywhere else) with the report's training defaults (:class:`TrainingLoopSettings`),
+    and the RL-only settings.
 
     Attributes:
         max_turns: assistant-turn limit (stage 1/2: 10, stage 3: 15).
@@ -160,7 +162,7 @@ class RolloutConfig(AgentLoopSettings):
             any other infrastructure failure (:mod:`tirl.algo.infra`); false grades it as wrong (reward 0),
             which denies a policy the escape of answers too large to compare.
         max_staleness: k, the most optimizer steps by which the policy that samples a trajectory may lag the
-            policy that trains on it (issue 42; :mod:`tirl.train.staleness`). 0 (the default): synchronous, every
+            policy that trains on it (issue 42; :mod:`tirl.rollout.staleness`). 0 (the default): synchronous, every
             step samples from the weights it updates. k > 0: the groups of steps n+1..n+k are generated while
             step n updates; a group is never started when it would be trained more than k steps after its
             admission, groups are trained oldest first and nothing finished is dropped; each stale token is
@@ -184,13 +186,10 @@ class RolloutConfig(AgentLoopSettings):
             (measured near 1) untouched. The share of tokens it clips is logged (``stale/is_clipped``).
     """
 
-    max_turns: int = 10
-    max_response_tokens: int = 8192
-    temperature: float = 1.0
     group_size: int = 16
     oversample: int = 2
     max_prompt_tokens: int = 2048
-    engine_batch_size: int = 32
+    engine_batch_size: int = ENGINE_BATCH_SIZE
     server_url: str | list[str] | None = None
     server_scheduler: str = "kv_aware"
     server_kv_capacity: int | None = None

@@ -32,6 +32,7 @@ from typing import Any
 
 from tirl.data.problem import Problem
 from tirl.data.training import filter_prompt_length, load_training_problems
+from tirl.reward.scorer import Scorer, VerifierScorer
 from tirl.runs.checkpoints import (
     checkpoint_step,
     final_from_checkpoint,
@@ -45,14 +46,7 @@ from tirl.runs.metrics import MetricsLog
 from tirl.train.common import load_policy, resolve_init_from, shared_args, trl_module
 from tirl.train.config import RLConfig, dump_config
 from tirl.train.cpu_sharding import enable_cpu_sharding
-from tirl.train.rollout_func import (
-    AgentLoopSource,
-    RocRolloutFunc,
-    Scorer,
-    TrajectorySource,
-    VerifierScorer,
-    passthrough_reward,
-)
+from tirl.train.rollout_func import AgentLoopSource, RocRolloutFunc, TrajectorySource, passthrough_reward
 from tirl.train.watchdog import RunStopped
 
 logger = logging.getLogger(__name__)
@@ -249,7 +243,7 @@ def build_trainer(
         config: the run.
         problems: training problems (default: from ``config.data``, :func:`read_training_problems`).
         source: trajectory source (default :class:`~tirl.train.rollout_func.AgentLoopSource` on the policy).
-        scorer: reward (default :class:`~tirl.train.rollout_func.VerifierScorer` on the source's executor).
+        scorer: reward (default :class:`~tirl.reward.scorer.VerifierScorer` on the source's executor).
         num_processes: training processes (default: the world size the training arguments see).
         launched_url: the server :func:`tirl.train.launch.launched_server` started for this run: the rollout
             generates through it as through a one-server ``rollout.server_url`` (``server_sync: auto`` becomes

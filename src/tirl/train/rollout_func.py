@@ -32,9 +32,9 @@ Outputs per slot: ``prompt_ids``, ``completion_ids`` (model and tool tokens, nev
 ``tirl_reward`` (passed through to :func:`passthrough_reward`), ``tirl_advantage``, and ``tirl_metrics``.
 
 With ``rollout.max_staleness: k > 0`` (issue 42) the step's batch comes from a
-:class:`tirl.train.staleness.StalenessProducer` instead: generated and scored on a background thread by a
+:class:`tirl.rollout.staleness.StalenessProducer` instead: generated and scored on a background thread by a
 :class:`ServedSource` (inference servers, colocated vLLM) up to k optimizer steps earlier, for the problems of
-:func:`tirl.train.staleness.planned_problems` (TRL's prompts give only their count); selection, advantages, slots,
+:func:`tirl.rollout.staleness.planned_problems` (TRL's prompts give only their count); selection, advantages, slots,
 masking, the audit, the watchdog and the trajectory log below are the same code on it. k = 0 is the synchronous
 path, unchanged.
 
@@ -55,16 +55,18 @@ from typing import Any, Protocol
 
 from tirl.algo.advantages import group_advantages
 from tirl.algo.infra import control_metrics, infra_cause, masked_metrics
+from tirl.algo.metrics import outcome_metrics, step_metrics
 from tirl.algo.roc import Candidate, Selection, candidate
 from tirl.algo.selection import get_rule, rule_name
+from tirl.algo.staleness import lag_metrics
 from tirl.data.problem import Problem
 from tirl.protocol.audit import audit_metrics
-from tirl.protocol.types import FINISH_REASONS, Trajectory, token_fields
+from tirl.protocol.types import Trajectory, token_fields
+from tirl.reward.scorer import Score, Scorer
 from tirl.rollout.agent_loop import AgentLoopConfig
+from tirl.rollout.staleness import StalenessProducer, Taken, planned_problems
 from tirl.runs.trajectories import write_step_log
 from tirl.train.config import RLConfig
-from tirl.train.metrics import step_metrics
-from tirl.train.staleness import StalenessProducer, Taken, lag_metrics, planned_problems
 from tirl.train.watchdog import RunWatchdog
 
 logger = logging.getLogger(__name__)
@@ -75,7 +77,7 @@ ADVANTAGE_KEY = "tirl_advantage"
 
 
 # --------------------------------------------------------------------------------------------------------------
-# the two pluggable parts: where trajectories come from, and how they are scored
+# where trajectories come from (how they are scored: tirl.reward.scorer)
 
 
 class TrajectorySource(Protocol):
@@ -90,7 +92,7 @@ class TrajectorySource(Protocol):
 
 class ServedSource(TrajectorySource, Protocol):
     """A :class:`TrajectorySource` whose generator holds its own copy of the policy (an inference server), so that
-    generation can overlap the update (``rollout.max_staleness > 0``; :mod:`tirl.train.staleness`)."""
+    generation can overlap the update (``rollout.max_staleness > 0``; :mod:`tirl.rollout.staleness`)."""
 
     def push_policy(self, trainer: Any) -> None:
         """Send the trainer's current weights (or adapter) to the generator; on the trainer's thread, between
@@ -101,93 +103,6 @@ class ServedSource(TrajectorySource, Protocol):
         """As :meth:`TrajectorySource.generate`, on the weights last pushed, never touching the trainer's model
         (it runs on a background thread while the trainer updates)."""
         ...
-
-
-@dataclass
-class Score:
-    """The outcome reward of one trajectory.
-
-    Attributes:
-        reward: 1.0 correct, 0.0 wrong (outcome only: tool calls never add reward, field case F91), None when
-            it could not be scored (verifier infrastructure failure, unparsable reference).
-        status: the verifier's status (``ok``, ``no_answer``, ``timeout``, ``unparsable_gold``,
-            ``verifier_error``).
-    """
-
-    reward: float | None
-    status: str = "ok"
-
-
-class Scorer(Protocol):
-    """Scores trajectories against their problems' reference answers."""
-
-    def score(self, trajectories: Sequence[Trajectory], problems: Sequence[Problem]) -> list[Score]:
-        """One :class:`Score` per trajectory, in order."""
-        ...
-
-
-UNSCORED_STATUSES = frozenset({"unparsable_gold", "verifier_error"})
-"""Verifier statuses that mean "could not judge" rather than "wrong": the sample is masked, not scored 0."""
-
-
-def outcome_reward(correct: bool, status: str) -> float | None:
-    """The binary outcome reward of rStar2-Agent: 1 if correct else 0; None for :data:`UNSCORED_STATUSES`."""
-    if status in UNSCORED_STATUSES:
-        return None
-    return 1.0 if correct else 0.0
-
-
-class VerifierScorer:
-    """A :class:`Scorer` on ``tirl.reward`` (math-verify with integer fast path, hard deadlines).
-
-    The answer graded is the trajectory's ``final_answer``: what the agent loop extracted from the model's own
-    turns with the run's protocol (:func:`tirl.protocol.answer.extract_answer_from_turns`); the decoded
-    response, which holds tool output too, is never read, so nothing a program prints can supply the answer,
-    and a trajectory without a final answer scores 0 (``no_answer``) whatever its tool responses say.
-
-    Args:
-        tokenizer: the policy's tokenizer (kept for callers; the answer comes from the turn records).
-        verify: ``(items) -> list[Verdict]`` on the run's loop: :meth:`AgentLoopSource.verify` (what
-            :func:`tirl.train.rl.build_trainer` passes), i.e. :meth:`tirl.runtime.AgentRuntime.verify`: the
-            recipe's ``verifier:`` section and protocol, on the answer checks' own pool built from its
-            ``sandbox:`` section (:func:`tirl.runtime.build_check_executor`); a stand-in in tests.
-    """
-
-    def __init__(self, tokenizer: Any, verify: Callable[[list[Any]], list[Any]]) -> None:
-        self.tokenizer = tokenizer
-        self._verify = verify
-
-    def score(self, trajectories: Sequence[Trajectory], problems: Sequence[Problem]) -> list[Score]:
-        from tirl.reward.types import VerifyItem
-
-        items = [
-            VerifyItem(
-                response=None,  # model text only: the answer the agent loop read from the turn records
-                gold=p.answer,
-                answer=t.final_answer,
-                question=p.problem,  # read only for the base a base-written reference asks for
-            )
-            for t, p in zip(trajectories, problems, strict=True)
-        ]
-        try:
-            verdicts = list(self._verify(items))
-            if len(verdicts) != len(items):
-                raise RuntimeError(f"the verifier answered {len(verdicts)} of {len(items)} items")
-        except Exception:  # noqa: BLE001 - tirl.reward never raises for an answer; if it does, one item pays
-            verdicts = [self._verify_alone(item) for item in items]
-        return [Score(outcome_reward(v.correct, v.status), v.status) for v in verdicts]
-
-    def _verify_alone(self, item: Any) -> Any:
-        """One item's verdict, or a ``verifier_bug`` verdict (reward 0, not masked) when verifying it raises:
-        an answer that makes grading raise fails neither the batch nor the RL step (issue 41)."""
-        from tirl.reward.types import BUG_STATUS, Verdict, bug_detail
-
-        try:
-            return self._verify([item])[0]
-        except Exception as exc:  # noqa: BLE001 - logged once per location by the status's counters
-            detail = bug_detail("the verifier", exc)
-            logger.error("verifying one answer raised (reward 0, status verifier_bug): %s", detail)
-            return Verdict(False, BUG_STATUS, item.answer, str(item.gold), "none", 0.0, detail)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -282,22 +197,21 @@ class RocRolloutFunc:
 
     # -- the call ----------------------------------------------------------------------------------------------
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
-        cfg = self.config
-        g = cfg.rollout.group_size
-        rule = get_rule(rule_name(cfg.roc))  # tirl.algo.selection: roc_paper, roc_release, random, all
-        n = cfg.rollout.samples_per_problem if rule.oversamples else g
-        step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
-        problems = self._groups(prompts)
+        """One RL step's rollout: the step's problems from TRL's prompts, ``n`` trajectories per problem (2G with
+        an oversampling rule, else G), scored; infrastructure failures masked; G kept per problem by the rule,
+        with their advantages, in TRL's slots; the step's metrics, the watchdog and the trajectory log.
 
-        async_metrics: dict[str, float] = {}
-        if cfg.rollout.max_staleness == 0:
-            problems, trajectories, scores, t_rollout, t_verify = self._sample(problems, n, step, trainer)
-        else:
-            # bounded staleness (tirl.train.staleness): this step's batch was admitted up to k versions ago; the
-            # problems are the planned ones (TRL's prompts give their count only)
-            taken = self._producer(trainer, len(problems), n).take(step, step)
-            problems, trajectories, scores, t_rollout, t_verify = taken.result
-            async_metrics = self._async_metrics(taken, trajectories)
+        Returns:
+            ``prompt_ids``, ``completion_ids``, ``logprobs``, ``env_mask``, :data:`REWARD_KEY`,
+            :data:`ADVANTAGE_KEY` (one entry per prompt, in order) and :data:`METRICS_KEY` (a dict).
+        """
+        cfg = self.config
+        rule = get_rule(rule_name(cfg.roc))  # tirl.algo.selection: roc_paper, roc_release, random, all
+        n = cfg.rollout.samples_per_problem if rule.oversamples else cfg.rollout.group_size
+        step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
+        (problems, trajectories, scores, t_rollout, t_verify), async_metrics = self._step_batch(
+            self._groups(prompts), n, step, trainer
+        )
         # infrastructure failures (not the model's) are masked: no reward, never kept, out of the group stats
         causes = [
             infra_cause(t, s.status, mask_verifier_timeouts=cfg.rollout.mask_verifier_timeouts)
@@ -305,86 +219,16 @@ class RocRolloutFunc:
         ]
         rewards = [None if c else s.reward for s, c in zip(scores, causes)]
         candidates: list[Candidate] = [candidate(t, r, cfg.roc) for t, r in zip(trajectories, rewards)]
+        out, selections, slot_sources = self._fill_slots(problems, n, step, rule, trajectories, rewards, candidates)
 
-        out: dict[str, list[Any]] = {
-            k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask", REWARD_KEY, ADVANTAGE_KEY)
-        }
-        selections: list[Selection] = []
-        slot_sources: list[int | None] = []
-        for gi in range(len(problems)):
-            base = gi * n
-            group = candidates[base : base + n]
-            rng = self._rng(step, problems[gi].id)
-            sel = rule.select(group, g, rng, cfg.roc)
-            selections.append(sel)
-            kept = [base + i for i in sel.indices]
-            # an empty response (no model token) carries no loss and must not move the group's mean and spread
-            adv = group_advantages(
-                [None if _empty(trajectories[i]) else rewards[i] for i in kept],
-                eps=cfg.optim.adv_eps,
-                std_floor=cfg.optim.std_floor,
-            )
-            prompt_ids = list(trajectories[base].prompt_ids)
-            for slot in range(g):
-                idx = kept[slot] if slot < len(kept) else None
-                traj = trajectories[idx] if idx is not None else None
-                if traj is None or _empty(traj):
-                    # placeholder: one masked token, no reward, no advantage (F80: nothing is placed on it)
-                    out["prompt_ids"].append(traj.prompt_ids if traj is not None else prompt_ids)
-                    out["completion_ids"].append([self.pad_token_id])
-                    out["logprobs"].append([0.0])
-                    out["env_mask"].append([0])
-                    out[REWARD_KEY].append(None if idx is None else rewards[idx])
-                    out[ADVANTAGE_KEY].append(0.0)
-                    slot_sources.append(None)
-                    continue
-                ids, mask = list(traj.response_ids), list(traj.loss_mask)
-                logps = list(traj.logprobs) if traj.logprobs else [0.0] * len(ids)
-                assert len(mask) == len(ids) == len(logps), (  # F86
-                    f"trajectory {idx}: {len(ids)} completion ids, {len(mask)} mask entries, {len(logps)} log-probs"
-                )
-                out["prompt_ids"].append(list(traj.prompt_ids))
-                out["completion_ids"].append(ids)
-                out["logprobs"].append([float(x) for x in logps])
-                out["env_mask"].append([int(m) for m in mask])
-                out[REWARD_KEY].append(rewards[idx])
-                out[ADVANTAGE_KEY].append(adv[slot])
-                slot_sources.append(idx)
-
-        metrics = step_metrics(trajectories, rewards, candidates, g, selections)
-        tool_time = sum(
-            rec.result.duration_s for t in trajectories for rec in t.tool_call_records if rec.result is not None
-        )
-        status_counts: dict[str, int] = {}
-        for s in scores:
-            status_counts[s.status] = status_counts.get(s.status, 0) + 1
-        metrics.update(getattr(self.source, "last_sandbox_stats", None) or {})
-        metrics.update(getattr(self.source, "last_scheduler_stats", None) or {})
-        engine_stats = getattr(self.source, "last_engine_stats", None) or {}
-        for key in ("prefill_s", "decode_s", "sync_s", "prefill_tokens", "decode_tokens"):
-            if key in engine_stats:
-                metrics[f"time/{key}" if key.endswith("_s") else f"engine/{key}"] = engine_stats[key]
+        metrics = step_metrics(trajectories, rewards, candidates, cfg.rollout.group_size, selections)
+        metrics.update(self._source_metrics())
         metrics.update(masked_metrics(causes))
         metrics.update(control_metrics(trajectories, [s.status for s in scores]))
-        metrics.update(
-            {
-                "time/rollout_s": t_rollout,
-                "time/tool_exec_s": float(tool_time),
-                "time/verify_s": t_verify,
-                "verify/timeout": float(status_counts.get("timeout", 0)),
-                "verify/answer_timeout": float(status_counts.get("answer_timeout", 0)),
-                "verify/verifier_error": float(status_counts.get("verifier_error", 0)),
-                "verify/answer_error": float(status_counts.get("answer_error", 0)),
-                "verify/verifier_bug": float(status_counts.get("verifier_bug", 0)),
-                "verify/unparsable_gold": float(status_counts.get("unparsable_gold", 0)),
-                "verify/no_answer": float(status_counts.get("no_answer", 0)),
-            }
-        )
+        metrics.update({"time/rollout_s": t_rollout, "time/verify_s": t_verify})
+        metrics.update(outcome_metrics(trajectories, [s.status for s in scores]))
         metrics.update(async_metrics)
         metrics.update(audit_metrics(trajectories, cfg.protocol))  # counted, never rewarded (issue 23)
-        for reason in FINISH_REASONS:
-            finished = sum(t.finish_reason == reason for t in trajectories)
-            metrics[f"finish/{reason}"] = finished / max(1, len(trajectories))
         self.last = RolloutStats(trajectories, selections, metrics, slot_sources, causes)
         self.calls += 1
         self.watchdog.observe(step + 1, metrics)
@@ -396,6 +240,87 @@ class RocRolloutFunc:
         result: dict[str, Any] = dict(out)
         result[METRICS_KEY] = metrics  # a non-list extra field: TRL copies it into every input row
         return result
+
+    def _step_batch(
+        self, problems: list[Problem], n: int, step: int, trainer: Any
+    ) -> tuple[tuple[list[Problem], list[Trajectory], list[Score], float, float], dict[str, float]]:
+        """The step's sampled and scored batch (:meth:`_sample`'s tuple) and its ``stale/``/overlap metrics.
+
+        ``max_staleness`` 0: generated now on the trainer's weights for ``problems``, no metrics. Otherwise the
+        batch the producer admitted up to k versions ago (:mod:`tirl.rollout.staleness`), for the planned
+        problems (TRL's prompts give only their count)."""
+        if self.config.rollout.max_staleness == 0:
+            return self._sample(problems, n, step, trainer), {}
+        taken = self._producer(trainer, len(problems), n).take(step, step)
+        return taken.result, self._async_metrics(taken, taken.result[1])
+
+    def _fill_slots(
+        self,
+        problems: Sequence[Problem],
+        n: int,
+        step: int,
+        rule: Any,
+        trajectories: Sequence[Trajectory],
+        rewards: Sequence[float | None],
+        candidates: Sequence[Candidate],
+    ) -> tuple[dict[str, list[Any]], list[Selection], list[int | None]]:
+        """Select G of each problem's ``n`` with ``rule`` and fill TRL's G slots per problem.
+
+        Returns:
+            ``(columns, selections, slot_sources)``: the slot columns (``prompt_ids``, ``completion_ids``,
+            ``logprobs``, ``env_mask``, rewards, advantages; G entries per problem), one selection per problem,
+            and per slot the trajectory index it holds (None: a placeholder, see the module docstring).
+        """
+        cfg, g = self.config, self.config.rollout.group_size
+        out: dict[str, list[Any]] = {
+            k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask", REWARD_KEY, ADVANTAGE_KEY)
+        }
+        selections: list[Selection] = []
+        slot_sources: list[int | None] = []
+        for gi in range(len(problems)):
+            base = gi * n
+            sel = rule.select(candidates[base : base + n], g, self._rng(step, problems[gi].id), cfg.roc)
+            selections.append(sel)
+            kept = [base + i for i in sel.indices]
+            # an empty response (no model token) carries no loss and must not move the group's mean and spread
+            adv = group_advantages(
+                [None if _empty(trajectories[i]) else rewards[i] for i in kept],
+                eps=cfg.optim.adv_eps,
+                std_floor=cfg.optim.std_floor,
+            )
+            for slot in range(g):
+                idx = kept[slot] if slot < len(kept) else None
+                traj = trajectories[idx] if idx is not None else None
+                if traj is None or _empty(traj):
+                    # placeholder: one masked token, no reward, no advantage (F80: nothing is placed on it)
+                    prompt = traj.prompt_ids if traj is not None else list(trajectories[base].prompt_ids)
+                    row = (prompt, [self.pad_token_id], [0.0], [0], None if idx is None else rewards[idx], 0.0)
+                    idx = None
+                else:
+                    ids, mask = list(traj.response_ids), list(traj.loss_mask)
+                    logps = list(traj.logprobs) if traj.logprobs else [0.0] * len(ids)
+                    assert len(mask) == len(ids) == len(logps), (  # F86
+                        f"trajectory {idx}: {len(ids)} completion ids, {len(mask)} mask entries, {len(logps)} log-probs"
+                    )
+                    floats, ints = [float(x) for x in logps], [int(m) for m in mask]
+                    row = (list(traj.prompt_ids), ids, floats, ints, rewards[idx], adv[slot])
+                for column, value in zip(out.values(), row, strict=True):
+                    column.append(value)
+                slot_sources.append(idx)
+        return out, selections, slot_sources
+
+    def _source_metrics(self) -> dict[str, float]:
+        """The source's counters of the last rollout: ``sandbox/*`` (a sandbox service's failovers),
+        ``sched/*`` (several servers), and the engine's ``time/{prefill,decode,sync}_s`` and
+        ``engine/{prefill,decode}_tokens`` when it keeps them."""
+        out: dict[str, float] = {}
+        out.update(getattr(self.source, "last_sandbox_stats", None) or {})
+        out.update(getattr(self.source, "last_scheduler_stats", None) or {})
+        engine_stats = getattr(self.source, "last_engine_stats", None) or {}
+        for key in ("prefill_s", "decode_s", "sync_s", "prefill_tokens", "decode_tokens"):
+            if key in engine_stats:
+                out[f"time/{key}" if key.endswith("_s") else f"engine/{key}"] = engine_stats[key]
+        return out
 
     def _sample(
         self, problems: list[Problem], n: int, step: int, trainer: Any, *, generate: Callable[..., Any] | None = None
@@ -423,8 +348,8 @@ class RocRolloutFunc:
         return problems, trajectories, scores, t_rollout, time.perf_counter() - t0
 
     def _producer(self, trainer: Any, groups: int, n: int) -> StalenessProducer[Any]:
-        """The run's :class:`~tirl.train.staleness.StalenessProducer` (built on the first step): each batch is the
-        planned problems of its step (:func:`~tirl.train.staleness.planned_problems`, this process's share),
+        """The run's :class:`~tirl.rollout.staleness.StalenessProducer` (built on the first step): each batch is the
+        planned problems of its step (:func:`~tirl.rollout.staleness.planned_problems`, this process's share),
         generated on the served weights and scored on a background thread."""
         if self.producer is None:
             accelerator = getattr(trainer, "accelerator", None)
@@ -681,18 +606,14 @@ class AgentLoopSource:
 
     def verify(self, items: Sequence[Any]) -> list[Any]:
         """Verdicts of ``tirl.reward.VerifyItem`` items on the run's executor and loop (what
-        :class:`VerifierScorer` calls)."""
+        :class:`tirl.reward.scorer.VerifierScorer` calls)."""
         return self.runtime.verify(items)
 
     def generate(
         self, problems: Sequence[Problem], samples_per_problem: int, *, seed: int, trainer: Any
     ) -> list[Trajectory]:
         rows = list(problems)  # the agent loop takes Problems (group id: the problem id)
-        uses_vllm = self._engine_factory is None and getattr(getattr(trainer, "args", None), "use_vllm", False)
-        # vLLM already holds the current weights (TRL syncs them before the rollout): no unwrapping, in
-        # particular no ZeRO-3 parameter gather of the training model
-        context = contextlib.nullcontext(None) if uses_vllm else _policy_for_generation(trainer)
-        with context as model:
+        with self._generation_model(trainer) as model:
             self._push(model, trainer)
             with self._progress(trainer, len(rows) * samples_per_problem) as progress:
                 return self._run(rows, samples_per_problem, seed, progress)
@@ -706,13 +627,19 @@ class AgentLoopSource:
 
     def push_policy(self, trainer: Any) -> None:
         """Send the trainer's current weights (or adapter) to the servers (``max_staleness > 0``: on the trainer's
-        thread, between steps, when no batch is generating; :class:`tirl.train.staleness.StalenessProducer`).
+        thread, between steps, when no batch is generating; :class:`tirl.rollout.staleness.StalenessProducer`).
         Colocated vLLM: TRL has pushed them already at the start of the step (after
         :meth:`tirl.train.trainer.RocGRPOTrainer` waited for the batches generating), so this only builds the
         engine."""
-        uses_vllm = self._engine_factory is None and getattr(getattr(trainer, "args", None), "use_vllm", False)
-        with contextlib.nullcontext(None) if uses_vllm else _policy_for_generation(trainer) as model:
+        with self._generation_model(trainer) as model:
             self._push(model, trainer)
+
+    def _generation_model(self, trainer: Any) -> Any:
+        """A context yielding the trainer's model ready for generation (:class:`_policy_for_generation`), or None
+        with TRL's colocated vLLM: it already holds the current weights (TRL syncs them before the rollout), so
+        no unwrapping, in particular no ZeRO-3 parameter gather of the training model."""
+        uses_vllm = self._engine_factory is None and getattr(getattr(trainer, "args", None), "use_vllm", False)
+        return contextlib.nullcontext(None) if uses_vllm else _policy_for_generation(trainer)
 
     def generate_served(self, problems: Sequence[Problem], samples_per_problem: int, *, seed: int) -> list[Trajectory]:
         """:meth:`generate` on the weights the servers hold (last :meth:`push_policy`), on a background thread:
@@ -949,12 +876,7 @@ __all__ = [
     "REWARD_KEY",
     "RocRolloutFunc",
     "RolloutStats",
-    "Score",
-    "Scorer",
     "TrajectorySource",
-    "UNSCORED_STATUSES",
-    "VerifierScorer",
     "default_executor_factory",
-    "outcome_reward",
     "passthrough_reward",
 ]

@@ -280,7 +280,7 @@ class RocGRPOTrainer(trl.GRPOTrainer):
 
     def _correct_staleness(self, output: dict[str, Any], mode: str, cap: float) -> None:
         """Weight each model token by the truncated ratio of the trainer's policy to the generator's
-        (:func:`tirl.train.staleness.staleness_weights`), in place in ``output``.
+        (:func:`tirl.algo.staleness.staleness_weights`), in place in ``output``.
 
         The trainer's policy is its pre-update one: one no-grad forward pass over the generation batch (TRL's own
         ``old_per_token_logps``, computed here because TRL computes it for its vLLM correction only); it becomes
@@ -291,7 +291,7 @@ class RocGRPOTrainer(trl.GRPOTrainer):
         """
         from trl.models.utils import disable_gradient_checkpointing
 
-        from tirl.train.staleness import staleness_weights
+        from tirl.algo.staleness import staleness_weights
 
         sampled = output.get("sampling_per_token_logps")
         if sampled is None:

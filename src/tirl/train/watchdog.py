@@ -1,7 +1,7 @@
 """A watch-dog for long unattended RL runs: warn, then stop cleanly, when a run has gone wrong.
 
 Covers :class:`WatchdogConfig` (the ``watchdog:`` section of an RL recipe) and :class:`RunWatchdog`, a pure
-object fed each step's rollout metrics (the names of :mod:`tirl.train.metrics`). Five conditions are watched,
+object fed each step's rollout metrics (the names of :mod:`tirl.algo.metrics`). Five conditions are watched,
 each named in its messages by its recipe key (:data:`RECIPE_KEYS`):
 
 * ``tool_errors`` (``watchdog.max_tool_error_rate``): the share of failing tool calls

@@ -6,7 +6,7 @@ The pieces come from :mod:`tirl.runtime`, as in RL training: generation is an in
 (:func:`tirl.runtime.build_hf_engine`) under the agent loop, code runs in the configured executor (``local``
 sandbox pool or service URLs: the ``sandbox`` section, :func:`tirl.runtime.build_executor`) on an
 :class:`tirl.runtime.AgentRuntime` (:func:`sampler_runtime`), and scoring is
-:class:`tirl.train.rollout_func.VerifierScorer` on that runtime's verifier. Heavy imports happen on call.
+:class:`tirl.reward.scorer.VerifierScorer` on that runtime's verifier. Heavy imports happen on call.
 """
 
 from __future__ import annotations
@@ -18,37 +18,34 @@ from typing import Any
 
 from tirl.protocol.config import ProtocolConfig
 from tirl.reward.types import VerifierConfig
-from tirl.rollout.agent_loop import AgentLoopSettings
+from tirl.rollout.agent_loop import TrainingLoopSettings
+from tirl.runtime import ENGINE_BATCH_SIZE
 from tirl.service.config import ExecutorConfig
-from tirl.train.config import RolloutConfig
 
 SAMPLER_WORKERS = 2
 """Local sandbox workers of the sampler by default (``tirl data filter-hard``/``curate --workers``)."""
 
 
 @dataclass
-class SamplerConfig(AgentLoopSettings):
-    """Settings of :func:`policy_sampler`: the agent-loop settings (:class:`AgentLoopSettings`) with the RL
-    rollout's defaults (the policy is sampled as in training: ``max_turns``, ``max_response_tokens`` and
-    ``temperature`` as in :class:`tirl.train.config.RolloutConfig`, 10 turns, 8192 tokens, temperature 1.0), the
-    conversation format and the executor. The agent-loop fields are described once, in
-    :class:`AgentLoopSettings` (the flags of ``tirl data`` take their help from there).
+class SamplerConfig(TrainingLoopSettings):
+    """Settings of :func:`policy_sampler`: the agent-loop settings with the RL rollout's defaults
+    (:class:`~tirl.rollout.agent_loop.TrainingLoopSettings`, as :class:`tirl.train.config.RolloutConfig`: the
+    policy is sampled as in training, 10 turns, 8192 tokens, temperature 1.0), the conversation format and the
+    executor. The agent-loop fields are described once, in :class:`~tirl.rollout.agent_loop.AgentLoopSettings`
+    (the flags of ``tirl data`` take their help from there).
 
     Attributes:
         sandbox: where the tool calls run (:class:`tirl.service.config.ExecutorConfig`, the ``sandbox:`` section
             of an RL recipe: ``backend`` ``local`` or service URLs; :data:`SAMPLER_WORKERS` local workers
             by default).
-        batch_size: largest generation batch of the engine.
+        batch_size: largest generation batch of the engine (:data:`tirl.runtime.ENGINE_BATCH_SIZE` by default).
         seed: sampling seed.
         protocol: the conversation format (the policy's, as in its RL recipe).
         verifier: the scoring verifier's settings (the ``verifier:`` section of an RL recipe).
     """
 
-    max_turns: int = RolloutConfig.max_turns
-    max_response_tokens: int = RolloutConfig.max_response_tokens
-    temperature: float = RolloutConfig.temperature
     sandbox: ExecutorConfig = field(default_factory=lambda: ExecutorConfig(workers=SAMPLER_WORKERS))
-    batch_size: int = RolloutConfig.engine_batch_size
+    batch_size: int = ENGINE_BATCH_SIZE
     seed: int = 0
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
@@ -77,8 +74,8 @@ def policy_sampler(
     Both run on one :class:`tirl.runtime.AgentRuntime` (its executor serves the tool calls, its verifier the
     scores): ``runtime``, owned by the caller, or one of :func:`sampler_runtime`.
     """
+    from tirl.reward.scorer import VerifierScorer
     from tirl.runtime import build_hf_engine
-    from tirl.train.rollout_func import VerifierScorer
 
     cfg = config or SamplerConfig()
     owned = runtime is None

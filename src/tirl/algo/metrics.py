@@ -1,4 +1,4 @@
-"""Per-step training metrics of GRPO-RoC, and their JSONL log.
+"""Per-step training metrics of GRPO-RoC (framework-free: computed from trajectories, rewards and selections).
 
 Covers the numbers one RL step reports (computed on one process from its groups; TRL averages them over
 processes): reward and accuracy, the share of failing tool calls inside correct trajectories before and after
@@ -40,6 +40,9 @@ Metric names (all floats):
 ``audit/answer_in_tool_output``, ``audit/flagged``
     the reward-hacking audit of the step's sampled trajectories (:mod:`tirl.protocol.audit`; counts, added by
     the rollout function, never part of the reward).
+``verify/<status>``, ``finish/<reason>``
+    trajectories per verifier status that is not a plain verdict (:data:`COUNTED_STATUSES`), and the share of
+    trajectories per finish reason (:func:`outcome_metrics`).
 ``time/rollout_s``, ``time/tool_exec_s``, ``time/verify_s``
     wall time of the multi-turn rollout (generation and tool calls interleaved), summed execution time of all
     tool calls (overlapping, so it can exceed the rollout wall time), wall time of verification.
@@ -49,10 +52,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from tirl.algo.roc import Candidate, Selection, is_scored
-from tirl.protocol.types import Trajectory
+from tirl.protocol.types import FINISH_REASONS, Trajectory
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -63,12 +65,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     pos = (len(data) - 1) * q / 100.0
     lo, hi = math.floor(pos), math.ceil(pos)
     return float(data[lo] + (data[hi] - data[lo]) * (pos - lo))
-
-
-def log_value(logs: dict[str, Any], key: str) -> float:
-    """``logs[key]`` as a float for console lines; NaN when it is missing, not a number, or not finite."""
-    value = logs.get(key)
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else float("nan")
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -149,4 +145,30 @@ def step_metrics(
     return out
 
 
-__all__ = ["log_value", "percentile", "step_metrics", "tool_error_share"]
+COUNTED_STATUSES = (
+    "timeout",
+    "answer_timeout",
+    "verifier_error",
+    "answer_error",
+    "verifier_bug",
+    "unparsable_gold",
+    "no_answer",
+)
+"""Verifier statuses counted each step as ``verify/<status>`` (:mod:`tirl.reward.types`)."""
+
+
+def outcome_metrics(trajectories: Sequence[Trajectory], statuses: Sequence[str]) -> dict[str, float]:
+    """How the step's trajectories ended: ``time/tool_exec_s`` (summed tool-call seconds), ``verify/<status>``
+    (count per status of :data:`COUNTED_STATUSES`, 0 when absent) and ``finish/<reason>`` (share per finish
+    reason of :data:`tirl.protocol.types.FINISH_REASONS`; 0 for no trajectory)."""
+    tool_time = sum(
+        rec.result.duration_s for t in trajectories for rec in t.tool_call_records if rec.result is not None
+    )
+    out = {"time/tool_exec_s": float(tool_time)}
+    out.update({f"verify/{status}": float(sum(s == status for s in statuses)) for status in COUNTED_STATUSES})
+    for reason in FINISH_REASONS:
+        out[f"finish/{reason}"] = sum(t.finish_reason == reason for t in trajectories) / max(1, len(trajectories))
+    return out
+
+
+__all__ = ["COUNTED_STATUSES", "outcome_metrics", "percentile", "step_metrics", "tool_error_share"]

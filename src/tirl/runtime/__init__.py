@@ -21,7 +21,7 @@ Covers:
 * :func:`load_sampling_policy`: a policy to sample from (model reference, or a LoRA adapter merged on its base);
 * :class:`AgentRuntime`: a background loop holding the run's executor and verifier, on which the agent loop
   runs; what ``tirl train rl`` (:class:`tirl.train.rollout_func.AgentLoopSource`) and ``tirl data
-  filter-hard``/``curate`` (:func:`tirl.train.sampler.policy_sampler`) use. ``tirl eval`` runs on its own
+  filter-hard``/``curate`` (:func:`tirl.runtime.sampler.policy_sampler`) use. ``tirl eval`` runs on its own
   event loop and uses the builders (:func:`tirl.eval.components.build_default_components`).
 
 Importing this module imports only the standard library (and :mod:`tirl._loop`); each builder imports what it
@@ -124,6 +124,11 @@ def build_verifier(
     from tirl.reward import Verifier
 
     return Verifier(executor=executor, config=config, stats=stats, protocol_config=protocol)
+
+
+ENGINE_BATCH_SIZE = 32
+"""Largest generation batch of the in-process engine by default (RL's ``rollout.engine_batch_size``, the data
+sampler's ``batch_size``: :mod:`tirl.runtime.sampler`)."""
 
 
 def build_hf_engine(model: Any, *, batch_size: int, seed: int | None = None) -> HFEngine:

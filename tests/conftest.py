@@ -114,3 +114,11 @@ def ddp_two_process_run(tmp_path_factory, tiny_smollm2_model_dir) -> tuple[Path,
         lambda d: run_ok(two_processes("ddp-2cpu.yaml", tiny_smollm2_model_dir, d, 3, env)),
     )
     return out, ranks(out, 2)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files that hold a ``slow`` test run first, each file's tests in their own order: under pytest-xdist
+    (``make test``) the long training runs start while the many short tests fill the other worker, instead of a
+    long file starting last and ending the session alone."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: the collection order otherwise

@@ -16,7 +16,7 @@ from train_helpers import SIX_TIMES_SEVEN, AlternatingScorer, tiny_run_overrides
 pytestmark = pytest.mark.slow
 
 
-def _run(tmp_path: Path, tiny_model_dir: Path, extra: list[str]) -> dict[str, Any]:
+def _run(tmp_path: Path, tiny_smollm2_model_dir: Path, extra: list[str]) -> dict[str, Any]:
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
@@ -28,7 +28,7 @@ def _run(tmp_path: Path, tiny_model_dir: Path, extra: list[str]) -> dict[str, An
     from tirl.sandbox import LocalSandbox
     from tirl.train.rl import build_trainer
 
-    served = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    served = AutoModelForCausalLM.from_pretrained(str(tiny_smollm2_model_dir), dtype=torch.float32)
     engine = HFEngine(served, HFEngineConfig(max_batch_size=16))
     holder: dict[str, Any] = {}
     reloads: list[int] = []  # the trainer's global_step at each weight push
@@ -38,15 +38,16 @@ def _run(tmp_path: Path, tiny_model_dir: Path, extra: list[str]) -> dict[str, An
         served.tie_weights()
         reloads.append(int(holder["run"].trainer.state.global_step))
 
-    overrides = tiny_run_overrides(tmp_path, tiny_model_dir, max_steps=3) + [
+    overrides = tiny_run_overrides(tmp_path, tiny_smollm2_model_dir, max_steps=3) + [
         "optim.learning_rate=5e-2",
         "rollout.server_sync=weights",
         "rollout.temperature=1.0",
         "rollout.max_staleness=1",
         "logging.log_trajectories=true",
+        "protocol.prompt_style=compact",  # the small tokenizer and a short prompt: TRL's log-probs cost a third
         *extra,
     ]
-    tokenizer = load_tokenizer(str(tiny_model_dir))
+    tokenizer = load_tokenizer(str(tiny_smollm2_model_dir))
     with TestingServer(engine, tokenizer=tokenizer, model_name="base", on_reload_weights=on_reload_weights) as srv:
         config = load_config(None, overrides + [f"rollout.server_url={srv.url}"])
         source = AgentLoopSource(config, tokenizer, executor_factory=lambda: LocalSandbox(workers=1))
@@ -63,9 +64,9 @@ def _run(tmp_path: Path, tiny_model_dir: Path, extra: list[str]) -> dict[str, An
 
 @pytest.mark.parametrize("correction", ["token_truncate", "sequence_mask"])
 def test_k_1_trains_step_n_plus_1_on_version_n_with_the_correction_and_its_metrics(
-    tmp_path, tiny_model_dir, correction
+    tmp_path, tiny_smollm2_model_dir, correction
 ):
-    out = _run(tmp_path, tiny_model_dir, [f"rollout.staleness_correction={correction}"])
+    out = _run(tmp_path, tiny_smollm2_model_dir, [f"rollout.staleness_correction={correction}"])
     rows = [r for r in out["metrics"] if "loss" in r or "train/loss" in r]
     assert len(rows) == 3, out["metrics"]
 
@@ -93,7 +94,7 @@ def test_k_1_trains_step_n_plus_1_on_version_n_with_the_correction_and_its_metri
     assert all(t.finish_reason != "error" for t in out["run"].rollout.last.trajectories)
 
 
-def test_k_1_over_two_servers_one_killed_mid_rollout_loses_nothing(tmp_path, tiny_model_dir):
+def test_k_1_over_two_servers_one_killed_mid_rollout_loses_nothing(tmp_path, tiny_smollm2_model_dir):
     """Two testing servers behind the rollout scheduler, server B killed during the rollout of step 3 (generated on
     version 1's adapter while step 2 updates, on a background thread): failed over to A, every requested
     trajectory comes back once, and the run trains all three steps with lag 0, 1, 1."""
@@ -116,19 +117,22 @@ def test_k_1_over_two_servers_one_killed_mid_rollout_loses_nothing(tmp_path, tin
             )
             return trajectories
 
-    server_a, pushes_a, _ = _server(tiny_model_dir, kill_switch=False)
-    server_b, pushes_b, switch = _server(tiny_model_dir, kill_switch=True)
+    server_a, pushes_a, _ = _server(tiny_smollm2_model_dir, kill_switch=False)
+    server_b, pushes_b, switch = _server(tiny_smollm2_model_dir, kill_switch=True)
     with server_a, server_b:
-        overrides = tiny_run_overrides(tmp_path, tiny_model_dir, max_steps=STEPS) + [
+        overrides = tiny_run_overrides(tmp_path, tiny_smollm2_model_dir, max_steps=STEPS) + [
             "model.lora.enabled=true",
             "model.lora.r=4",
             f"rollout.server_url={server_a.url},{server_b.url}",
             "optim.learning_rate=5e-2",
             "rollout.temperature=1.0",
             "rollout.max_staleness=1",
+            "protocol.prompt_style=compact",
         ]
         config = load_config(None, overrides)
-        source = ServedRecording(config, load_tokenizer(str(tiny_model_dir)), executor_factory=lambda: LocalSandbox())
+        source = ServedRecording(
+            config, load_tokenizer(str(tiny_smollm2_model_dir)), executor_factory=lambda: LocalSandbox()
+        )
         run = build_trainer(config, problems=PROBLEMS, source=source, scorer=AlternatingScorer(), num_processes=1)
         try:
             run.trainer.train()

@@ -35,11 +35,21 @@ def test_an_interrupted_run_says_how_to_resume_and_leaves_no_scratch(tmp_path, s
         f"output_dir={out}",
         "max_steps=50",
         "save_steps=1",
-        # the tiny random model never calls the tool: without this the watchdog may stop the run (exit 3) at
-        # step 3 before the signal sent after checkpoint-1 is handled, on a fast machine
+        # the tiny random model never calls the tool: the watchdog would stop the run (exit 3) at step 3 if
+        # the signal were not handled by then
         "watchdog.enabled=false",
     ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # SIGINT's default disposition, as in a terminal: pytest-xdist workers ignore SIGINT, and a child inherits the
+    # ignored signal (Python then installs no KeyboardInterrupt handler, as for a background job of a shell)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 900  # a generous bound for a loaded machine, not a measurement
         while not (out / "checkpoint-1" / "tirl_checkpoint.json").exists():

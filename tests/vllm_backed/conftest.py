@@ -51,3 +51,16 @@ def processes_left():
         return alive
 
     return left
+
+
+@pytest.fixture(autouse=True)
+def _free_master_port(monkeypatch):
+    """A free ``MASTER_PORT`` per test: TRL's colocated vLLM sets up a one-process group on it (default 29500),
+    and under pytest-xdist two colocated tests in two workers would otherwise both listen on 29500
+    (EADDRINUSE)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MASTER_PORT", str(port))

@@ -24,21 +24,14 @@ pytest.importorskip(
 import torch  # noqa: E402
 
 from tirl.data.problem import Problem  # noqa: E402
-from tirl.reward.scorer import Score
 from tirl.train.config import load_config  # noqa: E402
 from tirl.train.rollout_func import AgentLoopSource  # noqa: E402
 from tirl.train.trainer import LOGPROB_MISMATCH_TOLERANCE  # noqa: E402
+from train_helpers import AlternatingScorer  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 PROBLEMS = [Problem(id=f"p{i}", problem=f"What is {i} plus 2?", answer=str(i + 2)) for i in range(4)]
-
-
-class AlternatingScorer:
-    """Mixed rewards (every other trajectory correct), so each step has a policy gradient."""
-
-    def score(self, trajectories: Any, problems: Any) -> list[Score]:
-        return [Score(float(i % 2)) for i in range(len(trajectories))]
 
 
 def _vllm_model(trainer: Any) -> Any:

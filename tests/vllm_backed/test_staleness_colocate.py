@@ -17,18 +17,13 @@ pytest.importorskip(
 )
 
 from tirl.data.problem import Problem  # noqa: E402
-from tirl.reward.scorer import Score
 from tirl.train.config import load_config  # noqa: E402
 from tirl.train.rollout_func import AgentLoopSource  # noqa: E402
+from train_helpers import AlternatingScorer  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 PROBLEMS = [Problem(id=f"p{i}", problem=f"What is {i} plus 2?", answer=str(i + 2)) for i in range(4)]
-
-
-class AlternatingScorer:
-    def score(self, trajectories: Any, problems: Any) -> list[Score]:
-        return [Score(float(i % 2)) for i in range(len(trajectories))]
 
 
 def test_k_1_on_colocated_vllm_pushes_only_between_batches(tmp_path, tiny_vllm_model_dir):

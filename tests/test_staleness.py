@@ -276,7 +276,19 @@ def test_slow_multi_turn_rollouts_leave_no_length_or_difficulty_skew(tmp_path):
             lag = [j for j in range(k + 1) if metrics[f"stale/lag_{j}"] == 1.0]
             assert len(lag) == 1 and lag[0] <= k and metrics["time/overlap_saved_s"] >= 0.0
             lags.append(lag[0])
-            trained += [(f"d{t.prompt_ids[1]}", len(t.response_ids)) for t in rollout.last.trajectories]
+            batch = rollout.last.trajectories
+            trained += [(f"d{t.prompt_ids[1]}", len(t.response_ids)) for t in batch]
+            # the step's trained-vs-sampled distribution: sampled is the whole batch this step trains (generated
+            # up to k versions ago); a group's samples share one length here, so RoC's kept subset matches it
+            assert metrics["length/mean"] == sum(len(t.response_ids) for t in batch) / len(batch)
+            assert metrics["turns/mean"] == sum(len(t.turns) for t in batch) / len(batch)
+            for sampled, kept in [
+                ("length/mean", "length/kept_mean"),
+                ("length/p90", "length/kept_p90"),
+                ("turns/mean", "turns/kept_mean"),
+                ("tool_calls/per_traj", "tool_calls/kept_per_traj"),
+            ]:
+                assert metrics[kept] == pytest.approx(metrics[sampled]) and metrics[kept] > 0, (step, kept)
             time.sleep(0.01)  # the update, while the next steps' batches generate
     finally:
         rollout.close()

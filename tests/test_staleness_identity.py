@@ -73,8 +73,11 @@ def _run(tmp: Path, model_dir: Path, extra: list[str]) -> dict[str, Any]:
         run.trainer.train()
     finally:
         run.close()
+    from tirl.runs.metrics import read_metrics
+
     logs = [h for h in run.trainer.state.log_history if "loss" in h and "grad_norm" in h]
     return {
+        "metrics": [r for r in read_metrics(tmp) if "loss" in r],
         "tokens": digest.hexdigest(),
         "rewards": rewards,
         "loss": [float(h["loss"]) for h in logs],
@@ -95,3 +98,9 @@ def _same(got: dict[str, Any], want: dict[str, Any]) -> None:
 def test_max_staleness_0_is_the_synchronous_path(tmp_path, tiny_smollm2_model_dir):
     got = _run(tmp_path, tiny_smollm2_model_dir, EXTRA)
     _same(got, BEFORE)
+    # at k = 0 the step's trained set is the RoC-kept subset of the sampled one; both reach metrics.jsonl
+    from test_staleness_server import TRAINED_VS_SAMPLED
+
+    assert len(got["metrics"]) == 2
+    for row in got["metrics"]:
+        assert all(row[f"tirl/{name}"] >= 0.0 for name in TRAINED_VS_SAMPLED), sorted(row)

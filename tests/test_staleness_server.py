@@ -15,6 +15,14 @@ from train_helpers import SIX_TIMES_SEVEN, AlternatingScorer, tiny_run_overrides
 
 pytestmark = pytest.mark.slow
 
+TRAINED_VS_SAMPLED = [
+    f"{group}/{which}"
+    for group, names in [("length", ["mean", "p90"]), ("turns", ["mean"]), ("tool_calls", ["per_traj"])]
+    for name in names
+    for which in (name, f"kept_{name}")
+]
+"""The step's sampled and trained (``kept``) distribution of length, turns and tool calls (issue 42)."""
+
 
 def _run(tmp_path: Path, tiny_smollm2_model_dir: Path, extra: list[str]) -> dict[str, Any]:
     import torch
@@ -76,6 +84,11 @@ def test_k_1_trains_step_n_plus_1_on_version_n_with_the_correction_and_its_metri
                 return float(row[key])
         raise KeyError(f"{name} not in {sorted(row)}")
 
+    # the step's trained-vs-sampled distribution reaches metrics.jsonl (tirl.algo.metrics)
+    for r in rows:
+        for name in TRAINED_VS_SAMPLED:
+            assert get(r, name) >= 0.0
+        assert get(r, "length/kept_mean") > 0.0 and get(r, "turns/kept_mean") >= 1.0  # something was trained
     # pushes: version 0 before step 1, version 1 after step 1's update (nothing in flight), none after the last
     assert out["reloads"] == [0, 1]
     assert [get(r, "stale/lag_0") for r in rows] == [1.0, 0.0, 0.0]

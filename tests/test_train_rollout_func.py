@@ -386,3 +386,54 @@ def test_outcome_metrics_count_statuses_finish_reasons_and_tool_seconds():
     assert "verify/ok" not in m  # a plain verdict is not counted
     assert m["finish/answer"] == 2 / 3 and m["finish/max_turns"] == 1 / 3
     assert outcome_metrics([], [])["finish/answer"] == 0.0  # no trajectory: no division by zero
+
+
+def _with_turns(traj: Trajectory, turns: int) -> Trajectory:
+    """``traj`` with plain model turns added before its answer turn, up to ``turns`` turns."""
+    traj.turns[-1:-1] = [TurnRecord(text="") for _ in range(turns - len(traj.turns))]
+    return traj
+
+
+def test_trained_vs_sampled_distribution_at_k_0_is_the_roc_kept_subset():
+    """RoC keeps the short, error-free positives: the step reports the trained (kept) distribution of length,
+    turns and tool calls beside the sampled one, so the bias towards short trajectories is visible."""
+    prompt = [1, 10]
+    trajs = (
+        [_traj(prompt, True, errors=0, calls=1, length=12) for _ in range(2)]  # 10 model tokens, 2 turns, 1 call
+        + [_with_turns(_traj(prompt, True, errors=2, calls=3, length=32), 4) for _ in range(2)]  # 30, 4 turns, 3
+        + [_traj(prompt, False, calls=1, length=8) for _ in range(4)]  # 6 model tokens, 2 turns, 1 call
+    )
+    fn = RocRolloutFunc(_cfg(**{"roc.mode": "topk"}), PROBLEMS, ListSource({"q0": trajs}), AnswerScorer(), PAD)
+    m = fn(["problem 0"] * 4, _trainer())[METRICS_KEY]
+    sel = fn.last.selections[0]
+    assert sel.kept_pos == 2 and sel.kept_neg == 2 and sel.indices[:2] == [0, 1]  # the two error-free positives
+    # sampled: lengths 10 10 30 30 6 6 6 6; trained: 10 10 6 6
+    assert (m["length/mean"], m["length/p90"]) == (13.0, 30.0)  # p90 at position 6.3 of 8 sorted
+    assert (m["length/kept_mean"], m["length/kept_p90"]) == (8.0, 10.0)  # p90 at position 2.7 of 4
+    assert (m["turns/mean"], m["turns/kept_mean"]) == (20 / 8, 2.0)
+    assert (m["tool_calls/per_traj"], m["tool_calls/kept_per_traj"]) == (12 / 8, 1.0)
+
+
+def test_a_kept_trajectory_without_a_model_token_is_not_in_the_trained_distribution():
+    from tirl.algo.metrics import step_metrics
+    from tirl.algo.roc import Candidate, Selection
+
+    long_one = _with_turns(_traj([1], True, calls=2, length=22), 3)  # 20 model tokens, 3 turns, 2 calls
+    short = _traj([1], False, calls=0, length=4)  # 4 model tokens (no tool segment without a call), 2 turns
+    empty = Trajectory(prompt_ids=[1], finish_reason="eos")  # kept by the rule, a masked placeholder in training
+    group = [long_one, short, empty, short, long_one, short]  # two groups of three
+    m = step_metrics(
+        group,
+        [1.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+        [Candidate(reward=r) for r in (1.0, 0.0, 0.0, 0.0, 1.0, 0.0)],
+        2,
+        [Selection(indices=[1, 2]), Selection(indices=[0, 1])],  # trained: short (group 0), long_one and short
+    )
+    assert m["length/kept_mean"] == pytest.approx((4 + 20 + 4) / 3)
+    assert m["turns/kept_mean"] == pytest.approx((2 + 3 + 2) / 3)
+    assert m["tool_calls/kept_per_traj"] == pytest.approx(2 / 3)
+    assert m["length/mean"] == pytest.approx((20 + 4 + 0 + 4 + 20 + 4) / 6)  # sampled: the empty one counts
+    assert m["turns/mean"] == pytest.approx((3 + 2 + 0 + 2 + 3 + 2) / 6)
+    # nothing kept (every group dropped): zeros, not a division by zero
+    none = step_metrics([short], [0.0], [Candidate(reward=0.0)], 1, [Selection(indices=[], status="empty")])
+    assert none["length/kept_mean"] == none["length/kept_p90"] == none["turns/kept_mean"] == 0.0

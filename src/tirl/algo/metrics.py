@@ -17,8 +17,17 @@ Metric names (all floats):
     selection (0 when the correct trajectories made no call).
 ``p_err/mean``, ``p_format/mean``
     mean penalties over sampled trajectories; ``p_format/correct_mean`` over correct ones.
-``length/mean``, ``length/p90``, ``length/kept_mean``
-    response length in model tokens (loss-mask ones; tool tokens excluded).
+``length/mean``, ``length/p90``, ``length/kept_mean``, ``length/kept_p90``
+    response length in model tokens (loss-mask ones; tool tokens excluded), of the sampled and of the trained
+    trajectories.
+``turns/mean``, ``turns/kept_mean``, ``tool_calls/kept_per_traj``
+    model turns per sampled and per trained trajectory; tool calls per trained trajectory (per sampled one:
+    ``tool_calls/per_traj``). With ``tool_calls/per_traj`` and the ``length/`` pairs: the trained-vs-sampled
+    distribution of the step (issue 42), which says whether the selection, or bounded-staleness rollouts,
+    train on shorter or easier trajectories than were sampled. *Sampled* is the step's whole batch (all ``n``
+    per problem, also those generated up to ``rollout.max_staleness`` versions earlier); *trained* (the
+    ``kept`` names) is the ones kept by the selection rule that carry a model token (a kept trajectory without
+    one fills its slot with a masked placeholder, so it is not trained on).
 ``truncation_rate``
     share of sampled trajectories that ended on the token budget or the context window.
 ``tool_calls/per_traj``, ``tool_calls/error_rate``, ``tool_calls/count``
@@ -114,7 +123,12 @@ def step_metrics(
     kept: list[int] = [g * per_group + i for g, sel in enumerate(selections) for i in sel.indices]
     scored_rewards = [float(r) for r in rewards if is_scored(r)]
     lengths = [float(t.num_model_tokens) for t in trajectories]
-    calls = [len(t.tool_call_records) for t in trajectories]
+    calls = [float(len(t.tool_call_records)) for t in trajectories]
+    turns = [float(len(t.turns)) for t in trajectories]
+    # what the update sees: a kept trajectory with no model token becomes a masked placeholder slot
+    # (tirl.train.rollout_func), so it is left out of the trained distribution
+    trained = [i for i in kept if lengths[i] > 0]
+    trained_lengths = [lengths[i] for i in trained]
     out = {
         "reward/mean": _mean(scored_rewards),
         "reward/kept_mean": _mean([float(r) for r in (rewards[i] for i in kept) if is_scored(r)]),
@@ -127,9 +141,13 @@ def step_metrics(
         "p_format/correct_mean": _mean([c.p_format for c, ok in zip(candidates, correct) if ok]),
         "length/mean": _mean(lengths),
         "length/p90": percentile(lengths, 90),
-        "length/kept_mean": _mean([lengths[i] for i in kept]),
+        "length/kept_mean": _mean(trained_lengths),
+        "length/kept_p90": percentile(trained_lengths, 90),
+        "turns/mean": _mean(turns),
+        "turns/kept_mean": _mean([turns[i] for i in trained]),
         "truncation_rate": _mean([float(t.truncated) for t in trajectories]),
-        "tool_calls/per_traj": _mean([float(c) for c in calls]),
+        "tool_calls/per_traj": _mean(calls),
+        "tool_calls/kept_per_traj": _mean([calls[i] for i in trained]),
         "tool_calls/error_rate": tool_error_share(trajectories),
         "tool_calls/count": float(sum(calls)),
         # the agent loop counts the calls answered internal (metadata["tool_internal_errors"])

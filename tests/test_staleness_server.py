@@ -4,6 +4,7 @@ version n's weights while step n updates, the correction weights them, and the m
 from __future__ import annotations
 
 import math
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +108,13 @@ def test_k_1_trains_step_n_plus_1_on_version_n_with_the_correction_and_its_metri
     assert all(t.finish_reason != "error" for t in out["run"].rollout.last.trajectories)
 
 
-def test_k_1_over_two_servers_one_killed_mid_rollout_loses_nothing(tmp_path, tiny_smollm2_model_dir):
-    """Two testing servers behind the rollout scheduler, server B killed during the rollout of step 3 (generated on
-    version 1's adapter while step 2 updates, on a background thread): failed over to A, every requested
-    trajectory comes back once, and the run trains all three steps with lag 0, 1, 1."""
+@pytest.mark.parametrize("k", [1, 2])
+def test_a_server_killed_mid_rollout_at_k_loses_nothing(tmp_path, tiny_smollm2_model_dir, k):
+    """Two testing servers behind the rollout scheduler, server B killed while an admitted batch generates on a
+    background thread. k = 1: during the rollout of step 3 (generated on version 1's adapter while step 2 updates).
+    k = 2: during the rollouts of steps 2 and 3, both admitted on version 0 and generating at once while step 1
+    updates. Either way every requested trajectory comes back once (failed over to A), every generated batch is
+    trained by exactly one step and no trajectory twice, and the lag stays within k."""
     from test_train_multi_server import PER_STEP, PROBLEMS, STEPS, RecordingSource, _check_counts, _server
     from tirl.models import load_tokenizer
     from tirl.rollout.scheduler import endpoint_key
@@ -118,10 +122,23 @@ def test_k_1_over_two_servers_one_killed_mid_rollout_loses_nothing(tmp_path, tin
     from tirl.sandbox import LocalSandbox
     from tirl.train.rl import build_trainer
 
+    server_a, pushes_a, _ = _server(tiny_smollm2_model_dir, kill_switch=False)
+    server_b, pushes_b, switch = _server(tiny_smollm2_model_dir, kill_switch=True)  # k = 1: armed by push 2
+
     class ServedRecording(RecordingSource):
         def generate_served(self, problems: Any, n: int, *, seed: int) -> Any:
-            trajectories = super().generate_served(problems, n, seed=seed)
-            self.steps.append(
+            if k == 2 and self.calls_started:
+                switch.armed = True  # a background batch starts: B dies while steps 2 and 3 generate
+            self.calls_started += 1
+            with self.lock:
+                self.running += 1
+                self.most_running = max(self.most_running, self.running)
+            try:
+                trajectories = super().generate_served(problems, n, seed=seed)
+            finally:
+                with self.lock:
+                    self.running -= 1
+            self.steps.append(  # in the order the batches finish (two may run at once when k = 2)
                 {
                     "trajectories": list(trajectories),
                     "sched": dict(self.last_scheduler_stats),
@@ -130,8 +147,6 @@ def test_k_1_over_two_servers_one_killed_mid_rollout_loses_nothing(tmp_path, tin
             )
             return trajectories
 
-    server_a, pushes_a, _ = _server(tiny_smollm2_model_dir, kill_switch=False)
-    server_b, pushes_b, switch = _server(tiny_smollm2_model_dir, kill_switch=True)
     with server_a, server_b:
         overrides = tiny_run_overrides(tmp_path, tiny_smollm2_model_dir, max_steps=STEPS) + [
             "model.lora.enabled=true",
@@ -139,26 +154,54 @@ def test_k_1_over_two_servers_one_killed_mid_rollout_loses_nothing(tmp_path, tin
             f"rollout.server_url={server_a.url},{server_b.url}",
             "optim.learning_rate=5e-2",
             "rollout.temperature=1.0",
-            "rollout.max_staleness=1",
+            f"rollout.max_staleness={k}",
             "protocol.prompt_style=compact",
         ]
         config = load_config(None, overrides)
         source = ServedRecording(
             config, load_tokenizer(str(tiny_smollm2_model_dir)), executor_factory=lambda: LocalSandbox()
         )
+        source.calls_started = source.running = source.most_running = 0
+        source.lock = threading.Lock()
         run = build_trainer(config, problems=PROBLEMS, source=source, scorer=AlternatingScorer(), num_processes=1)
+        trained: list[tuple[list[str], list[str]]] = []  # per step: its batch's trajectory ids, the trained ones
+        fill_slots = run.rollout._fill_slots
+
+        def recording_fill_slots(problems: Any, n: int, step: int, rule: Any, trajectories: Any, *rest: Any) -> Any:
+            out = fill_slots(problems, n, step, rule, trajectories, *rest)
+            ids = [t.metadata["trajectory_id"] for t in trajectories]
+            trained.append((ids, [ids[i] for i in out[2] if i is not None]))
+            return out
+
+        run.rollout._fill_slots = recording_fill_slots
         try:
             run.trainer.train()
         finally:
             run.close()
     steps = source.steps
-    assert switch.fired and server_b.killed and len(steps) == STEPS
+    assert switch.fired and server_b.killed and len(steps) == len(trained) == STEPS
+    assert source.most_running == k  # k = 2: two admitted batches were generating at once
     for step in steps:
         _check_counts(step)
         assert all(t.finish_reason != "error" for t in step["trajectories"])  # failed over, not lost
-    assert len(pushes_a) == len(pushes_b) == 2  # version 0 before step 1, version 1 after it; B dies in step 3's
-    key_b = endpoint_key(server_b.url)
-    assert steps[2]["sched"][f"sched/alive/{key_b}"] == 0 and steps[2]["sched"]["sched/failovers"] >= 1
-    assert sum(len(s["trajectories"]) for s in steps) == STEPS * PER_STEP
+    # nothing lost, nothing trained twice: each generated batch is the batch of exactly one trained step, and a
+    # trajectory fills at most one slot of the run
+    generated = sorted(sorted(t.metadata["trajectory_id"] for t in s["trajectories"]) for s in steps)
+    assert sorted(sorted(ids) for ids, _ in trained) == generated
+    assert len({i for ids in generated for i in ids}) == STEPS * PER_STEP
+    slots = [i for ids, kept in trained for i in kept]
+    assert len(slots) == len(set(slots)) > 0 and all(set(kept) <= set(ids) for ids, kept in trained)
+    # the bound: admitted at most k versions behind the step that trains it, trained oldest first
+    lags = [0, 1, 1] if k == 1 else [0, 1, 2]  # k = 2: steps 2 and 3 are both admitted on version 0
+    assert run.rollout.producer.admitted == [(s, s - lag) for s, lag in enumerate(lags)]
     rows = [r for r in read_metrics(tmp_path) if "loss" in r]
-    assert [r["tirl/stale/lag_1"] for r in rows] == [0.0, 1.0, 1.0]
+    assert [[r[f"tirl/stale/lag_{j}"] for j in range(k + 1)] for r in rows] == [
+        [float(j == lag) for j in range(k + 1)] for lag in lags
+    ]
+    # the batch that met the kill read its counters after it (two batches' counters may interleave when k = 2)
+    assert any(s["sched"][f"sched/alive/{endpoint_key(server_b.url)}"] == 0 for s in steps)
+    if k == 1:
+        assert len(pushes_a) == len(pushes_b) == 2  # version 0 before step 1, version 1 after it; B dies in step 3
+        assert steps[2]["sched"]["sched/failovers"] >= 1
+    else:  # version 1 reaches A only when step 3's batch finished before step 2 was taken; B never gets it
+        assert len(pushes_a) in (1, 2) and len(pushes_b) == 1

@@ -221,7 +221,7 @@ def main() -> None:
     }
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2))
+    path.write_text(json.dumps(report, indent=2, allow_nan=False))
     console.print(f"wrote {path}")
 
 

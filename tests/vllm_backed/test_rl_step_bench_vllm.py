@@ -30,11 +30,10 @@ _check_phases, run_tiny = _main._check_phases, _main.run_tiny
 
 
 def test_vllm_paths_are_measured(tmp_path):
-    # 2 problems x 4 samples, as the main environment's test: the bookkeeping is the same with fewer rows
-    _, out = run_tiny(tmp_path, "hf,server_adapter,server_weights,colocate", sys.executable, problems=2, samples=4)
+    _, out = run_tiny(tmp_path, "hf,server_adapter,server_weights,colocate", sys.executable)  # 2 problems x 4 samples
     assert out["baseline"] == "hf"
     for name in ("hf", "server_adapter", "server_weights", "colocate"):
-        _check_phases(name, out["paths"][name], trajectories=8)
+        _check_phases(name, out["paths"][name])
     for name in ("server_adapter", "server_weights", "colocate"):
         res = out["paths"][name]
         assert res["startup_s"] > 0, name  # vLLM's start-up, timed apart from the step

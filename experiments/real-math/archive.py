@@ -39,8 +39,9 @@ RESULTS = HERE / "results"
 COPIED = (EVAL_SETTINGS, EVAL_SUMMARY)
 STORE = EVAL_TRAJECTORIES
 # files that are not evaluation stores but took generation to make (build_tool_sft.py's plans: the programs the
-# model wrote); saved gzipped beside the stores, restored where the machine has fewer lines
-FILES = ("tool-sft/plans.jsonl",)
+# model wrote; pot_probe.py's samples on the SFT problems); saved gzipped beside the stores, restored where the
+# machine has fewer lines
+FILES = ("tool-sft/plans.jsonl", "pot-sample/responses.jsonl")
 
 
 def _lines(path: Path) -> int:

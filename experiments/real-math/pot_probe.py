@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,14 +37,13 @@ import aiohttp
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from build_tool_sft import _eval_config, equals_reference  # noqa: E402
+from build_tool_sft import FENCE, _eval_config, equals_reference  # noqa: E402
 
 POT_INSTRUCTION = (
     "Solve the problem by writing a Python program: store the numbers given in the problem in variables, compute "
     "the answer step by step, and print the final answer (only the number). Reply with the program in one "
     "```python block."
 )
-FENCE = re.compile(r"```python\n(.*?)```", re.S)
 
 
 def problems_of(store: Path, limit: int | None = None) -> list[dict[str, str]]:

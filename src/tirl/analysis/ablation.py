@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.runs.evals import read_summary
-from tirl.runs.layout import eval_summary, has_metrics
+from tirl.runs.layout import MACHINE_FILE, eval_summary, has_metrics
 from tirl.runs.metrics import read_metrics
 
 ARM_LABELS = {"grpo": "GRPO (G of G)", "roc": "GRPO-RoC (G of 2G)", "grpo2g": "GRPO (2G of 2G)"}
@@ -119,13 +119,13 @@ def _json(file: Path) -> dict[str, Any]:
 
 
 def read_machine(folder: Path) -> str | None:
-    """The machine a job ran on, from the runner's ``machine.json`` (``machine_record`` of
-    ``experiments/roc-ablation/run.py``), as ``CPU, N cores, native bf16`` or ``..., no native bf16``; None without a
+    """The machine a job ran on, from the runner's ``machine.json`` (:func:`tirl.runs.machine.machine_record`
+    and the job's starts), as ``CPU, N cores, native bf16`` or ``..., no native bf16``; None without a
     record (runs made before the runner wrote one).
 
     Raises:
         ValueError: the record is not valid JSON."""
-    file = folder / "machine.json"
+    file = folder / MACHINE_FILE
     if not file.is_file():
         return None
     rec = _json(file)

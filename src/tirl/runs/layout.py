@@ -20,7 +20,8 @@ An **evaluation run** (``tirl eval``, ``tirl demo``)::
     RUN/summary.json                             the metrics (EVAL_SUMMARY)
 
 Both may hold ``RUN/entropy/<label>.jsonl`` (``tirl analyze entropy``, ENTROPY_DIR) and ``RUN/vllm_server.log``
-(the log of a vLLM server the run started for itself, ``launch_server``; SERVER_LOG). Only names and paths live
+(the log of a vLLM server the run started for itself, ``launch_server``; SERVER_LOG), and a job of an experiment's
+runner ``RUN/machine.json`` (the machine it ran on and its starts; MACHINE_FILE). Only names and paths live
 here (no I/O beyond ``is_file``/``glob``); the writers and readers are the package's other modules.
 """
 
@@ -48,6 +49,9 @@ EVAL_SETTINGS = "run.json"
 EVAL_SUMMARY = "summary.json"
 ENTROPY_DIR = "entropy"
 SERVER_LOG = "vllm_server.log"
+MACHINE_FILE = "machine.json"
+"""An experiment's job folder: the machine the job ran on (:func:`tirl.runs.machine.machine_record`) and each of
+its starts (``attempts``), written by the experiment's runner."""
 
 _STEP_FILE = re.compile(r"step_(\d+)_rank(\d+)\.jsonl(\.gz)?$")
 """A trajectory log's name; ``.gz``: as an experiment's archive keeps it."""

@@ -1,8 +1,10 @@
 """The real-math experiment's results page (experiments/real-math/report.py, issue 43) on a fixture written by
-:mod:`tirl.runs`' own writers (two RL runs, an SFT run, evaluation stores with summaries; no model): the held-out
-table with the paired comparison against the base's chain-of-thought (``compare_slice.py``'s), the per-10-step
-summaries, the PNG; ``archive.py save`` carrying the training logs, and the report read back from the archive
-equal to the one read from the live folder. Nothing here trains or evaluates."""
+:mod:`tirl.runs`' own writers (three attempts: an RL run alone, an SFT and an RL run with checks, an SFT run alone
+with its check; evaluation stores with summaries and a probe's store without one; no model): the held-out table
+grouped by attempt with the paired comparison against the base's chain-of-thought (``compare_slice.py``'s), the
+per-10-step summaries of each attempt, the PNG; attempts absent from the folder left out; ``archive.py save``
+carrying the training logs, and the report read back from the archive equal to the one read from the live folder.
+Nothing here trains or evaluates."""
 
 from __future__ import annotations
 
@@ -36,6 +38,8 @@ archive = _load("archive")
 compare_slice = report.compare_slice
 
 SFT_MODEL = "runs/real-math/sft/final"
+POT_MODEL = "runs/real-math/sft-pot/final"
+SECOND, THIRD = report.ATTEMPTS[1].label, report.ATTEMPTS[2].label
 RL_RECIPE = f"problems_per_step: 4\nrollout:\n  group_size: 4\n  oversample: 2\nmodel:\n  name_or_path: {SFT_MODEL}\n"
 """The RL run's recipe as far as the report reads it: 4 problems x (2 x 4) = 32 sampled a step, from the SFT model."""
 
@@ -117,15 +121,43 @@ def _fixture(runs: Path) -> None:
     )
     # a summary whose store has no sample (the base with the tool, say): no paired comparison, not on the RL axis
     _store(runs / "base-gsm8k-tool", "qwen2.5-coder-0.5b-instruct", {}, summary=_bench(0.1, [0.0, 0.2], 0.4))
+    _third_attempt(runs)
+    # the probe: a store without a summary on problems 1-10, 2 of 2 right on 1-6 -> 60 %, +20 points on the base
+    _store(runs / "pot-probe-200", "unused", {i: 2 * (i <= 6) for i in range(1, 11)})
+    # a store without a summary that is not a probe (the SFT problems' sampling): not a held-out check, not shown
+    _store(runs / "cot-sample", "qwen2.5-coder-0.5b-instruct", {i: 1 for i in range(1, 11)})
 
 
-def _rows(table: str) -> dict[str, str]:
-    """The markdown table rows of ``table`` by their first cell (code quotes dropped)."""
-    return {
-        line.split(" | ")[0].lstrip("| ").strip("`"): line
-        for line in table.splitlines()
-        if line.startswith("| ") and not line.startswith("| job") and not line.startswith("| steps")
-    }
+def _third_attempt(runs: Path) -> None:
+    """The program-of-thought attempt so far: its SFT run (5 steps, loss 1.0 - 0.1 step; no RL run yet) and its
+    SFT model's check on problems 1-10 (right on 1-2: 20 %)."""
+    log = MetricsLog(metrics_path(runs / "sft-pot"))
+    for step in range(1, 6):
+        log.write({"step": step, "loss": 1.0 - 0.1 * step, "mean_token_accuracy": 0.7 + 0.02 * step})
+    config_file(runs / "sft-pot").write_text("stage: real-math-sft-pot\n", encoding="utf-8")
+    _store(
+        runs / "sft-pot-gsm8k-tool-200",
+        POT_MODEL,
+        {i: 2 * (i <= 2) for i in range(1, 11)},
+        summary=_bench(0.2, [0.0, 0.4], 0.05),
+    )
+
+
+def _held_out(text: str) -> list[list[str]]:
+    """The held-out table's rows of a report (the first table), as lists of cells."""
+    lines = text.splitlines()
+    first = lines.index(next(line for line in lines if line.startswith("| attempt | RL step | job |")))
+    rows = []
+    for line in lines[first + 2 :]:
+        if not line.startswith("| "):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split(" | ")])
+    return rows
+
+
+def _rows(text: str) -> dict[str, str]:
+    """The held-out table's rows of a report by their job (code quotes dropped), each as its markdown line."""
+    return {row[2].strip("`"): "| " + " | ".join(row) + " |" for row in _held_out(text)}
 
 
 def test_report_table_plot_and_the_archive_read_back(tmp_path, capsys):
@@ -138,8 +170,21 @@ def test_report_table_plot_and_the_archive_read_back(tmp_path, capsys):
     text = (live / "report.md").read_text(encoding="utf-8")
     rows = _rows(text)
 
+    # grouped by attempt, each attempt's checks by RL step; then the evaluations of no attempt; then the base
+    table = _held_out(text)
+    assert [(row[0], row[1], row[2]) for row in table] == [
+        (SECOND, "0 (SFT model)", "`sft-gsm8k-tool-200`"),
+        (SECOND, "10", "`rl-gsm8k-10-gsm8k-tool-200`"),
+        (THIRD, "0 (SFT model)", "`sft-pot-gsm8k-tool-200`"),
+        ("-", "-", "`base-gsm8k-tool`"),
+        ("-", "-", "`pot-probe-200`"),
+        ("-", "-", "`base-gsm8k-cot`"),
+    ]
     sft = rows["sft-gsm8k-tool-200"]
-    assert sft.startswith(f"| `sft-gsm8k-tool-200` | `{SFT_MODEL}` | gsm8k | 10 x 2 | 30.0 % [10.0, 50.0] | -10.0 [")
+    prefix = (
+        f"| {SECOND} | 0 (SFT model) | `sft-gsm8k-tool-200` | `{SFT_MODEL}` | gsm8k | 10 x 2 | 30.0 % [10.0, 50.0] | "
+    )
+    assert sft.startswith(prefix + "-10.0 [")
     assert sft.endswith("(10 problems) | 25.0 % |")  # paired on the 10 problems both stores have
     rl = rows["rl-gsm8k-10-gsm8k-tool-200"]
     assert "| 50.0 % [30.0, 70.0] | +10.0 [" in rl and rl.endswith("(10 problems) | 12.5 % |")
@@ -153,8 +198,16 @@ def test_report_table_plot_and_the_archive_read_back(tmp_path, capsys):
         round(100 * expected.diff_high, 1),
     )
     assert rows["base-gsm8k-tool"].endswith("| 10.0 % [0.0, 20.0] | - | 40.0 % |")
+    pot = rows["sft-pot-gsm8k-tool-200"]
+    assert f"| `{POT_MODEL}` | gsm8k | 10 x 2 | 20.0 % [0.0, 40.0] | -20.0 [" in pot and pot.endswith("| 5.0 % |")
+    # the probe: pass@1 and its interval from the store itself, paired with the base's CoT; no no-answer count
+    probe = rows["pot-probe-200"]
+    assert "| gsm8k | 10 x 2 | 60.0 % [" in probe and "| +20.0 [" in probe and probe.endswith("(10 problems) | - |")
+    assert "cot-sample" not in rows
     base = rows["base-gsm8k-cot"]
-    assert base.startswith("| `base-gsm8k-cot` | base, chain-of-thought | gsm8k | 10 (the checks' problems) | 40.0 % [")
+    assert base.startswith(
+        "| - | - | `base-gsm8k-cot` | base, chain-of-thought | gsm8k | 10 (the checks' problems) | 40.0 % ["
+    )
 
     # the RL summaries per 10 steps: steps 1-10 reward mean 0.055, 8 of 32 with no answer, 120 s = 2.0 min
     assert "| 1-10 | 0.055 | 0.200 | 25.0 % | 400 | 50 % | 1.50 | 2.0 |" in text
@@ -163,7 +216,15 @@ def test_report_table_plot_and_the_archive_read_back(tmp_path, capsys):
     assert "32 sampled trajectories a step" in text and "samples a step unknown" in text
     # SFT: step 3's last record, the closing record left out; loss mean of 1-10 is 0.39, at step 10 0.30
     assert "| 1-10 | 0.390 | 0.900 | 0.300 |" in text and "| 11-12 | 0.270 | 0.900 | 0.260 |" in text
-    assert "## SFT (`sft`, 12 steps)" in text
+    assert "### SFT (`sft`, 12 steps)" in text
+    # the third attempt: its SFT run (loss mean 0.7 over steps 1-5, 0.5 at step 5), and no RL run yet
+    assert "### SFT (`sft-pot`, 5 steps)" in text and "| 1-5 | 0.700 | 0.760 | 0.500 |" in text
+    assert "No metrics log of the RL run `rl-pot` here" in text
+    # one section per attempt, in the declared order, each with its own runs' tables
+    sections = re.findall(r"^## Attempt (.+) \(", text, flags=re.M)
+    assert sections == [a.label for a in report.ATTEMPTS]
+    second = text.split(f"## Attempt {SECOND}")[1].split("## Attempt")[0]
+    assert "### SFT (`sft`, 12 steps)" in second and "### RL (`rl-gsm8k`, 12 steps logged" in second
     assert "plots/rl_curve.png" in text and "wrote" in capsys.readouterr().out
 
     png = live / "plots" / "rl_curve.png"
@@ -178,37 +239,85 @@ def test_report_table_plot_and_the_archive_read_back(tmp_path, capsys):
     archive.save(runs, results)
     assert (results / "rl-gsm8k" / METRICS_ARCHIVE).is_file() and config_file(results / "rl-gsm8k").is_file()
     assert (results / "sft" / METRICS_ARCHIVE).is_file() and (results / "rl" / METRICS_ARCHIVE).is_file()
+    assert (results / "sft-pot" / METRICS_ARCHIVE).is_file() and config_file(results / "sft-pot").is_file()
+    assert compare_slice.store_file(results / "pot-probe-200") is not None  # the probe's store, gzipped
     assert not (results / "base-gsm8k-cot" / METRICS_ARCHIVE).exists()  # an evaluation has no metrics log
     assert report.main(["--from", str(results), "--to", str(archived)]) == 0
     from_archive = (archived / "report.md").read_text(encoding="utf-8")
     assert from_archive.replace(str(results), "SRC") == text.replace(str(runs), "SRC")
 
 
-def test_checks_are_placed_on_the_main_runs_steps(tmp_path):
+def test_checks_are_placed_on_their_attempts_steps(tmp_path):
     _fixture(tmp_path)
     data = report.load(tmp_path)
-    steps = {c.job: c.step for c in data.checks}
-    assert steps == {"sft-gsm8k-tool-200": 0, "rl-gsm8k-10-gsm8k-tool-200": 10, "base-gsm8k-tool": None}
-    assert [c.name for c in data.curves] == ["rl-gsm8k", "rl"] and data.curves[0].samples_per_step == 32
-    assert data.curves[0].no_answer[0] == 0.25 and data.curves[1].no_answer == [None] * 3
+    placed = {c.job: (c.attempt, c.step) for c in data.checks}
+    assert placed == {
+        "sft-gsm8k-tool-200": (1, 0),  # not the first attempt's, though its RL run started from that model
+        "rl-gsm8k-10-gsm8k-tool-200": (1, 10),
+        "sft-pot-gsm8k-tool-200": (2, 0),
+        "base-gsm8k-tool": (None, None),
+        "pot-probe-200": (None, None),
+    }
+    assert [(a.index, a.sft is not None, a.rl is not None) for a in data.attempts] == [
+        (0, False, True),
+        (1, True, True),
+        (2, True, False),
+    ]
+    assert [c.name for c in data.curves] == ["rl", "rl-gsm8k"] and data.curves[1].samples_per_step == 32
+    assert data.curves[1].no_answer[0] == 0.25 and data.curves[0].no_answer == [None] * 3
+    assert data.attempts[2].sft.steps == [1, 2, 3, 4, 5] and data.attempts[0].checks == []
+    # the base's CoT on the problems every attempt's check has (1-10), not the probe's
     line = data.base["gsm8k"]
     assert (line.pass1, line.problems) == (0.4, 10) and line.low <= 0.4 <= line.high
 
 
+def test_attempts_absent_from_the_folder_are_left_out(tmp_path, capsys):
+    """A clone with only the third attempt's SFT run and check (no RL run at all): its section and row only, and
+    the plot drawn with empty RL panels."""
+    from PIL import Image
+
+    runs = tmp_path / "runs"
+    _third_attempt(runs)
+    _store(runs / "base-gsm8k-cot", "qwen2.5-coder-0.5b-instruct", {i: 2 * (i <= 4) for i in range(1, 13)})
+    data = report.load(runs)
+    assert [a.attempt.label for a in data.attempts] == [THIRD] and data.curves == []
+    assert report.main(["--from", str(runs), "--to", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert [row[2] for row in _held_out(text)] == ["`sft-pot-gsm8k-tool-200`", "`base-gsm8k-cot`"]
+    assert re.findall(r"^## Attempt (.+) \(", text, flags=re.M) == [THIRD]
+    assert "`rl-gsm8k`" not in text and "`sft`" not in text
+    with Image.open(tmp_path / "out" / "plots" / "rl_curve.png") as image:
+        assert image.size == (1100, 1000)
+        colours = image.convert("RGB").getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 50
+
+
+SECOND_ATTEMPT, FIRST_ATTEMPT = report.ATTEMPTS[1], report.ATTEMPTS[0]
+
+
 @pytest.mark.parametrize(
-    ("model", "step"),
+    ("model", "attempt", "step"),
     [
-        (SFT_MODEL, 0),
-        (SFT_MODEL + "/", 0),
-        ("runs/real-math/rl-gsm8k/checkpoint-20", 20),
-        ("/abs/runs/real-math/rl-gsm8k/final", 12),
-        ("runs/real-math/rl/checkpoint-10", None),  # another run's checkpoint
-        ("qwen2.5-coder-0.5b-instruct", None),
-        ("runs/real-math/rl-gsm8k/incomplete-checkpoint-4", None),
+        (SFT_MODEL, SECOND_ATTEMPT, 0),
+        (SFT_MODEL + "/", SECOND_ATTEMPT, 0),
+        ("/abs/runs/real-math/sft/final", SECOND_ATTEMPT, 0),  # by folder names: absolute or relative
+        ("runs/real-math/sft/checkpoint-10", SECOND_ATTEMPT, None),  # an SFT checkpoint: not on the RL axis
+        ("runs/real-math/rl-gsm8k/checkpoint-20", SECOND_ATTEMPT, 20),
+        ("/abs/runs/real-math/rl-gsm8k/final", SECOND_ATTEMPT, 12),
+        ("runs/real-math/rl/checkpoint-10", SECOND_ATTEMPT, None),  # another attempt's checkpoint
+        ("runs/real-math/rl/checkpoint-10", FIRST_ATTEMPT, 10),
+        (SFT_MODEL, FIRST_ATTEMPT, None),  # its starting model, but the attempt has no SFT run of its own
+        (POT_MODEL, SECOND_ATTEMPT, None),  # the prefix sft- is not the folder sft
+        ("qwen2.5-coder-0.5b-instruct", SECOND_ATTEMPT, None),
+        ("runs/real-math/rl-gsm8k/incomplete-checkpoint-4", SECOND_ATTEMPT, None),
     ],
 )
-def test_check_step(model, step):
-    assert report.check_step(model, SFT_MODEL, "rl-gsm8k", 12) == step
+def test_check_step(model, attempt, step):
+    assert report.check_step(model, attempt, SFT_MODEL, 12) == step
+
+
+def test_the_rl_runs_final_without_a_log_is_no_step():
+    assert report.check_step("runs/real-math/rl-gsm8k/final", SECOND_ATTEMPT, None, None) is None
 
 
 def test_a_gzipped_store_reads_as_the_plain_one(tmp_path):
@@ -223,7 +332,7 @@ def test_a_gzipped_store_reads_as_the_plain_one(tmp_path):
 
 def test_report_without_rl_runs_says_so(tmp_path, capsys):
     assert report.main(["--from", str(tmp_path), "--to", str(tmp_path / "r")]) == 2
-    assert "no metrics log of rl-gsm8k, rl" in capsys.readouterr().err
+    assert "no metrics log of rl, sft, rl-gsm8k, sft-pot, rl-pot in" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
 
 

@@ -1,24 +1,30 @@
-"""The real-math experiment's results page (issue 43): the training curves and the held-out checks.
+"""The real-math experiment's results page (issue 43): each recipe attempt's training curves and held-out checks.
 
     python experiments/real-math/report.py                            # from the archive (results/, in git)
     python experiments/real-math/report.py --from runs/real-math      # the live folder of this machine
 
-Reads, from ``SRC`` (``results/`` by default: what ``archive.py save`` keeps; or a ``runs/real-math`` folder, which
-has the same layout):
+The experiment tries the recipe several times (:data:`ATTEMPTS`: an SFT run, or none, and an RL run each). Reads,
+from ``SRC`` (``results/`` by default: what ``archive.py save`` keeps; or a ``runs/real-math`` folder, which has
+the same layout), for each attempt whose folders are there (the others are skipped):
 
-- the RL runs' metrics logs (:data:`RL_RUNS`: ``SRC/RUN/metrics.jsonl`` or the archive's ``metrics.jsonl.gz``, and
-  the run's ``config.yaml`` for the samples per step and the starting model), through :mod:`tirl.runs` and
+- its RL run's metrics log (``SRC/RUN/metrics.jsonl`` or the archive's ``metrics.jsonl.gz``, and the run's
+  ``config.yaml`` for the samples per step and the starting model), through :mod:`tirl.runs` and
   :func:`tirl.analysis.plot.load_runs` (a step logged twice, by a resume, keeps its last record);
-- the SFT run's per-step loss and token accuracy (:data:`SFT_RUN`, its metrics log);
-- every evaluation with a ``summary.json`` (the held-out checks, and later the full-set evaluations), each compared
-  with the base model's chain-of-thought store of the same benchmark (:data:`BASE_COT`) on the problems both have
-  sampled, with ``compare_slice.py``'s :func:`compare` (paired over problems, 95 % bootstrap interval).
+- its SFT run's per-step loss and token accuracy (the SFT run's metrics log);
 
-Writes ``DST/report.md`` (``DST``: this folder by default): the held-out table (job, model, avg pass@1 [95 % CI],
-paired difference against the base's CoT [95 % CI], no-answer share), the base's CoT on the checks' problems, and
-a summary of each RL run and of the SFT run per :data:`BLOCK` steps; and ``DST/plots/rl_curve.png``
-(:func:`plot_curves`): SFT loss, RL training reward per step with its trailing mean, no-answer share, response
-length, and the held-out checks against their RL step with their intervals and the base's CoT as a line.
+and every evaluation with a ``summary.json`` (the held-out checks, and later the full-set evaluations) and every
+store of :data:`PROBES` (a store without a summary), each compared with the base model's chain-of-thought store
+of the same benchmark (:data:`BASE_COT`) on the problems both have sampled, with ``compare_slice.py``'s
+:func:`compare` (paired over problems, 95 % bootstrap interval). A check belongs to the attempt whose run made its
+model (:func:`check_step`: the SFT run's ``final`` is step 0 of the attempt's RL axis, ``RL/checkpoint-N`` step N);
+the others (the base with the tool, the probes) are listed after the attempts.
+
+Writes ``DST/report.md`` (``DST``: this folder by default): the held-out table grouped by attempt (attempt, RL
+step, job, model, avg pass@1 [95 % CI], paired difference against the base's CoT [95 % CI], no-answer share), the
+base's CoT on the checks' problems, and per attempt a summary of its SFT and RL runs per :data:`BLOCK` steps; and
+``DST/plots/rl_curve.png`` (:func:`plot_curves`): every attempt's SFT loss and token accuracy, RL training reward
+per step with its trailing mean, no-answer share, response length, and the held-out checks against their
+attempt's RL step with their intervals and the base's CoT as a line, one colour per attempt.
 
 Nothing is run or written under ``SRC``.
 """
@@ -62,13 +68,45 @@ def _sibling(name: str) -> Any:
 
 compare_slice = _sibling("compare_slice")
 
-RL_RUNS: dict[str, str] = {
-    "rl-gsm8k": "GRPO-RoC on GSM8K train",
-    "rl": "first attempt (2/3 GSM8K, 1/3 MATH train)",
-}
-"""RL run folder -> its label; the first is the run whose checkpoints the held-out checks evaluate (their x axis)."""
-SFT_RUN = "sft"
-"""The SFT run's folder (its metrics log has the per-step loss)."""
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt at the recipe: ``label`` (the report's and the plot's name for it: its number, then what it
+    tried), ``sft``: the folder of its
+    SFT run (None: it trained no SFT model of its own), ``rl``: the folder of its RL run.
+
+    Its held-out checks are found by the model they evaluated (:func:`check_step`), not by their folder names:
+    ``sft-gsm8k-tool-200`` (the second attempt's) and ``sft-pot-gsm8k-tool-200`` (the third's) share the prefix
+    ``sft-``, while the second attempt's own two checks share none."""
+
+    label: str
+    sft: str | None
+    rl: str
+
+
+ATTEMPTS: tuple[Attempt, ...] = (
+    # RL from the second attempt's SFT model: that model's check is the second attempt's (a check has one attempt)
+    Attempt("1: RL on GSM8K + MATH, from sft", None, "rl"),
+    Attempt("2: CoT, then a checking program", "sft", "rl-gsm8k"),
+    Attempt("3: program-of-thought", "sft-pot", "rl-pot"),
+)
+"""The attempts in the order they were made (the report's order; an attempt's colour is its index)."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A held-out store without a ``summary.json`` (not a ``tirl eval`` run): its folder, what made it (the table's
+    model cell) and its benchmark (its records need not say)."""
+
+    job: str
+    model: str
+    benchmark: str
+
+
+PROBES: tuple[Probe, ...] = (
+    Probe("pot-probe-200", "base, a program instead of text (`pot_probe.py`, run once, not called)", "gsm8k"),
+)
+"""Stores read beside the evaluations: pass@1 and its interval from the store itself."""
 BASE_COT = "base-{benchmark}-cot"
 """The folder of the base model's chain-of-thought store of a benchmark (``summary.json``'s benchmark name)."""
 WINDOW = 5
@@ -192,11 +230,12 @@ def read_sft(run: Path) -> SftCurve | None:
 
 @dataclass
 class Check:
-    """One benchmark of one evaluation (a ``summary.json``): ``avg_pass1`` and ``interval`` (fractions; the
-    summary's 95 % bootstrap interval, None when it has none), ``no_answer`` (``no_answer_rate``), ``step``: the
-    RL step of the evaluated model on the main run's axis (0: the run's starting model; None: another model),
-    ``vs_base``: ``compare_slice.Comparison`` of the base's CoT (A) and this store (B) on their common problems
-    (None: no base store of the benchmark, no common problem, or this is the base's own store)."""
+    """One benchmark of one evaluation (a ``summary.json``, or a :data:`PROBES` store): ``avg_pass1`` and
+    ``interval`` (fractions; the 95 % bootstrap interval over problems, None when the summary has none),
+    ``no_answer`` (``no_answer_rate``; None for a probe), ``attempt``: the index in :data:`ATTEMPTS` of the attempt
+    whose model it evaluated and ``step``: that model's step on the attempt's RL axis (both None: another model, a
+    probe), ``vs_base``: ``compare_slice.Comparison`` of the base's CoT (A) and this store (B) on their common
+    problems (None: no base store of the benchmark, no common problem, or this is the base's own store)."""
 
     job: str
     model: str
@@ -206,41 +245,66 @@ class Check:
     problems: int | None
     samples_per_problem: int | None
     no_answer: float | None
-    step: int | None
+    attempt: int | None = None
+    step: int | None = None
     vs_base: Any = None
     problem_ids: frozenset[str] = frozenset()
 
 
-def check_step(model: str, start_model: str | None, run: str, last_step: int | None) -> int | None:
-    """The RL step of ``model`` on the axis of the run named ``run``: 0 for the run's starting model, N for its
-    ``checkpoint-N``, ``last_step`` for its ``final``; None for any other model (the base, another run)."""
+def check_step(model: str, attempt: Attempt, start_model: str | None, last_step: int | None) -> int | None:
+    """The step of ``model`` on ``attempt``'s RL axis: 0 for the attempt's SFT model (its SFT run's ``final``, or
+    its RL run's starting model ``start_model``; only for an attempt with an SFT run: the first attempt's RL started
+    from the second's SFT model, whose check is the second's), N for its RL run's ``checkpoint-N``, ``last_step``
+    for the RL run's ``final``; None for any other model (the base, another attempt's, an SFT checkpoint) and for
+    the RL run's ``final`` when its last step is unknown (no metrics log). Only folder names are compared: an
+    absolute and a relative path of the same run agree."""
     ref = str(model).rstrip("/")
-    if start_model and ref == str(start_model).rstrip("/"):
-        return 0
     path = Path(ref)
-    if path.parent.name != run:
+    if attempt.sft is not None and (
+        (path.parent.name == attempt.sft and path.name == FINAL_DIR)
+        or (start_model is not None and ref == str(start_model).rstrip("/"))
+    ):
+        return 0
+    if path.parent.name != attempt.rl:
         return None
     if path.name == FINAL_DIR:
         return last_step
     return checkpoint_step(path) or None
 
 
-def read_checks(src: Path, curve: Curve | None) -> list[Check]:
-    """Every benchmark of every evaluation in ``src`` that has a ``summary.json`` (by folder name), placed on the
-    RL run ``curve``'s axis (:func:`check_step`) and compared with the base's CoT store (:data:`BASE_COT`).
+class _Stores:
+    """:func:`compare_slice.per_problem` of each folder read once (None: the folder has no store)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[Path, dict[str, dict[str, float]] | None] = {}
+
+    def __call__(self, folder: Path) -> dict[str, dict[str, float]] | None:
+        if folder not in self._cache:
+            has = compare_slice.store_file(folder) is not None
+            self._cache[folder] = compare_slice.per_problem(folder) if has else None
+        return self._cache[folder]
+
+
+def _against_base(src: Path, check: Check, folder: Path, stores: _Stores) -> Check:
+    """``check`` with its problems and its paired comparison with the base's CoT store (:data:`BASE_COT`)."""
+    base_dir = src / BASE_COT.format(benchmark=check.benchmark)
+    mine, base = stores(folder), stores(base_dir)
+    if mine is not None:
+        check.problem_ids = frozenset(mine)
+    if folder != base_dir and mine is not None and base is not None and set(mine) & set(base):
+        check.vs_base = compare_slice.compare(base, mine)
+    return check
+
+
+def read_checks(src: Path, stores: _Stores | None = None) -> list[Check]:
+    """Every benchmark of every evaluation in ``src`` that has a ``summary.json`` (by folder name), compared with
+    the base's CoT store; not yet placed on an attempt (:func:`load` does).
 
     Raises:
         ValueError: a summary is not valid JSON; a store is not JSON lines.
     """
+    stores = stores or _Stores()
     checks: list[Check] = []
-    stores: dict[Path, dict[str, dict[str, float]] | None] = {}
-
-    def store(folder: Path) -> dict[str, dict[str, float]] | None:
-        if folder not in stores:
-            stores[folder] = None if compare_slice.store_file(folder) is None else compare_slice.per_problem(folder)
-        return stores[folder]
-
-    last = curve.steps[-1] if curve and curve.steps else None
     for folder in sorted(p for p in src.iterdir() if p.is_dir()):
         summary = read_summary(folder, strict=True)
         if summary is None:
@@ -259,16 +323,42 @@ def read_checks(src: Path, curve: Curve | None) -> list[Check]:
                 problems=bench.get("num_problems"),
                 samples_per_problem=bench.get("samples_per_problem"),
                 no_answer=_value(bench, "no_answer_rate"),
-                step=check_step(model, curve.start_model, curve.name, last) if curve else None,
             )
-            base_dir = src / BASE_COT.format(benchmark=name)
-            mine, base = store(folder), store(base_dir)
-            if mine is not None:
-                check.problem_ids = frozenset(mine)
-            if folder != base_dir and mine is not None and base is not None and set(mine) & set(base):
-                check.vs_base = compare_slice.compare(base, mine)
-            checks.append(check)
+            checks.append(_against_base(src, check, folder, stores))
     return checks
+
+
+def read_probes(src: Path, stores: _Stores | None = None) -> list[Check]:
+    """The :data:`PROBES` whose store is in ``src``: avg pass@1 the mean of the per-problem pass@1 (as the
+    evaluations' summaries count it), its 95 % bootstrap interval over problems (``compare_slice``'s), the samples
+    per problem when every problem has the same number (else None); compared with the base's CoT store.
+
+    Raises:
+        ValueError: a store is not JSON lines.
+    """
+    stores = stores or _Stores()
+    out = []
+    for probe in PROBES:
+        if read_summary(src / probe.job, strict=True) is not None:
+            continue  # it has become an evaluation: read_checks reads it
+        per = stores(src / probe.job)
+        if not per:
+            continue
+        scores = [per[p]["pass1"] for p in sorted(per)]  # compare_slice's order: the same bootstrap draws
+        low, high = bootstrap_interval(scores)
+        counts = {int(row["samples"]) for row in per.values()}
+        check = Check(
+            job=probe.job,
+            model=probe.model,
+            benchmark=probe.benchmark,
+            avg_pass1=statistics.fmean(scores),
+            interval=(float(low), float(high)),
+            problems=len(per),
+            samples_per_problem=counts.pop() if len(counts) == 1 else None,
+            no_answer=None,
+        )
+        out.append(_against_base(src, check, src / probe.job, stores))
+    return out
 
 
 @dataclass(frozen=True)
@@ -284,17 +374,18 @@ class BaseLine:
 
 
 def base_lines(src: Path, checks: Sequence[Check]) -> dict[str, BaseLine]:
-    """Per benchmark of the checks on the RL axis (``step`` not None), the base's CoT on their common problems
-    (:class:`BaseLine`); a benchmark without a base store, or with no problem common to all, has none."""
+    """Per benchmark of ``checks`` (the attempts' checks: those plotted), the base's CoT on the problems all of them
+    and its store have (:class:`BaseLine`); a benchmark without a base store, or with no problem common to all,
+    has none."""
     out: dict[str, BaseLine] = {}
-    for name in sorted({c.benchmark for c in checks if c.step is not None}):
+    for name in sorted({c.benchmark for c in checks}):
         base_dir = src / BASE_COT.format(benchmark=name)
         if compare_slice.store_file(base_dir) is None:
             continue
         base = compare_slice.per_problem(base_dir)
         common = set(base)
         for c in checks:
-            if c.step is not None and c.benchmark == name:
+            if c.benchmark == name:
                 common &= c.problem_ids
         if common:
             scores = [base[p]["pass1"] for p in sorted(common)]
@@ -304,28 +395,69 @@ def base_lines(src: Path, checks: Sequence[Check]) -> dict[str, BaseLine]:
 
 
 @dataclass
+class AttemptData:
+    """What ``src`` holds of one attempt: ``index`` in :data:`ATTEMPTS` (its colour), its SFT and RL runs' series
+    (None: no metrics log) and its held-out checks by step."""
+
+    index: int
+    attempt: Attempt
+    sft: SftCurve | None
+    rl: Curve | None
+    checks: list[Check]
+
+
+@dataclass
 class Data:
-    """Everything the report shows, read from one folder (:func:`load`)."""
+    """Everything the report shows, read from one folder (:func:`load`): the attempts present (in
+    :data:`ATTEMPTS`' order), the evaluations of no attempt (``other``: by folder name, then the probes), the
+    base's CoT under the attempts' checks."""
 
     src: Path
-    curves: list[Curve]
-    sft: SftCurve | None
-    checks: list[Check]
+    attempts: list[AttemptData]
+    other: list[Check]
     base: dict[str, BaseLine]
+
+    @property
+    def curves(self) -> list[Curve]:
+        """The RL runs present, in the attempts' order."""
+        return [a.rl for a in self.attempts if a.rl is not None]
+
+    @property
+    def checks(self) -> list[Check]:
+        """The attempts' checks (by attempt, then step), then the others."""
+        return [c for a in self.attempts for c in a.checks] + self.other
 
 
 def load(src: Path) -> Data:
-    """Read the RL runs (:data:`RL_RUNS`), the SFT run and the evaluations in ``src``.
+    """Read each attempt's runs (:data:`ATTEMPTS`), the evaluations and the probes in ``src``; an attempt with no
+    metrics log and no check there is left out. Each evaluation is given to the first attempt whose model it
+    evaluated (:func:`check_step`).
 
     Raises:
-        ValueError: no RL run in ``src`` has a metrics log; a summary, store or recipe is unreadable.
+        ValueError: no run of :data:`ATTEMPTS` in ``src`` has a metrics log; a summary, store or recipe is
+            unreadable.
     """
-    curves = [c for name, label in RL_RUNS.items() if (c := read_curve(src / name, label)) is not None]
-    if not curves:
-        raise ValueError(f"no metrics log of {', '.join(RL_RUNS)} in {src}")
-    main = next((c for c in curves if c.name == next(iter(RL_RUNS))), None)
-    checks = read_checks(src, main)
-    return Data(src, curves, read_sft(src / SFT_RUN), checks, base_lines(src, checks))
+    stores = _Stores()
+    evaluations = read_checks(src, stores)
+    attempts = []
+    for index, attempt in enumerate(ATTEMPTS):
+        rl = read_curve(src / attempt.rl, attempt.label)
+        sft = read_sft(src / attempt.sft) if attempt.sft else None
+        last = rl.steps[-1] if rl is not None and rl.steps else None
+        start = rl.start_model if rl is not None else None
+        mine = []
+        for check in evaluations:
+            if check.attempt is None and (step := check_step(check.model, attempt, start, last)) is not None:
+                check.attempt, check.step = index, step
+                mine.append(check)
+        if rl is not None or sft is not None or mine:
+            mine.sort(key=lambda c: (c.step, c.benchmark, c.job))
+            attempts.append(AttemptData(index, attempt, sft, rl, mine))
+    if not any(a.rl is not None or a.sft is not None for a in attempts):
+        names = [name for a in ATTEMPTS for name in (a.sft, a.rl) if name]
+        raise ValueError(f"no metrics log of {', '.join(names)} in {src}")
+    other = [c for c in evaluations if c.attempt is None] + read_probes(src, stores)
+    return Data(src, attempts, other, base_lines(src, [c for a in attempts for c in a.checks]))
 
 
 # ---- the tables ----------------------------------------------------------------------------------------------
@@ -340,11 +472,21 @@ def _span(low: float, high: float, signed: bool = False) -> str:
     return f"[{100 * low:{f}}, {100 * high:{f}}]"
 
 
+def _step_cell(check: Check) -> str:
+    if check.step is None:
+        return "-"
+    return "0 (SFT model)" if check.step == 0 else str(check.step)
+
+
 def check_rows(data: Data) -> tuple[list[str], list[list[str]]]:
-    """The held-out table: a row per evaluated benchmark (job, model, benchmark, problems x samples, avg pass@1
-    [95 % CI], paired difference B - A against the base's CoT in points [95 % CI] on the problems both have, the
-    no-answer share), then a row per :class:`BaseLine` (the base's CoT on the checks' common problems)."""
+    """The held-out table: a row per evaluated benchmark, grouped by attempt and by RL step within one (attempt,
+    its RL step, job, model, benchmark, problems x samples, avg pass@1 [95 % CI], paired difference B - A against
+    the base's CoT in points [95 % CI] on the problems both have, the no-answer share), then the evaluations of no
+    attempt (attempt and step "-"), then a row per :class:`BaseLine` (the base's CoT on the checks' common
+    problems)."""
     header = [
+        "attempt",
+        "RL step",
         "job",
         "model",
         "benchmark",
@@ -361,12 +503,16 @@ def check_rows(data: Data) -> tuple[list[str], list[list[str]]]:
         else:
             v = c.vs_base
             diff = f"{100 * v.diff:+.1f} {_span(v.diff_low, v.diff_high, signed=True)} ({v.problems} problems)"
-        size = f"{c.problems} x {c.samples_per_problem}" if c.problems else "-"
-        rows.append([f"`{c.job}`", f"`{c.model}`", c.benchmark, size, cell, diff, _pct(c.no_answer)])
+        size = f"{c.problems} x {c.samples_per_problem or '?'}" if c.problems else "-"
+        attempt = "-" if c.attempt is None else ATTEMPTS[c.attempt].label
+        model = c.model if c.job in {p.job for p in PROBES} else f"`{c.model}`"
+        rows.append([attempt, _step_cell(c), f"`{c.job}`", model, c.benchmark, size, cell, diff, _pct(c.no_answer)])
     for b in data.base.values():
         job = f"`{BASE_COT.format(benchmark=b.benchmark)}`"
         rows.append(
             [
+                "-",
+                "-",
                 job,
                 "base, chain-of-thought",
                 b.benchmark,
@@ -452,12 +598,23 @@ def _points(steps: Sequence[int], values: Sequence[float | None], scale: float =
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
+COLOURS = ("tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
+"""An attempt's colour in the plot, by its index in :data:`ATTEMPTS` (stable whichever attempts are present)."""
+MARKERS = ("o", "s", "^", "D")
+"""A benchmark's marker among the held-out checks (by its place in the sorted benchmark names)."""
+
+
+def _colour(index: int) -> str:
+    return COLOURS[index % len(COLOURS)]
+
+
 def plot_curves(data: Data, path: Path) -> Path:
-    """Draw ``path`` (PNG, 1100 x 1000 pixels, matplotlib headless): SFT loss and token accuracy; each RL run's
-    training reward per step (points) with its :data:`WINDOW`-step trailing mean (the main run in colour, the
-    others grey); the no-answer share; the mean response length; and, below across the width, the held-out checks
-    on the main run's axis (avg pass@1 with its 95 % interval) with the base's CoT on their problems as a line
-    (its interval shaded). Returns ``path``."""
+    """Draw ``path`` (PNG, 1100 x 1000 pixels, matplotlib headless), one colour per attempt (:data:`COLOURS`):
+    each attempt's SFT loss (solid) and token accuracy (dashed, right axis); each RL run's training reward per step
+    (points) with its :data:`WINDOW`-step trailing mean; the no-answer share; the mean response length; and, below
+    across the width, the held-out checks on their attempt's RL axis (avg pass@1 with its 95 % interval; the
+    attempts side by side at a step) with the base's CoT on their problems as a black line (its interval shaded).
+    Returns ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -470,33 +627,41 @@ def plot_curves(data: Data, path: Path) -> Path:
     ax_none, ax_len = fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])
     ax_held = fig.add_subplot(grid[2, :])
 
-    if data.sft is not None:
-        ax_sft.plot(data.sft.steps, data.sft.loss, "-o", color="tab:purple", markersize=3, label="loss")
+    with_sft = [a for a in data.attempts if a.sft is not None]
+    twin = ax_sft.twinx() if any(x is not None for a in with_sft for x in a.sft.accuracy) else None
+    for a in with_sft:
+        colour = _colour(a.index)
+        ax_sft.plot(a.sft.steps, a.sft.loss, "-o", color=colour, markersize=3, label=f"{a.attempt.label}: loss")
+        acc_x, acc_y = _points(a.sft.steps, a.sft.accuracy)
+        if twin is not None and acc_x:
+            twin.plot(acc_x, acc_y, "--", color=colour, label=f"{a.attempt.label}: token accuracy")
+    if with_sft:
         ax_sft.set_ylim(bottom=0)
-        acc_x, acc_y = _points(data.sft.steps, data.sft.accuracy)
-        if acc_x:
-            twin = ax_sft.twinx()
-            twin.plot(acc_x, acc_y, "--", color="tab:green", label="token accuracy")
-            twin.set_ylabel("token accuracy")
-            twin.legend(loc="center right", fontsize=8)
-        ax_sft.legend(loc="upper right", fontsize=8)
+        handles, labels = ax_sft.get_legend_handles_labels()
+        if twin is not None:
+            twin.set_ylabel("token accuracy (dashed)")
+            more = twin.get_legend_handles_labels()
+            handles, labels = handles + more[0], labels + more[1]
+        (twin or ax_sft).legend(handles, labels, loc="center right", fontsize=7)  # the twin is drawn on top
     else:
         ax_sft.text(0.5, 0.5, "no SFT metrics log", ha="center", va="center", transform=ax_sft.transAxes)
-    ax_sft.set_title("SFT: loss per step")
+    ax_sft.set_title("SFT: loss and token accuracy per step")
     ax_sft.set_xlabel("SFT step")
-    ax_sft.set_ylabel("loss")
+    ax_sft.set_ylabel("loss (solid)")
 
-    colours = ["tab:blue"] + ["0.6"] * (len(data.curves) - 1)
-    for curve, colour in zip(data.curves, colours):
+    with_rl = [a for a in data.attempts if a.rl is not None]
+    for a in with_rl:
+        curve, colour = a.rl, _colour(a.index)
         xs, ys = _points(curve.steps, curve.reward)
-        ax_reward.plot(xs, ys, "o", color=colour, markersize=4, alpha=0.6)
+        ax_reward.plot(xs, ys, "o", color=colour, markersize=4, alpha=0.5)
         if xs:
-            label = f"{curve.label}: {WINDOW}-step mean"
+            label = f"{a.attempt.label}: {WINDOW}-step mean"
             ax_reward.plot(xs, trailing_mean(ys, WINDOW), "-", color=colour, linewidth=2, label=label)
         for ax, series, scale in ((ax_none, curve.no_answer, 100.0), (ax_len, curve.length, 1.0)):
             px, py = _points(curve.steps, series, scale)
-            ax.plot(px, py, "-o", color=colour, markersize=3, label=curve.label)
-    n = data.curves[0].samples_per_step
+            ax.plot(px, py, "-o", color=colour, markersize=3, label=a.attempt.label)
+    sizes = {a.rl.samples_per_step for a in with_rl}
+    n = sizes.pop() if len(sizes) == 1 else None  # in the title only when every run samples as many
     ax_reward.set_title("RL: training reward per step" + (f" ({n} samples a step)" if n else ""))
     ax_reward.set_ylabel("mean reward of the sampled")
     ax_reward.set_ylim(-0.02, max(0.5, ax_reward.get_ylim()[1]))
@@ -508,44 +673,54 @@ def plot_curves(data: Data, path: Path) -> Path:
     ax_len.set_ylim(bottom=0)
     for ax in (ax_reward, ax_none, ax_len):
         ax.set_xlabel("RL step")
-        ax.legend(fontsize=8)
+        if with_rl:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no RL metrics log", ha="center", va="center", transform=ax.transAxes)
 
-    placed = [c for c in data.checks if c.step is not None]
-    for i, name in enumerate(sorted({c.benchmark for c in placed})):
-        colour = f"C{(i + 1) % 10}"
-        mine = sorted((c for c in placed if c.benchmark == name), key=lambda c: c.step)
-        ys = [100 * c.avg_pass1 for c in mine]
-        low = [100 * (c.avg_pass1 - c.interval[0]) if c.interval else 0.0 for c in mine]
-        high = [100 * (c.interval[1] - c.avg_pass1) if c.interval else 0.0 for c in mine]
-        sizes = sorted({f"{c.problems} x {c.samples_per_problem}" for c in mine})
-        ax_held.errorbar(
-            [c.step for c in mine],
-            ys,
-            yerr=[low, high],
-            fmt="o",
-            color=colour,
-            capsize=5,
-            markersize=7,
-            label=f"{name}, the trained model with the tool ({', '.join(sizes)} problems x samples)",
-        )
-        for c, y in zip(mine, ys):
-            ax_held.annotate(f"{y:.1f} %", (c.step, y), textcoords="offset points", xytext=(8, 4), fontsize=8)
+    placed = [a for a in data.attempts if a.checks]
+    benchmarks = sorted({c.benchmark for a in placed for c in a.checks})
+    width = 0.25  # the attempts' checks of one step side by side, not on top of each other
+    for k, a in enumerate(placed):
+        offset = width * (k - (len(placed) - 1) / 2)
+        for name in benchmarks:
+            mine = [c for c in a.checks if c.benchmark == name]
+            if not mine:
+                continue
+            ys = [100 * c.avg_pass1 for c in mine]
+            low = [100 * (c.avg_pass1 - c.interval[0]) if c.interval else 0.0 for c in mine]
+            high = [100 * (c.interval[1] - c.avg_pass1) if c.interval else 0.0 for c in mine]
+            xs = [c.step + offset for c in mine]
+            sizes = sorted({f"{c.problems} x {c.samples_per_problem}" for c in mine})
+            ax_held.errorbar(
+                xs,
+                ys,
+                yerr=[low, high],
+                fmt=MARKERS[benchmarks.index(name) % len(MARKERS)],
+                color=_colour(a.index),
+                capsize=5,
+                markersize=7,
+                label=f"{a.attempt.label}: {name} with the tool ({', '.join(sizes)} problems x samples)",
+            )
+            for x, y in zip(xs, ys):
+                ax_held.annotate(f"{y:.1f} %", (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    for i, name in enumerate(benchmarks):
         base = data.base.get(name)
         if base is not None:
-            label = (
-                f"{name}, base model's chain-of-thought on the same {base.problems} problems: {100 * base.pass1:.1f} %"
-            )
-            ax_held.axhline(100 * base.pass1, color=colour, linestyle="--", label=label)
-            ax_held.axhspan(100 * base.low, 100 * base.high, color=colour, alpha=0.1, linewidth=0)
+            label = f"{name}, base model's chain-of-thought on the same {base.problems} problems"
+            label += f": {100 * base.pass1:.1f} %"
+            style = ("--", ":", "-.")[i % 3]
+            ax_held.axhline(100 * base.pass1, color="black", linestyle=style, linewidth=1, label=label)
+            ax_held.axhspan(100 * base.low, 100 * base.high, color="black", alpha=0.06, linewidth=0)
     if not placed:
         ax_held.text(0.5, 0.5, "no held-out check yet", ha="center", va="center", transform=ax_held.transAxes)
-    last = max([c.steps[-1] for c in data.curves if c.steps] + [c.step for c in placed])
+    last = max([c.steps[-1] for c in data.curves if c.steps] + [c.step for a in placed for c in a.checks] + [1])
     ax_held.set_xlim(-1, last + 1)
     ax_held.set_ylim(bottom=0)
     ax_held.set_title(
-        "Held-out checks: avg pass@1 with 95 % interval (bootstrap over problems); step 0 = the SFT model"
+        "Held-out checks: avg pass@1 with 95 % interval (bootstrap over problems); step 0 = the attempt's SFT model"
     )
-    ax_held.set_xlabel(f"RL step of {data.curves[0].label}")
+    ax_held.set_xlabel("RL step of the attempt's own run")
     ax_held.set_ylabel("avg pass@1 (%)")
     if placed:
         ax_held.legend(fontsize=8, loc="lower right")
@@ -563,6 +738,27 @@ def plot_curves(data: Data, path: Path) -> Path:
 # ---- the page ------------------------------------------------------------------------------------------------
 
 
+def _curve_section(curve: Curve) -> list[str]:
+    n = f"{curve.samples_per_step} sampled trajectories a step" if curve.samples_per_step else "samples a step unknown"
+    return [
+        f"### RL (`{curve.name}`, {len(curve.steps)} steps logged, {n})\n\n"
+        "Means per block of steps. *Sampled*: all trajectories of the step (before selection); *trained*: those"
+        " kept by the selection rule; *groups with equal rewards*: kept groups whose rewards are all equal"
+        " (no gradient).\n",
+        markdown(*curve_rows(curve)),
+    ]
+
+
+def _shown(src: Path) -> str:
+    """``src`` as the page names it: relative to the checkout when inside it (the page is committed: no machine's
+    own path in it), else as given."""
+    root = HERE.parents[1]
+    try:
+        return Path(src).resolve().relative_to(root).as_posix()
+    except ValueError:
+        return str(src)
+
+
 def write_report(src: Path, dst: Path) -> tuple[Path, Path]:
     """Write ``DST/report.md`` and ``DST/plots/rl_curve.png`` from the runs and evaluations in ``src`` (module
     docstring); returns both paths.
@@ -574,28 +770,26 @@ def write_report(src: Path, dst: Path) -> tuple[Path, Path]:
     png = plot_curves(data, dst / PLOT)
     parts = [
         "# real-math: training curves and held-out checks (written by `report.py`)\n",
-        f"From `{src}`. Avg pass@1 with its 95 % bootstrap interval over problems; *vs base CoT*: the paired"
-        " difference in points against the base model's chain-of-thought on the problems both stores have"
+        f"From `{_shown(src)}`. Attempts present: {'; '.join(a.attempt.label for a in data.attempts)}."
+        " Avg pass@1 with its 95 % bootstrap interval over problems; *RL step*: the step of the attempt's"
+        " RL run whose checkpoint was evaluated (0: its SFT model); *vs base CoT*: the paired difference in"
+        " points against the base model's chain-of-thought on the problems both stores have"
         " (`compare_slice.py`); an interval that holds 0 shows no difference.\n",
         markdown(*check_rows(data)),
         f"![training curves and held-out checks]({PLOT.as_posix()})\n",
     ]
-    for curve in data.curves:
-        n = (
-            f"{curve.samples_per_step} sampled trajectories a step"
-            if curve.samples_per_step
-            else "samples a step unknown"
-        )
-        parts.append(
-            f"## RL: {curve.label} (`{curve.name}`, {len(curve.steps)} steps logged, {n})\n\n"
-            "Means per block of steps. *Sampled*: all trajectories of the step (before selection); *trained*: those"
-            " kept by the selection rule; *groups with equal rewards*: kept groups whose rewards are all equal"
-            " (no gradient).\n"
-        )
-        parts.append(markdown(*curve_rows(curve)))
-    if data.sft is not None:
-        parts.append(f"## SFT (`{SFT_RUN}`, {len(data.sft.steps)} steps)\n")
-        parts.append(markdown(*sft_rows(data.sft)))
+    for a in data.attempts:
+        runs = [f"SFT `{a.attempt.sft}`" if a.attempt.sft else "no SFT run of its own", f"RL `{a.attempt.rl}`"]
+        parts.append(f"## Attempt {a.attempt.label} ({', '.join(runs)})\n")
+        if a.sft is not None:
+            parts.append(f"### SFT (`{a.attempt.sft}`, {len(a.sft.steps)} steps)\n")
+            parts.append(markdown(*sft_rows(a.sft)))
+        elif a.attempt.sft:
+            parts.append(f"No metrics log of the SFT run `{a.attempt.sft}` here.\n")
+        if a.rl is not None:
+            parts.extend(_curve_section(a.rl))
+        else:
+            parts.append(f"No metrics log of the RL run `{a.attempt.rl}` here (not started, or not archived).\n")
     dst.mkdir(parents=True, exist_ok=True)
     (dst / REPORT).write_text("\n".join(parts), encoding="utf-8")
     return dst / REPORT, png

@@ -371,6 +371,130 @@ def test_train_token_rows_move_only_those_rows_and_survive_checkpoints(tmp_path,
     assert all(torch.allclose(emb[i].float(), model.get_input_embeddings().weight[i]) for i in tags)
 
 
+ROWS = ["model.lora.enabled=true", "model.lora.r=4", "model.train_token_rows=[<tool_call>, </tool_call>]"]
+
+
+def test_token_rows_learning_rate_moves_the_rows_further_and_survives_resume(tmp_path, tiny_model_dir):
+    """model.token_rows_learning_rate: the tag rows get a group of their own at that rate (read from the
+    optimizer), move much further in one step than at optim.learning_rate, every other row stays exactly as it
+    was, the rows' metrics are in metrics.jsonl, and a resumed run keeps the group and its rate."""
+    import torch
+
+    from tirl.models import load
+    from tirl.runs.metrics import read_metrics
+    from tirl.train.sft import build_sft_trainer
+    from tirl.train.token_rows import row_weights
+
+    examples = load_sft_set("gsm8k_tir", slice(0, 2), SHORT)
+    base, tok = load(tiny_model_dir, dtype="float32")
+    vocab = tok.get_vocab()
+    tags = [vocab["<tool_call>"], vocab["</tool_call>"]]
+    before = base.get_input_embeddings().weight.detach()
+    others = torch.ones(before.shape[0], dtype=torch.bool)
+    others[tags] = False
+    common = [*ROWS, "optim.learning_rate=1e-4", "save_steps=1"]
+
+    def run(name, steps, *extra):
+        cfg = _config(tmp_path / name, tiny_model_dir, *common, f"optim.max_steps={steps}", *extra)
+        built = build_sft_trainer(cfg, examples=examples, protocol=SHORT)
+        built.trainer.train(resume_from_checkpoint=str(built.resume_from) if built.resume_from else None)
+        emb = built.trainer.model.get_input_embeddings().weight.detach()
+        return built, emb, (emb[tags] - before[tags]).norm(dim=1)
+
+    plain, plain_emb, plain_moved = run("plain", 1)
+    fast, fast_emb, fast_moved = run("fast", 1, "model.token_rows_learning_rate=1e-2")
+    assert (plain_moved > 0).all() and (fast_moved > 10 * plain_moved).all(), (plain_moved, fast_moved)
+    assert torch.equal(plain_emb[others], before[others]) and torch.equal(fast_emb[others], before[others])
+
+    (emb_weight,) = row_weights(fast.trainer.model)  # tied: one weight
+    rows_group = [g for g in fast.trainer.optimizer.param_groups if any(p is emb_weight for p in g["params"])]
+    assert len(rows_group) == 1 and len(rows_group[0]["params"]) == 1
+    assert rows_group[0]["lr"] == 1e-2 and rows_group[0]["weight_decay"] == 0.0
+    assert {g["lr"] for g in fast.trainer.optimizer.param_groups if g is not rows_group[0]} == {1e-4}
+    assert all(g["lr"] == 1e-4 for g in plain.trainer.optimizer.param_groups)  # None: today's groups
+
+    logged = [r for r in read_metrics(tmp_path / "fast" / "run") if "loss" in r]
+    unit = torch.nn.functional.normalize(fast_emb[tags].float(), dim=1)
+    assert len(logged) == 1
+    assert logged[0]["token_rows/max_cosine"] == pytest.approx(float(unit[0] @ unit[1]), abs=1e-5)
+    assert logged[0]["token_rows/mean_norm"] == pytest.approx(float(fast_emb[tags].norm(dim=1).mean()), abs=1e-5)
+
+    resumed, resumed_emb, resumed_moved = run("fast", 2, "model.token_rows_learning_rate=1e-2")
+    assert resumed.resume_from is not None and resumed.resume_from.name == "checkpoint-1"
+    assert resumed.trainer.state.global_step == 2
+    assert resumed.trainer.optimizer.param_groups[-1]["lr"] == 1e-2
+    assert not torch.equal(resumed_emb[tags], fast_emb[tags]) and torch.equal(resumed_emb[others], before[others])
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_token_rows_group_holds_the_row_weights_and_follows_the_schedule(tmp_path, tiny_model_dir, tied):
+    """The rows' group holds exactly the embedding (and untied LM-head) weights, no other group holds them, and
+    the scheduler scales both groups alike (their ratio stays the set one as the cosine decays)."""
+    from tirl.train.sft import build_sft_trainer
+    from tirl.train.token_rows import row_weights
+
+    model_dir = tiny_model_dir if tied else _untied_copy(tiny_model_dir, tmp_path / "untied")
+    examples = load_sft_set("gsm8k_tir", slice(0, 2), SHORT)
+    cfg = _config(
+        tmp_path,
+        model_dir,
+        *ROWS,
+        "optim.learning_rate=1e-4",
+        "model.token_rows_learning_rate=3e-3",
+        "optim.lr_scheduler_type=cosine",
+        "optim.max_steps=4",
+    )
+    trainer = build_sft_trainer(cfg, examples=examples, protocol=SHORT).trainer
+    weights = row_weights(trainer.model)
+    assert len(weights) == (1 if tied else 2)
+    *rest, rows_group = trainer.optimizer.param_groups
+    assert [id(p) for p in rows_group["params"]] == [id(w) for w in weights]
+    assert not any(p is w for g in rest for p in g["params"] for w in weights)
+    assert any(g["params"] for g in rest)  # the LoRA weights are still trained, in Trainer's own groups
+    scheduler = trainer.create_scheduler(4, optimizer=trainer.optimizer)
+    seen = []
+    for _ in range(3):
+        groups = trainer.optimizer.param_groups
+        assert all(g["lr"] == pytest.approx(rows_group["lr"] * 1e-4 / 3e-3) for g in groups[:-1])
+        seen.append(rows_group["lr"])
+        trainer.optimizer.step()  # no gradients: nothing moves, but the scheduler expects a step first
+        scheduler.step()
+    assert seen[0] == pytest.approx(3e-3) and seen[0] > seen[1] > seen[2] > 0
+
+
+def test_rows_metrics_and_console_note():
+    """token_rows/max_cosine is the largest off-diagonal cosine of one weight's rows (the larger of embedding and
+    untied head), token_rows/mean_norm the mean row norm over both; one row has no cosine."""
+    import math
+
+    import torch
+
+    from tirl.train.callbacks import rows_note
+    from tirl.train.token_rows import rows_metrics
+
+    class Stub:
+        def __init__(self, embed, head):
+            self.embed, self.head = torch.nn.Embedding(4, 2), torch.nn.Linear(2, 4, bias=False)
+            with torch.no_grad():
+                self.embed.weight.copy_(torch.tensor(embed))
+                self.head.weight.copy_(torch.tensor(head))
+
+        def get_input_embeddings(self):
+            return self.embed
+
+        def get_output_embeddings(self):
+            return self.head
+
+    model = Stub([[9, 9], [1, 0], [1, 1], [0, 1]], [[9, 9], [2, 0], [0, 2], [-1, 0]])
+    got = rows_metrics(model, [1, 2])
+    assert got["token_rows/max_cosine"] == pytest.approx(1 / math.sqrt(2))  # the head's rows are orthogonal
+    assert got["token_rows/mean_norm"] == pytest.approx((1 + math.sqrt(2) + 2 + 2) / 4)
+    assert rows_metrics(model, [1, 3])["token_rows/max_cosine"] == pytest.approx(0.0)  # -1 (head) < 0 (embed)
+    assert "token_rows/max_cosine" not in rows_metrics(model, [2])
+    assert rows_note(got) == "  rows cos 0.707 norm 1.604"
+    assert rows_note({"loss": 1.0}) == ""
+
+
 def test_train_token_rows_config_errors(tmp_path, tiny_model_dir):
     from tirl.train.config import load_config
 
@@ -386,6 +510,14 @@ def test_train_token_rows_config_errors(tmp_path, tiny_model_dir):
         ).validate()
     with pytest.raises(ValueError, match="SFT stage"):
         load_config(None, ["model.train_token_rows=[<tool_call>]"]).validate(1)
+    for bad in ("0", "-1e-3", ".nan"):
+        with pytest.raises(ValueError, match=r"^model\.token_rows_learning_rate must be > 0"):
+            _config(tmp_path, tiny_model_dir, *ROWS, f"model.token_rows_learning_rate={bad}").validate()
+    with pytest.raises(ValueError, match=r"^model\.token_rows_learning_rate needs model\.train_token_rows"):
+        _config(tmp_path, tiny_model_dir, "model.lora.enabled=true", "model.token_rows_learning_rate=1e-2").validate()
+    with pytest.raises(ValueError, match=r"^model\.token_rows_learning_rate is supported by the SFT stage"):
+        load_config(None, ["model.token_rows_learning_rate=1e-2"]).validate(1)
+    _config(tmp_path, tiny_model_dir, *ROWS, "model.token_rows_learning_rate=1e-2").validate()  # accepted
 
 
 # ------------------------------------------------------------------------------------------------- config / CLI

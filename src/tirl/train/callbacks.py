@@ -129,7 +129,8 @@ class WatchdogStop(TrainerCallback):
 
 class SFTProgress(StepTimer):
     """Times optimiser steps, adds ``tirl/time/step_s`` to each log record (before the JSONL writer sees it)
-    and prints a progress line (loss, token accuracy, learning rate, gradient norm, time left)."""
+    and prints a progress line (loss, token accuracy, learning rate, gradient norm, time left, and the trained
+    token rows' cosine and norm when the record has them: :func:`rows_note`)."""
 
     def __init__(self, stage: str, console: bool = True) -> None:
         super().__init__({})
@@ -161,8 +162,17 @@ class SFTProgress(StepTimer):
         Console(stderr=True).print(
             f"[bold]{self.stage}[/] step {state.global_step}/{state.max_steps}  loss {g('loss'):.4f}  "
             f"token-acc {g('mean_token_accuracy'):.3f}  lr {g('learning_rate'):.2e}  "
-            f"grad-norm {g('grad_norm'):.3f}  step {mean:.1f}s  left {left / 60:.1f} min"
+            f"grad-norm {g('grad_norm'):.3f}  step {mean:.1f}s  left {left / 60:.1f} min" + rows_note(logs)
         )
+
+
+def rows_note(logs: dict[str, Any]) -> str:
+    """The SFT progress line's note on the trained token rows (``model.train_token_rows``),
+    ``  rows cos 0.804 norm 0.260`` (largest pairwise cosine, mean norm), or ``""`` when the record has none."""
+    if "token_rows/mean_norm" not in logs:
+        return ""
+    cosine, norm = log_value(logs, "token_rows/max_cosine"), log_value(logs, "token_rows/mean_norm")
+    return f"  rows cos {cosine:.3f} norm {norm:.3f}"
 
 
 __all__ = ["JsonlMetrics", "RLConsole", "SFTProgress", "StepTimer", "WatchdogStop"]

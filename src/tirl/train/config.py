@@ -73,6 +73,13 @@ class ModelConfig:
             recipe for Qwen2.5-Coder-0.5B names ``<tool_call>`` and ``</tool_call>``.
         train_token_rows: tokens whose input-embedding and LM-head rows are trained in full next to a LoRA
             adapter (:mod:`tirl.train.token_rows`; SFT stage only, an RL recipe that sets it is rejected).
+        token_rows_learning_rate: the AdamW learning rate of the ``train_token_rows`` rows (their embedding and
+            untied LM-head weights in a parameter group of their own, weight decay 0, on the same schedule as
+            the other group, so the two keep their ratio); None = ``optim.learning_rate``. Why: Adam's step does
+            not grow with the gradient, so at a LoRA learning rate (1e-4) the rows hardly move (measured on
+            Qwen2.5-Coder-0.5B: the two tags' cosine 0.802 before and 0.804 after 30 steps). Must be > 0; needs
+            ``train_token_rows`` (SFT stage only). A resumed run keeps the rates its checkpoint was written with;
+            turning the field on or off between a checkpoint and its resume fails (the optimizer's groups differ).
     """
 
     name_or_path: str = "qwen2.5-coder-0.5b-instruct"
@@ -81,6 +88,7 @@ class ModelConfig:
     lora: LoraSettings = field(default_factory=LoraSettings)
     init_token_rows: list[str] = field(default_factory=list)
     train_token_rows: list[str] = field(default_factory=list)
+    token_rows_learning_rate: float | None = None
 
 
 @dataclass
@@ -363,6 +371,8 @@ class RLConfig:
         r, o = self.rollout, self.optim
         if self.model.train_token_rows:
             raise ValueError("model.train_token_rows is supported by the SFT stage (tirl train sft) only")
+        if self.model.token_rows_learning_rate is not None:
+            raise ValueError("model.token_rows_learning_rate is supported by the SFT stage (tirl train sft) only")
         if r.group_size < 2:
             raise ValueError("rollout.group_size must be >= 2 (GRPO needs a group)")
         if r.oversample < 1:

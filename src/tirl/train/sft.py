@@ -178,28 +178,41 @@ def build_sft_trainer(
 
     dump_config(config, config_file(config.output_dir))
 
+    from tirl.train import token_rows
     from tirl.train.callbacks import JsonlMetrics, SFTProgress
 
+    names = config.model.train_token_rows
+    row_ids = token_rows.token_row_ids(tokenizer, names) if names else []
+    # the JSONL writer last: the rows' metrics and the progress callback's step time are added to each record first
+    callbacks = [token_rows.metrics_callback(row_ids)] if row_ids else []
+    callbacks += [SFTProgress(config.stage, config.logging.console), JsonlMetrics(metrics_log, config.stage)]
     trainer = trl_module().SFTTrainer(
         model=model,
         args=sft_args(config, num_processes),
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
         peft_config=peft_config,
-        # the JSONL writer after the progress callback, which adds the step time to each record
-        callbacks=[SFTProgress(config.stage, config.logging.console), JsonlMetrics(metrics_log, config.stage)],
+        callbacks=callbacks,
     )
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)
-    if config.model.train_token_rows:
-        from tirl.train import token_rows
-
-        ids = token_rows.token_row_ids(tokenizer, config.model.train_token_rows)
-        token_rows.make_rows_trainable(trainer.model, ids)
+    if row_ids:
+        token_rows.make_rows_trainable(trainer.model, row_ids)
         if resume_from is not None and token_rows.load_token_rows(trainer.model, resume_from):
             logger.info("trained token rows restored from %s", resume_from)
-        trainer.add_callback(token_rows.checkpoint_callback(ids))
+        rows_lr = config.model.token_rows_learning_rate
+        if rows_lr is not None:  # None: the rows stay in Trainer's own groups, at optim.learning_rate
+            token_rows.build_rows_optimizer(trainer, rows_lr)
+        start = token_rows.rows_metrics(trainer.model, row_ids)
+        logger.info(
+            "training token rows %s at lr %g: max cosine %.3f, mean norm %.3f",
+            config.model.train_token_rows,
+            rows_lr if rows_lr is not None else config.optim.learning_rate,
+            start.get("token_rows/max_cosine", float("nan")),
+            start["token_rows/mean_norm"],
+        )
+        trainer.add_callback(token_rows.checkpoint_callback(row_ids))
     return BuiltSFT(trainer, tokenizer, stats, resume_from, metrics_log)
 
 

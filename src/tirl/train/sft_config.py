@@ -142,6 +142,11 @@ class SFTConfig:
             raise ValueError("model.train_token_rows needs model.lora.enabled (without LoRA every row trains)")
         if self.model.train_token_rows and o.weight_decay:
             raise ValueError("model.train_token_rows needs optim.weight_decay 0 (decay would move every row)")
+        rows_lr = self.model.token_rows_learning_rate
+        if rows_lr is not None and not rows_lr > 0:  # `not >` also refuses NaN
+            raise ValueError(f"model.token_rows_learning_rate must be > 0 (got {rows_lr}); None = optim.learning_rate")
+        if rows_lr is not None and not self.model.train_token_rows:
+            raise ValueError("model.token_rows_learning_rate needs model.train_token_rows (the rows it trains)")
         if o.batch_size < 1 or o.per_device_train_batch_size < 1:
             raise ValueError("optim.batch_size and optim.per_device_train_batch_size must be >= 1")
         if o.batch_size % (o.per_device_train_batch_size * num_processes):

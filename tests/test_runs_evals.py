@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tirl.runs.evals import ResumeMismatch, RunStore, describe_diff, settings_diff
+from tirl.runs.evals import ResumeMismatch, RunStore, describe_diff, read_settings, settings_diff
 from tirl.runs.layout import EVAL_SETTINGS as RUN_FILE
 from tirl.runs.layout import EVAL_TRAJECTORIES as TRAJECTORIES_FILE
 
@@ -100,3 +100,15 @@ def test_summary_is_written_atomically(tmp_path):
         path = store.write_summary({"x": 1})
     assert json.loads(path.read_text()) == {"x": 1}
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_read_settings_gives_the_recorded_settings_none_without_them_and_refuses_a_non_object(tmp_path):
+    assert read_settings(tmp_path) is None
+    RunStore(tmp_path, {"model": "m", "temperature": 1.0}).close()
+    assert read_settings(tmp_path) == {"model": "m", "temperature": 1.0}
+    (tmp_path / RUN_FILE).write_text("[1, 2]")
+    with pytest.raises(ValueError, match="holds no JSON object"):
+        read_settings(tmp_path)
+    (tmp_path / RUN_FILE).write_text("{torn")
+    with pytest.raises(ValueError, match="is not valid JSON"):
+        read_settings(tmp_path)

@@ -1,8 +1,10 @@
 """``tirl data``: training-data curation commands (thin: parse arguments, call the library).
 
 ``tirl data filter-hard --model CKPT --samples 8`` writes the problems the policy does not solve 8 out of 8
-times (the report's stage-3 set); re-running with the same ``--out`` resumes. ``tirl data curate SOURCES
---out-dir DIR`` curates problem collections (:mod:`tirl.cli.curate`, docs/data.md). Both sample through
+times (the report's stage-3 set); re-running with the same ``--out`` resumes. ``tirl data filter-pass-rate
+--eval-run DIR --out OUT.jsonl`` writes the problems a finished ``tirl eval`` run solved sometimes, not always or
+never (:mod:`tirl.eval.pass_rate`; it samples nothing). ``tirl data curate SOURCES --out-dir DIR`` curates
+problem collections (:mod:`tirl.cli.curate`, docs/data.md). filter-hard and curate sample through
 :func:`tirl.runtime.sampler.policy_sampler`; their sampling flags are generated from
 :class:`tirl.runtime.sampler.SamplerConfig`'s fields (:mod:`tirl.cli.sampler_options`) under the names ``tirl eval``
 gives the same settings, and a flag of an earlier version whose name was not its setting's (``--max-tokens``,
@@ -120,6 +122,51 @@ filter_hard_command = with_flags(
 """``tirl data filter-hard``: :func:`_filter_hard` with the generated sampler flags as its signature."""
 
 app.command("filter-hard", cls=renamed_flags_command("tirl data filter-hard", FILTER_HARD_RENAMED))(filter_hard_command)
+
+
+@app.command("filter-pass-rate")
+def filter_pass_rate_command(
+    eval_run: Path = typer.Option(..., "--eval-run", help="The --out-dir of a tirl eval run (its samples are read)."),
+    out: Path = typer.Option(..., "--out", help="Subset file (JSONL, the source's problem rows); stats beside it."),
+    min_correct: int = typer.Option(1, "--min-correct", help="Keep problems with at least this many correct."),
+    max_correct: int | None = typer.Option(
+        None, "--max-correct", help="Keep problems with at most this many correct (default: samples - 1)."
+    ),
+    samples: int | None = typer.Option(
+        None, "--samples", help="Samples per problem (N); default: the run's (summary.json, else its records)."
+    ),
+    complete_only: bool = typer.Option(
+        False, "--complete-only", help="From a partial run, keep only the problems with all N samples."
+    ),
+    source: str | None = typer.Option(
+        None, "--source", help="The JSONL the eval read, when its path does not reach it from here (one benchmark)."
+    ),
+) -> None:
+    """Write the problems a tirl eval run solved sometimes (min..max of N correct; default 1..N-1): GRPO's
+    useful problems, from an evaluation at the RL temperature (docs/data.md, "Pass-rate filter")."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from tirl.eval.pass_rate import PassRateError, filter_pass_rate, histogram_table, summary_lines
+
+    console = Console()
+    try:
+        result = filter_pass_rate(
+            eval_run,
+            out,
+            min_correct=min_correct,
+            max_correct=max_correct,
+            samples=samples,
+            complete_only=complete_only,
+            source=source,
+        )
+    except PassRateError as exc:
+        Console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    console.print(histogram_table(result))
+    for line in summary_lines(result):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
 
 from tirl.cli.curate import CURATE_RENAMED as _CURATE_RENAMED  # noqa: E402
 from tirl.cli.curate import curate_command as _curate_command  # noqa: E402

@@ -3,8 +3,8 @@
 Covers the output folder of ``tirl eval`` (names: :mod:`tirl.runs.layout`): ``trajectories.jsonl`` (one JSON
 object per finished trajectory, appended, flushed and fsynced one at a time, so a crash loses at most the
 trajectories in flight), ``run.json`` (the settings that must match for a resume), and ``summary.json`` (written
-by the runner); and the readers of a finished run: :func:`read_samples` and :func:`read_summary`. It does not
-compute metrics or run anything.
+by the runner); and the readers of a finished run: :func:`read_samples`, :func:`read_summary` and
+:func:`read_settings`. It does not compute metrics or run anything.
 
 Resume policy:
 
@@ -241,6 +241,25 @@ def read_summary(run_dir: str | os.PathLike[str], *, strict: bool = False) -> di
             raise ValueError(f"{path} holds no JSON object")
         return None
     return summary
+
+
+def read_settings(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """An evaluation run's ``run.json`` (the settings :class:`RunStore` recorded: model, sampling, limits,
+    tools), or None when it is missing.
+
+    Raises:
+        ValueError: the file is there but not a JSON object (its path named).
+    """
+    path = eval_settings(run_dir)
+    if not path.is_file():
+        return None
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc}); re-run the job that wrote it") from None
+    if not isinstance(settings, dict):
+        raise ValueError(f"{path} holds no JSON object")
+    return settings
 
 
 def sample_count(run_dir: str | os.PathLike[str]) -> int:

@@ -534,7 +534,7 @@ def test_every_documented_tirl_eval_flag_exists():
     assert not bad, bad
 
 
-@pytest.mark.parametrize("command, least", [("curate", 10), ("filter-hard", 3)])
+@pytest.mark.parametrize("command, least", [("curate", 10), ("filter-hard", 3), ("filter-pass-rate", 2)])
 def test_every_documented_tirl_data_flag_exists(command, least):
     import typer.main
 

@@ -284,3 +284,14 @@ def test_cli_prints_the_histogram_and_the_reasons(run, tmp_path):
     assert len(out.read_text().splitlines()) == 4
     bad = cli.invoke(app, ["data", "filter-pass-rate", "--eval-run", str(tmp_path), "--out", str(out)])
     assert bad.exit_code == 2 and "error:" in bad.output and "not a tirl eval run" in bad.output
+
+
+def test_a_sample_index_outside_0_to_n_minus_1_is_not_one_of_the_n(run, tmp_path):
+    lines = [json.loads(line) for line in (run / EVAL_TRAJECTORIES).read_text().splitlines()]
+    victim = next(r for r in lines if r["problem_id"] == "p1")
+    victim["sample_index"] = -1  # a corrupt record must not complete a problem's N samples
+    (run / EVAL_TRAJECTORIES).write_text("".join(json.dumps(r) + "\n" for r in lines))
+    with pytest.raises(PassRateError, match=r"p1 \(3/4\)"):
+        filter_pass_rate(run, tmp_path / "s.jsonl")
+    result = filter_pass_rate(run, tmp_path / "s.jsonl", complete_only=True)
+    assert result.ignored_samples == 1 and result.dropped["incomplete"] == ["p1"]

@@ -12,7 +12,7 @@ evaluation's model and sampling settings). ``tirl data filter-pass-rate`` is its
 Rules (each failure is one line naming the fix, :class:`PassRateError`):
 
 - **N** is the evaluation's samples per problem: ``summary.json``'s when the run finished with no sample
-  missing, else the most any problem has (``samples`` overrides). Samples with an index >= N (an earlier,
+  missing, else the most any problem has (``samples`` overrides). Samples with an index outside 0..N-1 (an earlier,
   larger run in the same folder) are ignored and counted.
 - **A partial run** (a problem with fewer than N samples, ``summary.json`` missing or counting missing samples)
   is refused, naming the problems; ``complete_only`` keeps the complete problems and drops the others
@@ -98,7 +98,7 @@ class PassRateResult:
         kept: the problems written, in source order.
         dropped: reason (:data:`REASONS`) -> problem ids, in source order.
         not_evaluated: problems of the sources after the last one with a sample (outside the run).
-        ignored_samples: stored samples with an index >= N.
+        ignored_samples: stored samples with an index outside ``0..N-1``.
         bad_lines: lines of the run's samples file that were not records (a torn last line included).
         partial: the run is partial (then ``complete_only`` was given).
         stats: the stats file's content.
@@ -210,7 +210,7 @@ def _count(
     n: int,
 ) -> tuple[list[ProblemCount], int, int]:
     """The run's problems of one benchmark in source order (the source up to its last problem with a sample),
-    how many problems follow outside the run, and how many samples have an index >= ``n``.
+    how many problems follow outside the run, and how many samples have an index outside ``0..n-1``.
 
     Raises:
         PassRateError: a record's problem is not in the source, or its text or answer differ from the source's.
@@ -237,7 +237,7 @@ def _count(
     counts = [ProblemCount(benchmark, p) for p in problems[: last + 1]]
     ignored = 0
     for (pid, j), rec in records.items():
-        if j >= n:  # an earlier, larger run in the same folder: not part of this run's N
+        if not 0 <= j < n:  # another (larger) run's in the same folder, or a corrupt index: not one of the N
             ignored += 1
             continue
         c = counts[index[pid]]
@@ -467,7 +467,10 @@ def summary_lines(result: PassRateResult) -> Sequence[str]:
     if result.not_evaluated:
         lines.append(f"{result.not_evaluated} problems of the source after the last evaluated one: not in this run")
     if result.ignored_samples:
-        lines.append(f"{result.ignored_samples} samples with an index >= {result.samples} ignored (an earlier run)")
+        lines.append(
+            f"{result.ignored_samples} samples with an index outside 0..{result.samples - 1} ignored "
+            "(another run's in the same folder; --samples to count them)"
+        )
     if result.bad_lines:
         lines.append(f"{result.bad_lines} lines of the run's samples file were not records (skipped)")
     lines.append(f"stats: {result.stats_file}")

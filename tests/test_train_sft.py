@@ -195,7 +195,7 @@ def _fixed_batch_loss(trainer):
     return loss
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=100)
 def test_sft_steps_lower_the_loss_change_the_weights_and_trl_masks_labels(tmp_path, tiny_model_dir, gsm_rows):
     import torch
 

@@ -118,7 +118,8 @@ def ddp_two_process_run(tmp_path_factory, tiny_smollm2_model_dir) -> tuple[Path,
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The files that hold a ``slow`` test run first, those whose mark gives ``seconds`` (about how long the file
-    takes alone on the quiet 2-core machine) longest first, each file's tests in their own order: under
+    takes alone on the 2-core machine; only their order counts, docs/benchmarks.md has the measurements) longest
+    first, each file's tests in their own order: under
     pytest-xdist (``make test``) the long runs start while the many short tests fill the other worker, instead of a
     long file starting last and ending the session alone. The Makefile passes ``--no-loadscope-reorder``: without it
     xdist's ``--dist loadfile`` hands out the files with the most tests first and this order is lost (the 1-test

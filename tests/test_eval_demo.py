@@ -120,7 +120,7 @@ def test_the_comparison_table_shows_each_rows_label_and_the_title_its_mode():
     assert "768 tokens" in title
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=30)
 def test_demo_run_prints_progress_lines_and_a_side_by_side_table_off_a_terminal(tmp_path, tiny_model_dir):
     settings = DemoSettings(
         models=(("base-cot", str(tiny_model_dir), "cot"), ("tirl-tool", str(tiny_model_dir), "tool-compact")),

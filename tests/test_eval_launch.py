@@ -68,7 +68,7 @@ def _lora_checkpoint(base_dir: Path, out: Path) -> Path:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=20)
 def test_a_checkpoint_is_evaluated_through_the_server_it_starts(tmp_path, tiny_model_dir, monkeypatch, capsys):
     """The server is started with the merged checkpoint's folder and the evaluation's dtype and context, the
     adapter is not loaded into it (it serves the merged weights), every sample went through it, the run's summary

@@ -64,7 +64,7 @@ def test_the_arms_differ_only_in_max_staleness():
     assert k0["save_steps"] == 1
 
 
-@pytest.mark.slow(seconds=20)
+@pytest.mark.slow(seconds=25)
 @pytest.mark.parametrize("arm", ["k0", "k1"])
 def test_the_arms_pass_the_dry_run(arm, tmp_path):
     """``tirl train rl --dry-run`` (data, tokenizer, sandbox, output folder; no weights): a ``tiny:`` model of the

@@ -21,7 +21,7 @@ def test_the_warning_is_silent_within_the_tolerance_and_names_both_causes_over_i
         assert line and "\n" not in line and "bf16" in line and "weight sync" in line
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=25)
 def test_a_generator_that_keeps_stale_weights_is_warned_about_once(tmp_path, tiny_smollm2_model_dir, caplog):
     """A server that acknowledges the weight reload but keeps its old weights: after step 1's large update the
     gap at step 2 is over the tolerance, and the run warns (once)."""

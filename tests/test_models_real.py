@@ -16,7 +16,7 @@ from tirl.models.builtin import builtin_gguf  # noqa: E402
 from tirl.rollout.engine import SamplingParams  # noqa: E402
 from tirl.rollout.hf_engine import HFEngine  # noqa: E402
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.slow(seconds=45)]
 
 
 def _chat_ids(tok, text):

@@ -16,7 +16,7 @@ import pytest
 
 from equal_steps_runs import one_process, ranks, run_ok
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=45)
 RTOL = 1e-4
 
 

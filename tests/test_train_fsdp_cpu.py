@@ -20,7 +20,7 @@ import pytest
 
 from equal_steps_runs import one_process, ranks, run_ok, script_env, two_processes
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=65)
 RTOL = 1e-4
 
 

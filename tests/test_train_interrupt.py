@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "rl" / "cpu-tiny-smoke.yaml"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=30)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
 def test_an_interrupted_run_says_how_to_resume_and_leaves_no_scratch(tmp_path, sig):
     out, scratch = tmp_path / "run", tmp_path / "tmp"

@@ -164,7 +164,7 @@ def _check_counts(step: dict[str, Any]) -> None:
     assert len({t.metadata["trajectory_id"] for t in trajectories}) == PER_STEP
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=50)
 @pytest.mark.parametrize("failover", [True, False], ids=["failover", "masked"])
 def test_a_server_killed_mid_step_is_failed_over_and_no_trajectory_is_lost_or_duplicated(
     tmp_path, tiny_smollm2_model_dir, failover

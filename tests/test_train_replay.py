@@ -56,6 +56,7 @@ def smoke_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow(seconds=30)
 def test_replayed_smoke_step_matches_then_a_tampered_token_is_reported(smoke_run):
     result = CliRunner().invoke(app, ["train", "replay", str(smoke_run), "--step", "2"])
     assert result.exit_code == 0, result.output

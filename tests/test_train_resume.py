@@ -24,7 +24,7 @@ import resume_helpers as h
 from tirl.runs.checkpoints import checkpoint_step, last_checkpoint
 from tirl.runs.metrics import read_metrics
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=40)
 
 MAX_STEPS = 4
 POINTS = (

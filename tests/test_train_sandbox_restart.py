@@ -32,7 +32,7 @@ def test_internal_tool_calls_are_counted_in_the_step_metrics():
     assert step_metrics(trajs, [0.0] * 4, cands, 2, sels)["tool_calls/internal"] == 3.0
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=50)
 def test_a_restarted_service_loses_no_trajectory_and_is_counted(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
     proc = subprocess.run(

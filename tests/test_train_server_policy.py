@@ -45,7 +45,7 @@ def lora_server(tiny_smollm2_model_dir):
         yield server, pushed
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=50)
 @pytest.mark.parametrize("api", ["openai", "sglang"])
 def test_each_rollout_is_generated_by_the_server_with_the_current_adapter(
     tmp_path, tiny_smollm2_model_dir, lora_server, api

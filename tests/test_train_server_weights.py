@@ -19,7 +19,7 @@ from tirl.train.config import load_config
 from tirl.train.rollout_func import AgentLoopSource
 from train_helpers import AlternatingScorer
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=30)
 
 PROBLEMS = [Problem(id=f"p{i}", problem=f"What is 6 times 7? (variant {i})", answer="42") for i in range(4)]
 

@@ -246,7 +246,7 @@ def _run(tmp: Path, model_dir: Path, *, call_tools: bool, sandbox_factory: Any, 
     return train, config, source, VerifierScorer(tokenizer, source.verify), holder
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=30)
 def test_a_sandbox_that_fails_every_call_stops_the_run_with_a_checkpoint(tmp_path, tiny_smollm2_model_dir):
     train, config, source, scorer, _ = _run(
         tmp_path, tiny_smollm2_model_dir, call_tools=True, sandbox_factory=FailingSandbox

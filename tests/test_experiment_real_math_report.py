@@ -222,7 +222,7 @@ def test_report_table_plot_and_the_archive_read_back(tmp_path, capsys):
     assert "No metrics log of the RL run `rl-pot` here" in text
     # one section per attempt, in the declared order, each with its own runs' tables
     sections = re.findall(r"^## Attempt (.+) \(", text, flags=re.M)
-    assert sections == [a.label for a in report.ATTEMPTS]
+    assert sections == [a.label for a in report.ATTEMPTS[:3]]  # the fixture has no fourth attempt's runs
     second = text.split(f"## Attempt {SECOND}")[1].split("## Attempt")[0]
     assert "### SFT (`sft`, 12 steps)" in second and "### RL (`rl-gsm8k`, 12 steps logged" in second
     assert "plots/rl_curve.png" in text and "wrote" in capsys.readouterr().out
@@ -269,6 +269,21 @@ def test_checks_are_placed_on_their_attempts_steps(tmp_path):
     # the base's CoT on the problems every attempt's check has (1-10), not the probe's
     line = data.base["gsm8k"]
     assert (line.pass1, line.problems) == (0.4, 10) and line.low <= 0.4 <= line.high
+
+
+def test_an_evaluation_of_training_problems_is_no_check(tmp_path):
+    """The pass-rate filter's sampling (``tirl eval`` on a JSONL of training problems, with a summary) is not
+    held out: left out of the checks, while an evaluation of a named benchmark by the same model is one."""
+    _fixture(tmp_path)
+    with RunStore(tmp_path / "sft-pot-passrate", {"model": POT_MODEL}) as store:
+        store.append(
+            {"benchmark": "rl-gsm8k-problems", "problem_id": "gsm8k-train-1", "sample_index": 0, "correct": True}
+        )
+        store.write_summary(
+            {"settings": {"model": POT_MODEL}, "benchmarks": {"rl-gsm8k-problems": _bench(1.0, [1.0, 1.0], 0.0, 1)}}
+        )
+    jobs = [c.job for c in report.load(tmp_path).checks]
+    assert "sft-pot-passrate" not in jobs and "sft-pot-gsm8k-tool-200" in jobs
 
 
 def test_attempts_absent_from_the_folder_are_left_out(tmp_path, capsys):
@@ -332,7 +347,9 @@ def test_a_gzipped_store_reads_as_the_plain_one(tmp_path):
 
 def test_report_without_rl_runs_says_so(tmp_path, capsys):
     assert report.main(["--from", str(tmp_path), "--to", str(tmp_path / "r")]) == 2
-    assert "no metrics log of rl, sft, rl-gsm8k, sft-pot, rl-pot in" in capsys.readouterr().err
+    runs = ", ".join(dict.fromkeys(r for a in report.ATTEMPTS for r in (a.sft, a.rl) if r))
+    assert runs.startswith("rl, sft, rl-gsm8k, sft-pot, rl-pot")
+    assert f"no metrics log of {runs} in" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
 
 

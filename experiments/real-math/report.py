@@ -43,6 +43,7 @@ from typing import Any
 
 from tirl.analysis.ablation import markdown
 from tirl.analysis.plot import PREFIX, load_runs, trailing_mean
+from tirl.data.benchmarks import BENCHMARKS
 from tirl.eval.metrics import bootstrap_interval
 from tirl.runs.evals import read_summary
 from tirl.runs.layout import FINAL_DIR, checkpoint_step, config_file, has_metrics
@@ -89,6 +90,7 @@ ATTEMPTS: tuple[Attempt, ...] = (
     Attempt("1: RL on GSM8K + MATH, from sft", None, "rl"),
     Attempt("2: CoT, then a checking program", "sft", "rl-gsm8k"),
     Attempt("3: program-of-thought", "sft-pot", "rl-pot"),
+    Attempt("4: program-of-thought, tag rows at their own rate", "sft-pot-rows", "rl-pot-rows"),
 )
 """The attempts in the order they were made (the report's order; an attempt's colour is its index)."""
 
@@ -298,7 +300,9 @@ def _against_base(src: Path, check: Check, folder: Path, stores: _Stores) -> Che
 
 def read_checks(src: Path, stores: _Stores | None = None) -> list[Check]:
     """Every benchmark of every evaluation in ``src`` that has a ``summary.json`` (by folder name), compared with
-    the base's CoT store; not yet placed on an attempt (:func:`load` does).
+    the base's CoT store; not yet placed on an attempt (:func:`load` does). Only tirl's named benchmarks
+    (:data:`tirl.data.benchmarks.BENCHMARKS`: held out) are checks; an evaluation of a JSONL of training problems
+    (the pass-rate filter's sampling) is left out.
 
     Raises:
         ValueError: a summary is not valid JSON; a store is not JSON lines.
@@ -312,6 +316,10 @@ def read_checks(src: Path, stores: _Stores | None = None) -> list[Check]:
         model = str(summary.get("settings", {}).get("model", "?"))
         for name, bench in sorted(summary.get("benchmarks", {}).items()):
             if not isinstance(bench.get("avg_pass1"), (int, float)):
+                continue
+            if name not in BENCHMARKS:
+                # a JSONL of training problems (the pass-rate filter's sampling, `tirl data filter-pass-rate`):
+                # not held out, so never a check
                 continue
             interval = (bench.get("intervals") or {}).get("avg_pass1")
             check = Check(

@@ -227,20 +227,7 @@ def read_summary(run_dir: str | os.PathLike[str], *, strict: bool = False) -> di
     Raises:
         ValueError: ``strict`` and the file is there but not a JSON object (its path named).
     """
-    path = eval_summary(run_dir)
-    if not path.is_file():
-        return None
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        if strict:
-            raise ValueError(f"{path} is not valid JSON ({exc}); re-run the job that wrote it") from None
-        return None
-    if not isinstance(summary, dict):
-        if strict:
-            raise ValueError(f"{path} holds no JSON object")
-        return None
-    return summary
+    return _read_json_object(eval_summary(run_dir), strict=strict)
 
 
 def read_settings(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
@@ -250,16 +237,29 @@ def read_settings(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     Raises:
         ValueError: the file is there but not a JSON object (its path named).
     """
-    path = eval_settings(run_dir)
+    return _read_json_object(eval_settings(run_dir), strict=True)
+
+
+def _read_json_object(path: Path, *, strict: bool) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when the file is missing, and, unless ``strict``, when it is unreadable
+    or not a JSON object.
+
+    Raises:
+        ValueError: ``strict`` and the file is there but not a JSON object (its path named).
+    """
     if not path.is_file():
         return None
     try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc}); re-run the job that wrote it") from None
-    if not isinstance(settings, dict):
-        raise ValueError(f"{path} holds no JSON object")
-    return settings
+        if strict:
+            raise ValueError(f"{path} is not valid JSON ({exc}); re-run the job that wrote it") from None
+        return None
+    if not isinstance(value, dict):
+        if strict:
+            raise ValueError(f"{path} holds no JSON object")
+        return None
+    return value
 
 
 def sample_count(run_dir: str | os.PathLike[str]) -> int:

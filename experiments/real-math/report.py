@@ -627,6 +627,7 @@ def plot_curves(data: Data, path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
 
     fig = plt.figure(figsize=(11, 10), dpi=100)
@@ -645,12 +646,19 @@ def plot_curves(data: Data, path: Path) -> Path:
             twin.plot(acc_x, acc_y, "--", color=colour, label=f"{a.attempt.label}: token accuracy")
     if with_sft:
         ax_sft.set_ylim(bottom=0)
-        handles, labels = ax_sft.get_legend_handles_labels()
         if twin is not None:
             twin.set_ylabel("token accuracy (dashed)")
-            more = twin.get_legend_handles_labels()
-            handles, labels = handles + more[0], labels + more[1]
-        (twin or ax_sft).legend(handles, labels, loc="center right", fontsize=7)  # the twin is drawn on top
+        # one entry per attempt (its colour; solid and dashed are named on the axes), under the panel: inside it
+        # the legend covered the curves
+        handles = [Line2D([], [], color=_colour(a.index), marker="o", markersize=3) for a in with_sft]
+        ax_sft.legend(
+            handles,
+            [a.attempt.label for a in with_sft],
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.22),
+            fontsize=7,
+            frameon=False,
+        )
     else:
         ax_sft.text(0.5, 0.5, "no SFT metrics log", ha="center", va="center", transform=ax_sft.transAxes)
     ax_sft.set_title("SFT: loss and token accuracy per step")
@@ -672,17 +680,17 @@ def plot_curves(data: Data, path: Path) -> Path:
     n = sizes.pop() if len(sizes) == 1 else None  # in the title only when every run samples as many
     ax_reward.set_title("RL: training reward per step" + (f" ({n} samples a step)" if n else ""))
     ax_reward.set_ylabel("mean reward of the sampled")
-    ax_reward.set_ylim(-0.02, max(0.5, ax_reward.get_ylim()[1]))
+    ax_reward.set_ylim(-0.02, 1.0)  # a reward is in [0, 1]; the top half holds the legend
     ax_none.set_title("RL: samples with no answer")
     ax_none.set_ylabel("% of the sampled")
     ax_none.set_ylim(0, 100)
     ax_len.set_title("RL: response length")
     ax_len.set_ylabel("model tokens (mean)")
-    ax_len.set_ylim(bottom=0)
+    ax_len.set_ylim(0, 1.6 * ax_len.get_ylim()[1])  # headroom: the legend sits above the curves
     for ax in (ax_reward, ax_none, ax_len):
         ax.set_xlabel("RL step")
         if with_rl:
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, loc="upper right")
         else:
             ax.text(0.5, 0.5, "no RL metrics log", ha="center", va="center", transform=ax.transAxes)
 
@@ -711,7 +719,8 @@ def plot_curves(data: Data, path: Path) -> Path:
                 label=f"{a.attempt.label}: {name} with the tool ({', '.join(sizes)} problems x samples)",
             )
             for x, y in zip(xs, ys):
-                ax_held.annotate(f"{y:.1f} %", (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+                # staggered by attempt: the attempts' SFT models all sit at step 0, a quarter step apart
+                ax_held.annotate(f"{y:.1f} %", (x, y), textcoords="offset points", xytext=(6, 4 + 10 * k), fontsize=8)
     for i, name in enumerate(benchmarks):
         base = data.base.get(name)
         if base is not None:

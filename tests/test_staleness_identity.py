@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.slow(seconds=45)
+pytestmark = pytest.mark.slow(seconds=30)
 
 RECIPE = Path(__file__).resolve().parents[1] / "configs" / "rl" / "cpu-tiny-smoke.yaml"
 

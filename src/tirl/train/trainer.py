@@ -92,13 +92,13 @@ def score_completion_positions_only() -> None:
     completion tokens; everywhere else it passes every position of the ``[batch, sequence]`` rows, prompt and
     padding included, then zeroes the unlabelled ones (``compact = _use_triton(device)``: on devices that compile
     the tiles, e.g. Neuron, a varying token count would recompile). CPU runs the tiles eagerly, so scoring every
-    position buys nothing there, and it is most of the update: each position costs a ``[hidden, vocabulary]``
-    projection forward and again in the backward (on the 4-row micro-batches of the tests, about 1,200 positions
-    scored for 256 labelled ones). This makes ``compact`` true on CPU as well; the labelled positions' values are
-    the same computation on a smaller tile (equal up to the last bits of a differently shaped matrix product),
-    and the unlabelled ones are zero either way. GPUs and other devices are unchanged. Idempotent; does nothing
-    when TRL has no ``trl.trainer.utils._use_triton`` (re-read on a TRL upgrade: ``tests/test_train_fused_head.py``
-    fails then).
+    position buys nothing there and costs much: each position is a ``[hidden, vocabulary]`` projection in the
+    forward and again in the backward (on the tests' tiny models most of the update; in the tiny smoke recipe's
+    micro-batches about 1,200 positions scored for 256 labelled ones). This makes ``compact`` true on CPU as
+    well; the labelled positions' values are the same computation on a smaller tile (equal up to the last bits of
+    a differently shaped matrix product), and the unlabelled ones are zero either way. GPUs and other devices are
+    unchanged. Process-wide and idempotent; does nothing when TRL has no ``trl.trainer.utils._use_triton``
+    (re-read on a TRL upgrade: ``tests/test_train_fused_head.py`` fails then).
     """
     utils = trl.trainer.utils
     original = getattr(utils, "_use_triton", None)

@@ -16,7 +16,10 @@ The step is ``configs/rl/cpu-toolmath-roc.yaml``'s: 4 problems x 8 samples (RoC 
   (4 prompts x 8 generations, one optimiser step), temperature, learning rate and token limits
   (``max_completion_length`` 384, ``max_tool_calling_iterations`` 2 = 3 turns), TRL's in-process generation; the
   tool runs the model's code in a fresh ``python`` subprocess (5 s timeout) and the reward is tirl's verifier on
-  the completion's text.
+  the completion's text. Its update is TRL's own, which on CPU projects every position of the rows (prompt and
+  padding included) over the vocabulary; tirl's paths project only the completion's
+  (:func:`tirl.train.trainer.score_completion_positions_only`, since 7 December: earlier runs' ``update`` of the
+  tirl paths scored every position too).
 
 Phases of a step (seconds; the first four and ``update`` add up to the step, ``other`` is what is left):
 

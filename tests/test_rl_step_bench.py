@@ -2,10 +2,10 @@
 
 Runs the benchmark on the tiny random model for the paths the main environment has (in process and TRL's own
 tool loop; each in its own subprocess) and checks its JSON: both paths measured, the phases non-negative and adding
-up to the step's wall time, ratios against the in-process baseline. The vLLM paths (server + adapter, server +
-weights, colocated) are checked the same way by ``tests/vllm_backed/test_rl_step_bench_vllm.py`` in the vLLM
-environment. No wall-clock thresholds: the figures of a tiny model on a busy machine mean nothing, only the
-bookkeeping is checked.
+up to the step's wall time, ratios against the in-process baseline. The vLLM paths (server + adapter, colocated;
+that file's docstring says why server + weights is left out) are checked the same way by
+``tests/vllm_backed/test_rl_step_bench_vllm.py`` in the vLLM environment. No wall-clock thresholds: the figures
+of a tiny model on a busy machine mean nothing, only the bookkeeping is checked.
 """
 
 from __future__ import annotations

@@ -64,3 +64,27 @@ def _free_master_port(monkeypatch):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     monkeypatch.setenv("MASTER_PORT", str(port))
+
+
+@pytest.fixture(scope="module")
+def eager_colocated_vllm():
+    """TRL's colocated ``vllm.LLM`` built with ``enforce_eager=True`` while the fixture lasts (module scope, so a
+    module fixture that builds the trainer can use it).
+
+    trl 1.16 passes vLLM no ``enforce_eager``, and vLLM's CPU build then traces the model with Dynamo and compiles
+    it with inductor at start-up (``vllm.platforms.cpu``: ``DYNAMO_TRACE_ONCE``); the launched servers of this folder
+    already start with ``--enforce-eager``, as the CPU recipes do. What these tests check (the weights the engine
+    samples with, their sync, the log-prob gap, when a push lands) does not depend on how the forward is run.
+    ``benchmarks/rl_step_bench.py --eager`` does the same for its colocated path. tirl's own wrapper
+    (``tirl.train.rl.colocated_vllm_dtype``, which adds the policy's dtype) wraps this one while TRL builds."""
+    import trl.generation.vllm_generation as vg
+
+    original = vg.LLM
+
+    def eager_llm(*args, **kwargs):
+        kwargs.setdefault("enforce_eager", True)
+        return original(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(vg, "LLM", eager_llm)
+        yield

@@ -39,7 +39,7 @@ def _vllm_model(trainer: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def colocated_run(tmp_path_factory, tiny_vllm_model_dir):
+def colocated_run(tmp_path_factory, tiny_vllm_model_dir, eager_colocated_vllm):
     from tirl.models import load_tokenizer
     from tirl.sandbox import LocalSandbox
     from tirl.train.rl import build_trainer

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 PROBLEMS = [Problem(id=f"p{i}", problem=f"What is {i} plus 2?", answer=str(i + 2)) for i in range(4)]
 
 
-def test_k_1_on_colocated_vllm_pushes_only_between_batches(tmp_path, tiny_vllm_model_dir):
+def test_k_1_on_colocated_vllm_pushes_only_between_batches(tmp_path, tiny_vllm_model_dir, eager_colocated_vllm):
     from tirl.models import load_tokenizer
     from tirl.sandbox import LocalSandbox
     from tirl.train.rl import build_trainer

@@ -272,3 +272,36 @@ def test_eval_protocol_reaches_the_agent_loop_and_the_resume_record(tmp_path):
     assert compact.loop_config(None).protocol.prompt_style == "compact"
     assert "protocol" not in plain.resume_settings()  # folders written before the field still resume
     assert compact.resume_settings()["protocol"]["prompt_style"] == "compact"
+
+
+async def test_rerun_of_a_finished_run_loads_no_model(tmp_path, smollm2_tokenizer, monkeypatch):
+    """`tirl eval` re-run on a finished folder builds no engine: only the reference check and the summary."""
+    import tirl.eval.runner as runner
+
+    tok = smollm2_tokenizer
+    first = await run_eval(config(tmp_path), components(tok, ProblemEngine(tok)), **QUIET)
+    built: list[str] = []
+
+    async def no_model(cfg):  # noqa: ANN001, ANN202 - the model, tokenizer and engine loader
+        built.append("model")
+        raise AssertionError("a fully stored run loaded the model")
+
+    real_grading = runner.build_components_to_grade
+
+    async def grading(cfg):  # noqa: ANN001, ANN202
+        built.append("grading")
+        return await real_grading(cfg)
+
+    monkeypatch.setattr(runner, "build_components", no_model)
+    monkeypatch.setattr(runner, "build_components_to_grade", grading)
+    monkeypatch.setattr(runner, "default_load_problems", lambda name: PROBLEMS[name])
+    again = await run_eval(config(tmp_path))
+    assert built == ["grading"]
+    assert again.new_samples == 0 and again.resumed_samples == 16 and again.engine_errors == 0
+    assert [s.to_dict() for s in again.summaries] == [s.to_dict() for s in first.summaries]
+    # one sample missing: the model is needed again
+    lines = (tmp_path / "out" / TRAJECTORIES_FILE).read_text().splitlines()
+    (tmp_path / "out" / TRAJECTORIES_FILE).write_text("\n".join(lines[:-1]) + "\n")
+    with pytest.raises(AssertionError, match="loaded the model"):
+        await run_eval(config(tmp_path))
+    assert built == ["grading", "model"]

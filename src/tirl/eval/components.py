@@ -36,8 +36,9 @@ class EvalComponents:
     """What a run needs besides its config; built by :func:`build_default_components` or given by a test.
 
     Attributes:
-        router: engine router (one engine: ``SingleEngineRouter``).
-        tokenizer: the model's tokenizer.
+        router: engine router (one engine: ``SingleEngineRouter``); None in the components of a run with every
+            sample already stored (:func:`build_grading_components`), which generates nothing.
+        tokenizer: the model's tokenizer (None there too).
         executor: code executor (None with ``use_tools=False``).
         grader: see :data:`Grader`.
         load_problems: ``name -> list of {"id", "problem", "answer"}`` (defaults to ``tirl.data.load_benchmark``).
@@ -47,7 +48,7 @@ class EvalComponents:
         closers: called (and awaited when needed) at the end of the run, in order.
     """
 
-    router: EngineRouter
+    router: EngineRouter | None
     tokenizer: Any
     executor: CodeExecutor | None
     grader: Grader
@@ -220,6 +221,18 @@ async def build_default_components(config: EvalConfig) -> EvalComponents:
     except BaseException:
         await close_executor()
         raise
+    return _with_verifier(config, executor, router, tokenizer, context, closers)
+
+
+def _with_verifier(
+    config: EvalConfig,
+    executor: CodeExecutor,
+    router: EngineRouter | None,
+    tokenizer: Any,
+    context: int | None,
+    closers: list[Any],
+) -> EvalComponents:
+    """The components of ``config``'s run around one verifier on ``executor`` (grading and the reference check)."""
     from tirl.runtime import build_verifier
 
     checker = build_verifier(executor, config.protocol, config.verifier)  # one per run: grading and gold checks
@@ -232,3 +245,15 @@ async def build_default_components(config: EvalConfig) -> EvalComponents:
         context_window=context,
         closers=closers,
     )
+
+
+async def build_grading_components(config: EvalConfig) -> EvalComponents:
+    """The components of a run whose samples are all stored already: the executor of the ``sandbox:`` section
+    (a local pool starts its workers only when a reference needs a symbolic check) and the verifier with the
+    run's protocol and ``verifier:`` section, for the reference check of the summary (the same verifier as
+    :func:`build_default_components`, so the summary is the one the generating run wrote). No model, tokenizer,
+    engine or server: ``router`` and ``tokenizer`` are None, and nothing may generate with them."""
+    from tirl.runtime import build_executor
+
+    executor = build_executor(config.sandbox)
+    return _with_verifier(config, executor, None, None, None, [executor.aclose])

@@ -21,6 +21,8 @@ Policies:
   (``verdict_statuses``), never hidden.
 - The summary covers exactly the samples this run asked for (benchmarks x subset x samples), also when the
   output folder holds more from an earlier, larger run.
+- A run with every sample already stored loads no model, tokenizer or engine (:func:`build_components_to_grade`):
+  it checks the references and writes and reports the summary.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tirl.eval.components import EvalComponents, Grader, build_default_components
+from tirl.eval.components import EvalComponents, Grader, build_default_components, build_grading_components
 from tirl.eval.config import EvalConfig
 from tirl.eval.metrics import BenchmarkSummary, SampleOutcome, summarize
 from tirl.protocol.audit import AUDIT_KEYS, audit_record, summarize_audits
@@ -132,6 +134,12 @@ async def build_components(config: EvalConfig) -> EvalComponents:
     return await build_default_components(config)
 
 
+async def build_components_to_grade(config: EvalConfig) -> EvalComponents:
+    """What a run with every sample already stored needs: the verifier's reference check on the sandbox
+    executor, no model, tokenizer or engine (:func:`tirl.eval.components.build_grading_components`)."""
+    return await build_grading_components(config)
+
+
 class EvalListener:
     """What :func:`run_eval` reports while it runs. This base class ignores everything (a silent run); the
     command line's display (``tirl.cli.eval_display.ConsoleListener``: a progress bar or plain lines, warnings,
@@ -212,7 +220,7 @@ class _Recorder:
     store (durably, so a re-run resumes) and tells ``listener``; counts ``new`` stored samples and engine
     ``errors`` (a failed trajectory is not stored: the next run retries it)."""
 
-    def __init__(self, loop: AgentLoop, components: EvalComponents, store: RunStore, listener: EvalListener):
+    def __init__(self, loop: AgentLoop | None, components: EvalComponents, store: RunStore, listener: EvalListener):
         self.loop, self.components, self.store, self.listener = loop, components, store, listener
         self.new = 0
         self.errors = 0
@@ -227,6 +235,7 @@ class _Recorder:
             )
             self.listener.sample_done(None)
             return
+        assert self.loop is not None  # called only by the loop's run_many, so a run that generates has one
         response_text = self.loop.response_text(traj.response_ids)
         try:
             verdict = await self.components.grader(traj, response_text, meta["gold"])
@@ -319,7 +328,8 @@ async def run_eval(
     ``listener`` (silent by default; ``tirl eval`` passes its console display).
 
     The steps: open the store (resume), read the problems (:func:`_load_problems`; before the model, so that a
-    bad benchmark fails first), build the components, check the tools when samples are missing and the
+    bad benchmark fails first), build the components (without a model when every sample is stored:
+    :func:`build_components_to_grade`), check the tools when samples are missing and the
     reference answers (:func:`_unparsable_golds`), sample what is missing (:func:`_requests`), grading and
     storing each as it finishes (:class:`_Recorder`), then summarize (:func:`_summaries`, :func:`_summary_json`)
     and report (:func:`_report_end`).
@@ -346,17 +356,23 @@ async def run_eval(
                 f"({describe_diff(store.replaced)})"
             )
         problems = _load_problems(config, components)
-        if components is None:  # after the problems, so that a bad benchmark fails before the model loads
-            components = await build_components(config)
         wanted: list[Sample] = [
             (name, row, j) for name in config.benchmarks for row in problems[name] for j in range(config.samples)
         ]
         todo = [(b, row, j) for b, row, j in wanted if (b, row["id"], j) not in store]
         resumed = len(wanted) - len(todo)
-        loop = AgentLoop(
-            components.router, components.executor, components.tokenizer, config.loop_config(components.context_window)
-        )
+        if components is None:  # after the problems, so that a bad benchmark fails before the model loads
+            # every sample stored: only the reference check and the summary are left, so no model, tokenizer
+            # or engine is loaded (re-running a finished evaluation prints its table at once)
+            components = await (build_components(config) if todo else build_components_to_grade(config))
+        loop = None
         if todo:
+            loop = AgentLoop(
+                components.router,
+                components.executor,
+                components.tokenizer,
+                config.loop_config(components.context_window),
+            )
             await loop.check_tools()
         bad_gold = await _unparsable_golds(config, components, problems, listener)
         stored = [store.records.get((b, row["id"], j)) for b, row, j in wanted]
@@ -364,7 +380,8 @@ async def run_eval(
         label = "eval" + ("" if config.use_tools else " (no tools)")
         listener.started(label, config.model, len(wanted), resumed, resumed_correct)
         recorder = _Recorder(loop, components, store, listener)
-        await loop.run_many(_requests(config, todo), recorder)
+        if loop is not None:
+            await loop.run_many(_requests(config, todo), recorder)
         summaries = _summaries(config, problems, store, bad_gold)
         elapsed = time.perf_counter() - started
         summary = _summary_json(config, summaries, recorder, resumed, len(wanted), elapsed)
@@ -390,6 +407,7 @@ __all__: Sequence[str] = [
     "EvalResult",
     "Grader",
     "build_components",
+    "build_components_to_grade",
     "default_load_problems",
     "outcome_from_record",
     "run_eval",

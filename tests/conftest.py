@@ -123,10 +123,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     pytest-xdist (``make test``) the long runs start while the many short tests fill the other worker, instead of a
     long file starting last and ending the session alone. The Makefile passes ``--no-loadscope-reorder``: without it
     xdist's ``--dist loadfile`` hands out the files with the most tests first and this order is lost (the 1-test
-    slow files, the longest, went last)."""
+    slow files, the longest, went last). With several workers the shortest files go second, so that the worker
+    handed the longest file is handed the shortest one up front, not the next-longest
+    (tests/schedule_order.py: how xdist hands the files out)."""
+    from schedule_order import file_order
+
     seconds: dict[Path, float] = {}
     for item in items:
         for mark in item.iter_markers("slow"):
             seconds[item.path] = max(seconds.get(item.path, 0.0), float(mark.kwargs.get("seconds", 0.0)))
-    # stable: the collection order otherwise
-    items.sort(key=lambda item: (item.path not in seconds, -seconds.get(item.path, 0.0)))
+    # collection happens in each xdist worker, which knows the count; the controller only hands the files out
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    order = {path: i for i, path in enumerate(file_order(list(dict.fromkeys(i.path for i in items)), seconds, workers))}
+    items.sort(key=lambda item: order[item.path])  # stable: each file's tests in their own order

@@ -15,7 +15,7 @@ pytest.importorskip(
     ".venv-vllm/bin/python -m pytest",
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=30)  # alone on the 2-core machine: docs/benchmarks.md
 
 
 def test_an_evaluation_starts_generates_through_and_stops_its_own_vllm_server(

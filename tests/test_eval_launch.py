@@ -136,3 +136,9 @@ def test_a_checkpoint_is_evaluated_through_the_server_it_starts(tmp_path, tiny_m
     assert result.new_samples == 4
     assert json.loads((tmp_path / "eval" / "summary.json").read_text())["benchmarks"]
     assert "starting a vLLM server" in capsys.readouterr().err
+    # the same command again, every sample stored: no server starts, the table comes from the stored samples
+    seen.clear()
+    again = _run(config, Console(), progress=False)
+    assert "cmd" not in seen and again.new_samples == 0 and again.resumed_samples == 4
+    assert again.summaries[0].to_dict() == result.summaries[0].to_dict()
+    assert "no vLLM server started" in capsys.readouterr().err

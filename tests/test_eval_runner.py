@@ -295,6 +295,8 @@ async def test_rerun_of_a_finished_run_loads_no_model(tmp_path, smollm2_tokenize
     monkeypatch.setattr(runner, "build_components", no_model)
     monkeypatch.setattr(runner, "build_components_to_grade", grading)
     monkeypatch.setattr(runner, "default_load_problems", lambda name: PROBLEMS[name])
+    assert runner.all_samples_stored(config(tmp_path))  # what tirl eval asks before starting a server
+    assert not runner.all_samples_stored(config(tmp_path, samples=5))
     again = await run_eval(config(tmp_path))
     assert built == ["grading"]
     assert again.new_samples == 0 and again.resumed_samples == 16 and again.engine_errors == 0
@@ -302,6 +304,7 @@ async def test_rerun_of_a_finished_run_loads_no_model(tmp_path, smollm2_tokenize
     # one sample missing: the model is needed again
     lines = (tmp_path / "out" / TRAJECTORIES_FILE).read_text().splitlines()
     (tmp_path / "out" / TRAJECTORIES_FILE).write_text("\n".join(lines[:-1]) + "\n")
+    assert not runner.all_samples_stored(config(tmp_path))
     with pytest.raises(AssertionError, match="loaded the model"):
         await run_eval(config(tmp_path))
     assert built == ["grading", "model"]

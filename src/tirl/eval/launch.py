@@ -70,8 +70,8 @@ def launched_eval_server(config: EvalConfig, say: Callable[[str], None] | None =
     """Start the evaluation's vLLM server when :func:`eval_launch_decision` says so and yield the configuration
     to run: ``engine: openai`` with that server (``server_seed`` off on CPU), or ``config`` itself.
 
-    ``say`` gets one line when the server starts, is up, or is not started under ``auto`` (default: the
-    ``tirl.eval`` logger).
+    ``say`` gets one line when the server starts, is up, or is not started under ``auto`` or because every
+    sample is stored already (:func:`tirl.eval.runner.all_samples_stored`; default: the ``tirl.eval`` logger).
 
     Raises:
         ValueError: as :func:`eval_launch_decision`.
@@ -80,6 +80,13 @@ def launched_eval_server(config: EvalConfig, say: Callable[[str], None] | None =
     """
     say = say or logger.info
     launch, why = eval_launch_decision(config)
+    if launch:
+        from tirl.eval.runner import all_samples_stored
+
+        if all_samples_stored(config):  # a finished run re-run: nothing to generate, so no server
+            say(f"every sample is stored in {config.out_dir}: no vLLM server started")
+            yield config
+            return
     if not launch:
         if config.launch_server == "auto":
             say(f"in process ({why})")

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -395,6 +396,30 @@ async def run_eval(
             await components.aclose()
 
 
+def all_samples_stored(config: EvalConfig) -> bool:
+    """Whether ``config.out_dir`` holds, under ``config``'s settings, every sample the run asks for: then
+    :func:`run_eval` generates nothing and loads no model, and ``tirl eval`` starts no server for it. Reads only;
+    False when the folder, its ``run.json``, its records or a benchmark cannot be read (the run reports why)."""
+    from tirl.runs.evals import read_samples, read_settings, record_key, settings_diff
+
+    try:
+        previous = read_settings(config.out_dir)
+        settings = json.loads(json.dumps(config.resume_settings()))  # normalised as RunStore compares them
+        if previous is None or settings_diff(previous, settings):
+            return False
+        records, _ = read_samples(config.out_dir)
+        stored = {record_key(r) for r in records}
+        problems = _load_problems(config, None)
+    except Exception:  # noqa: BLE001 - not readable: the run itself opens the folder and says what is wrong
+        return False
+    return all(
+        (name, str(row["id"]), j) in stored
+        for name in config.benchmarks
+        for row in problems[name]
+        for j in range(config.samples)
+    )
+
+
 def run_eval_sync(config: EvalConfig, **kwargs: Any) -> EvalResult:
     """Blocking :func:`run_eval` (``asyncio.run``)."""
     return asyncio.run(run_eval(config, **kwargs))
@@ -406,6 +431,7 @@ __all__: Sequence[str] = [
     "EvalListener",
     "EvalResult",
     "Grader",
+    "all_samples_stored",
     "build_components",
     "build_components_to_grade",
     "default_load_problems",

@@ -733,7 +733,7 @@ def plot_curves(data: Data, path: Path) -> Path:
         ax_held.text(0.5, 0.5, "no held-out check yet", ha="center", va="center", transform=ax_held.transAxes)
     last = max([c.steps[-1] for c in data.curves if c.steps] + [c.step for a in placed for c in a.checks] + [1])
     ax_held.set_xlim(-1, last + 1)
-    ax_held.set_ylim(bottom=0)
+    ax_held.set_ylim(0, ax_held.get_ylim()[1] + 3)  # room for the value labels above the highest bar
     ax_held.set_title(
         "Held-out checks: avg pass@1 with 95 % interval (bootstrap over problems); step 0 = the attempt's SFT model"
     )

@@ -357,9 +357,7 @@ async def run_eval(
                 f"({describe_diff(store.replaced)})"
             )
         problems = _load_problems(config, components)
-        wanted: list[Sample] = [
-            (name, row, j) for name in config.benchmarks for row in problems[name] for j in range(config.samples)
-        ]
+        wanted = _wanted(config, problems)
         todo = [(b, row, j) for b, row, j in wanted if (b, row["id"], j) not in store]
         resumed = len(wanted) - len(todo)
         if components is None:  # after the problems, so that a bad benchmark fails before the model loads
@@ -412,12 +410,13 @@ def all_samples_stored(config: EvalConfig) -> bool:
         problems = _load_problems(config, None)
     except Exception:  # noqa: BLE001 - not readable: the run itself opens the folder and says what is wrong
         return False
-    return all(
-        (name, str(row["id"]), j) in stored
-        for name in config.benchmarks
-        for row in problems[name]
-        for j in range(config.samples)
-    )
+    return all((name, str(row["id"]), j) in stored for name, row, j in _wanted(config, problems))
+
+
+def _wanted(config: EvalConfig, problems: dict[str, list[dict[str, Any]]]) -> list[Sample]:
+    """Every sample ``config`` asks for, ``(benchmark, problem row, sample index)`` in run order: what
+    :func:`run_eval` generates when missing and :func:`all_samples_stored` looks for."""
+    return [(name, row, j) for name in config.benchmarks for row in problems[name] for j in range(config.samples)]
 
 
 def run_eval_sync(config: EvalConfig, **kwargs: Any) -> EvalResult:

@@ -6,6 +6,10 @@ it at the same time: an exclusive lock file serialises the builders, the builder
 temporary path next to the target, and the result appears with one atomic ``os.replace``/``os.rename``. A
 crash mid-build leaves only a temporary path (removed on the next build), never a half-written target.
 
+Merged LoRA checkpoints (one full model each, 2.4 GB for a 0.5B model in float32) would otherwise pile up, one
+per checkpoint ever evaluated: :func:`evict_least_recent` keeps the most recently used few (``TIRL_CACHE_KEEP_MERGED``,
+default :data:`DEFAULT_KEEP_MERGED`) and :func:`evict_other_versions` drops the stale builds of a packaged model.
+
 It does not know what is being built (see :mod:`tirl.models.builtin`, :mod:`tirl.models.gguf`,
 :mod:`tirl.models.tiny`).
 """
@@ -13,14 +17,21 @@ It does not know what is being built (see :mod:`tirl.models.builtin`, :mod:`tirl
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 CACHE_ENV = "TIRL_CACHE"
+KEEP_MERGED_ENV = "TIRL_CACHE_KEEP_MERGED"
+DEFAULT_KEEP_MERGED = 3
+"""How many merged LoRA checkpoints (``models/adapter-*``) the cache keeps by default, most recently used first."""
+MIN_IDLE_S = 600.0
+"""An entry used less than this many seconds ago is never evicted (a server may still be loading from it)."""
 
 
 def cache_dir() -> Path:
@@ -76,3 +87,93 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+def keep_merged() -> int:
+    """``$TIRL_CACHE_KEEP_MERGED`` (how many merged LoRA checkpoints to keep), else :data:`DEFAULT_KEEP_MERGED`.
+
+    Raises:
+        ValueError: the variable is set to something other than a whole number >= 1 (the message names it).
+    """
+    raw = os.environ.get(KEEP_MERGED_ENV, "").strip()
+    if not raw:
+        return DEFAULT_KEEP_MERGED
+    try:
+        keep = int(raw)
+    except ValueError:
+        keep = 0
+    if keep < 1:
+        raise ValueError(f"{KEEP_MERGED_ENV} must be a whole number >= 1, got {raw!r}")
+    return keep
+
+
+def mark_used(path: Path) -> None:
+    """Record that ``path`` (a cache entry) was just used: its modification time is what eviction orders by."""
+    try:
+        os.utime(path)
+    except OSError:  # removed meanwhile, or a read-only cache: eviction order is only a hint
+        pass
+
+
+def evict_least_recent(folder: Path, pattern: str, keep: int, *, min_idle_s: float = MIN_IDLE_S) -> list[Path]:
+    """Remove the least recently used entries of ``folder`` matching ``pattern`` beyond the ``keep`` newest.
+
+    Entries are ordered by modification time (:func:`mark_used`). An entry is skipped, whatever its rank, when
+    it was used less than ``min_idle_s`` seconds ago or another process holds its ``.lock`` (it is being built
+    or rebuilt). Lock files and a crashed builder's ``.tmp-*`` paths are never counted as entries.
+
+    Returns:
+        The removed paths, oldest first.
+    """
+    entries = []
+    for path in Path(folder).glob(pattern):
+        if path.name.endswith(".lock") or ".tmp-" in path.name:
+            continue
+        try:
+            entries.append((path.stat().st_mtime, path))
+        except OSError:  # removed by another process meanwhile
+            continue
+    entries.sort(reverse=True)
+    removed = []
+    now = time.time()
+    for mtime, path in reversed(entries[keep:]):
+        if now - mtime < min_idle_s:
+            continue
+        if _remove_unless_locked(path):
+            removed.append(path)
+    return removed
+
+
+def evict_other_versions(target: Path, stem: str) -> list[Path]:
+    """Remove the entries next to ``target`` named ``<stem>-<hex fingerprint>`` other than ``target`` itself.
+
+    For caches whose name ends with a fingerprint of what they were built from (a packaged trained model): an
+    older fingerprint will never be asked for again. Only names of exactly that form are touched
+    (``<stem>-sft-<hex>``, another model's entry, is not). Entries locked by another process are skipped.
+
+    Returns:
+        The removed paths.
+    """
+    target = Path(target)
+    removed = []
+    version = re.compile(re.escape(stem) + r"-[0-9a-f]+")
+    for path in target.parent.glob(f"{stem}-*"):
+        if path == target or not version.fullmatch(path.name):
+            continue
+        if _remove_unless_locked(path):
+            removed.append(path)
+    return removed
+
+
+def _remove_unless_locked(path: Path) -> bool:
+    lock = FileLock(str(path) + ".lock", timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:  # being built or rebuilt by another process
+        return False
+    try:
+        _remove(path)
+    finally:
+        lock.release()
+    # The empty lock file stays: unlinking it could let two later builders lock different inodes.
+    return True

@@ -9,9 +9,11 @@ A model reference (``name_or_path``) is one of:
   once into ``$TIRL_CACHE/models/<name>``;
 - a LoRA checkpoint folder (``adapter_config.json``, no ``config.json``; ``checkpoint-N`` of ``tirl train``):
   its base with the adapter (and the SFT stage's trained rows) merged, built once into
-  ``$TIRL_CACHE/models/adapter-...``;
+  ``$TIRL_CACHE/models/adapter-...``; the cache keeps the ``$TIRL_CACHE_KEEP_MERGED`` (default 3) most recently
+  used merges and removes older ones (:func:`tirl.models.cache.evict_least_recent`);
 - the name of a model trained with tirl that ships inside the package (:mod:`tirl.models.trained`): its base
-  model with the packaged rows and adapters merged, built once into ``$TIRL_CACHE/models/<name>-<hash>``;
+  model with the packaged rows and adapters merged, built once into ``$TIRL_CACHE/models/<name>-<hash>`` (a build
+  of older packaged weights, another hash, is removed then);
 - a Hugging Face Hub id (``Qwen/Qwen2.5-0.5B-Instruct``, optionally ``@revision``) that is no local path: the
   snapshot folder from ``huggingface_hub.snapshot_download`` (the HF cache, ``HF_HUB_CACHE``; downloaded when
   missing, used offline with ``HF_HUB_OFFLINE=1``). When the hub cannot be reached and the model is not cached,
@@ -33,7 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from tirl.models.builtin import BUILTIN_MODELS, ModelNotFoundError, builtin_gguf
-from tirl.models.cache import build_once, cache_dir
+from tirl.models.cache import (
+    build_once,
+    cache_dir,
+    evict_least_recent,
+    evict_other_versions,
+    keep_merged,
+    mark_used,
+)
 from tirl.models.gguf import convert_gguf, end_of_turn_token, save_tokenizer_folder
 from tirl.models.trained import build_adapter_checkpoint, build_trained_model, trained_models
 
@@ -199,6 +208,7 @@ def resolve(name_or_path: str | Path) -> Path:
     if kind == "trained":
         if target.exists():
             return target
+        evict_other_versions(target, ref.name)  # builds of an older version of the packaged weights
 
         def build_trained(tmp: Path) -> None:
             print(
@@ -210,14 +220,17 @@ def resolve(name_or_path: str | Path) -> Path:
 
         return build_once(target, build_trained)
     if kind == "adapter":
-        if target.exists():
-            return target
+        keep = keep_merged()  # a bad TIRL_CACHE_KEEP_MERGED fails before a minute of merging
+        if not target.exists():
 
-        def build_adapter(tmp: Path) -> None:
-            print(f"tirl: merging the LoRA checkpoint {ref} into {target} (once)", file=sys.stderr, flush=True)
-            build_adapter_checkpoint(ref, tmp)
+            def build_adapter(tmp: Path) -> None:
+                print(f"tirl: merging the LoRA checkpoint {ref} into {target} (once)", file=sys.stderr, flush=True)
+                build_adapter_checkpoint(ref, tmp)
 
-        return build_once(target, build_adapter)
+            build_once(target, build_adapter)
+        mark_used(target)
+        evict_least_recent(target.parent, "adapter-*", keep)
+        return target
     if target.exists():
         return target
     gguf_file, _, kw = _conversion_args(kind, ref)

@@ -45,8 +45,9 @@ step. ``--eager`` starts vLLM with ``enforce_eager`` (no inductor compilation: m
 slower decode). Ratios are against ``hf`` of the same run. Prints a table and writes
 ``benchmarks/results/rl_step_bench.json`` (``--out``), with the load average before and after each path.
 
-``--tiny``: a tiny random model on the Qwen2.5 tokenizer (32-dim heads, which vLLM's CPU attention needs), 24
-response tokens, 2 turns: what ``tests/test_rl_step_bench.py`` runs.
+``--tiny``: a tiny random model on the Qwen2.5 tokenizer (32-dim heads, which vLLM's CPU attention needs), 16
+response tokens, 2 turns, micro-batches of 2 rows (so that ``--problems 1 --samples 4`` is a valid step): what
+``tests/test_rl_step_bench.py`` runs.
 
 Usage: ``python benchmarks/rl_step_bench.py [--tiny] [--paths hf,server_adapter,server_weights,colocate,trl]
 [--python .venv-vllm/bin/python] [--eager] [--out FILE]``
@@ -98,9 +99,11 @@ def make_spec(tiny: bool, dtype: str, eager: bool, problems: int, samples: int, 
         folder = str(cached_tiny_model("qwen2.5-coder-0.5b-instruct", num_heads=2, num_kv_heads=1))
         limits = [
             "rollout.max_turns=2",
-            "rollout.max_response_tokens=24",
+            "rollout.max_response_tokens=16",
             "rollout.max_prompt_tokens=384",
             "rollout.context_window=768",
+            # micro-batches of 2 rows, so that 1 problem x 4 samples (2 rows kept by RoC) is a valid step
+            "optim.per_device_train_batch_size=2",
         ]
     else:
         folder = str(resolve(MODEL))

@@ -46,8 +46,8 @@ slower decode). Ratios are against ``hf`` of the same run. Prints a table and wr
 ``benchmarks/results/rl_step_bench.json`` (``--out``), with the load average before and after each path.
 
 ``--tiny``: a tiny random model on the Qwen2.5 tokenizer (32-dim heads, which vLLM's CPU attention needs), 16
-response tokens, 2 turns, micro-batches of 2 rows (so that ``--problems 1 --samples 4`` is a valid step): what
-``tests/test_rl_step_bench.py`` runs.
+response tokens, 2 turns, micro-batches of 2 rows (so that ``--problems 1 --samples 4`` is a valid step), one
+sandbox worker: what ``tests/test_rl_step_bench.py`` runs.
 
 Usage: ``python benchmarks/rl_step_bench.py [--tiny] [--paths hf,server_adapter,server_weights,colocate,trl]
 [--python .venv-vllm/bin/python] [--eager] [--out FILE]``
@@ -104,6 +104,9 @@ def make_spec(tiny: bool, dtype: str, eager: bool, problems: int, samples: int, 
             "rollout.context_window=768",
             # micro-batches of 2 rows, so that 1 problem x 4 samples (2 rows kept by RoC) is a valid step
             "optim.per_device_train_batch_size=2",
+            # one tool worker instead of the recipe's 2 (the random model calls no tool; each worker starts a
+            # process that preloads its modules, inside the first rollout)
+            "sandbox.workers=1",
         ]
     else:
         folder = str(resolve(MODEL))

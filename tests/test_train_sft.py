@@ -344,9 +344,14 @@ def test_init_token_rows_reach_the_merged_final_model(tmp_path, tiny_model_dir):
     assert torch.equal(before[vocab["<|box_start|>"]], after[vocab["<|box_start|>"]])
 
 
-def _untied_copy(tiny_model_dir, out):
+@pytest.fixture(scope="module")
+def untied_model_dir(tmp_path_factory, tiny_model_dir):
+    """The tiny model with an LM head of its own (a copy of the embedding, ``tie_word_embeddings`` false), once
+    for the module's untied cases."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path_factory.mktemp("untied")
 
     m = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
     m.config.tie_word_embeddings = False
@@ -368,7 +373,7 @@ def test_train_token_rows_move_only_those_rows_and_survive_checkpoints(request, 
     if tied:  # the module's run of these settings
         model_dir, (_, final) = tiny_model_dir, request.getfixturevalue("rows_run")
     else:
-        model_dir = _untied_copy(tiny_model_dir, tmp_path / "untied")
+        model_dir = request.getfixturevalue("untied_model_dir")
         cfg = _config(tmp_path / "untied-run", model_dir, *ROWS_RUN, "optim.max_steps=1")
         final = train_sft(cfg, examples=examples, protocol=SHORT)
     base, tok = load(model_dir, dtype="float32")
@@ -448,13 +453,13 @@ def test_token_rows_learning_rate_moves_the_rows_further_and_survives_resume(tmp
 
 
 @pytest.mark.parametrize("tied", [True, False])
-def test_token_rows_group_holds_the_row_weights_and_follows_the_schedule(tmp_path, tiny_model_dir, tied):
+def test_token_rows_group_holds_the_row_weights_and_follows_the_schedule(request, tmp_path, tiny_model_dir, tied):
     """The rows' group holds exactly the embedding (and untied LM-head) weights, no other group holds them, and
     the scheduler scales both groups alike (their ratio stays the set one as the cosine decays)."""
     from tirl.train.sft import build_sft_trainer
     from tirl.train.token_rows import row_weights
 
-    model_dir = tiny_model_dir if tied else _untied_copy(tiny_model_dir, tmp_path / "untied")
+    model_dir = tiny_model_dir if tied else request.getfixturevalue("untied_model_dir")
     examples = load_sft_set("gsm8k_tir", slice(0, 2), SHORT)
     cfg = _config(
         tmp_path,

@@ -18,7 +18,7 @@ The step is ``configs/rl/cpu-toolmath-roc.yaml``'s: 4 problems x 8 samples (RoC 
   tool runs the model's code in a fresh ``python`` subprocess (5 s timeout) and the reward is tirl's verifier on
   the completion's text. Its update is TRL's own, which on CPU projects every position of the rows (prompt and
   padding included) over the vocabulary; tirl's paths project only the completion's
-  (:func:`tirl.train.trainer.score_completion_positions_only`, since 7 December: earlier runs' ``update`` of the
+  (:func:`tirl.train.common.score_completion_positions_only`, since 7 December: earlier runs' ``update`` of the
   tirl paths scored every position too).
 
 Phases of a step (seconds; the first four and ``update`` add up to the step, ``other`` is what is left):

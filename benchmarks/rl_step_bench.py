@@ -18,7 +18,7 @@ The step is ``configs/rl/cpu-toolmath-roc.yaml``'s: 4 problems x 8 samples (RoC 
   tool runs the model's code in a fresh ``python`` subprocess (5 s timeout) and the reward is tirl's verifier on
   the completion's text. Its update is TRL's own, which on CPU projects every position of the rows (prompt and
   padding included) over the vocabulary; tirl's paths project only the completion's
-  (:func:`tirl.train.trainer.score_completion_positions_only`, since 7 December: earlier runs' ``update`` of the
+  (:func:`tirl.train.common.score_completion_positions_only`, since 7 December: earlier runs' ``update`` of the
   tirl paths scored every position too).
 
 Phases of a step (seconds; the first four and ``update`` add up to the step, ``other`` is what is left):
@@ -45,8 +45,9 @@ step. ``--eager`` starts vLLM with ``enforce_eager`` (no inductor compilation: m
 slower decode). Ratios are against ``hf`` of the same run. Prints a table and writes
 ``benchmarks/results/rl_step_bench.json`` (``--out``), with the load average before and after each path.
 
-``--tiny``: a tiny random model on the Qwen2.5 tokenizer (32-dim heads, which vLLM's CPU attention needs), 24
-response tokens, 2 turns: what ``tests/test_rl_step_bench.py`` runs.
+``--tiny``: a tiny random model on the Qwen2.5 tokenizer (32-dim heads, which vLLM's CPU attention needs), 16
+response tokens, 2 turns, micro-batches of 2 rows (so that ``--problems 1 --samples 4`` is a valid step), one
+sandbox worker: what ``tests/test_rl_step_bench.py`` runs.
 
 Usage: ``python benchmarks/rl_step_bench.py [--tiny] [--paths hf,server_adapter,server_weights,colocate,trl]
 [--python .venv-vllm/bin/python] [--eager] [--out FILE]``
@@ -98,9 +99,14 @@ def make_spec(tiny: bool, dtype: str, eager: bool, problems: int, samples: int, 
         folder = str(cached_tiny_model("qwen2.5-coder-0.5b-instruct", num_heads=2, num_kv_heads=1))
         limits = [
             "rollout.max_turns=2",
-            "rollout.max_response_tokens=24",
+            "rollout.max_response_tokens=16",
             "rollout.max_prompt_tokens=384",
             "rollout.context_window=768",
+            # micro-batches of 2 rows, so that 1 problem x 4 samples (2 rows kept by RoC) is a valid step
+            "optim.per_device_train_batch_size=2",
+            # one tool worker instead of the recipe's 2 (the random model calls no tool; each worker starts a
+            # process that preloads its modules, inside the first rollout)
+            "sandbox.workers=1",
         ]
     else:
         folder = str(resolve(MODEL))

@@ -130,12 +130,13 @@ def test_the_run_folders_model_card_names_the_model():
 
 @pytest.mark.slow
 def test_a_tiny_run_shows_rollout_progress_and_no_known_warning(tmp_path):
-    # the first progress line after 0 s instead of 15, so the tiny model's short rollout shows it
+    # the first progress line after 0 s instead of 15, so the tiny model's short rollout shows it; 32 response
+    # tokens instead of the recipe's 128 (the random model's turns run to the limit): the same path, less decoding
     script = (
         "import sys, tirl.train.progress as p; p.FIRST_LINE_S = 0.0\n"
         "from tirl.cli.main import main\n"
         f"sys.argv = ['tirl', 'train', 'rl', '--config', {str(ROOT / 'configs/rl/cpu-tiny-smoke.yaml')!r}, "
-        f"'output_dir={tmp_path / 'run'}', 'max_steps=1']\n"
+        f"'output_dir={tmp_path / 'run'}', 'max_steps=1', 'rollout.max_response_tokens=32']\n"
         "main()\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TIRL_ALL_WARNINGS"}

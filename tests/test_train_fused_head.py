@@ -1,6 +1,6 @@
 """TRL's fused LM head on CPU under tirl: only the labelled (completion) positions are projected over the
 vocabulary, with the same log-probabilities and entropies as TRL's every-position path
-(:func:`tirl.train.trainer.score_completion_positions_only`)."""
+(:func:`tirl.train.common.score_completion_positions_only`), in the RL trainer and in SFT's loss."""
 
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ def _batch(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def test_only_the_labelled_positions_are_scored_and_their_values_are_unchanged(fused_model):
-    from tirl.train.trainer import score_completion_positions_only, trl
+    from tirl.train.common import score_completion_positions_only
+    from tirl.train.trainer import trl
 
     model, scored = fused_model
     ids, labels, attention = _batch(model)
@@ -74,7 +75,7 @@ def test_only_the_labelled_positions_are_scored_and_their_values_are_unchanged(f
 
 
 def test_the_gradient_is_the_same(fused_model):
-    from tirl.train.trainer import score_completion_positions_only
+    from tirl.train.common import score_completion_positions_only
 
     model, _ = fused_model
     ids, labels, attention = _batch(model)
@@ -94,10 +95,55 @@ def test_the_gradient_is_the_same(fused_model):
 
 
 def test_other_devices_keep_trls_choice(monkeypatch):
-    from tirl.train.trainer import score_completion_positions_only, trl
+    from tirl.train.common import score_completion_positions_only
+    from tirl.train.trainer import trl
 
     utils = trl.trainer.utils
     monkeypatch.setattr(utils, "_use_triton", lambda device: device.type == "cuda")  # TRL's, on a Triton machine
     score_completion_positions_only()
     assert utils._use_triton(torch.device("cpu")) and utils._use_triton(torch.device("cuda"))
     assert not utils._use_triton(torch.device("meta"))  # e.g. Neuron: every position, no recompilation
+
+
+def test_an_sft_step_scores_only_the_labelled_positions(tiny_smollm2_model_dir, tmp_path, monkeypatch):
+    """``build_sft_trainer`` makes the SFT loss compact on CPU too: a step of one conversation hands TRL's chunked
+    log-prob exactly its labelled (shifted) positions, the model's turns, not every position of the row."""
+    import trl.kernels.chunked_logprob
+
+    from tirl.data.sft import load_sft_set
+    from tirl.train.sft import build_sft_trainer
+    from tirl.train.sft_config import load_sft_config
+    from tirl.train.trainer import trl
+
+    utils = trl.trainer.utils
+    # TRL's own choice, as a process that has built no trainer yet has it (restored at teardown)
+    monkeypatch.setattr(utils, "_use_triton", trl.kernels.chunked_logprob._use_triton)
+    scored: list[int] = []
+    chunked = utils._ChunkedLogProbFunction
+
+    class Recording:
+        @staticmethod
+        def apply(hidden, *args):
+            scored.append(hidden.shape[0])
+            return chunked.apply(hidden, *args)
+
+    monkeypatch.setattr(utils, "_ChunkedLogProbFunction", Recording)
+    config = load_sft_config(
+        None,
+        [
+            f"model.name_or_path={tiny_smollm2_model_dir}",
+            "model.dtype=float32",
+            f"output_dir={tmp_path / 'run'}",
+            "data.max_length=4096",
+            "optim.batch_size=1",
+            "optim.per_device_train_batch_size=1",
+            "optim.max_steps=1",
+            "save_steps=100",
+            "logging.console=false",
+        ],
+    )
+    built = build_sft_trainer(config, examples=load_sft_set("gsm8k_tir", slice(0, 1)))
+    built.trainer.train()
+    [row] = built.trainer.train_dataset
+    labelled = sum(label != -100 for label in row["labels"][1:])
+    assert scored == [labelled] and 0 < labelled < len(row["input_ids"]) // 2

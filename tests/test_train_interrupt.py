@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "rl" / "cpu-tiny-smoke.yaml"
 
 
-@pytest.mark.slow(seconds=30)
+@pytest.mark.slow(seconds=20)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
 def test_an_interrupted_run_says_how_to_resume_and_leaves_no_scratch(tmp_path, sig):
     out, scratch = tmp_path / "run", tmp_path / "tmp"
@@ -38,6 +38,8 @@ def test_an_interrupted_run_says_how_to_resume_and_leaves_no_scratch(tmp_path, s
         # the tiny random model never calls the tool: the watchdog would stop the run (exit 3) at step 3 if
         # the signal were not handled by then
         "watchdog.enabled=false",
+        # the random model's turns run to the token limit: a quarter of the recipe's 128 reaches checkpoint-1 sooner
+        "rollout.max_response_tokens=32",
     ]
     # SIGINT's default disposition, as in a terminal: pytest-xdist workers ignore SIGINT, and a child inherits the
     # ignored signal (Python then installs no KeyboardInterrupt handler, as for a background job of a shell)

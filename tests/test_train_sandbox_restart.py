@@ -32,7 +32,7 @@ def test_internal_tool_calls_are_counted_in_the_step_metrics():
     assert step_metrics(trajs, [0.0] * 4, cands, 2, sels)["tool_calls/internal"] == 3.0
 
 
-@pytest.mark.slow(seconds=50)
+@pytest.mark.slow(seconds=40)
 def test_a_restarted_service_loses_no_trajectory_and_is_counted(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
     proc = subprocess.run(
@@ -49,6 +49,8 @@ def test_a_restarted_service_loses_no_trajectory_and_is_counted(tmp_path):
             str(tmp_path / "r.json"),
             "--prompt-style",
             "compact",  # the same tool calls and restart; a quarter of the prompt tokens to generate and train on
+            "--call-sleep-s",
+            "1",  # half the default: the 8 calls of a step still hold a service for about 4 s, the kill comes 0.5 s in
         ],
         capture_output=True,
         text=True,

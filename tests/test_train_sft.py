@@ -7,6 +7,7 @@ import asyncio
 import gzip
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -195,7 +196,37 @@ def _fixed_batch_loss(trainer):
     return loss
 
 
-@pytest.mark.slow(seconds=100)
+# A LoRA adapter with the call-tag rows trained too (model.train_token_rows), one conversation a step at 1e-4 with a
+# checkpoint every step: the shared run below and the tests that continue it or vary one setting of it.
+ROWS = ["model.lora.enabled=true", "model.lora.r=4", "model.train_token_rows=[<tool_call>, </tool_call>]"]
+ROWS_RUN = [*ROWS, ONE_PER_STEP, "optim.learning_rate=1e-4", "save_steps=1"]
+
+
+@pytest.fixture(scope="module")
+def rows_run(tmp_path_factory, tiny_model_dir):
+    """One step of ``ROWS_RUN`` on the tiny model and one conversation, trained once for the tests that read such a
+    run (the merged final folder, the checkpoint, the trainer's optimizer and rows): (the built SFT after its step,
+    the final folder ``RUN/final``, whose parent ``RUN`` holds ``checkpoint-1``). Never written into: a test that
+    continues the run copies ``RUN`` first (:func:`_copy_run`). What :func:`tirl.train.sft.train_sft` does, with
+    the trainer kept."""
+    from tirl.runs.layout import final_dir
+    from tirl.train.sft import build_sft_trainer, save_final
+
+    cfg = _config(tmp_path_factory.mktemp("rows-run"), tiny_model_dir, *ROWS_RUN, "optim.max_steps=1")
+    built = build_sft_trainer(cfg, examples=load_sft_set("gsm8k_tir", slice(0, 1), SHORT), protocol=SHORT)
+    built.trainer.train()
+    final = save_final(built.trainer, built.tokenizer, final_dir(cfg.output_dir), merge_lora=cfg.merge_lora)
+    return built, final
+
+
+def _copy_run(run: Path, tmp_path: Path) -> Path:
+    """``run`` (its checkpoints and metrics, not ``final``) copied to ``tmp_path/run``; returns ``tmp_path``, the
+    folder to give :func:`_config`."""
+    shutil.copytree(run, tmp_path / "run", ignore=lambda d, names: ["final"] if Path(d) == run else [])
+    return tmp_path
+
+
+@pytest.mark.slow(seconds=60)
 def test_sft_steps_lower_the_loss_change_the_weights_and_trl_masks_labels(tmp_path, tiny_model_dir, gsm_rows):
     import torch
 
@@ -228,7 +259,7 @@ def test_sft_steps_lower_the_loss_change_the_weights_and_trl_masks_labels(tmp_pa
 
 
 @pytest.mark.slow
-def test_lora_final_folder_is_merged_loads_runs_in_the_agent_loop_and_resumes(tmp_path, tiny_model_dir):
+def test_lora_final_folder_is_merged_loads_runs_in_the_agent_loop_and_resumes(tmp_path, tiny_model_dir, rows_run):
     import torch
 
     from tirl.models import generation_eos_ids, load
@@ -237,26 +268,18 @@ def test_lora_final_folder_is_merged_loads_runs_in_the_agent_loop_and_resumes(tm
     from tirl.rollout.hf_engine import HFEngine, HFEngineConfig
     from tirl.runs.metrics import read_metrics
     from tirl.sandbox.types import ExecutionResult
-    from tirl.train.sft import build_sft_trainer, train_sft
+    from tirl.train.sft import build_sft_trainer
 
     examples = load_sft_set("gsm8k_tir", slice(0, 1), SHORT)
-    cfg = _config(
-        tmp_path,
-        tiny_model_dir,
-        ONE_PER_STEP,
-        "optim.max_steps=1",
-        "optim.learning_rate=1e-2",
-        "save_steps=1",
-        "model.lora.enabled=true",
-        "model.lora.r=4",
-    )
-    final = train_sft(cfg, examples=examples, protocol=SHORT)
+    _, final = rows_run
     assert (final / "config.json").is_file() and not (final / "adapter_config.json").exists()
     model, tok = load(final, dtype="float32")
     base, _ = load(tiny_model_dir, dtype="float32")
     assert generation_eos_ids(tok) == generation_eos_ids(str(tiny_model_dir))
     base_sd = base.state_dict()
-    assert any(not torch.equal(v, base_sd[k]) for k, v in model.state_dict().items())  # the adapter was merged
+    moved = [k for k, v in model.state_dict().items() if not torch.equal(v, base_sd[k])]
+    # the adapter was merged: the adapted projections moved (the run trains the call-tag rows, embeddings, too)
+    assert any(k.endswith("_proj.weight") for k in moved), moved
     assert not any("lora" in k for k in model.state_dict())
 
     class OkExecutor:
@@ -278,17 +301,8 @@ def test_lora_final_folder_is_merged_loads_runs_in_the_agent_loop_and_resumes(tm
     [traj] = asyncio.run(loop.run_many([RolloutRequest("What is 1 + 1?", sample_index=0, seed=0)]))
     assert traj.finish_reason != "error" and 0 < len(traj.response_ids) <= 16
 
-    # resume: the same run with one step more continues from checkpoint-1, and no step is logged twice
-    more = _config(
-        tmp_path,
-        tiny_model_dir,
-        ONE_PER_STEP,
-        "optim.max_steps=2",
-        "optim.learning_rate=1e-2",
-        "save_steps=1",
-        "model.lora.enabled=true",
-        "model.lora.r=4",
-    )
+    # resume: the same run (a copy) with one step more continues from checkpoint-1, and no step is logged twice
+    more = _config(_copy_run(final.parent, tmp_path), tiny_model_dir, *ROWS_RUN, "optim.max_steps=2")
     built = build_sft_trainer(more, examples=examples, protocol=SHORT)
     assert built.resume_from is not None and built.resume_from.name == "checkpoint-1"
     built.trainer.train(resume_from_checkpoint=str(built.resume_from))
@@ -330,9 +344,14 @@ def test_init_token_rows_reach_the_merged_final_model(tmp_path, tiny_model_dir):
     assert torch.equal(before[vocab["<|box_start|>"]], after[vocab["<|box_start|>"]])
 
 
-def _untied_copy(tiny_model_dir, out):
+@pytest.fixture(scope="module")
+def untied_model_dir(tmp_path_factory, tiny_model_dir):
+    """The tiny model with an LM head of its own (a copy of the embedding, ``tie_word_embeddings`` false), once
+    for the module's untied cases."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path_factory.mktemp("untied")
 
     m = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
     m.config.tie_word_embeddings = False
@@ -343,24 +362,20 @@ def _untied_copy(tiny_model_dir, out):
 
 
 @pytest.mark.parametrize("tied", [True, False])
-def test_train_token_rows_move_only_those_rows_and_survive_checkpoints(tmp_path, tiny_model_dir, tied):
+def test_train_token_rows_move_only_those_rows_and_survive_checkpoints(request, tmp_path, tiny_model_dir, tied):
     import torch
 
     from tirl.models import load
     from tirl.train.sft import build_sft_trainer, train_sft
     from tirl.train.token_rows import ROWS_FILE
 
-    model_dir = tiny_model_dir if tied else _untied_copy(tiny_model_dir, tmp_path / "untied")
     examples = load_sft_set("gsm8k_tir", slice(0, 1), SHORT)
-    rows = [
-        ONE_PER_STEP,
-        "model.lora.enabled=true",
-        "model.lora.r=4",
-        "model.train_token_rows=[<tool_call>, </tool_call>]",
-        "optim.learning_rate=5e-2",
-        "save_steps=1",
-    ]
-    final = train_sft(_config(tmp_path, model_dir, "optim.max_steps=1", *rows), examples=examples, protocol=SHORT)
+    if tied:  # the module's run of these settings
+        model_dir, (_, final) = tiny_model_dir, request.getfixturevalue("rows_run")
+    else:
+        model_dir = request.getfixturevalue("untied_model_dir")
+        cfg = _config(tmp_path / "untied-run", model_dir, *ROWS_RUN, "optim.max_steps=1")
+        final = train_sft(cfg, examples=examples, protocol=SHORT)
     base, tok = load(model_dir, dtype="float32")
     model, _ = load(final, dtype="float32")
     vocab = tok.get_vocab()
@@ -370,22 +385,20 @@ def test_train_token_rows_move_only_those_rows_and_survive_checkpoints(tmp_path,
         before, after = getattr(base, get)().weight, getattr(model, get)().weight
         assert all(not torch.equal(before[i], after[i]) for i in tags), get
         assert torch.equal(before[others], after[others]), get
-    ckpt = tmp_path / "run" / "checkpoint-1"
-    assert (ckpt / ROWS_FILE).is_file()
+    assert (final.parent / "checkpoint-1" / ROWS_FILE).is_file()
 
-    # resume to step 2: the saved rows are put back before training continues
+    # resume to step 2 (a copy of the run): the saved rows are put back before training continues (the rows moved
+    # by about the learning rate, 1e-4, from the base model's: far outside allclose's tolerance)
+    out = _copy_run(final.parent, tmp_path / "resume")
     built = build_sft_trainer(
-        _config(tmp_path, model_dir, "optim.max_steps=2", *rows), examples=examples, protocol=SHORT
+        _config(out, model_dir, *ROWS_RUN, "optim.max_steps=2"), examples=examples, protocol=SHORT
     )
-    assert built.resume_from == ckpt
+    assert built.resume_from == out / "run" / "checkpoint-1"
     emb = built.trainer.model.get_input_embeddings().weight
     assert all(torch.allclose(emb[i].float(), model.get_input_embeddings().weight[i]) for i in tags)
 
 
-ROWS = ["model.lora.enabled=true", "model.lora.r=4", "model.train_token_rows=[<tool_call>, </tool_call>]"]
-
-
-def test_token_rows_learning_rate_moves_the_rows_further_and_survives_resume(tmp_path, tiny_model_dir):
+def test_token_rows_learning_rate_moves_the_rows_further_and_survives_resume(tmp_path, tiny_model_dir, rows_run):
     """model.token_rows_learning_rate: the tag rows get a group of their own at that rate (read from the
     optimizer), move much further in one step than at optim.learning_rate, every other row stays exactly as it
     was, the rows' metrics are in metrics.jsonl, and a resumed run keeps the group and its rate."""
@@ -403,16 +416,18 @@ def test_token_rows_learning_rate_moves_the_rows_further_and_survives_resume(tmp
     before = base.get_input_embeddings().weight.detach()
     others = torch.ones(before.shape[0], dtype=torch.bool)
     others[tags] = False
-    common = [*ROWS, ONE_PER_STEP, "optim.learning_rate=1e-4", "save_steps=1"]
 
-    def run(name, steps, *extra):
-        cfg = _config(tmp_path / name, tiny_model_dir, *common, f"optim.max_steps={steps}", *extra)
-        built = build_sft_trainer(cfg, examples=examples, protocol=SHORT)
-        built.trainer.train(resume_from_checkpoint=str(built.resume_from) if built.resume_from else None)
+    def moved(built):
         emb = built.trainer.model.get_input_embeddings().weight.detach()
         return built, emb, (emb[tags] - before[tags]).norm(dim=1)
 
-    plain, plain_emb, plain_moved = run("plain", 1)
+    def run(name, steps, *extra):
+        cfg = _config(tmp_path / name, tiny_model_dir, *ROWS_RUN, f"optim.max_steps={steps}", *extra)
+        built = build_sft_trainer(cfg, examples=examples, protocol=SHORT)
+        built.trainer.train(resume_from_checkpoint=str(built.resume_from) if built.resume_from else None)
+        return moved(built)
+
+    plain, plain_emb, plain_moved = moved(rows_run[0])  # the module's run: ROWS_RUN, 1 step, the rows at 1e-4
     fast, fast_emb, fast_moved = run("fast", 1, "model.token_rows_learning_rate=1e-2")
     assert (plain_moved > 0).all() and (fast_moved > 10 * plain_moved).all(), (plain_moved, fast_moved)
     assert torch.equal(plain_emb[others], before[others]) and torch.equal(fast_emb[others], before[others])
@@ -438,13 +453,13 @@ def test_token_rows_learning_rate_moves_the_rows_further_and_survives_resume(tmp
 
 
 @pytest.mark.parametrize("tied", [True, False])
-def test_token_rows_group_holds_the_row_weights_and_follows_the_schedule(tmp_path, tiny_model_dir, tied):
+def test_token_rows_group_holds_the_row_weights_and_follows_the_schedule(request, tmp_path, tiny_model_dir, tied):
     """The rows' group holds exactly the embedding (and untied LM-head) weights, no other group holds them, and
     the scheduler scales both groups alike (their ratio stays the set one as the cosine decays)."""
     from tirl.train.sft import build_sft_trainer
     from tirl.train.token_rows import row_weights
 
-    model_dir = tiny_model_dir if tied else _untied_copy(tiny_model_dir, tmp_path / "untied")
+    model_dir = tiny_model_dir if tied else request.getfixturevalue("untied_model_dir")
     examples = load_sft_set("gsm8k_tir", slice(0, 2), SHORT)
     cfg = _config(
         tmp_path,

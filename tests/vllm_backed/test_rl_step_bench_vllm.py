@@ -37,7 +37,7 @@ _check_phases, run_tiny = _main._check_phases, _main.run_tiny
 
 
 def test_vllm_paths_are_measured(tmp_path):
-    _, out = run_tiny(tmp_path, "hf,server_adapter,colocate", sys.executable)  # 2 problems x 4 samples
+    _, out = run_tiny(tmp_path, "hf,server_adapter,colocate", sys.executable)  # 1 problem x 4 samples
     assert out["baseline"] == "hf"
     for name in ("hf", "server_adapter", "colocate"):
         _check_phases(name, out["paths"][name])

@@ -1,7 +1,8 @@
 """What the SFT and RL stages share: importing TRL, checkpoints, and loading the policy to train.
 
-Covers :func:`trl_module` (TRL imported with its experimental-feature notice silenced), :func:`shared_args` (the
-training arguments both stages set alike),
+Covers :func:`trl_module` (TRL imported with its experimental-feature notice silenced),
+:func:`score_completion_positions_only` (TRL's fused LM head scores only the labelled positions on CPU, both
+stages' losses), :func:`shared_args` (the training arguments both stages set alike),
 :func:`resolve_init_from` (``init_from: DIR`` or ``auto:DIR``), :func:`load_policy` (model, tokenizer and LoRA
 config from a ``model:`` section; model references are read by :mod:`tirl.models.loading`). A run's checkpoints
 (completeness marker, the newest complete one) are :mod:`tirl.runs.checkpoints`'. Importing
@@ -31,6 +32,45 @@ def trl_module() -> Any:
     import trl
 
     return trl
+
+
+_COMPACT_MARK = "_tirl_compact_on_cpu"
+
+
+def score_completion_positions_only() -> None:
+    """Make TRL's fused LM head score only the labelled positions of a batch on CPU, not every position.
+
+    trl 1.16's ``add_fused_lm_head`` (``trl.trainer.utils``: the forward every GRPO loss and log-prob pass of
+    :class:`~tirl.train.trainer.RocGRPOTrainer` runs, and ``SFTTrainer``'s loss) projects the hidden states through
+    the LM head in tiles and folds them into per-token log-probabilities. With Triton (CUDA, XPU) it passes only the
+    positions whose label is not -100, the completion tokens; everywhere else it passes every position of the
+    ``[batch, sequence]`` rows, prompt and padding included, then zeroes the unlabelled ones (``compact =
+    _use_triton(device)``: on devices that compile the tiles, e.g. Neuron, a varying token count would recompile).
+    CPU runs the tiles eagerly, so scoring every position buys nothing there and costs much: each position is a
+    ``[hidden, vocabulary]`` projection in the forward and again in the backward (on the tests' tiny models most of
+    the update; in the tiny smoke recipe's micro-batches about 1,200 positions scored for 256 labelled ones; an SFT
+    conversation of the SFT tests, about 390 positions for 125 labelled). This makes ``compact`` true on CPU as
+    well; the labelled positions' values are the same computation on a smaller tile (equal up to the last bits of a
+    differently shaped matrix product), and the unlabelled ones are zero either way. GPUs and other devices are
+    unchanged. Process-wide and idempotent; does nothing when TRL has no ``trl.trainer.utils._use_triton``
+    (re-read on a TRL upgrade: ``tests/test_train_fused_head.py`` fails then).
+    """
+    import torch
+
+    trl_module()  # TRL's experimental-feature notice silenced before its first import
+    import trl.trainer.utils as utils
+
+    original = getattr(utils, "_use_triton", None)
+    if original is None or getattr(original, _COMPACT_MARK, False):
+        return
+
+    def compact_on_cpu(device: torch.device) -> bool:
+        # the name is read only by _fused_forward's `compact` choice in trl.trainer.utils; the kernels' own choice
+        # (Triton or torch tiles) reads trl.kernels.chunked_logprob._use_triton, which stays as it is
+        return device.type == "cpu" or original(device)
+
+    setattr(compact_on_cpu, _COMPACT_MARK, True)
+    utils._use_triton = compact_on_cpu
 
 
 def shared_args(config: Any) -> dict[str, Any]:

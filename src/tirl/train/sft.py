@@ -36,7 +36,7 @@ from tirl.protocol import ProtocolConfig
 from tirl.runs.checkpoints import checkpoint_step, last_checkpoint
 from tirl.runs.layout import config_file, final_dir, metrics_path
 from tirl.runs.metrics import MetricsLog
-from tirl.train.common import load_policy, shared_args, trl_module
+from tirl.train.common import load_policy, score_completion_positions_only, shared_args, trl_module
 from tirl.train.sft_config import SFTConfig
 
 logger = logging.getLogger(__name__)
@@ -194,6 +194,7 @@ def build_sft_trainer(
         peft_config=peft_config,
         callbacks=callbacks,
     )
+    score_completion_positions_only()  # CPU: the loss projects only the labelled positions over the vocabulary
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from tirl.train.common import trl_module
+from tirl.train.common import score_completion_positions_only, trl_module
 from tirl.train.rollout_func import ADVANTAGE_KEY
 
 trl = trl_module()
@@ -78,40 +78,6 @@ def model_card(name: str, base: str | None, output_dir: str) -> str:
         "recipe's settings; `--config configs/eval/cpu-compare.yaml` compares it with another model like for "
         "like).\n"
     )
-
-
-_COMPACT_MARK = "_tirl_compact_on_cpu"
-
-
-def score_completion_positions_only() -> None:
-    """Make TRL's fused LM head score only the labelled positions of a batch on CPU, not every position.
-
-    trl 1.16's ``add_fused_lm_head`` (``trl.trainer.utils``: the forward every GRPO loss and log-prob pass of
-    :class:`RocGRPOTrainer` runs) projects the hidden states through the LM head in tiles and folds them into
-    per-token log-probabilities. With Triton (CUDA, XPU) it passes only the positions whose label is not -100, the
-    completion tokens; everywhere else it passes every position of the ``[batch, sequence]`` rows, prompt and
-    padding included, then zeroes the unlabelled ones (``compact = _use_triton(device)``: on devices that compile
-    the tiles, e.g. Neuron, a varying token count would recompile). CPU runs the tiles eagerly, so scoring every
-    position buys nothing there and costs much: each position is a ``[hidden, vocabulary]`` projection in the
-    forward and again in the backward (on the tests' tiny models most of the update; in the tiny smoke recipe's
-    micro-batches about 1,200 positions scored for 256 labelled ones). This makes ``compact`` true on CPU as
-    well; the labelled positions' values are the same computation on a smaller tile (equal up to the last bits of
-    a differently shaped matrix product), and the unlabelled ones are zero either way. GPUs and other devices are
-    unchanged. Process-wide and idempotent; does nothing when TRL has no ``trl.trainer.utils._use_triton``
-    (re-read on a TRL upgrade: ``tests/test_train_fused_head.py`` fails then).
-    """
-    utils = trl.trainer.utils
-    original = getattr(utils, "_use_triton", None)
-    if original is None or getattr(original, _COMPACT_MARK, False):
-        return
-
-    def compact_on_cpu(device: torch.device) -> bool:
-        # the name is read only by _fused_forward's `compact` choice in this module; the kernels' own choice
-        # (Triton or torch tiles) reads trl.kernels.chunked_logprob._use_triton, which stays as it is
-        return device.type == "cpu" or original(device)
-
-    setattr(compact_on_cpu, _COMPACT_MARK, True)
-    utils._use_triton = compact_on_cpu
 
 
 def _vllm_on_cpu() -> bool:

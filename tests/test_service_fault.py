@@ -201,3 +201,57 @@ async def test_worker_kill_then_server_kill_loses_and_doubles_nothing():
     assert wrong == []  # includes "no internal results": every call got its real answer
     assert stats.failovers >= 1
     assert stats.servers[victim.url]["up"] is False
+
+
+def _listener_inode(port: int) -> str:
+    """The inode of the socket listening on 127.0.0.1:``port`` (``/proc/net/tcp``, state 0A: LISTEN)."""
+    with open("/proc/net/tcp", encoding="ascii") as fh:
+        for line in fh.readlines()[1:]:
+            fields = line.split()
+            if fields[1] == f"0100007F:{port:04X}" and fields[3] == "0A":
+                return fields[9]
+    raise AssertionError(f"nothing listens on 127.0.0.1:{port}")
+
+
+def _holders(inode: str, pids: list[int]) -> list[int]:
+    """Those of ``pids`` with a descriptor on the socket ``inode`` (``/proc/PID/fd``)."""
+    held = []
+    for pid in pids:
+        fds = os.listdir(f"/proc/{pid}/fd")  # the workers run as the test's user: readable (else this fails)
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]":
+                    held.append(pid)
+                    break
+            except OSError:
+                continue
+    return held
+
+
+def test_a_killed_server_restarts_on_its_port_at_once(tmp_path):
+    """A supervisor (systemd, k8s) restarts a SIGKILLed ``tirl sandbox serve`` on the same port right away.
+
+    The killed server's connection to a client that still holds it open is left in FIN-WAIT-2 on the port for
+    up to a minute; ``serve``'s check of the port before its workers start once bound without ``SO_REUSEADDR``
+    and so refused the port ("Address already in use") for that minute. No sandbox worker may hold the
+    listening socket either (it would keep the port bound after the server died).
+    """
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = ["--preload", "", "--check-workers", "0"]
+    first = ServiceProcess(workers=1, port=port, extra_args=args)
+    second = ServiceProcess(workers=1, port=port, extra_args=args)
+    try:
+        first.start(timeout_s=120)
+        workers = first.worker_pids()
+        assert workers and _holders(_listener_inode(port), [first.pid, *workers]) == [first.pid]
+        with httpx.Client(trust_env=False) as held:  # a keep-alive connection the client does not close
+            assert held.get(first.url + "/healthz", timeout=30).status_code == 200
+            first.kill()
+            second.start(timeout_s=120)  # ServiceStartError (with the server's output) if the port is refused
+            assert second.url == first.url
+            assert httpx.get(second.url + "/healthz", timeout=30, trust_env=False).status_code == 200
+    finally:
+        first.stop()
+        second.stop()

@@ -21,19 +21,23 @@ app = typer.Typer(help="Run untrusted Python: the local sandbox pool and its HTT
 
 def _check_listen(host: str, port: int) -> None:
     """Exit 2 with one line when ``host:port`` cannot be listened on (a port out of range, one in use, an
-    address not of this machine), before any worker starts."""
-    import socket
+    address not of this machine), before any worker starts.
 
+    The trial bind is the server's own (:func:`tirl.service.server.bind_socket`, with ``SO_REUSEADDR``), so it
+    refuses exactly what the server's bind would: a port another socket listens on. Connections of a killed
+    server left in FIN-WAIT-2/TIME-WAIT on the port (for up to a minute) do not block it, so a supervisor that
+    restarts a killed server on its port gets the port back at once.
+    """
     if not 0 <= port <= 65535:
         typer.secho(
             f"tirl sandbox serve: --port {port} is not a TCP port: use 1-65535 (0 picks a free one)", fg="red", err=True
         )
         raise typer.Exit(2)
+    from tirl.service.server import bind_socket
+
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        with socket.socket(infos[0][0], socket.SOCK_STREAM) as sock:
-            sock.bind(infos[0][4])
-    except OSError as exc:
+        bind_socket(host, port).close()
+    except OSError as exc:  # socket.gaierror (a host that does not resolve) included
         typer.secho(
             f"tirl sandbox serve: cannot listen on {host}:{port} ({exc.strerror or exc}): pick another "
             "--port (0 picks a free one) or --host",

@@ -65,14 +65,19 @@ class ServeConfig:
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening-ready TCP socket bound to ``(host, port)`` (port 0: a free port).
 
+    ``SO_REUSEADDR``: the bind fails only on a port that another socket listens on, not on one that still
+    holds connections of a killed server (FIN-WAIT-2/TIME-WAIT, up to a minute), so a restarted server gets
+    its port back at once. The socket is not inheritable (Python's default): no child process (a sandbox
+    worker, or code it runs) may hold the listener, or the port would stay bound after the server died.
+    ``tirl sandbox serve`` trial-binds with this function before its workers start.
+
     Raises:
-        OSError: the address is in use or cannot be bound.
+        OSError: the address is in use or cannot be bound (``socket.gaierror``: the host does not resolve).
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.set_inheritable(True)
     return sock
 
 

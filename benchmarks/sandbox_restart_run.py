@@ -9,14 +9,16 @@ writes a tool call, the first turn of every trajectory is scripted to one call w
 ``--call-sleep-s`` and prints the problem's reference answer (so calls are in flight when the service dies and
 half the trajectories can be correct), every other second turn answers from the tool output, the rest is sampled
 from the policy. In step ``--restart-step`` (1-based), ``--kill-after-s`` after the step's first tool turn, the
-service that holds calls at that moment (the client sends a batch to one service) gets SIGKILL, with its sandbox
-workers, and is started again on the same port ``--down-s`` later.
+service that holds calls at that moment (the client sends a batch to one service) gets SIGKILL (its sandbox
+workers die with it: parent-death signal), and is started again on the same port ``--down-s`` later.
 
 Checks (exit status 1 when one fails): every step holds exactly problems_per_step x 2G sampled trajectories with
 distinct (problem, sample) slots and one answered tool call each (none lost, none counted twice); the metrics of
 the restart step report the calls that met the restart (``sandbox/failovers``, ``sandbox/resent``,
 ``sandbox/internal_retries``: moved to or re-sent after the restart and answered; ``tool_calls/internal``: answered
-``internal``, the sandbox's failure, never the model's); the other steps report none.
+``internal``, the sandbox's failure, never the model's); the other steps report none; the killed service came
+back on its port and answered ``/healthz`` (the report's ``restart``: victim URL, killed, restarted, the restart's
+error).
 
 Usage: python benchmarks/sandbox_restart_run.py --out DIR [--steps 10] [--restart-step 5] [--json FILE]
 [--prompt-style compact]
@@ -106,7 +108,8 @@ class Service:
 
     def kill(self) -> None:
         assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)  # the serve process and its sandbox workers
+        # the serve process; its sandbox workers (sessions of their own) die by their parent-death signal
+        os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         self.events.append(f"{time.time():.3f} SIGKILL pid {self.proc.pid} on {self.port}")
 
@@ -150,6 +153,8 @@ class RestartingEngine:
         self.step_of = step_of
         self.second_turns = 0
         self.restart_thread: threading.Thread | None = None
+        # what the restart thread did: the victim's URL, killed, started again (answered /healthz), the error
+        self.restart: dict[str, Any] = {"victim": None, "killed": False, "restarted": False, "error": None}
         self.stats = getattr(inner, "stats", None)
 
     def set_model(self, model: Any) -> None:
@@ -162,6 +167,12 @@ class RestartingEngine:
         return "0"
 
     def _restart(self) -> None:
+        try:
+            self._kill_and_restart()
+        except BaseException as exc:  # noqa: BLE001 - a thread's exception is otherwise lost: the run reports it
+            self.restart["error"] = f"{type(exc).__name__}: {exc}"
+
+    def _kill_and_restart(self) -> None:
         # the client sends a batch of calls to one service: restart the one that holds calls now
         time.sleep(self.args.kill_after_s)
         victim = self.services[0]
@@ -173,9 +184,12 @@ class RestartingEngine:
                 victim.events.append(f"{time.time():.3f} outstanding calls {outstanding}")
                 break
             time.sleep(0.05)
+        self.restart["victim"] = victim.url
         victim.kill()
+        self.restart["killed"] = True
         time.sleep(self.args.down_s)
-        victim.start()
+        victim.start()  # on the same port; returns once it answers /healthz
+        self.restart["restarted"] = True
 
     async def generate(self, prompt_ids: list[int], params: Any) -> Any:
         from tirl.rollout.engine import GenerationOutput
@@ -313,16 +327,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             step["n"] += 1
 
     trainer_run.trainer.add_callback(Record())
+    restart: dict[str, Any] = {"victim": None, "killed": False, "restarted": False, "error": None}
     try:
         trainer_run.trainer.train()
     finally:
         trainer_run.close()
-        if holder.get("engine") is not None and holder["engine"].restart_thread is not None:
-            holder["engine"].restart_thread.join(timeout=120)
+        engine = holder.get("engine")
+        if engine is not None and engine.restart_thread is not None:
+            engine.restart_thread.join(timeout=120)
+            restart = dict(engine.restart)
+            if engine.restart_thread.is_alive():
+                restart["error"] = restart["error"] or "the restart thread was still running after 120 s"
         a.stop()
         b.stop()
     expected = pps * group * 2
     failed = []
+    if not (restart["killed"] and restart["restarted"]):
+        failed.append(f"the killed service did not come back on its port: {restart}")
     for row in per_step:
         if row["trajectories"] != expected or row["distinct_slots"] != expected:
             failed.append(f"step {row['step']}: {row['trajectories']} trajectories, {row['distinct_slots']} slots")
@@ -356,6 +377,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "steps": per_step,
         "expected_per_step": expected,
         "service_events": a.events + b.events,
+        "restart": restart,
         "services": [a.url, b.url],
         "logged_trajectories": len(logged),
         "wall_s": time.time() - t0,

@@ -69,4 +69,11 @@ def test_a_restarted_service_loses_no_trajectory_and_is_counted(tmp_path):
         met["sandbox/failovers"] + met["sandbox/resent"] + met["sandbox/internal_retries"] + met["tool_calls/internal"]
         > 0
     )
-    assert any("SIGKILL" in e for e in report["service_events"])
+    # the killed service came back on its port and answered /healthz (a restart refused with "Address already in
+    # use" once went unnoticed: the client failed over to the other service and every other check passed)
+    restart = report["restart"]
+    assert restart["killed"] and restart["restarted"] and restart["error"] is None, restart
+    port = restart["victim"].rsplit(":", 1)[1]
+    events = [e.split(" ", 1)[1] for e in report["service_events"] if e.endswith(f" on {port}")]
+    killed = next(i for i, e in enumerate(events) if e.startswith("SIGKILL"))
+    assert any(e.startswith("started pid") for e in events[killed + 1 :]), report["service_events"]

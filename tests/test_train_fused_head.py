@@ -4,18 +4,18 @@ vocabulary, with the same log-probabilities and entropies as TRL's every-positio
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 torch = pytest.importorskip("torch")
 
 
-@pytest.fixture
-def fused_model(tiny_smollm2_model_dir, monkeypatch):
-    """The tiny SmolLM2 model with TRL's fused LM head, a recorder of the positions its chunked log-prob is
-    handed, and TRL's own ``trl.trainer.utils._use_triton`` for the test (a trainer built earlier in this process
-    replaced it for good), restored at teardown."""
+def _record_scored_positions(monkeypatch) -> tuple[Any, list[int]]:
+    """TRL's ``trl.trainer.utils`` with its own ``_use_triton`` choice (as a process that has built no trainer yet
+    has it; a trainer built earlier replaced it for good) and its chunked log-prob function wrapped to record the
+    number of positions each call scores. Both restored at teardown. Returns the module and that list."""
     import trl.kernels.chunked_logprob
-    from transformers import AutoModelForCausalLM
 
     from tirl.train.trainer import trl
 
@@ -31,6 +31,17 @@ def fused_model(tiny_smollm2_model_dir, monkeypatch):
             return chunked.apply(hidden, *args)
 
     monkeypatch.setattr(utils, "_ChunkedLogProbFunction", Recording)
+    return utils, scored
+
+
+@pytest.fixture
+def fused_model(tiny_smollm2_model_dir, monkeypatch):
+    """The tiny SmolLM2 model with TRL's fused LM head, a recorder of the positions its chunked log-prob is
+    handed, and TRL's own ``trl.trainer.utils._use_triton`` for the test (a trainer built earlier in this process
+    replaced it for good), restored at teardown."""
+    from transformers import AutoModelForCausalLM
+
+    utils, scored = _record_scored_positions(monkeypatch)
     model = AutoModelForCausalLM.from_pretrained(tiny_smollm2_model_dir)
     utils.add_fused_lm_head(model, temperature=0.7, outputs=("log_probs", "entropy"))
     return model, scored
@@ -108,26 +119,11 @@ def test_other_devices_keep_trls_choice(monkeypatch):
 def test_an_sft_step_scores_only_the_labelled_positions(tiny_smollm2_model_dir, tmp_path, monkeypatch):
     """``build_sft_trainer`` makes the SFT loss compact on CPU too: a step of one conversation hands TRL's chunked
     log-prob exactly its labelled (shifted) positions, the model's turns, not every position of the row."""
-    import trl.kernels.chunked_logprob
-
     from tirl.data.sft import load_sft_set
     from tirl.train.sft import build_sft_trainer
     from tirl.train.sft_config import load_sft_config
-    from tirl.train.trainer import trl
 
-    utils = trl.trainer.utils
-    # TRL's own choice, as a process that has built no trainer yet has it (restored at teardown)
-    monkeypatch.setattr(utils, "_use_triton", trl.kernels.chunked_logprob._use_triton)
-    scored: list[int] = []
-    chunked = utils._ChunkedLogProbFunction
-
-    class Recording:
-        @staticmethod
-        def apply(hidden, *args):
-            scored.append(hidden.shape[0])
-            return chunked.apply(hidden, *args)
-
-    monkeypatch.setattr(utils, "_ChunkedLogProbFunction", Recording)
+    _, scored = _record_scored_positions(monkeypatch)
     config = load_sft_config(
         None,
         [
